@@ -1,0 +1,22 @@
+// The subcommands of `meshplan`. Each registers its flags on the app and
+// returns the function main() runs when it was chosen; the function returns
+// the exit status: 0 success, 1 a valid question whose answer is "no" (the
+// plan does not fit), 2 bad input (flags, presets, an invalid plan).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace meshplan::cli {
+
+inline constexpr int exit_ok = 0;
+inline constexpr int exit_does_not_fit = 1;
+inline constexpr int exit_bad_input = 2;
+
+using Command = std::function<int()>;
+
+Command add_explain_command(CLI::App& app);
+Command add_presets_command(CLI::App& app);
+
+}  // namespace meshplan::cli

@@ -1,0 +1,39 @@
+// meshplan: plan, explain and (later) simulate and train parallel training
+// jobs. main() only composes the subcommands and decides the exit status.
+#include <CLI/CLI.hpp>
+
+#include <exception>
+#include <iostream>
+
+#include "cli/commands.hpp"
+
+int main(int argc, char** argv) {
+  using namespace meshplan::cli;
+  CLI::App app{"meshplan: decide how to parallelise a training job, and check the decision"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("meshplan 0.1.0"));
+  const Command explain = add_explain_command(app);
+  const Command presets = add_presets_command(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "meshplan: " << e.what() << "\n(run with --help for usage)\n";
+    return exit_bad_input;
+  }
+
+  try {
+    if (app.got_subcommand("explain")) return explain();
+    if (app.got_subcommand("presets")) return presets();
+  } catch (const std::exception& e) {
+    std::cerr << "meshplan: internal error: " << e.what() << "\n";
+    return 70;
+  }
+  return exit_bad_input;
+}

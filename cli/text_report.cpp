@@ -1,0 +1,137 @@
+#include "cli/text_report.hpp"
+
+#include <cstdio>
+#include <string>
+
+#include "cli/plan_options.hpp"
+
+namespace meshplan::cli {
+namespace {
+
+std::string format(const char* fmt, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, fmt, value);
+  return text;
+}
+
+std::string pad(const std::string& text, std::size_t width) {
+  return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
+}
+
+std::string lpad(const std::string& text, std::size_t width) {
+  return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
+}
+
+std::string describe_model(const ModelSpec& model, std::int64_t seq_len) {
+  switch (model.kind) {
+    case ModelKind::transformer: {
+      const auto& t = model.transformer;
+      std::string text = std::to_string(t.layers) + " layers, hidden " + std::to_string(t.hidden) + ", " +
+                         std::to_string(t.heads) + " heads";
+      if (t.kv_heads != t.heads) text += " (" + std::to_string(t.kv_heads) + " kv)";
+      text += ", ffn " + std::to_string(t.ffn) + ", vocab " + std::to_string(t.vocab) + ", seq " + std::to_string(seq_len);
+      if (t.experts > 0) text += ", " + std::to_string(t.experts) + " experts top-" + std::to_string(t.top_k);
+      return text;
+    }
+    case ModelKind::mlp: {
+      std::string text = "layers";
+      for (auto n : model.mlp.layer_sizes) text += " " + std::to_string(n);
+      return text;
+    }
+    case ModelKind::cnn:
+      return "ResNet bottleneck, " + std::to_string(model.cnn.image_size) + "x" + std::to_string(model.cnn.image_size) +
+             " images, " + std::to_string(model.cnn.classes) + " classes";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string human_count(double count) {
+  if (count >= 1e12) return format("%.2f T", count / 1e12);
+  if (count >= 1e9) return format("%.2f B", count / 1e9);
+  if (count >= 1e6) return format("%.2f M", count / 1e6);
+  if (count >= 1e3) return format("%.1f K", count / 1e3);
+  return format("%.0f", count);
+}
+
+std::string gib(double bytes) { return format("%.2f", bytes / (1024.0 * 1024 * 1024)); }
+
+void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
+                       const Explanation& ex) {
+  const std::int64_t world = ex.deployment.world_size;
+  const std::int64_t per_node = cluster.devices_per_node;
+  const std::int64_t nodes = (world + per_node - 1) / per_node;
+  out << "meshplan explain: " << model.name << " on " << world << " x " << cluster.device.name << " (" << cluster.name
+      << ": " << nodes << (nodes == 1 ? " node" : " nodes") << " of " << per_node << ")\n\n";
+  out << "model   " << model.name << " (" << to_string(model.kind) << "): " << human_count(ex.parameter_count)
+      << " parameters; " << describe_model(model, ex.seq_len) << "\n";
+  out << "plan    mesh " << plan.mesh.to_string() << "; micro-batch " << plan.micro_batch << " x "
+      << ex.micro_batches << " micro-batches x " << plan.mesh.data_parallel_size()
+      << " data-parallel = global batch " << plan.global_batch << "\n";
+  out << "        zero " << plan.zero_stage << ", recompute " << to_string(plan.recompute) << ", sequence parallel "
+      << (plan.sequence_parallel ? "on" : "off") << ", schedule " << to_string(plan.schedule) << ", precision "
+      << to_string(plan.precision) << "\n";
+
+  if (ex.memory) {
+    const MemoryEstimate& mem = *ex.memory;
+    const bool chosen = ex.deployment.rank >= 0 && ex.valid && ex.rank_stage != static_cast<std::int64_t>(mem.worst_stage);
+    const StageMemory& shown = chosen ? mem.stages.at(static_cast<std::size_t>(ex.rank_stage)) : mem.worst();
+    out << "device  " << (chosen ? "rank " + std::to_string(ex.deployment.rank) + ": " : std::string("worst: "))
+        << "pipeline stage " << shown.stage << " of " << mem.stages.size() << " (" << shown.layers << " layers, "
+        << format("%.4g", shown.in_flight_micro_batches) << " micro-batches in flight), "
+        << human_count(shown.parameters_on_device) << " parameters held\n\n";
+
+    const double total = shown.memory.total_bytes();
+    auto row = [&](const char* name, double bytes) {
+      out << "  " << pad(name, 24) << lpad(gib(bytes), 10) << lpad(format("%.1f", total > 0 ? 100 * bytes / total : 0), 8)
+          << "\n";
+    };
+    out << "  " << pad("memory per device", 24) << lpad("GiB", 10) << lpad("%", 8) << "\n";
+    row("parameters", shown.memory.parameters_bytes);
+    row("gradients", shown.memory.gradients_bytes);
+    row("optimizer state", shown.memory.optimizer_bytes);
+    row("activations", shown.memory.activations_bytes);
+    row("communication buffers", shown.memory.buffers_bytes);
+    out << "  " << pad("total", 24) << lpad(gib(total), 10) << "\n";
+    out << "  " << pad("usable", 24) << lpad(gib(mem.usable_bytes), 10) << "   (" << gib(mem.capacity_bytes)
+        << " GiB " << cluster.device.name << " less " << format("%.0f", plan.memory_headroom * 100)
+        << "% headroom)\n";
+
+    if (mem.stages.size() > 1) {
+      out << "\n  stage  layers  in-flight   params    grads    optim     acts  buffers    total  (GiB)\n";
+      for (const auto& s : mem.stages) {
+        out << "  " << lpad(std::to_string(s.stage), 5) << lpad(std::to_string(s.layers), 8)
+            << lpad(format("%.4g", s.in_flight_micro_batches), 11) << lpad(gib(s.memory.parameters_bytes), 9)
+            << lpad(gib(s.memory.gradients_bytes), 9) << lpad(gib(s.memory.optimizer_bytes), 9)
+            << lpad(gib(s.memory.activations_bytes), 9) << lpad(gib(s.memory.buffers_bytes), 9)
+            << lpad(gib(s.memory.total_bytes()), 9) << (s.stage == mem.worst().stage ? "  <- worst" : "") << "\n";
+      }
+    }
+    out << "\n";
+    const double worst_total = mem.worst().memory.total_bytes();
+    if (!ex.valid) {
+      out << "verdict: INVALID plan (see problems below)\n";
+    } else if (ex.fits_memory()) {
+      out << "verdict: fits: " << gib(worst_total) << " of " << gib(mem.usable_bytes) << " GiB usable ("
+          << format("%.0f", 100 * worst_total / mem.usable_bytes) << "%)\n";
+    } else {
+      out << "verdict: DOES NOT FIT: " << gib(worst_total) << " GiB needed, " << gib(mem.usable_bytes)
+          << " GiB usable\n";
+    }
+  } else {
+    out << "\nverdict: INVALID plan: the layers cannot be laid out (see problems below)\n";
+  }
+
+  bool header = false;
+  for (const auto& p : ex.problems) {
+    if (!header) {
+      out << "\nproblems:\n";
+      header = true;
+    }
+    out << "  - " << (p.severity == Severity::warning ? "warning: " : "") << flag_for_field(p.where) << ": "
+        << p.message << "\n";
+  }
+}
+
+}  // namespace meshplan::cli

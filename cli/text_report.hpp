@@ -1,0 +1,21 @@
+// Human-readable reports: the explain breakdown as aligned tables.
+#pragma once
+
+#include <ostream>
+
+#include "model/cluster_spec.hpp"
+#include "model/explain.hpp"
+#include "model/model_spec.hpp"
+#include "model/plan.hpp"
+
+namespace meshplan::cli {
+
+void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
+                       const Explanation& explanation);
+
+// "174.6 B", "124.4 M"
+std::string human_count(double count);
+// Bytes as GiB with two decimals.
+std::string gib(double bytes);
+
+}  // namespace meshplan::cli

@@ -1,0 +1,228 @@
+// The decoder-only transformer as ops: GPT-2/3 (LayerNorm, GELU, learned
+// positions, dropout) and Llama/Gemma (RMSNorm, SwiGLU/GeGLU, rotary, grouped
+// -query attention) from the same code, and optional mixture-of-experts MLPs.
+//
+// Parameter splits follow Megatron-LM (Shoeybi et al. 2019, Sec. 3): QKV and
+// the MLP's first matmul are column-parallel, the attention output and the
+// MLP's second matmul row-parallel, the embedding and output layer
+// vocabulary-parallel. Saved activations per layer reproduce Korthikanti et
+// al. 2022, Sec. 4.1: with 16-bit activations, dropout, ffn = 4h and
+// kv_heads = heads, they add up to s b h (34 + 5 a s / h) bytes, of which
+// s b h (24 + 5 a s / h) sit in tensor-parallel regions.
+#include "model/layer_graph.hpp"
+
+namespace meshplan {
+
+LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_len) {
+  LayerGraph g;
+  g.seq_len = seq_len;
+  const double s = static_cast<double>(seq_len);
+  const double h = static_cast<double>(t.hidden);
+  const double a = static_cast<double>(t.heads);
+  const double q = static_cast<double>(t.heads * t.head_dim);      // query width
+  const double kv = static_cast<double>(t.kv_heads * t.head_dim);  // key (= value) width
+  const double f = static_cast<double>(t.ffn);
+  const double vocab = static_cast<double>(t.vocab);
+  const bool gated = t.feed_forward != FeedForward::gelu;
+  const bool dropout = t.dropout > 0;
+  const bool moe = t.experts > 0;
+  const double experts = moe ? static_cast<double>(t.experts) : 1.0;
+  const double routed = moe ? static_cast<double>(t.top_k) : 1.0;  // copies of each token through the MLP
+  const double norm_parameters = t.norm == Norm::layernorm ? 2 * h : h;
+  const double norm_flops_per_element = t.norm == Norm::layernorm ? 8 : 4;
+  const double mlp_in_width = gated ? 2 * f : f;
+  auto bias = [&](double width) { return t.bias ? width : 0.0; };
+
+  // ---- embedding
+  g.blocks.push_back({"embedding", BlockKind::embedding, {}});
+  Op tokens = make_op("embedding.tokens", OpKind::embedding, 0);
+  tokens.tp_split_parameters = vocab * h;
+  tokens.output_elements_per_sample = s * h;
+  OpId prev = g.add_op(tokens);
+  if (t.positions == Positions::learned) {
+    Op positions = make_op("embedding.positions", OpKind::elementwise, 0);
+    positions.replicated_parameters = static_cast<double>(t.seq_len) * h;
+    positions.forward_flops_per_sample = s * h;
+    positions.output_elements_per_sample = s * h;
+    const OpId id = g.add_op(positions);
+    g.connect(prev, id);
+    prev = id;
+  }
+  if (dropout) {
+    Op drop = make_op("embedding.dropout", OpKind::elementwise, 0);
+    drop.saved = {{"embedding dropout mask", s * h, 1, false, false}};
+    drop.forward_flops_per_sample = s * h;
+    drop.output_elements_per_sample = s * h;
+    const OpId id = g.add_op(drop);
+    g.connect(prev, id);
+    prev = id;
+  }
+
+  // ---- layers
+  for (std::int64_t layer = 0; layer < t.layers; ++layer) {
+    const int block = static_cast<int>(g.blocks.size());
+    const std::string p = "layer" + std::to_string(layer) + ".";
+    g.blocks.push_back({"layer" + std::to_string(layer), BlockKind::layer, {}});
+
+    Op ln1 = make_op(p + "ln1", OpKind::norm, block);
+    ln1.replicated_parameters = norm_parameters;
+    ln1.forward_flops_per_sample = norm_flops_per_element * s * h;
+    ln1.output_elements_per_sample = s * h;
+    ln1.saved = {{"ln1 input", s * h, 0, false, false}};
+    const OpId ln1_id = g.add_op(ln1);
+    g.connect(prev, ln1_id);
+
+    Op qkv = make_op(p + "attn.qkv", OpKind::gemm, block);
+    qkv.tp_split_parameters = h * (q + 2 * kv) + bias(q + 2 * kv);
+    qkv.forward_flops_per_sample = 2 * s * h * (q + 2 * kv);
+    qkv.output_elements_per_sample = s * (q + 2 * kv);
+    qkv.saved = {{"qkv input", s * h, 0, false, false}};
+    qkv.gemm = {s, t.heads * t.head_dim + 2 * t.kv_heads * t.head_dim, t.hidden, 1};
+    const OpId qkv_id = g.add_op(qkv);
+    g.connect(ln1_id, qkv_id);
+
+    Op scores = make_op(p + "attn.scores", OpKind::attention_scores, block);
+    scores.forward_flops_per_sample = 2 * s * s * q;
+    scores.output_elements_per_sample = a * s * s;
+    scores.saved = {{"query", s * q, 0, true, false}, {"key", s * kv, 0, true, false}};
+    scores.gemm = {s, seq_len, t.head_dim, t.heads};
+    const OpId scores_id = g.add_op(scores);
+    g.connect(qkv_id, scores_id);
+
+    Op softmax = make_op(p + "attn.softmax", OpKind::softmax, block);
+    softmax.forward_flops_per_sample = 5 * a * s * s;
+    softmax.output_elements_per_sample = a * s * s;
+    softmax.saved = {{"softmax output", a * s * s, 0, true, true}};
+    OpId probs_id = g.add_op(softmax);
+    g.connect(scores_id, probs_id);
+
+    if (dropout) {
+      Op drop = make_op(p + "attn.dropout", OpKind::elementwise, block);
+      drop.forward_flops_per_sample = a * s * s;
+      drop.output_elements_per_sample = a * s * s;
+      drop.saved = {{"attention dropout mask", a * s * s, 1, true, true}};
+      const OpId id = g.add_op(drop);
+      g.connect(probs_id, id);
+      probs_id = id;
+    }
+
+    Op values = make_op(p + "attn.values", OpKind::attention_values, block);
+    values.forward_flops_per_sample = 2 * s * s * q;
+    values.output_elements_per_sample = s * q;
+    values.saved = {{"value", s * kv, 0, true, false}};
+    // Without dropout the probabilities P V reads are the softmax output already saved.
+    if (dropout) values.saved.push_back({"attention dropout output", a * s * s, 0, true, true});
+    values.gemm = {s, t.head_dim, seq_len, t.heads};
+    const OpId values_id = g.add_op(values);
+    g.connect(probs_id, values_id);
+    g.connect(qkv_id, values_id);
+
+    Op out = make_op(p + "attn.out", OpKind::gemm, block);
+    out.tp_split_parameters = q * h;
+    out.replicated_parameters = bias(h);
+    out.forward_flops_per_sample = 2 * s * q * h;
+    out.output_elements_per_sample = s * h;
+    out.saved = {{"attention projection input", s * q, 0, true, false}};
+    out.gemm = {s, t.hidden, t.heads * t.head_dim, 1};
+    const OpId out_id = g.add_op(out);
+    g.connect(values_id, out_id);
+
+    Op attn_residual = make_op(p + "attn.residual", OpKind::elementwise, block);
+    attn_residual.forward_flops_per_sample = (dropout ? 2 : 1) * s * h;
+    attn_residual.output_elements_per_sample = s * h;
+    if (dropout) attn_residual.saved = {{"attention output dropout mask", s * h, 1, false, false}};
+    const OpId attn_residual_id = g.add_op(attn_residual);
+    g.connect(out_id, attn_residual_id);
+    g.connect(prev, attn_residual_id);
+
+    Op ln2 = make_op(p + "ln2", OpKind::norm, block);
+    ln2.replicated_parameters = norm_parameters;
+    ln2.forward_flops_per_sample = norm_flops_per_element * s * h;
+    ln2.output_elements_per_sample = s * h;
+    ln2.saved = {{"ln2 input", s * h, 0, false, false}};
+    OpId mlp_input_id = g.add_op(ln2);
+    g.connect(attn_residual_id, mlp_input_id);
+
+    if (moe) {
+      Op router = make_op(p + "mlp.router", OpKind::gemm, block);
+      router.replicated_parameters = h * experts;
+      router.forward_flops_per_sample = 2 * s * h * experts;
+      router.output_elements_per_sample = s * h * routed;  // tokens dispatched to their experts
+      router.saved = {{"router probabilities", s * experts, 4, false, false}};
+      router.gemm = {s, t.experts, t.hidden, 1};
+      const OpId id = g.add_op(router);
+      g.connect(mlp_input_id, id);
+      mlp_input_id = id;
+    }
+
+    Op w_in = make_op(p + "mlp.w_in", OpKind::gemm, block, moe);
+    w_in.tp_split_parameters = experts * (h * mlp_in_width + bias(mlp_in_width));
+    w_in.forward_flops_per_sample = routed * 2 * s * h * mlp_in_width;
+    w_in.output_elements_per_sample = routed * s * mlp_in_width;
+    w_in.saved = {{"mlp input", routed * s * h, 0, false, false}};
+    w_in.gemm = {routed * s, gated ? 2 * t.ffn : t.ffn, t.hidden, 1};
+    const OpId w_in_id = g.add_op(w_in);
+    g.connect(mlp_input_id, w_in_id);
+
+    Op act = make_op(p + "mlp.act", OpKind::elementwise, block);
+    act.forward_flops_per_sample = routed * (gated ? 10 : 8) * s * f;
+    act.output_elements_per_sample = routed * s * f;
+    if (gated) {
+      act.saved = {{"gate projection", routed * s * f, 0, true, false}, {"up projection", routed * s * f, 0, true, false}};
+    } else {
+      act.saved = {{"gelu input", routed * s * f, 0, true, false}};
+    }
+    const OpId act_id = g.add_op(act);
+    g.connect(w_in_id, act_id);
+
+    Op w_out = make_op(p + "mlp.w_out", OpKind::gemm, block, moe);
+    w_out.tp_split_parameters = experts * f * h;
+    w_out.replicated_parameters = experts * bias(h);
+    w_out.forward_flops_per_sample = routed * 2 * s * f * h;
+    w_out.output_elements_per_sample = s * h;
+    w_out.saved = {{"mlp projection input", routed * s * f, 0, true, false}};
+    w_out.gemm = {routed * s, t.hidden, t.ffn, 1};
+    const OpId w_out_id = g.add_op(w_out);
+    g.connect(act_id, w_out_id);
+
+    Op mlp_residual = make_op(p + "mlp.residual", OpKind::elementwise, block);
+    mlp_residual.forward_flops_per_sample = (dropout ? 2 : 1) * s * h;
+    mlp_residual.output_elements_per_sample = s * h;
+    if (dropout) mlp_residual.saved = {{"mlp output dropout mask", s * h, 1, false, false}};
+    const OpId mlp_residual_id = g.add_op(mlp_residual);
+    g.connect(w_out_id, mlp_residual_id);
+    g.connect(attn_residual_id, mlp_residual_id);
+    prev = mlp_residual_id;
+  }
+
+  // ---- head: final norm, output layer, loss
+  const int head = static_cast<int>(g.blocks.size());
+  g.blocks.push_back({"head", BlockKind::head, {}});
+  Op final_norm = make_op("head.norm", OpKind::norm, head);
+  final_norm.replicated_parameters = norm_parameters;
+  final_norm.forward_flops_per_sample = norm_flops_per_element * s * h;
+  final_norm.output_elements_per_sample = s * h;
+  final_norm.saved = {{"final norm input", s * h, 0, false, false}};
+  const OpId final_norm_id = g.add_op(final_norm);
+  g.connect(prev, final_norm_id);
+
+  Op lm_head = make_op("head.output", OpKind::gemm, head);
+  (t.tied_embeddings ? lm_head.tied_parameters : lm_head.tp_split_parameters) = vocab * h;
+  lm_head.forward_flops_per_sample = 2 * s * h * vocab;
+  lm_head.output_elements_per_sample = s * vocab;
+  lm_head.saved = {{"output layer input", s * h, 0, false, false}};
+  lm_head.gemm = {s, t.vocab, t.hidden, 1};
+  const OpId lm_head_id = g.add_op(lm_head);
+  g.connect(final_norm_id, lm_head_id);
+
+  // Cross-entropy runs in fp32 (Megatron-LM casts logits to float): 4 bytes.
+  Op loss = make_op("head.loss", OpKind::cross_entropy, head);
+  loss.forward_flops_per_sample = 5 * s * vocab;
+  loss.output_elements_per_sample = 1;
+  loss.saved = {{"logits (fp32)", s * vocab, 4, true, false}};
+  const OpId loss_id = g.add_op(loss);
+  g.connect(lm_head_id, loss_id);
+  return g;
+}
+
+}  // namespace meshplan

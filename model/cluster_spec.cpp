@@ -1,0 +1,55 @@
+#include "model/cluster_spec.hpp"
+
+#include "model/presets.hpp"
+#include "model/yaml_reader.hpp"
+
+namespace meshplan {
+
+Loaded<ClusterSpec> load_cluster(const std::string& name_or_path) {
+  Loaded<ClusterSpec> result;
+  auto file = find_preset(PresetKind::cluster, name_or_path);
+  if (!file.ok()) return {{}, file.problems};
+  auto yaml = load_yaml_file(file.value.path, file.value.display_name);
+  if (!yaml.ok()) return {{}, yaml.problems};
+
+  Problems& problems = result.problems;
+  ClusterSpec& cluster = result.value;
+  YamlMap root(yaml.value, file.value.display_name, "", problems);
+  cluster.name = root.text("name", Need::required).value_or("");
+  cluster.source = root.text("source", Need::required).value_or("");
+  const auto device_name = root.text("device", Need::required);
+  cluster.devices_per_node = root.integer("devices_per_node", Need::required, 1, 1 << 20).value_or(1);
+  cluster.max_nodes = root.integer("max_nodes", Need::optional, 1, 1 << 24);
+
+  if (auto intra = root.map("intra_node", Need::required)) {
+    cluster.intra_node.kind = intra->choice("kind", Need::required, {"nvlink", "pcie", "ici", "shared-memory"}).value_or("");
+    cluster.intra_node.bandwidth_bytes_per_s =
+        intra->number("per_direction_gb_per_s", Need::required, 1e-6, 1e6).value_or(0) * 1e9;
+    cluster.intra_node.latency_s = intra->number("latency_us", Need::optional, 0, 1e6).value_or(0) * 1e-6;
+    intra->finish();
+  }
+  if (auto inter = root.map("inter_node", Need::required)) {
+    cluster.inter_node.kind = inter->choice("kind", Need::required, {"infiniband", "ethernet", "ici"}).value_or("");
+    cluster.inter_node.nics_per_node = inter->integer("nics_per_node", Need::required, 1, 1024).value_or(1);
+    cluster.inter_node.bandwidth_bytes_per_s =
+        inter->number("per_nic_gbit_per_s", Need::required, 1e-6, 1e6).value_or(0) * 1e9 / 8.0;
+    cluster.inter_node.latency_s = inter->number("latency_us", Need::optional, 0, 1e6).value_or(0) * 1e-6;
+    inter->finish();
+  }
+  root.finish();
+
+  if (device_name) {
+    auto device = load_device(*device_name);
+    if (!device.ok()) {
+      for (auto& p : device.problems) {
+        p.where = root.where("device") + " -> " + p.where;
+        problems.push_back(p);
+      }
+    } else {
+      cluster.device = device.value;
+    }
+  }
+  return result;
+}
+
+}  // namespace meshplan

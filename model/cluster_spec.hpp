@@ -1,0 +1,35 @@
+// A cluster: identical nodes of `devices_per_node` devices, joined inside a
+// node by one kind of link (NVLink, PCIe, ICI) and between nodes by NICs.
+// Bandwidths are per direction (a full-duplex link moves this much each way).
+// Loaded from presets/clusters/*.yaml; the device is a device preset.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "model/device_spec.hpp"
+#include "model/problem.hpp"
+
+namespace meshplan {
+
+struct LinkSpec {
+  std::string kind;                      // nvlink | pcie | ici | infiniband | ethernet
+  double bandwidth_bytes_per_s = 0;      // per direction, per device (intra) or per NIC (inter)
+  double latency_s = 0;
+  std::int64_t nics_per_node = 0;        // inter-node only
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::string source;
+  DeviceSpec device;
+  std::int64_t devices_per_node = 1;
+  std::optional<std::int64_t> max_nodes;  // absent = as many as asked for
+  LinkSpec intra_node;
+  LinkSpec inter_node;
+};
+
+Loaded<ClusterSpec> load_cluster(const std::string& name_or_path);
+
+}  // namespace meshplan

@@ -1,0 +1,52 @@
+#include "model/explain.hpp"
+
+#include <cstdio>
+
+#include "model/layer_graph.hpp"
+#include "model/stage_partition.hpp"
+
+namespace meshplan {
+namespace {
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  return text;
+}
+
+}  // namespace
+
+Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, const Deployment& deployment,
+                         const Plan& plan) {
+  Explanation ex;
+  ex.deployment = deployment;
+  ex.seq_len = plan.seq_len > 0 ? plan.seq_len : model.default_seq_len();
+  ex.micro_batches = plan.micro_batches();
+  const LayerGraph graph = build_layer_graph(model, ex.seq_len);
+  ex.parameter_count = graph.parameter_count();
+  ex.problems = validate_plan(model, graph, cluster, deployment, plan);
+  ex.valid = !has_errors(ex.problems);
+
+  // Memory is computed whenever the layers can be laid out, even for an
+  // otherwise invalid plan, so a user sees both what is wrong and what it costs.
+  const std::int64_t pp = model.kind == ModelKind::cnn ? 1 : plan.mesh.size(Axis::pp);
+  auto partition = partition_stages(graph, pp, plan.schedule.virtual_stages, plan.stage_layers);
+  if (partition.ok() && plan.micro_batch >= 1) {
+    ex.memory = estimate_memory(model, graph, partition.value, plan, cluster);
+    ex.rank_stage = deployment.rank >= 0 && deployment.rank < plan.mesh.world_size()
+                        ? plan.mesh.coordinate(deployment.rank, Axis::pp)
+                        : 0;
+    const StageMemory& worst = ex.memory->worst();
+    if (!ex.memory->fits()) {
+      ex.problems.push_back({Severity::error, "memory",
+                             "pipeline stage " + std::to_string(worst.stage) + " needs " +
+                                 gib(worst.memory.total_bytes()) + " per device; " + cluster.device.name + " has " +
+                                 gib(ex.memory->usable_bytes) + " usable (" + gib(ex.memory->capacity_bytes) +
+                                 " less " + std::to_string(static_cast<int>(plan.memory_headroom * 100 + 0.5)) +
+                                 "% headroom)"});
+    }
+  }
+  return ex;
+}
+
+}  // namespace meshplan

@@ -1,0 +1,33 @@
+// One plan, fully explained: validation problems, parameter count and the
+// per-device memory of every pipeline stage. What `meshplan explain` prints
+// and what the planner will rank.
+#pragma once
+
+#include <optional>
+
+#include "model/cluster_spec.hpp"
+#include "model/memory_model.hpp"
+#include "model/model_spec.hpp"
+#include "model/plan.hpp"
+#include "model/validate.hpp"
+
+namespace meshplan {
+
+struct Explanation {
+  Deployment deployment;
+  double parameter_count = 0;
+  std::int64_t seq_len = 0;
+  std::int64_t micro_batches = 0;
+  Problems problems;                    // validation, then memory
+  bool valid = false;                   // no structural errors (memory aside)
+  std::optional<MemoryEstimate> memory; // absent when the plan cannot be laid out at all
+  std::int64_t rank_stage = 0;          // pipeline stage of deployment.rank
+
+  bool fits_memory() const { return memory && memory->fits(); }
+  bool feasible() const { return valid && fits_memory(); }
+};
+
+Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, const Deployment& deployment,
+                         const Plan& plan);
+
+}  // namespace meshplan

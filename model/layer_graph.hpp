@@ -1,0 +1,119 @@
+// The layer graph: a model as ops (vertices) and the tensors between them
+// (edges), in a Boost.Graph adjacency list. Each op knows, per sample (one
+// sequence of seq_len tokens, or one image), its forward FLOPs, its parameters
+// and how tensor parallelism splits them, and the tensors it saves for the
+// backward pass. The memory model, the time model and pipeline partitioning
+// all read this one description instead of re-deriving model shapes.
+//
+// Saved tensors follow Korthikanti et al. 2022, Sec. 4.1 (Table 2): every
+// tensor is either inside a tensor-parallel region (split over tp) or in the
+// region that only sequence parallelism splits; those recomputed by
+// "selective" recompute (attention softmax/dropout) are flagged.
+#pragma once
+
+#include <boost/graph/adjacency_list.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.hpp"
+
+namespace meshplan {
+
+enum class OpKind {
+  gemm,              // dense matmul with weights (m x k) . (k x n)
+  attention_scores,  // Q K^T, batched over heads
+  attention_values,  // P V, batched over heads
+  softmax,
+  norm,
+  elementwise,       // activations, residual adds, dropout
+  embedding,         // table lookup
+  cross_entropy,
+  conv,
+  pool,
+};
+
+std::string to_string(OpKind kind);
+
+struct SavedTensor {
+  std::string what;                 // "softmax output"
+  double elements_per_sample = 0;   // at the full sequence length, before any sharding
+  double fixed_bytes_per_element = 0;  // 0: the activation dtype; 1: dropout mask; 4: fp32 logits
+  bool tensor_parallel = false;     // split over tp; otherwise split only by sequence parallelism
+  bool selective = false;           // not stored under selective recompute (recomputed)
+};
+
+struct GemmShape {  // per sample: rows scale with the sample's tokens
+  double rows_per_sample = 0;   // m
+  std::int64_t n = 0;           // output columns
+  std::int64_t k = 0;           // reduction dimension
+  std::int64_t batch = 1;       // independent matmuls (attention heads)
+};
+
+struct Op {
+  std::string name;                 // "layer3.mlp.w_in"
+  OpKind kind = OpKind::elementwise;
+  int block = 0;                    // index into LayerGraph::blocks
+  double forward_flops_per_sample = 0;
+  double tp_split_parameters = 0;   // split over tp (column/row/vocab-parallel weights)
+  double replicated_parameters = 0; // copied on every tp rank (norms, row-parallel biases)
+  double tied_parameters = 0;       // output layer tied to the embedding: held only where the embedding is not
+  bool expert = false;              // parameters split over ep (mixture-of-experts weights)
+  double output_elements_per_sample = 0;
+  std::vector<SavedTensor> saved;
+  GemmShape gemm;                   // for gemm, attention_scores, attention_values, conv
+};
+
+inline Op make_op(std::string name, OpKind kind, int block, bool expert = false) {
+  Op op;
+  op.name = std::move(name);
+  op.kind = kind;
+  op.block = block;
+  op.expert = expert;
+  return op;
+}
+
+struct TensorEdge {
+  double elements_per_sample = 0;
+};
+
+using LayerGraphStorage = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Op, TensorEdge>;
+using OpId = LayerGraphStorage::vertex_descriptor;
+
+enum class BlockKind { embedding, layer, head };
+
+struct Block {
+  std::string name;     // "embedding", "layer3", "head"
+  BlockKind kind = BlockKind::layer;
+  std::vector<OpId> ops;
+};
+
+struct LayerGraph {
+  LayerGraphStorage graph;  // vertices are in execution (topological) order
+  std::vector<Block> blocks;
+  std::int64_t seq_len = 1;  // tokens per sample the per-sample figures assume
+
+  const Op& op(OpId id) const { return graph[id]; }
+  std::size_t op_count() const { return boost::num_vertices(graph); }
+  // Blocks that pipeline stages divide between them (transformer layers, MLP
+  // linears, CNN residual blocks); the embedding goes with the first stage,
+  // the head with the last.
+  std::vector<int> layer_blocks() const;
+  double parameter_count() const;  // tied weights counted once
+  // Elements per sample of the tensors produced in blocks <= `block` and
+  // consumed after it: what a pipeline stage boundary after `block` sends.
+  double boundary_elements_per_sample(int block) const;
+
+  OpId add_op(Op op);
+  void connect(OpId from, OpId to);  // the producer's output feeds the consumer
+};
+
+// Builds the graph for a sequence length (ignored by MLPs and CNNs).
+LayerGraph build_layer_graph(const ModelSpec& model, std::int64_t seq_len);
+
+LayerGraph build_transformer_graph(const TransformerDims& dims, std::int64_t seq_len);
+LayerGraph build_mlp_graph(const MlpDims& dims);
+LayerGraph build_cnn_graph(const CnnDims& dims);
+
+}  // namespace meshplan

@@ -1,0 +1,200 @@
+#include "model/memory_model.hpp"
+
+#include <algorithm>
+
+namespace meshplan {
+namespace {
+
+struct ParameterTotals {
+  double dense = 0;   // on this device after tp/pp split, before data-parallel sharding
+  double expert = 0;  // mixture-of-experts weights, after ep split
+  double largest_block = 0;
+};
+
+ParameterTotals stage_parameters(const LayerGraph& graph, const std::vector<int>& blocks, const Mesh& mesh,
+                                 bool holds_embedding) {
+  ParameterTotals totals;
+  const double tp = static_cast<double>(mesh.size(Axis::tp));
+  const double ep = static_cast<double>(mesh.size(Axis::ep));
+  for (int b : blocks) {
+    double block_total = 0;
+    for (OpId id : graph.blocks[static_cast<std::size_t>(b)].ops) {
+      const Op& op = graph.op(id);
+      double local = op.tp_split_parameters / tp + op.replicated_parameters;
+      if (!holds_embedding) local += op.tied_parameters / tp;  // Megatron keeps a copy on the last stage
+      if (op.expert) {
+        totals.expert += local / ep;
+        block_total += local / ep;
+      } else {
+        totals.dense += local;
+        block_total += local;
+      }
+    }
+    totals.largest_block = std::max(totals.largest_block, block_total);
+  }
+  return totals;
+}
+
+double block_saved_bytes(const LayerGraph& graph, int block, const ActivationSharding& sharding) {
+  double bytes = 0;
+  for (OpId id : graph.blocks[static_cast<std::size_t>(block)].ops) bytes += saved_bytes_per_sample(graph.op(id), sharding);
+  return bytes;
+}
+
+// Bytes of a block's input tensor per sample (what full recompute keeps).
+double block_input_bytes(const LayerGraph& graph, int block, const ActivationSharding& sharding) {
+  const double split = static_cast<double>(sharding.cp) *
+                       static_cast<double>(sharding.sequence_parallel ? sharding.tp : 1);
+  return graph.boundary_elements_per_sample(block - 1) * sharding.activation_bytes_per_element / split;
+}
+
+}  // namespace
+
+double saved_bytes_per_sample(const Op& op, const ActivationSharding& sharding) {
+  double bytes = 0;
+  for (const SavedTensor& t : op.saved) {
+    if (t.selective && sharding.recompute == Recompute::selective) continue;
+    const double per_element = t.fixed_bytes_per_element > 0 ? t.fixed_bytes_per_element
+                                                             : sharding.activation_bytes_per_element;
+    double split = static_cast<double>(sharding.cp);
+    if (t.tensor_parallel || sharding.sequence_parallel) split *= static_cast<double>(sharding.tp);
+    bytes += t.elements_per_sample * per_element / split;
+  }
+  return bytes;
+}
+
+double in_flight_chunk_micro_batches(const Schedule& schedule, std::int64_t pp, std::int64_t stage,
+                                     std::int64_t micro_batches) {
+  const auto m = static_cast<double>(std::max<std::int64_t>(micro_batches, 1));
+  if (pp <= 1) return 1;
+  const auto p = static_cast<double>(pp);
+  const auto r = static_cast<double>(stage);
+  switch (schedule.kind) {
+    case ScheduleKind::gpipe: return m;
+    case ScheduleKind::one_f_one_b:
+    case ScheduleKind::zb_h1: return std::min(p - r, m);
+    case ScheduleKind::interleaved: {
+      const auto v = static_cast<double>(schedule.virtual_stages);
+      return std::min(2 * (p - r - 1) + (v - 1) * p + 1, m * v);
+    }
+  }
+  return m;
+}
+
+MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, const StagePartition& partition,
+                               const Plan& plan, const ClusterSpec& cluster) {
+  MemoryEstimate estimate;
+  const Mesh& mesh = plan.mesh;
+  const PrecisionBytes bytes = bytes_for(plan.precision);
+  const std::int64_t pp = partition.stages;
+  const std::int64_t m = plan.micro_batches();
+  const double micro_batch = static_cast<double>(plan.micro_batch);
+  const double dp = static_cast<double>(mesh.size(Axis::dp));
+  const double fsdp = static_cast<double>(mesh.size(Axis::fsdp));
+  const double ep = static_cast<double>(mesh.size(Axis::ep));
+  const double tp = static_cast<double>(mesh.size(Axis::tp));
+  const double cp = static_cast<double>(mesh.size(Axis::cp));
+  const ActivationSharding sharding{mesh.size(Axis::tp), mesh.size(Axis::cp), plan.sequence_parallel,
+                                    plan.recompute, bytes.activation_bytes_per_element};
+
+  // ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 shards optimizer state,
+  // 2 also gradients, 3 also parameters, over the dp group; fsdp is stage 3
+  // over its own axis. Dense weights are replicated over dp x ep, experts over dp.
+  auto dense_group = [&](int needed_stage) { return fsdp * (plan.zero_stage >= needed_stage ? dp * ep : 1.0); };
+  auto expert_group = [&](int needed_stage) { return fsdp * (plan.zero_stage >= needed_stage ? dp : 1.0); };
+
+  for (std::int64_t stage = 0; stage < pp; ++stage) {
+    StageMemory sm;
+    sm.stage = stage;
+    sm.layers = partition.layers_on_stage(stage);
+    const std::vector<int> blocks = partition.blocks_on_stage(graph, stage);
+    const ParameterTotals params = stage_parameters(graph, blocks, mesh, stage == 0);
+
+    MemoryBreakdown& mem = sm.memory;
+    sm.parameters_on_device = params.dense / dense_group(3) + params.expert / expert_group(3);
+    mem.parameters_bytes = sm.parameters_on_device * bytes.weight_bytes_per_parameter;
+    mem.gradients_bytes =
+        (params.dense / dense_group(2) + params.expert / expert_group(2)) * bytes.gradient_bytes_per_parameter;
+    mem.optimizer_bytes =
+        (params.dense / dense_group(1) + params.expert / expert_group(1)) * bytes.optimizer_bytes_per_parameter;
+
+    // Activations of the layer chunks: per chunk-micro-batch bytes x how many are in flight.
+    const double in_flight = in_flight_chunk_micro_batches(plan.schedule, pp, stage, m);
+    double chunk_bytes_sum = 0;
+    double largest_layer_bytes = 0;
+    std::int64_t chunks_here = 0;
+    for (std::int64_t c = stage; c < partition.chunk_count(); c += pp, ++chunks_here) {
+      for (int b : partition.chunk_blocks[static_cast<std::size_t>(c)]) {
+        const double full = block_saved_bytes(graph, b, sharding);
+        largest_layer_bytes = std::max(largest_layer_bytes, full);
+        chunk_bytes_sum += plan.recompute == Recompute::full ? block_input_bytes(graph, b, sharding) : full;
+      }
+    }
+    const double mean_chunk_bytes = chunks_here > 0 ? chunk_bytes_sum / static_cast<double>(chunks_here) : 0;
+    double activations_per_sample = mean_chunk_bytes * in_flight;
+    // Full recompute rebuilds one layer's activations at a time during the backward pass.
+    if (plan.recompute == Recompute::full) activations_per_sample += largest_layer_bytes;
+    sm.in_flight_micro_batches = in_flight / static_cast<double>(partition.chunks_per_stage);
+
+    // Embedding (stage 0) and head (last stage) are never recomputed.
+    const bool pipelined = pp > 1;
+    const double embedding_in_flight =
+        !pipelined ? 1 : plan.schedule.kind == ScheduleKind::gpipe ? static_cast<double>(std::max<std::int64_t>(m, 1))
+                                                                   : std::min<double>(static_cast<double>(pp), static_cast<double>(std::max<std::int64_t>(m, 1)));
+    const double head_in_flight =
+        pipelined && plan.schedule.kind == ScheduleKind::gpipe ? static_cast<double>(std::max<std::int64_t>(m, 1)) : 1;
+    for (int b : blocks) {
+      const auto kind = graph.blocks[static_cast<std::size_t>(b)].kind;
+      if (kind == BlockKind::embedding) activations_per_sample += embedding_in_flight * block_saved_bytes(graph, b, sharding);
+      if (kind == BlockKind::head) activations_per_sample += head_in_flight * block_saved_bytes(graph, b, sharding);
+    }
+    mem.activations_bytes = activations_per_sample * micro_batch;
+
+    // Communication buffers (docs/cost-model.md, "Buffers").
+    double buffers = 0;
+    if (dense_group(3) > 1 || expert_group(3) > 1) {
+      // FSDP / ZeRO-3: gathered weights of the running and the prefetched block, and one block's unsharded gradients.
+      buffers += params.largest_block *
+                 (2 * bytes.weight_bytes_per_parameter + bytes.gradient_bytes_per_parameter);
+    }
+    if (dp * ep > 1 && plan.zero_stage < 3) {
+      // Gradient buckets in flight for all-reduce / reduce-scatter (two: one filling, one reducing).
+      const double all_gradients = (params.dense + params.expert) * bytes.gradient_bytes_per_parameter;
+      buffers += std::min(2 * plan.gradient_bucket_bytes, all_gradients);
+    }
+    const double boundary = graph.layer_blocks().empty() ? 0 : graph.boundary_elements_per_sample(graph.layer_blocks().front() - 1);
+    const double sequence_split = cp * (plan.sequence_parallel ? tp : 1.0);
+    if (pp > 1) {
+      // Send and receive, activations forward and gradients backward.
+      buffers += 4 * boundary * micro_batch * bytes.activation_bytes_per_element / sequence_split;
+    }
+    if (model.kind == ModelKind::transformer) {
+      const auto& t = model.transformer;
+      const double tokens = static_cast<double>(graph.seq_len) * micro_batch / cp;
+      if (tp > 1 && plan.sequence_parallel) {
+        buffers += tokens * static_cast<double>(t.hidden) * bytes.activation_bytes_per_element;  // all-gathered layer input
+      }
+      if (cp > 1) {
+        // Ring attention: the next key/value chunk arrives while this one is used.
+        buffers += 2 * 2 * tokens * static_cast<double>(t.kv_heads * t.head_dim) / tp * bytes.activation_bytes_per_element;
+      }
+      if (ep > 1) {
+        // All-to-all dispatch and combine of the routed tokens.
+        buffers += 2 * tokens * static_cast<double>(t.top_k * t.hidden) * bytes.activation_bytes_per_element;
+      }
+    }
+    mem.buffers_bytes = buffers;
+    estimate.stages.push_back(sm);
+  }
+
+  for (std::size_t i = 1; i < estimate.stages.size(); ++i) {
+    if (estimate.stages[i].memory.total_bytes() > estimate.stages[estimate.worst_stage].memory.total_bytes()) {
+      estimate.worst_stage = i;
+    }
+  }
+  estimate.capacity_bytes = cluster.device.memory_bytes;
+  estimate.usable_bytes = cluster.device.memory_bytes * (1.0 - plan.memory_headroom);
+  return estimate;
+}
+
+}  // namespace meshplan

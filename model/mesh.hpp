@@ -1,0 +1,51 @@
+// A device mesh: ordered named axes with sizes, like a JAX Mesh. Axis order
+// decides placement: the last axis varies fastest, so with dp=16,pp=8,tp=8 the
+// eight tp ranks of a group are consecutive devices, inside one node.
+//
+// Canonical axes: dp (replicated data, optionally ZeRO-sharded), fsdp (fully
+// sharded data, ZeRO-3), tp (tensor), pp (pipeline), cp (context/sequence),
+// ep (expert). Aliases: data, model, tensor, pipeline, context, expert.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/problem.hpp"
+
+namespace meshplan {
+
+enum class Axis { dp, fsdp, tp, pp, cp, ep };
+inline constexpr std::array<Axis, 6> all_axes = {Axis::dp, Axis::fsdp, Axis::tp, Axis::pp, Axis::cp, Axis::ep};
+
+std::string to_string(Axis axis);
+std::optional<Axis> parse_axis(std::string_view name);  // canonical names and aliases
+
+struct MeshAxis {
+  Axis axis;
+  std::int64_t size;
+};
+
+struct Mesh {
+  std::vector<MeshAxis> axes;  // outermost first; the last varies fastest
+
+  std::int64_t size(Axis axis) const;  // 1 when the axis is absent
+  std::int64_t world_size() const;
+  // Devices that split one batch between them: dp x fsdp x ep (ep carves its
+  // expert groups out of the data-parallel ranks, as in Megatron-LM and GShard).
+  std::int64_t data_parallel_size() const { return size(Axis::dp) * size(Axis::fsdp) * size(Axis::ep); }
+  // Coordinate of `rank` on each axis, in `axes` order (row-major, last fastest).
+  std::vector<std::int64_t> coordinates(std::int64_t rank) const;
+  std::int64_t coordinate(std::int64_t rank, Axis axis) const;  // 0 when absent
+  std::string to_string() const;  // "dp=16,pp=8,tp=8"
+};
+
+// "dp=16,tp=8" (also "dp:16 tp:8"); every problem names `flag`.
+Loaded<Mesh> parse_mesh(std::string_view text, const std::string& flag);
+// The seeds' mesh_shape: '[[4, 1], ["fsdp", "tp"]]' (JSON or YAML flow style).
+Loaded<Mesh> parse_mesh_shape(std::string_view text, const std::string& flag);
+
+}  // namespace meshplan

@@ -1,0 +1,123 @@
+#include "model/model_spec.hpp"
+
+#include "model/presets.hpp"
+#include "model/yaml_reader.hpp"
+
+namespace meshplan {
+namespace {
+
+constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
+
+void read_transformer(YamlMap& root, TransformerDims& t) {
+  t.layers = root.integer("layers", Need::required, 1, 1 << 20).value_or(0);
+  t.hidden = root.integer("hidden", Need::required, 1, kMaxDim).value_or(0);
+  t.heads = root.integer("heads", Need::required, 1, 1 << 20).value_or(0);
+  t.kv_heads = root.integer("kv_heads", Need::optional, 1, 1 << 20).value_or(t.heads);
+  const auto head_dim = root.integer("head_dim", Need::optional, 1, kMaxDim);
+  t.ffn = root.integer("ffn", Need::required, 1, kMaxDim).value_or(0);
+  t.vocab = root.integer("vocab", Need::required, 1, kMaxDim).value_or(0);
+  t.seq_len = root.integer("seq_len", Need::required, 1, kMaxDim).value_or(0);
+  const auto mlp = root.choice("mlp", Need::required, {"gelu", "swiglu", "geglu"}).value_or("gelu");
+  t.feed_forward = mlp == "swiglu" ? FeedForward::swiglu : mlp == "geglu" ? FeedForward::geglu : FeedForward::gelu;
+  t.norm = root.choice("norm", Need::optional, {"layernorm", "rmsnorm"}).value_or("layernorm") == "rmsnorm"
+               ? Norm::rmsnorm
+               : Norm::layernorm;
+  const auto positions = root.choice("positions", Need::optional, {"learned", "rotary", "none"}).value_or("rotary");
+  t.positions = positions == "learned" ? Positions::learned : positions == "none" ? Positions::none : Positions::rotary;
+  t.bias = root.boolean("bias", Need::optional).value_or(true);
+  t.tied_embeddings = root.boolean("tied_embeddings", Need::required).value_or(false);
+  t.dropout = root.number("dropout", Need::optional, 0.0, 0.999).value_or(0.0);
+  t.experts = root.integer("experts", Need::optional, 0, 1 << 20).value_or(0);
+  t.top_k = root.integer("top_k", Need::optional, 1, 1 << 20).value_or(1);
+
+  if (head_dim) {
+    t.head_dim = *head_dim;
+  } else if (t.heads > 0 && t.hidden % t.heads != 0) {
+    root.add_problem("heads", "hidden (" + std::to_string(t.hidden) + ") is not divisible by heads (" +
+                                  std::to_string(t.heads) + "); state head_dim explicitly");
+  } else if (t.heads > 0) {
+    t.head_dim = t.hidden / t.heads;
+  }
+  if (t.kv_heads > 0 && t.heads % t.kv_heads != 0) {
+    root.add_problem("kv_heads", "heads (" + std::to_string(t.heads) + ") must be a multiple of kv_heads (" +
+                                     std::to_string(t.kv_heads) + ")");
+  }
+  if (t.experts > 0 && t.top_k > t.experts) {
+    root.add_problem("top_k", "top_k (" + std::to_string(t.top_k) + ") exceeds experts (" +
+                                  std::to_string(t.experts) + ")");
+  }
+}
+
+void read_mlp(YamlMap& root, MlpDims& m) {
+  if (auto sizes = root.integer_list("layer_sizes", Need::required, 1, kMaxDim)) {
+    if (sizes->size() < 2) {
+      root.add_problem("layer_sizes", "needs at least an input and an output size");
+    }
+    m.layer_sizes = *sizes;
+  }
+  m.activation = root.choice("activation", Need::optional, {"relu", "gelu"}).value_or("relu");
+}
+
+void read_cnn(YamlMap& root, CnnDims& c) {
+  root.choice("architecture", Need::required, {"resnet-bottleneck"});
+  c.image_size = root.integer("image_size", Need::required, 32, 1 << 16).value_or(224);
+  c.channels = root.integer("channels", Need::required, 1, 1 << 16).value_or(3);
+  c.stem_channels = root.integer("stem_channels", Need::required, 1, 1 << 20).value_or(64);
+  c.stage_blocks = root.integer_list("stage_blocks", Need::required, 1, 1 << 12).value_or(std::vector<std::int64_t>{});
+  c.stage_channels = root.integer_list("stage_channels", Need::required, 1, 1 << 20).value_or(std::vector<std::int64_t>{});
+  c.expansion = root.integer("expansion", Need::required, 1, 64).value_or(4);
+  c.classes = root.integer("classes", Need::required, 1, 1 << 24).value_or(1000);
+  if (c.stage_blocks.size() != c.stage_channels.size()) {
+    root.add_problem("stage_channels", "must have one entry per stage (stage_blocks has " +
+                                           std::to_string(c.stage_blocks.size()) + ")");
+  }
+}
+
+Loaded<ModelSpec> read_model(const YAML::Node& node, const std::string& display_name) {
+  Loaded<ModelSpec> result;
+  ModelSpec& model = result.value;
+  YamlMap root(node, display_name, "", result.problems);
+  model.name = root.text("name", Need::required).value_or("");
+  model.source = root.text("source", Need::required).value_or("");
+  const auto kind = root.choice("kind", Need::required, {"transformer", "mlp", "cnn"});
+  if (!kind) return result;  // the other keys depend on the kind; that one problem is enough
+  if (*kind == "transformer") {
+    model.kind = ModelKind::transformer;
+    read_transformer(root, model.transformer);
+  } else if (*kind == "mlp") {
+    model.kind = ModelKind::mlp;
+    read_mlp(root, model.mlp);
+  } else {
+    model.kind = ModelKind::cnn;
+    read_cnn(root, model.cnn);
+  }
+  root.finish();
+  return result;
+}
+
+}  // namespace
+
+std::string to_string(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::transformer: return "transformer";
+    case ModelKind::mlp: return "mlp";
+    case ModelKind::cnn: return "cnn";
+  }
+  return "?";
+}
+
+Loaded<ModelSpec> load_model(const std::string& name_or_path) {
+  auto file = find_preset(PresetKind::model, name_or_path);
+  if (!file.ok()) return {{}, file.problems};
+  auto yaml = load_yaml_file(file.value.path, file.value.display_name);
+  if (!yaml.ok()) return {{}, yaml.problems};
+  return read_model(yaml.value, file.value.display_name);
+}
+
+Loaded<ModelSpec> load_model_text(const std::string& yaml_text, const std::string& display_name) {
+  auto yaml = load_yaml_text(yaml_text, display_name);
+  if (!yaml.ok()) return {{}, yaml.problems};
+  return read_model(yaml.value, display_name);
+}
+
+}  // namespace meshplan

@@ -1,0 +1,72 @@
+// What is being trained: a GPT/Llama-style decoder, an MLP or a ResNet-style
+// CNN, with the dimensions of its preset file. The layer graph
+// (layer_graph.hpp) turns this into ops with FLOPs, parameters and saved
+// activations; nothing else should need the raw dimensions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/problem.hpp"
+
+namespace meshplan {
+
+enum class ModelKind { transformer, mlp, cnn };
+enum class FeedForward { gelu, swiglu, geglu };  // swiglu/geglu are gated: three matrices
+enum class Norm { layernorm, rmsnorm };
+enum class Positions { learned, rotary, none };
+
+struct TransformerDims {
+  std::int64_t layers = 0;
+  std::int64_t hidden = 0;
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;   // == heads unless grouped-query attention
+  std::int64_t head_dim = 0;   // hidden / heads unless stated
+  std::int64_t ffn = 0;
+  std::int64_t vocab = 0;
+  std::int64_t seq_len = 0;    // training context; learned positions have this many rows
+  FeedForward feed_forward = FeedForward::gelu;
+  Norm norm = Norm::layernorm;
+  Positions positions = Positions::rotary;
+  bool bias = true;
+  bool tied_embeddings = false;
+  double dropout = 0;           // > 0 adds 1-byte dropout masks to saved activations
+  std::int64_t experts = 0;     // 0 = dense; otherwise every layer's MLP is a mixture of experts
+  std::int64_t top_k = 1;
+};
+
+struct MlpDims {
+  std::vector<std::int64_t> layer_sizes;  // input, hidden..., output (classes)
+  std::string activation = "relu";        // relu | gelu
+};
+
+struct CnnDims {
+  std::int64_t image_size = 224;
+  std::int64_t channels = 3;
+  std::int64_t stem_channels = 64;
+  std::vector<std::int64_t> stage_blocks;    // bottleneck blocks per stage
+  std::vector<std::int64_t> stage_channels;  // bottleneck width per stage
+  std::int64_t expansion = 4;
+  std::int64_t classes = 1000;
+};
+
+struct ModelSpec {
+  std::string name;
+  std::string source;
+  ModelKind kind = ModelKind::transformer;
+  TransformerDims transformer;
+  MlpDims mlp;
+  CnnDims cnn;
+
+  // The natural sequence length (transformer) or 1 (one sample is one item).
+  std::int64_t default_seq_len() const { return kind == ModelKind::transformer ? transformer.seq_len : 1; }
+};
+
+std::string to_string(ModelKind kind);
+
+Loaded<ModelSpec> load_model(const std::string& name_or_path);
+// The same, from YAML text (tests, fuzzing); `display_name` names it in messages.
+Loaded<ModelSpec> load_model_text(const std::string& yaml_text, const std::string& display_name);
+
+}  // namespace meshplan

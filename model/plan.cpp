@@ -1,0 +1,58 @@
+#include "model/plan.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+namespace meshplan {
+
+std::string to_string(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+std::string to_string(const Schedule& schedule) {
+  switch (schedule.kind) {
+    case ScheduleKind::gpipe: return "gpipe";
+    case ScheduleKind::one_f_one_b: return "1f1b";
+    case ScheduleKind::interleaved: return "interleaved:" + std::to_string(schedule.virtual_stages);
+    case ScheduleKind::zb_h1: return "zb-h1";
+  }
+  return "?";
+}
+
+std::optional<Recompute> parse_recompute(std::string_view text) {
+  if (text == "none") return Recompute::none;
+  if (text == "selective") return Recompute::selective;
+  if (text == "full") return Recompute::full;
+  return std::nullopt;
+}
+
+std::optional<Schedule> parse_schedule(std::string_view text) {
+  if (text == "gpipe") return Schedule{ScheduleKind::gpipe, 1};
+  if (text == "1f1b") return Schedule{ScheduleKind::one_f_one_b, 1};
+  if (text == "zb-h1") return Schedule{ScheduleKind::zb_h1, 1};
+  constexpr std::string_view prefix = "interleaved:";
+  if (text.starts_with(prefix)) {
+    const std::string_view digits = text.substr(prefix.size());
+    if (digits.empty() || digits.size() > 6 ||
+        !std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); })) {
+      return std::nullopt;
+    }
+    const std::int64_t v = std::stoll(std::string(digits));
+    if (v < 2) return std::nullopt;
+    return Schedule{ScheduleKind::interleaved, v};
+  }
+  return std::nullopt;
+}
+
+std::int64_t Plan::micro_batches() const {
+  const std::int64_t per_step = micro_batch * mesh.data_parallel_size();
+  if (per_step <= 0 || global_batch % per_step != 0) return 0;
+  return global_batch / per_step;
+}
+
+}  // namespace meshplan

@@ -1,0 +1,53 @@
+// A parallel plan: the mesh plus every knob that changes memory or time.
+// Field names here are the names used in plan JSON and in validation
+// messages ("global_batch", "mesh.tp", ...).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/mesh.hpp"
+#include "model/precision.hpp"
+
+namespace meshplan {
+
+enum class Recompute { none, selective, full };
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
+
+struct Schedule {
+  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  std::int64_t virtual_stages = 1;  // model chunks per device (v); > 1 only for interleaved
+};
+
+std::string to_string(Recompute recompute);
+std::string to_string(const Schedule& schedule);  // "1f1b", "interleaved:3"
+std::optional<Recompute> parse_recompute(std::string_view text);
+// gpipe | 1f1b | interleaved:<v> | zb-h1; nullopt when malformed.
+std::optional<Schedule> parse_schedule(std::string_view text);
+inline constexpr std::string_view recompute_choices = "none, selective, full";
+inline constexpr std::string_view schedule_choices = "gpipe, 1f1b, interleaved:<v> (v >= 2), zb-h1";
+
+struct Plan {
+  Mesh mesh;
+  std::int64_t micro_batch = 1;     // sequences (or samples) per micro-batch per data-parallel rank
+  std::int64_t global_batch = 1;    // sequences (or samples) per optimizer step, all ranks
+  std::int64_t seq_len = 0;         // 0: the model's seq_len
+  int zero_stage = 0;               // ZeRO stage on the dp axis (0..3); fsdp is always stage 3
+  Recompute recompute = Recompute::none;
+  bool sequence_parallel = false;   // Korthikanti et al. 2022 sequence parallelism within tp
+  Schedule schedule;
+  Precision precision = Precision::bf16;
+  // Layers per pipeline chunk (pp x v entries, in chunk order) when not even.
+  std::vector<std::int64_t> stage_layers;
+  double gradient_bucket_bytes = 25.0 * 1024 * 1024;  // PyTorch DDP's default bucket_cap_mb = 25
+  double memory_headroom = 0.05;    // fraction of device memory kept free (allocator, runtime)
+
+  // Micro-batches per optimizer step on each data-parallel rank (gradient
+  // accumulation steps); 0 when the batch does not divide.
+  std::int64_t micro_batches() const;
+};
+
+}  // namespace meshplan

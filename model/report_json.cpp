@@ -1,0 +1,88 @@
+#include "model/report_json.hpp"
+
+namespace meshplan {
+
+nlohmann::ordered_json plan_to_json(const Plan& plan) {
+  nlohmann::ordered_json mesh = nlohmann::ordered_json::object();
+  for (const auto& axis : plan.mesh.axes) mesh[to_string(axis.axis)] = axis.size;
+  nlohmann::ordered_json j;
+  j["mesh"] = mesh;  // insertion order = axis order (outermost first)
+  j["micro_batch"] = plan.micro_batch;
+  j["micro_batches"] = plan.micro_batches();
+  j["global_batch"] = plan.global_batch;
+  j["seq_len"] = plan.seq_len;
+  j["zero"] = plan.zero_stage;
+  j["recompute"] = to_string(plan.recompute);
+  j["sequence_parallel"] = plan.sequence_parallel;
+  j["schedule"] = to_string(plan.schedule);
+  j["precision"] = to_string(plan.precision);
+  if (!plan.stage_layers.empty()) j["stage_layers"] = plan.stage_layers;
+  j["gradient_bucket_bytes"] = plan.gradient_bucket_bytes;
+  j["memory_headroom"] = plan.memory_headroom;
+  return j;
+}
+
+nlohmann::ordered_json memory_to_json(const MemoryBreakdown& memory) {
+  nlohmann::ordered_json j;
+  j["parameters"] = memory.parameters_bytes;
+  j["gradients"] = memory.gradients_bytes;
+  j["optimizer"] = memory.optimizer_bytes;
+  j["activations"] = memory.activations_bytes;
+  j["buffers"] = memory.buffers_bytes;
+  j["total"] = memory.total_bytes();
+  return j;
+}
+
+nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
+                                           const Explanation& ex) {
+  nlohmann::ordered_json j;
+  j["model"] = model.name;
+  j["cluster"] = cluster.name;
+  j["device_type"] = cluster.device.name;
+  j["world_size"] = ex.deployment.world_size;
+  j["parameters"] = ex.parameter_count;
+  j["feasible"] = ex.feasible();
+  j["valid"] = ex.valid;
+  j["fits_memory"] = ex.fits_memory();
+  nlohmann::ordered_json problems = nlohmann::ordered_json::array();
+  nlohmann::ordered_json warnings = nlohmann::ordered_json::array();
+  for (const auto& p : ex.problems) {
+    const std::string text = p.where.empty() ? p.message : p.where + ": " + p.message;
+    (p.severity == Severity::error ? problems : warnings).push_back(text);
+  }
+  j["problems"] = problems;
+  j["warnings"] = warnings;
+  nlohmann::ordered_json plan_json = plan_to_json(plan);
+  plan_json["seq_len"] = ex.seq_len;
+  j["plan"] = plan_json;
+  if (ex.memory) {
+    const MemoryEstimate& mem = *ex.memory;
+    const bool chosen_rank = ex.deployment.rank >= 0 && ex.valid;
+    const StageMemory& shown = chosen_rank ? mem.stages.at(static_cast<std::size_t>(ex.rank_stage)) : mem.worst();
+    nlohmann::ordered_json device;
+    device["rank"] = chosen_rank ? ex.deployment.rank : -1;
+    device["stage"] = shown.stage;
+    device["worst"] = shown.stage == mem.worst().stage;
+    j["device"] = device;
+    j["memory_bytes"] = memory_to_json(shown.memory);
+    j["capacity_bytes"] = mem.capacity_bytes;
+    j["usable_bytes"] = mem.usable_bytes;
+    j["parameters_per_device"] = shown.parameters_on_device;
+    nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+    for (const auto& stage : mem.stages) {
+      nlohmann::ordered_json s;
+      s["stage"] = stage.stage;
+      s["layers"] = stage.layers;
+      s["in_flight_micro_batches"] = stage.in_flight_micro_batches;
+      s["parameters_per_device"] = stage.parameters_on_device;
+      s["memory_bytes"] = memory_to_json(stage.memory);
+      stages.push_back(s);
+    }
+    j["stages"] = stages;
+  } else {
+    j["memory_bytes"] = nullptr;
+  }
+  return j;
+}
+
+}  // namespace meshplan

@@ -1,0 +1,20 @@
+// JSON at the edges: the plan object (as plan files and `--json` carry it)
+// and the explanation `meshplan explain --json` prints. Keys are documented in
+// docs/formats.md; memory is in bytes, times in seconds.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "model/cluster_spec.hpp"
+#include "model/explain.hpp"
+#include "model/model_spec.hpp"
+#include "model/plan.hpp"
+
+namespace meshplan {
+
+nlohmann::ordered_json plan_to_json(const Plan& plan);
+nlohmann::ordered_json memory_to_json(const MemoryBreakdown& memory);
+nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
+                                           const Explanation& explanation);
+
+}  // namespace meshplan

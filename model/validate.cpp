@@ -1,0 +1,181 @@
+#include "model/validate.hpp"
+
+#include "model/stage_partition.hpp"
+
+namespace meshplan {
+namespace {
+
+std::string str(std::int64_t value) { return std::to_string(value); }
+
+class Checker {
+ public:
+  explicit Checker(Problems& problems) : problems_(problems) {}
+  void error(std::string where, std::string message) {
+    problems_.push_back({Severity::error, std::move(where), std::move(message)});
+  }
+  void warning(std::string where, std::string message) {
+    problems_.push_back({Severity::warning, std::move(where), std::move(message)});
+  }
+
+ private:
+  Problems& problems_;
+};
+
+void check_world(Checker& check, const ClusterSpec& cluster, const Deployment& d, const Plan& plan) {
+  const std::int64_t world = d.world_size;
+  const std::int64_t per_node = cluster.devices_per_node;
+  if (world < 1) {
+    check.error("world_size", "must be at least 1, got " + str(world));
+    return;
+  }
+  if (plan.mesh.world_size() != world) {
+    check.error("mesh", "product of the mesh axes (" + plan.mesh.to_string() + " = " + str(plan.mesh.world_size()) +
+                            ") must equal the world size (" + str(world) + " devices)");
+  }
+  if (world > per_node && world % per_node != 0) {
+    check.error("world_size", "world size = nodes x devices per node: " + str(world) + " devices is not a whole number of " +
+                                  cluster.name + " nodes of " + str(per_node));
+  }
+  const std::int64_t nodes = (world + per_node - 1) / per_node;
+  if (cluster.max_nodes && nodes > *cluster.max_nodes) {
+    check.error("world_size", str(world) + " devices need " + str(nodes) + " nodes; " + cluster.name + " has " +
+                                  str(*cluster.max_nodes));
+  }
+  if (d.rank < 0 || d.rank >= world) {
+    check.error("rank", "rank " + str(d.rank) + " must be in [0, world size " + str(world) + ")");
+  }
+}
+
+void check_batch(Checker& check, const Plan& plan) {
+  if (plan.micro_batch < 1) check.error("micro_batch", "must be at least 1, got " + str(plan.micro_batch));
+  if (plan.global_batch < 1) check.error("global_batch", "must be at least 1, got " + str(plan.global_batch));
+  if (plan.micro_batch < 1 || plan.global_batch < 1) return;
+  const Mesh& mesh = plan.mesh;
+  const std::int64_t per_step = plan.micro_batch * mesh.data_parallel_size();
+  if (plan.global_batch % per_step != 0) {
+    check.error("global_batch", "micro-batches x micro-batch x data-parallel degree must equal the global batch: " +
+                                    str(plan.global_batch) + " is not a multiple of micro-batch " + str(plan.micro_batch) +
+                                    " x (dp " + str(mesh.size(Axis::dp)) + " x fsdp " + str(mesh.size(Axis::fsdp)) +
+                                    " x ep " + str(mesh.size(Axis::ep)) + ") = " + str(per_step));
+  }
+  if (plan.zero_stage < 0 || plan.zero_stage > 3) check.error("zero", "ZeRO stage must be 0, 1, 2 or 3, got " + str(plan.zero_stage));
+  if (plan.zero_stage > 0 && mesh.size(Axis::dp) == 1) {
+    check.warning("zero", "ZeRO stage " + str(plan.zero_stage) + " shards over dp, which is 1 here: no effect");
+  }
+  if (plan.memory_headroom < 0 || plan.memory_headroom >= 1) {
+    check.error("memory_headroom", "must be a fraction in [0, 1)");
+  }
+}
+
+void check_unsupported_axes(Checker& check, const ModelSpec& model, const Plan& plan) {
+  const Mesh& mesh = plan.mesh;
+  const std::string kind = to_string(model.kind);
+  if (model.kind == ModelKind::cnn) {
+    for (Axis axis : {Axis::tp, Axis::pp, Axis::cp, Axis::ep}) {
+      if (mesh.size(axis) > 1) {
+        check.error("mesh." + to_string(axis), to_string(axis) + " is not supported for cnn models (use dp and fsdp)");
+      }
+    }
+  }
+  if (model.kind == ModelKind::mlp) {
+    for (Axis axis : {Axis::cp, Axis::ep}) {
+      if (mesh.size(axis) > 1) check.error("mesh." + to_string(axis), to_string(axis) + " needs a transformer; this is an mlp");
+    }
+  }
+  if (plan.sequence_parallel && model.kind != ModelKind::transformer) {
+    check.error("sequence_parallel", "sequence parallelism splits a sequence dimension; " + kind + " models have none");
+  } else if (plan.sequence_parallel && mesh.size(Axis::tp) == 1) {
+    check.warning("sequence_parallel", "sequence parallelism works within tp, which is 1 here: no effect");
+  }
+}
+
+void check_transformer(Checker& check, const TransformerDims& t, const Plan& plan, std::int64_t seq_len) {
+  const std::int64_t tp = plan.mesh.size(Axis::tp);
+  const std::int64_t cp = plan.mesh.size(Axis::cp);
+  const std::int64_t ep = plan.mesh.size(Axis::ep);
+  if (t.heads % tp != 0) check.error("mesh.tp", "tp (" + str(tp) + ") must divide the attention heads (" + str(t.heads) + ")");
+  if (t.kv_heads % tp != 0) {
+    check.error("mesh.tp", "tp (" + str(tp) + ") must divide the key/value heads (" + str(t.kv_heads) + ")");
+  }
+  if (t.ffn % tp != 0) check.error("mesh.tp", "tp (" + str(tp) + ") must divide the feed-forward size (" + str(t.ffn) + ")");
+  if (t.vocab % tp != 0) {
+    check.warning("mesh.tp", "vocabulary " + str(t.vocab) + " is not a multiple of tp " + str(tp) +
+                                 "; the vocabulary-parallel embedding pads it");
+  }
+  if (seq_len < 1) check.error("seq_len", "must be at least 1, got " + str(seq_len));
+  if (t.positions == Positions::learned && seq_len > t.seq_len) {
+    check.error("seq_len", "sequence " + str(seq_len) + " exceeds the model's " + str(t.seq_len) +
+                               " learned positions");
+  }
+  if (cp > 1 && seq_len % cp != 0) {
+    check.error("mesh.cp", "cp (" + str(cp) + ") must divide the sequence length (" + str(seq_len) + ")");
+  }
+  if (ep > 1 && t.experts == 0) check.error("mesh.ep", "ep (" + str(ep) + ") needs a mixture-of-experts model; this one is dense");
+  if (ep > 1 && t.experts > 0 && t.experts % ep != 0) {
+    check.error("mesh.ep", "ep (" + str(ep) + ") must divide the experts (" + str(t.experts) + ")");
+  }
+}
+
+void check_mlp(Checker& check, const MlpDims& m, const Plan& plan) {
+  const std::int64_t tp = plan.mesh.size(Axis::tp);
+  if (tp == 1) return;
+  // Column-parallel linears (even) split their outputs, row-parallel (odd) their inputs.
+  for (std::size_t i = 0; i + 1 < m.layer_sizes.size(); ++i) {
+    const bool column = i % 2 == 0;
+    const std::int64_t split = column ? m.layer_sizes[i + 1] : m.layer_sizes[i];
+    if (split % tp != 0) {
+      check.error("mesh.tp", "tp (" + str(tp) + ") must divide " + (column ? "the output" : "the input") +
+                                 " size (" + str(split) + ") of " + (column ? "column" : "row") + "-parallel linear" +
+                                 str(static_cast<std::int64_t>(i)));
+    }
+  }
+}
+
+void check_schedule(Checker& check, const Plan& plan) {
+  const std::int64_t pp = plan.mesh.size(Axis::pp);
+  const std::int64_t m = plan.micro_batches();
+  if (plan.schedule.kind == ScheduleKind::interleaved) {
+    if (pp == 1) check.warning("schedule", "interleaving needs pipeline stages; pp is 1 here");
+    if (pp > 1 && m > 0 && m % pp != 0) {
+      check.error("schedule", "the interleaved schedule needs the micro-batches (" + str(m) +
+                                  ") to be a multiple of pp (" + str(pp) + ") (Narayanan et al. 2021, Sec. 2.2)");
+    }
+  }
+  if (pp > 1 && m > 0 && m < pp) {
+    check.warning("schedule", str(m) + " micro-batches for " + str(pp) +
+                                  " pipeline stages: most of the step is bubble (efficiency m / (m + p - 1) = " +
+                                  std::to_string(100 * m / (m + pp - 1)) + "%)");
+  }
+}
+
+void check_precision(Checker& check, const ClusterSpec& cluster, const Plan& plan) {
+  const Dtype dtype = gemm_dtype(plan.precision);
+  if (!cluster.device.peak_for(dtype)) {
+    std::string supported;
+    for (const auto& [d, _] : cluster.device.peak_flops_per_s) supported += (supported.empty() ? "" : ", ") + to_string(d);
+    check.error("precision", cluster.device.name + " has no " + to_string(dtype) + " support (it has: " + supported + ")");
+  }
+}
+
+}  // namespace
+
+Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const ClusterSpec& cluster,
+                       const Deployment& deployment, const Plan& plan) {
+  Problems problems;
+  Checker check(problems);
+  check_world(check, cluster, deployment, plan);
+  check_batch(check, plan);
+  check_unsupported_axes(check, model, plan);
+  const std::int64_t seq_len = plan.seq_len > 0 ? plan.seq_len : model.default_seq_len();
+  if (model.kind == ModelKind::transformer) check_transformer(check, model.transformer, plan, seq_len);
+  if (model.kind == ModelKind::mlp) check_mlp(check, model.mlp, plan);
+  check_schedule(check, plan);
+  check_precision(check, cluster, plan);
+  if (model.kind != ModelKind::cnn || plan.mesh.size(Axis::pp) == 1) {
+    auto partition = partition_stages(graph, plan.mesh.size(Axis::pp), plan.schedule.virtual_stages, plan.stage_layers);
+    problems.insert(problems.end(), partition.problems.begin(), partition.problems.end());
+  }
+  return problems;
+}
+
+}  // namespace meshplan

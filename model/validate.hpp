@@ -1,0 +1,28 @@
+// Plan validation: every rule a plan must satisfy for this model on this
+// cluster, all checked, every failure reported (never the first only). Each
+// problem names the plan field ("mesh.tp", "global_batch", ...) and the rule
+// with the numbers involved. Rules and their sources: docs/cost-model.md,
+// "Validation".
+#pragma once
+
+#include <cstdint>
+
+#include "model/cluster_spec.hpp"
+#include "model/layer_graph.hpp"
+#include "model/model_spec.hpp"
+#include "model/plan.hpp"
+#include "model/problem.hpp"
+
+namespace meshplan {
+
+struct Deployment {
+  std::int64_t world_size = 1;  // devices (= processes) in the job
+  std::int64_t rank = 0;        // the device a report is about; must be < world_size
+};
+
+// Structural rules (divisibility, world size, support); the memory check is
+// the memory model's. Pipeline partition problems are included.
+Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const ClusterSpec& cluster,
+                       const Deployment& deployment, const Plan& plan);
+
+}  // namespace meshplan

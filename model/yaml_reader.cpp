@@ -1,0 +1,215 @@
+#include "model/yaml_reader.hpp"
+
+#include <fstream>
+#include <sstream>
+
+namespace meshplan {
+namespace {
+
+std::string location(const std::string& file, int line) {
+  return line > 0 ? file + ":" + std::to_string(line) : file;
+}
+
+std::string scalar_text(const YAML::Node& node) {
+  return node.IsScalar() ? "'" + node.Scalar() + "'" : std::string(node.IsSequence() ? "a list" : "a map");
+}
+
+std::string join(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : ", ") + w;
+  return out;
+}
+
+Loaded<YAML::Node> parse(std::istream& in, const std::string& display_name) {
+  Loaded<YAML::Node> result;
+  try {
+    result.value = YAML::Load(in);
+  } catch (const YAML::ParserException& e) {
+    result.problems.push_back({Severity::error, location(display_name, e.mark.line + 1),
+                               "malformed YAML: " + e.msg});
+    return result;
+  }
+  if (!result.value.IsMap()) {
+    result.problems.push_back({Severity::error, display_name,
+                               "expected a YAML map of keys (one object per file)"});
+  }
+  return result;
+}
+
+}  // namespace
+
+Loaded<YAML::Node> load_yaml_file(const std::string& path, const std::string& display_name) {
+  std::ifstream in(path);
+  if (!in) {
+    return {{}, {{Severity::error, display_name, "cannot open file"}}};
+  }
+  return parse(in, display_name);
+}
+
+Loaded<YAML::Node> load_yaml_text(const std::string& text, const std::string& display_name) {
+  std::istringstream in(text);
+  return parse(in, display_name);
+}
+
+YamlMap::YamlMap(YAML::Node node, std::string file, std::string prefix, Problems& problems)
+    : node_(std::move(node)), file_(std::move(file)), prefix_(std::move(prefix)), problems_(&problems) {
+  is_map_ = node_.IsMap();
+}
+
+int YamlMap::line_of(const YAML::Node& node) const {
+  const auto mark = node.Mark();
+  return mark.is_null() ? 0 : mark.line + 1;
+}
+
+std::string YamlMap::where(std::string_view key) const {
+  int line = line_of(node_);
+  if (is_map_) {
+    for (const auto& entry : node_) {
+      if (entry.first.IsScalar() && entry.first.Scalar() == key) {
+        line = line_of(entry.first);
+        break;
+      }
+    }
+  }
+  return location(file_, line) + " key '" + prefix_ + std::string(key) + "'";
+}
+
+void YamlMap::add_problem(std::string_view key, std::string message) {
+  problems_->push_back({Severity::error, where(key), std::move(message)});
+}
+
+std::optional<YAML::Node> YamlMap::find(std::string_view key, Need need) {
+  asked_.emplace(key);
+  if (is_map_) {
+    for (const auto& entry : node_) {
+      if (entry.first.IsScalar() && entry.first.Scalar() == key) {
+        if (entry.second.IsNull()) break;
+        return entry.second;
+      }
+    }
+  }
+  if (need == Need::required) {
+    problems_->push_back({Severity::error, location(file_, line_of(node_)),
+                          "missing required key '" + prefix_ + std::string(key) + "'"});
+  }
+  return std::nullopt;
+}
+
+std::optional<std::int64_t> YamlMap::integer(std::string_view key, Need need, std::int64_t min_value,
+                                             std::int64_t max_value) {
+  auto node = find(key, need);
+  if (!node) return std::nullopt;
+  std::int64_t value = 0;
+  if (!node->IsScalar() || !YAML::convert<std::int64_t>::decode(*node, value)) {
+    add_problem(key, "expected a whole number, got " + scalar_text(*node));
+    return std::nullopt;
+  }
+  if (value < min_value || value > max_value) {
+    add_problem(key, "must be between " + std::to_string(min_value) + " and " +
+                         std::to_string(max_value) + ", got " + std::to_string(value));
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<double> YamlMap::number(std::string_view key, Need need, double min_value, double max_value) {
+  auto node = find(key, need);
+  if (!node) return std::nullopt;
+  double value = 0;
+  if (!node->IsScalar() || !YAML::convert<double>::decode(*node, value) || value != value) {
+    add_problem(key, "expected a number, got " + scalar_text(*node));
+    return std::nullopt;
+  }
+  if (value < min_value || value > max_value) {
+    std::ostringstream msg;
+    msg << "must be between " << min_value << " and " << max_value << ", got " << value;
+    add_problem(key, msg.str());
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<bool> YamlMap::boolean(std::string_view key, Need need) {
+  auto node = find(key, need);
+  if (!node) return std::nullopt;
+  bool value = false;
+  if (!node->IsScalar() || !YAML::convert<bool>::decode(*node, value)) {
+    add_problem(key, "expected true or false, got " + scalar_text(*node));
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<std::string> YamlMap::text(std::string_view key, Need need) {
+  auto node = find(key, need);
+  if (!node) return std::nullopt;
+  if (!node->IsScalar()) {
+    add_problem(key, "expected text, got " + scalar_text(*node));
+    return std::nullopt;
+  }
+  return node->Scalar();
+}
+
+std::optional<std::string> YamlMap::choice(std::string_view key, Need need,
+                                           const std::vector<std::string>& allowed) {
+  auto value = text(key, need);
+  if (!value) return std::nullopt;
+  for (const auto& word : allowed) {
+    if (word == *value) return value;
+  }
+  add_problem(key, "'" + *value + "' is not one of: " + join(allowed));
+  return std::nullopt;
+}
+
+std::optional<std::vector<std::int64_t>> YamlMap::integer_list(std::string_view key, Need need,
+                                                               std::int64_t min_value,
+                                                               std::int64_t max_value) {
+  auto node = find(key, need);
+  if (!node) return std::nullopt;
+  if (!node->IsSequence() || node->size() == 0) {
+    add_problem(key, "expected a non-empty list of whole numbers, got " + scalar_text(*node));
+    return std::nullopt;
+  }
+  std::vector<std::int64_t> values;
+  for (std::size_t i = 0; i < node->size(); ++i) {
+    std::int64_t value = 0;
+    const YAML::Node item = (*node)[i];
+    if (!item.IsScalar() || !YAML::convert<std::int64_t>::decode(item, value)) {
+      add_problem(key, "item " + std::to_string(i + 1) + ": expected a whole number, got " + scalar_text(item));
+      return std::nullopt;
+    }
+    if (value < min_value || value > max_value) {
+      add_problem(key, "item " + std::to_string(i + 1) + " must be between " + std::to_string(min_value) +
+                           " and " + std::to_string(max_value) + ", got " + std::to_string(value));
+      return std::nullopt;
+    }
+    values.push_back(value);
+  }
+  return values;
+}
+
+std::optional<YamlMap> YamlMap::map(std::string_view key, Need need) {
+  auto node = find(key, need);
+  if (!node) return std::nullopt;
+  if (!node->IsMap()) {
+    add_problem(key, "expected a map of keys, got " + scalar_text(*node));
+    return std::nullopt;
+  }
+  return YamlMap(*node, file_, prefix_ + std::string(key) + ".", *problems_);
+}
+
+void YamlMap::finish() {
+  if (!is_map_) return;
+  for (const auto& entry : node_) {
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : std::string("?");
+    if (!asked_.contains(key)) {
+      std::string allowed;
+      for (const auto& k : asked_) allowed += (allowed.empty() ? "" : ", ") + k;
+      problems_->push_back({Severity::error,
+                            location(file_, line_of(entry.first)) + " key '" + prefix_ + key + "'",
+                            "unknown key (allowed here: " + allowed + ")"});
+    }
+  }
+}
+
+}  // namespace meshplan
