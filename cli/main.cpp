@@ -15,6 +15,20 @@ int main(int argc, char** argv) {
   const Command explain = add_explain_command(app);
   const Command presets = add_presets_command(app);
 
+  // CLI11 reports a mistyped command as "a subcommand is required"; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const auto* sub : app.get_subcommands({})) {
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+      found = found || sub->get_name() == argv[1];
+    }
+    if (!found) {
+      std::cerr << "meshplan: unknown command '" << argv[1] << "' (commands: " << known << "; see meshplan --help)\n";
+      return exit_bad_input;
+    }
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

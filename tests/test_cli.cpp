@@ -1,0 +1,212 @@
+// The meshplan command as a user meets it: exit statuses, messages that name
+// the file, line, key or flag, JSON keys, and no crash on any input.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace {
+
+struct CliRun {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string quote(const std::string& arg) {
+  std::string q = "'";
+  for (char c : arg) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+CliRun run(const std::vector<std::string>& args) {
+  static int counter = 0;
+  const auto err_path = std::filesystem::temp_directory_path() /
+                        ("meshplan-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".err");
+  std::string command = quote(MESHPLAN_BINARY);
+  for (const auto& a : args) command += " " + quote(a);
+  command += " 2>" + quote(err_path.string());
+  CliRun result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return result;
+  char buffer[4096];
+  std::size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.out.append(buffer, n);
+  const int raw = ::pclose(pipe);
+  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  std::ifstream err(err_path);
+  std::stringstream text;
+  text << err.rdbuf();
+  result.err = text.str();
+  std::filesystem::remove(err_path);
+  return result;
+}
+
+const std::string data = MESHPLAN_TEST_DATA;
+
+void expect_no_crash_text(const CliRun& r) {
+  for (const char* bad : {"terminate", "what()", "std::", "exception", "Aborted", "Segmentation", "internal error"}) {
+    EXPECT_EQ(r.err.find(bad), std::string::npos) << bad << " in: " << r.err;
+    EXPECT_EQ(r.out.find(bad), std::string::npos) << bad << " in: " << r.out;
+  }
+}
+
+TEST(Cli, DefaultExplainIsTheQuickStart) {
+  const CliRun r = run({"explain"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("gpt3-175b on 1024 x a100-80g"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mesh dp=16,pp=8,tp=8"), std::string::npos);
+  EXPECT_NE(r.out.find("verdict: fits"), std::string::npos);
+  for (const char* row : {"parameters", "gradients", "optimizer state", "activations", "communication buffers", "total"}) {
+    EXPECT_NE(r.out.find(row), std::string::npos) << row;
+  }
+}
+
+TEST(Cli, JsonHasTheDocumentedKeys) {
+  const CliRun r = run({"explain", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["parameters"].get<double>(), 174.6e9, 0.1e9);
+  EXPECT_TRUE(j["feasible"].get<bool>());
+  EXPECT_TRUE(j["problems"].is_array());
+  for (const char* key : {"parameters", "gradients", "optimizer", "activations", "buffers", "total"}) {
+    ASSERT_TRUE(j["memory_bytes"].contains(key)) << key;
+    EXPECT_GE(j["memory_bytes"][key].get<double>(), 0) << key;
+  }
+  const auto& m = j["memory_bytes"];
+  EXPECT_NEAR(m["total"].get<double>(),
+              m["parameters"].get<double>() + m["gradients"].get<double>() + m["optimizer"].get<double>() +
+                  m["activations"].get<double>() + m["buffers"].get<double>(),
+              1.0);
+  EXPECT_EQ(j["plan"]["mesh"]["tp"], 8);
+  EXPECT_EQ(j["plan"]["schedule"], "1f1b");
+  EXPECT_EQ(j["stages"].size(), 8u);
+  EXPECT_EQ(j["device"]["stage"], 0);
+}
+
+TEST(Cli, ZeroPaperFiguresThroughExplainJson) {
+  const double expected_gb[] = {120, 31.4, 16.6, 1.88};
+  for (int stage = 0; stage <= 3; ++stage) {
+    const CliRun r = run({"explain", "--json", "--model", data + "/zero-7.5b.yaml", "--cluster", "dgx-a100", "--gpus", "64",
+                       "--mesh", "dp=64", "--micro-batch", "1", "--global-batch", "64", "--zero", std::to_string(stage)});
+    // Stage 0 needs 120 GB of model states: valid, but it does not fit (exit 1).
+    EXPECT_EQ(r.status, stage == 0 ? 1 : 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    const auto& m = j["memory_bytes"];
+    const double states_gb =
+        (m["parameters"].get<double>() + m["gradients"].get<double>() + m["optimizer"].get<double>()) / 1e9;
+    EXPECT_NEAR(states_gb, expected_gb[stage], 0.0051 * expected_gb[stage]) << "stage " << stage;
+    EXPECT_EQ(j["feasible"].get<bool>(), stage != 0);
+  }
+}
+
+TEST(Cli, MeshShapeSpellingGivesTheSameAnswer) {
+  const CliRun a = run({"explain", "--json", "--model", "llama2-7b", "--gpus", "8", "--mesh", "fsdp=4,tp=2",
+                     "--global-batch", "8"});
+  const CliRun b = run({"explain", "--json", "--model", "llama2-7b", "--gpus", "8", "--mesh-shape", "[[4,2],[\"fsdp\",\"tp\"]]",
+                     "--global-batch", "8"});
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+}
+
+struct BadInput {
+  const char* name;
+  std::vector<std::string> args;
+  std::vector<std::string> fragments;  // all must appear on stderr
+};
+
+class CliBadInput : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(CliBadInput, ExitsTwoWithAPreciseMessage) {
+  const CliRun r = run(GetParam().args);
+  EXPECT_EQ(r.status, 2) << r.out << r.err;
+  for (const auto& fragment : GetParam().fragments) EXPECT_NE(r.err.find(fragment), std::string::npos) << fragment << "\n" << r.err;
+  expect_no_crash_text(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CliBadInput,
+    ::testing::Values(
+        BadInput{"unknown_model", {"explain", "--model", "gpt5"}, {"--model gpt5", "unknown model preset", "gpt3-175b"}},
+        BadInput{"unknown_cluster", {"explain", "--cluster", "dgx-z"}, {"--cluster dgx-z", "unknown cluster preset"}},
+        BadInput{"malformed_yaml", {"explain", "--model", data + "/malformed.yaml"}, {"malformed.yaml:", "malformed YAML"}},
+        BadInput{"wrong_type", {"explain", "--model", data + "/wrong-type.yaml"}, {"wrong-type.yaml:7 key 'heads'", "expected a whole number"}},
+        BadInput{"unknown_key", {"explain", "--model", data + "/unknown-key.yaml"}, {"unknown-key.yaml:13 key 'kv_haeds'", "unknown key"}},
+        BadInput{"missing_file", {"explain", "--model", "no/such.yaml"}, {"no/such.yaml", "no such file"}},
+        BadInput{"world_size", {"explain", "--mesh", "dp=16,pp=8,tp=16"}, {"--mesh", "must equal the world size (1024"}},
+        BadInput{"tp_heads", {"explain", "--gpus", "64", "--mesh", "tp=64", "--global-batch", "1"}, {"--mesh", "attention heads (96)"}},
+        BadInput{"unknown_axis", {"explain", "--mesh", "dp=16,pp=8,qq=8"}, {"--mesh", "unknown mesh axis 'qq'"}},
+        BadInput{"schedule", {"explain", "--schedule", "interleaved"}, {"--schedule", "interleaved:<v>"}},
+        BadInput{"global_batch", {"explain", "--global-batch", "1000"}, {"--global-batch", "not a multiple"}},
+        BadInput{"precision", {"explain", "--precision", "fp8"}, {"--precision", "no fp8 support"}},
+        BadInput{"gpus_not_number", {"explain", "--gpus", "abc"}, {"--gpus"}},
+        BadInput{"unknown_flag", {"explain", "--meshh", "dp=2"}, {"--meshh"}},
+        BadInput{"mesh_shape", {"explain", "--mesh-shape", "[[4],[\"dp\",\"tp\"]]"}, {"--mesh-shape", "1 sizes but 2 axis names"}},
+        BadInput{"rank", {"explain", "--rank", "5000"}, {"--rank", "must be in [0, world size 1024)"}},
+        BadInput{"unknown_command", {"frobnicate"}, {"frobnicate"}},
+        BadInput{"no_command", {}, {"subcommand"}}),
+    [](const auto& test_info) { return std::string(test_info.param.name); });
+
+TEST(Cli, HelpEverywhere) {
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--help"}, {"explain", "--help"}, {"presets", "--help"}}) {
+    const CliRun r = run(args);
+    EXPECT_EQ(r.status, 0);
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << r.out;
+  }
+  EXPECT_NE(run({"explain", "--help"}).out.find("--mesh-shape"), std::string::npos);
+}
+
+TEST(Cli, PresetsListsEveryKind) {
+  const CliRun r = run({"presets"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* name : {"gpt3-175b", "llama3-405b", "resnet50", "h100-sxm", "tpu-v5p", "dgx-h100", "ethernet-10g"}) {
+    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+  }
+  EXPECT_EQ(run({"presets", "gadgets"}).status, 2);
+}
+
+TEST(Cli, FuzzedArgumentListsNeverCrash) {
+  // Random combinations of real flags with good and bad values.
+  const std::vector<std::vector<std::string>> flags = {
+      {"--model", "gpt2-124m", "llama2-70b", "mlp-fashion", "resnet50", "nope", "", data + "/malformed.yaml"},
+      {"--cluster", "dgx-a100", "dgx-h100", "ethernet-10g", "x"},
+      {"--gpus", "1", "8", "64", "0", "-3", "1e9", "x", "99999999999999999999"},
+      {"--mesh", "dp=8", "tp=8", "dp=2,tp=4", "pp=2,fsdp=4", "dp=0", "dp=-1", ",,", "dp=8,dp=8", "="},
+      {"--micro-batch", "1", "2", "0", "-1", "x"},
+      {"--global-batch", "8", "64", "0", "7"},
+      {"--seq", "1024", "0", "-5", "99999999"},
+      {"--zero", "0", "3", "4", "auto", "z"},
+      {"--recompute", "none", "full", "x"},
+      {"--schedule", "gpipe", "interleaved:2", "interleaved:0", "zb-h1", ""},
+      {"--precision", "fp32", "fp8", "int4"},
+      {"--stage-layers", "6,6", "1,,2", "x", "-1,13"},
+      {"--headroom", "0.1", "1", "-0.5", "nan"},
+      {"--rank", "0", "7", "100"},
+      {"--sequence-parallel"},
+      {"--json"}};
+  std::mt19937 rng(5);
+  for (int i = 0; i < 120; ++i) {
+    std::vector<std::string> args = {"explain"};
+    for (const auto& flag : flags) {
+      if (rng() % 3 != 0) continue;
+      args.push_back(flag[0]);
+      if (flag.size() > 1) args.push_back(flag[1 + rng() % (flag.size() - 1)]);
+    }
+    const CliRun r = run(args);
+    std::string line;
+    for (const auto& a : args) line += a + " ";
+    EXPECT_TRUE(r.status == 0 || r.status == 1 || r.status == 2) << r.status << ": " << line << "\n" << r.err;
+    expect_no_crash_text(r);
+    if (r.status == 2) {
+      EXPECT_FALSE(r.err.empty()) << line;
+    }
+  }
+}
+
+}  // namespace

@@ -1,0 +1,138 @@
+// The layer graph against closed forms: Korthikanti et al. 2022 Table 2
+// (activation bytes per layer), their Appendix's model FLOPs, and structural
+// invariants (topological order, stage boundary tensors).
+#include <gtest/gtest.h>
+
+#include <boost/graph/topological_sort.hpp>
+
+#include "model/layer_graph.hpp"
+#include "model/memory_model.hpp"
+
+namespace meshplan {
+namespace {
+
+// A Megatron GPT layer as in the paper: ffn = 4h, dropout, kv_heads = heads.
+TransformerDims gpt_dims(std::int64_t layers, std::int64_t hidden, std::int64_t heads, std::int64_t seq) {
+  TransformerDims t;
+  t.layers = layers;
+  t.hidden = hidden;
+  t.heads = heads;
+  t.kv_heads = heads;
+  t.head_dim = hidden / heads;
+  t.ffn = 4 * hidden;
+  t.vocab = 51200;
+  t.seq_len = seq;
+  t.feed_forward = FeedForward::gelu;
+  t.positions = Positions::learned;
+  t.tied_embeddings = true;
+  t.dropout = 0.1;
+  return t;
+}
+
+double layer_bytes(const LayerGraph& g, const ActivationSharding& sharding) {
+  const int block = g.layer_blocks().front();
+  double bytes = 0;
+  for (OpId id : g.blocks[static_cast<std::size_t>(block)].ops) bytes += saved_bytes_per_sample(g.op(id), sharding);
+  return bytes;
+}
+
+struct Table2Case {
+  std::int64_t hidden, heads, seq, tp;
+};
+
+class KorthikantiTable2 : public ::testing::TestWithParam<Table2Case> {};
+
+TEST_P(KorthikantiTable2, ActivationBytesPerLayerMatchClosedForms) {
+  const auto c = GetParam();
+  const LayerGraph g = build_transformer_graph(gpt_dims(2, c.hidden, c.heads, c.seq), c.seq);
+  const double s = static_cast<double>(c.seq), h = static_cast<double>(c.hidden), a = static_cast<double>(c.heads);
+  const double t = static_cast<double>(c.tp);
+  const double sbh = s * h;  // b = 1: bytes are per sample
+  auto at = [&](bool sp, Recompute r) { return layer_bytes(g, {c.tp, 1, sp, r, 2.0}); };
+
+  EXPECT_NEAR(layer_bytes(g, {1, 1, false, Recompute::none, 2.0}), sbh * (34 + 5 * a * s / h), 1e-6 * sbh);
+  EXPECT_NEAR(at(false, Recompute::none), sbh * (10 + 24 / t + 5 * a * s / (h * t)), 1e-6 * sbh);
+  EXPECT_NEAR(at(true, Recompute::none), sbh / t * (34 + 5 * a * s / h), 1e-6 * sbh);
+  EXPECT_NEAR(at(false, Recompute::selective), sbh * (10 + 24 / t), 1e-6 * sbh);
+  EXPECT_NEAR(at(true, Recompute::selective), 34 * sbh / t, 1e-6 * sbh);
+}
+
+INSTANTIATE_TEST_SUITE_P(Configurations, KorthikantiTable2,
+                         ::testing::Values(Table2Case{6144, 64, 2048, 8}, Table2Case{12288, 96, 2048, 8},
+                                           Table2Case{20480, 128, 2048, 8}, Table2Case{25600, 160, 2048, 8},
+                                           Table2Case{1024, 16, 512, 2}, Table2Case{768, 12, 1024, 4}));
+
+TEST(LayerGraph, ModelFlopsMatchKorthikantiAppendix) {
+  // Forward + backward matmul FLOPs per sequence: 72 L s h^2 (1 + s/(6h) + V/(12 h L)).
+  const auto dims = gpt_dims(24, 2048, 16, 2048);
+  const LayerGraph g = build_transformer_graph(dims, 2048);
+  double forward = 0;
+  for (auto v : boost::make_iterator_range(boost::vertices(g.graph))) {
+    const auto kind = g.op(v).kind;
+    if (kind == OpKind::gemm || kind == OpKind::attention_scores || kind == OpKind::attention_values) {
+      forward += g.op(v).forward_flops_per_sample;
+    }
+  }
+  const double L = 24, s = 2048, h = 2048, V = 51200;
+  EXPECT_NEAR(3 * forward, 72 * L * s * h * h * (1 + s / (6 * h) + V / (12 * h * L)), 1e-9 * forward);
+}
+
+TEST(LayerGraph, VerticesAreInTopologicalOrderAndBlocksPartitionOps) {
+  const LayerGraph g = build_transformer_graph(gpt_dims(3, 256, 8, 128), 128);
+  for (auto e : boost::make_iterator_range(boost::edges(g.graph))) {
+    EXPECT_LT(boost::source(e, g.graph), boost::target(e, g.graph));
+    EXPECT_LE(g.op(boost::source(e, g.graph)).block, g.op(boost::target(e, g.graph)).block);
+  }
+  std::size_t ops_in_blocks = 0;
+  for (const auto& b : g.blocks) ops_in_blocks += b.ops.size();
+  EXPECT_EQ(ops_in_blocks, g.op_count());
+  EXPECT_EQ(g.layer_blocks().size(), 3u);
+  EXPECT_EQ(g.blocks.front().kind, BlockKind::embedding);
+  EXPECT_EQ(g.blocks.back().kind, BlockKind::head);
+}
+
+TEST(LayerGraph, StageBoundaryCarriesTheResidualStreamOnce) {
+  // Between two layers only the residual stream (s x h) crosses, even though
+  // two ops of the next layer read it.
+  const LayerGraph g = build_transformer_graph(gpt_dims(3, 256, 8, 128), 128);
+  const int first_layer = g.layer_blocks().front();
+  EXPECT_DOUBLE_EQ(g.boundary_elements_per_sample(first_layer), 128.0 * 256);
+}
+
+TEST(LayerGraph, GroupedQueryAttentionShrinksKeyValue) {
+  auto dims = gpt_dims(1, 4096, 32, 1024);
+  const double full = build_transformer_graph(dims, 1024).parameter_count();
+  dims.kv_heads = 8;
+  const double gqa = build_transformer_graph(dims, 1024).parameter_count();
+  // K and V projections shrink from h x h to h x h/4 each, with their biases.
+  EXPECT_DOUBLE_EQ(full - gqa, 2 * (4096.0 * 4096 - 4096.0 * 1024) + 2 * (4096.0 - 1024));
+}
+
+TEST(LayerGraph, MixtureOfExpertsMultipliesMlpWeights) {
+  auto dims = gpt_dims(1, 512, 8, 128);
+  dims.dropout = 0;
+  const double dense = build_transformer_graph(dims, 128).parameter_count();
+  dims.experts = 8;
+  dims.top_k = 2;
+  const double moe = build_transformer_graph(dims, 128).parameter_count();
+  const double mlp = 512.0 * 2048 + 2048 + 2048.0 * 512 + 512;
+  EXPECT_DOUBLE_EQ(moe - dense, 7 * mlp + 512.0 * 8);  // seven more experts + the router
+}
+
+TEST(LayerGraph, ResNet50ForwardFlopsMatchPublished) {
+  CnnDims cnn;
+  cnn.stage_blocks = {3, 4, 6, 3};
+  cnn.stage_channels = {64, 128, 256, 512};
+  const LayerGraph g = build_cnn_graph(cnn);
+  double macs = 0;
+  for (auto v : boost::make_iterator_range(boost::vertices(g.graph))) {
+    if (g.op(v).kind == OpKind::conv || g.op(v).kind == OpKind::gemm) macs += g.op(v).forward_flops_per_sample / 2;
+  }
+  // He et al. 2016, Table 1: 3.8e9 FLOPs (multiply-adds) for ResNet-50; torchvision v1.5
+  // (stride on the 3x3 convolution) reports 4.09 GMACs.
+  EXPECT_NEAR(macs, 4.09e9, 0.01 * 4.09e9);
+  EXPECT_DOUBLE_EQ(g.parameter_count(), 25'557'032);
+}
+
+}  // namespace
+}  // namespace meshplan

@@ -1,0 +1,87 @@
+// Mesh parsing (both spellings), axis aliases, rank coordinates, and the
+// plan vocabulary's parsers.
+#include <gtest/gtest.h>
+
+#include "model/mesh.hpp"
+#include "model/plan.hpp"
+#include "test_support.hpp"
+
+namespace meshplan {
+namespace {
+using namespace testing_support;
+
+TEST(Mesh, ParsesAxesInOrderWithAliases) {
+  const Mesh mesh = must(parse_mesh("data=16, pipeline=8, model=8", "--mesh"));
+  ASSERT_EQ(mesh.axes.size(), 3u);
+  EXPECT_EQ(mesh.axes[0].axis, Axis::dp);
+  EXPECT_EQ(mesh.axes[1].axis, Axis::pp);
+  EXPECT_EQ(mesh.axes[2].axis, Axis::tp);
+  EXPECT_EQ(mesh.world_size(), 1024);
+  EXPECT_EQ(mesh.to_string(), "dp=16,pp=8,tp=8");
+  EXPECT_EQ(mesh.size(Axis::fsdp), 1);
+  EXPECT_EQ(must(parse_mesh("tensor=2 fsdp:4", "--mesh")).to_string(), "tp=2,fsdp=4");
+}
+
+TEST(Mesh, SeedsMeshShapeSpelling) {
+  const Mesh mesh = must(parse_mesh_shape(R"([[4, 2], ["fsdp", "tp"]])", "--mesh-shape"));
+  EXPECT_EQ(mesh.to_string(), "fsdp=4,tp=2");
+  EXPECT_EQ(must(parse_mesh_shape("[[4,1],['fsdp','tp']]", "--mesh-shape")).to_string(), "fsdp=4,tp=1");
+}
+
+TEST(Mesh, RejectsBadInputWithTheFlagName) {
+  struct Case {
+    const char* text;
+    const char* expected;
+  };
+  for (const Case& c : {Case{"dp=0", "sizes must be between 1"}, Case{"dq=4", "unknown mesh axis 'dq'"},
+                        Case{"dp=4,data=2", "axis dp is given twice"}, Case{"dp", "not of the form axis=size"},
+                        Case{"dp=x", "not a whole number"}, Case{"", "empty mesh"},
+                        Case{"dp=99999999999", "not a whole number"}}) {
+    auto mesh = parse_mesh(c.text, "--mesh");
+    ASSERT_FALSE(mesh.ok()) << c.text;
+    EXPECT_EQ(mesh.problems[0].where, "--mesh");
+    EXPECT_NE(mesh.problems[0].message.find(c.expected), std::string::npos) << c.text << ": " << mesh.problems[0].message;
+  }
+  for (const char* text : {"[[4,2],[\"fsdp\"]]", "{}", "[[4],[7]]", "[[\"4\"],[\"dp\"]]", "not json"}) {
+    EXPECT_FALSE(parse_mesh_shape(text, "--mesh-shape").ok()) << text;
+  }
+}
+
+TEST(Mesh, LastAxisVariesFastest) {
+  const Mesh mesh = must(parse_mesh("dp=2,pp=3,tp=4", "--mesh"));
+  EXPECT_EQ(mesh.coordinates(0), (std::vector<std::int64_t>{0, 0, 0}));
+  EXPECT_EQ(mesh.coordinates(1), (std::vector<std::int64_t>{0, 0, 1}));
+  EXPECT_EQ(mesh.coordinates(4), (std::vector<std::int64_t>{0, 1, 0}));
+  EXPECT_EQ(mesh.coordinates(23), (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(mesh.coordinate(13, Axis::dp), 1);
+  EXPECT_EQ(mesh.coordinate(13, Axis::pp), 0);
+  EXPECT_EQ(mesh.coordinate(13, Axis::tp), 1);
+  EXPECT_EQ(mesh.coordinate(13, Axis::ep), 0);
+}
+
+TEST(Plan, ScheduleRecomputePrecisionParsers) {
+  EXPECT_EQ(to_string(*parse_schedule("interleaved:3")), "interleaved:3");
+  EXPECT_EQ(parse_schedule("interleaved:3")->virtual_stages, 3);
+  EXPECT_EQ(parse_schedule("zb-h1")->kind, ScheduleKind::zb_h1);
+  EXPECT_EQ(parse_schedule("1f1b")->kind, ScheduleKind::one_f_one_b);
+  EXPECT_EQ(parse_schedule("gpipe")->kind, ScheduleKind::gpipe);
+  for (const char* bad : {"interleaved", "interleaved:1", "interleaved:x", "interleaved:", "2f2b", "", "ZB-H1"}) {
+    EXPECT_FALSE(parse_schedule(bad)) << bad;
+  }
+  EXPECT_EQ(parse_recompute("selective"), Recompute::selective);
+  EXPECT_FALSE(parse_recompute("some"));
+  EXPECT_EQ(parse_precision("fp8"), Precision::fp8);
+  EXPECT_FALSE(parse_precision("int4"));
+}
+
+TEST(Plan, MicroBatchesIsGradientAccumulation) {
+  Plan plan = plan_with("dp=16,pp=8,tp=8", 2, 1536);
+  EXPECT_EQ(plan.micro_batches(), 48);
+  plan.global_batch = 1537;
+  EXPECT_EQ(plan.micro_batches(), 0);
+  plan = plan_with("dp=2,fsdp=2,ep=2", 1, 64);
+  EXPECT_EQ(plan.micro_batches(), 8);  // ep ranks take their own data
+}
+
+}  // namespace
+}  // namespace meshplan

@@ -1,0 +1,116 @@
+// Validation: each rule fires with the field it concerns, and a plan with
+// many faults gets all of them reported at once.
+#include <gtest/gtest.h>
+
+#include "model/explain.hpp"
+#include "test_support.hpp"
+
+namespace meshplan {
+namespace {
+using namespace testing_support;
+
+struct RuleCase {
+  const char* name;
+  const char* model;
+  const char* cluster;
+  std::int64_t world;
+  const char* mesh;
+  std::int64_t micro_batch, global_batch;
+  const char* field;     // the problem's `where`
+  const char* fragment;  // part of its message
+  void (*tweak)(Plan&) = nullptr;
+};
+
+class Rule : public ::testing::TestWithParam<RuleCase> {};
+
+TEST_P(Rule, Fires) {
+  const auto c = GetParam();
+  const auto model = must(load_model(c.model));
+  const auto cluster = must(load_cluster(c.cluster));
+  Plan plan = plan_with(c.mesh, c.micro_batch, c.global_batch);
+  if (c.tweak) c.tweak(plan);
+  const auto ex = explain_plan(model, cluster, {c.world, 0}, plan);
+  EXPECT_FALSE(ex.valid);
+  bool found = false;
+  for (const auto& p : ex.problems) {
+    found = found || (p.where == c.field && p.message.find(c.fragment) != std::string::npos);
+  }
+  EXPECT_TRUE(found) << c.name << ": expected " << c.field << " / " << c.fragment << "\n" << messages(ex.problems);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, Rule,
+    ::testing::Values(
+        RuleCase{"product", "gpt2-124m", "dgx-a100", 16, "dp=4,tp=2", 1, 4, "mesh", "must equal the world size (16"},
+        RuleCase{"whole_nodes", "gpt2-124m", "dgx-a100", 12, "dp=12", 1, 12, "world_size", "not a whole number of dgx-a100 nodes"},
+        RuleCase{"tp_heads", "gpt3-175b", "dgx-a100", 64, "dp=1,tp=64", 1, 1, "mesh.tp", "must divide the attention heads (96)"},
+        RuleCase{"tp_kv_heads", "llama2-70b", "dgx-a100", 16, "tp=16", 1, 1, "mesh.tp", "key/value heads (8)"},
+        RuleCase{"pp_layers", "gpt2-124m", "dgx-a100", 8, "pp=8", 1, 8, "mesh.pp", "do not divide evenly"},
+        RuleCase{"pp_too_many", "gpt2-124m", "dgx-a100", 16, "pp=16", 1, 16, "mesh.pp", "only 12 layers"},
+        RuleCase{"batch", "gpt2-124m", "dgx-a100", 8, "dp=8", 2, 12, "global_batch", "not a multiple of micro-batch 2"},
+        RuleCase{"micro_batch", "gpt2-124m", "dgx-a100", 8, "dp=8", 0, 8, "micro_batch", "at least 1"},
+        RuleCase{"interleaved_m", "gpt2-124m", "dgx-a100", 4, "pp=4", 1, 6, "schedule", "multiple of pp (4)",
+                 [](Plan& p) { p.schedule = {ScheduleKind::interleaved, 3}; }},
+        RuleCase{"interleaved_layers", "gpt2-124m", "dgx-a100", 4, "pp=4", 1, 8, "schedule", "pp x v = 20",
+                 [](Plan& p) { p.schedule = {ScheduleKind::interleaved, 5}; }},
+        RuleCase{"stage_layers", "gpt2-124m", "dgx-a100", 2, "pp=2", 1, 8, "stage_layers", "sum to the model's 12",
+                 [](Plan& p) { p.stage_layers = {5, 6}; }},
+        RuleCase{"fp8_on_a100", "gpt2-124m", "dgx-a100", 1, "dp=1", 1, 1, "precision", "no fp8 support",
+                 [](Plan& p) { p.precision = Precision::fp8; }},
+        RuleCase{"cp_seq", "llama2-7b", "dgx-a100", 3, "cp=3", 1, 1, "mesh.cp", "must divide the sequence length (4096)"},
+        RuleCase{"ep_dense", "llama2-7b", "dgx-a100", 2, "ep=2", 1, 2, "mesh.ep", "mixture-of-experts"},
+        RuleCase{"cnn_tp", "resnet50", "dgx-a100", 2, "tp=2", 1, 1, "mesh.tp", "not supported for cnn"},
+        RuleCase{"mlp_tp", "mlp-fashion", "dgx-a100", 3, "tp=3", 1, 1, "mesh.tp", "must divide the output size (256)"},
+        RuleCase{"mlp_sp", "mlp-fashion", "dgx-a100", 2, "tp=2", 1, 1, "sequence_parallel", "have none",
+                 [](Plan& p) { p.sequence_parallel = true; }},
+        RuleCase{"learned_positions", "gpt2-124m", "dgx-a100", 1, "dp=1", 1, 1, "seq_len", "1024 learned positions",
+                 [](Plan& p) { p.seq_len = 2048; }},
+        RuleCase{"zero_stage", "gpt2-124m", "dgx-a100", 2, "dp=2", 1, 2, "zero", "must be 0, 1, 2 or 3",
+                 [](Plan& p) { p.zero_stage = 4; }}),
+    [](const auto& test_info) { return std::string(test_info.param.name); });
+
+TEST(Validation, RankOutsideWorld) {
+  const auto model = must(load_model("gpt2-124m"));
+  const auto cluster = must(load_cluster("dgx-a100"));
+  const auto ex = explain_plan(model, cluster, {8, 8}, plan_with("dp=8", 1, 8));
+  ASSERT_FALSE(ex.valid);
+  EXPECT_EQ(ex.problems[0].where, "rank");
+}
+
+TEST(Validation, ReportsEveryProblemAtOnce) {
+  const auto model = must(load_model("gpt3-175b"));
+  const auto cluster = must(load_cluster("dgx-a100"));
+  Plan plan = plan_with("dp=3,tp=64,pp=5", 7, 100);
+  plan.precision = Precision::fp8;
+  const auto ex = explain_plan(model, cluster, {1024, 0}, plan);
+  std::set<std::string> fields;
+  for (const auto& p : ex.problems) {
+    if (p.severity == Severity::error) fields.insert(p.where);
+  }
+  for (const char* field : {"mesh", "global_batch", "mesh.tp", "mesh.pp", "precision"}) {
+    EXPECT_TRUE(fields.contains(field)) << field << "\n" << messages(ex.problems);
+  }
+}
+
+TEST(Validation, WarningsDoNotInvalidate) {
+  const auto model = must(load_model("gpt2-124m"));
+  const auto cluster = must(load_cluster("dgx-a100"));
+  Plan plan = plan_with("dp=1,tp=1", 1, 1);
+  plan.zero_stage = 2;              // no dp to shard over
+  plan.sequence_parallel = true;    // no tp to work within
+  const auto ex = explain_plan(model, cluster, {1, 0}, plan);
+  EXPECT_TRUE(ex.valid) << messages(ex.problems);
+  EXPECT_GE(ex.problems.size(), 2u);
+}
+
+TEST(Validation, ValidPlansOfTheSeedGuides) {
+  // tp x pp <= world size, tp inside a node, the seeds' 2-D FSDP x TP mesh.
+  const auto model = must(load_model("llama3-70b"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Plan plan = plan_with("fsdp=8,tp=8", 1, 64);
+  const auto ex = explain_plan(model, cluster, {64, 0}, plan);
+  EXPECT_TRUE(ex.valid) << messages(ex.problems);
+}
+
+}  // namespace
+}  // namespace meshplan

@@ -1,0 +1,119 @@
+// Strict YAML reading: every kind of bad input becomes a problem naming the
+// file, the line and the key.
+#include <gtest/gtest.h>
+
+#include "model/model_spec.hpp"
+#include "model/yaml_reader.hpp"
+
+namespace meshplan {
+namespace {
+
+std::string all_messages(const Problems& problems) {
+  std::string text;
+  for (const auto& p : problems) text += describe(p) + "\n";
+  return text;
+}
+
+const char* kGood = R"(name: tiny
+kind: transformer
+source: test
+layers: 2
+hidden: 64
+heads: 4
+ffn: 256
+vocab: 100
+seq_len: 32
+mlp: gelu
+tied_embeddings: true
+)";
+
+TEST(YamlReader, GoodModelLoads) {
+  auto model = load_model_text(kGood, "tiny.yaml");
+  ASSERT_TRUE(model.ok()) << all_messages(model.problems);
+  EXPECT_EQ(model.value.transformer.layers, 2);
+  EXPECT_EQ(model.value.transformer.head_dim, 16);
+  EXPECT_EQ(model.value.transformer.kv_heads, 4);
+}
+
+TEST(YamlReader, UnknownKeyNamesFileLineAndKey) {
+  auto model = load_model_text(std::string(kGood) + "kv_haeds: 2\n", "tiny.yaml");
+  ASSERT_FALSE(model.ok());
+  const std::string text = all_messages(model.problems);
+  EXPECT_NE(text.find("tiny.yaml:12 key 'kv_haeds'"), std::string::npos) << text;
+  EXPECT_NE(text.find("unknown key"), std::string::npos) << text;
+}
+
+TEST(YamlReader, WrongTypeNamesLineAndKey) {
+  std::string yaml = kGood;
+  yaml.replace(yaml.find("heads: 4"), 8, "heads: four");
+  auto model = load_model_text(yaml, "tiny.yaml");
+  ASSERT_FALSE(model.ok());
+  const std::string text = all_messages(model.problems);
+  EXPECT_NE(text.find("tiny.yaml:6 key 'heads': expected a whole number, got 'four'"), std::string::npos) << text;
+}
+
+TEST(YamlReader, FractionIsNotAWholeNumber) {
+  std::string yaml = kGood;
+  yaml.replace(yaml.find("layers: 2"), 9, "layers: 2.5");
+  auto model = load_model_text(yaml, "tiny.yaml");
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(all_messages(model.problems).find("key 'layers': expected a whole number"), std::string::npos);
+}
+
+TEST(YamlReader, MissingRequiredKeyIsReported) {
+  std::string yaml = kGood;
+  yaml.erase(yaml.find("ffn: 256\n"), 9);
+  auto model = load_model_text(yaml, "tiny.yaml");
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(all_messages(model.problems).find("missing required key 'ffn'"), std::string::npos);
+}
+
+TEST(YamlReader, MalformedYamlNamesLine) {
+  auto model = load_model_text("name: x\nkind: [transformer\nlayers: 2\n", "broken.yaml");
+  ASSERT_FALSE(model.ok());
+  const std::string text = all_messages(model.problems);
+  EXPECT_NE(text.find("broken.yaml:"), std::string::npos) << text;
+  EXPECT_NE(text.find("malformed YAML"), std::string::npos) << text;
+}
+
+TEST(YamlReader, WrongWordListsAllowedValues) {
+  std::string yaml = kGood;
+  yaml.replace(yaml.find("mlp: gelu"), 9, "mlp: relu6");
+  auto model = load_model_text(yaml, "tiny.yaml");
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(all_messages(model.problems).find("'relu6' is not one of: gelu, swiglu, geglu"), std::string::npos);
+}
+
+TEST(YamlReader, OutOfRangeAndInconsistentDimensions) {
+  std::string yaml = kGood;
+  yaml.replace(yaml.find("layers: 2"), 9, "layers: 0");
+  yaml += "kv_heads: 3\n";
+  auto model = load_model_text(yaml, "tiny.yaml");
+  ASSERT_FALSE(model.ok());
+  const std::string text = all_messages(model.problems);
+  EXPECT_NE(text.find("key 'layers': must be between 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("key 'kv_heads': heads (4) must be a multiple of kv_heads (3)"), std::string::npos) << text;
+}
+
+TEST(YamlReader, TopLevelMustBeAMap) {
+  auto model = load_model_text("- 1\n- 2\n", "list.yaml");
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(all_messages(model.problems).find("list.yaml: expected a YAML map"), std::string::npos);
+}
+
+TEST(YamlReader, NestedKeysArePrefixed) {
+  auto yaml = load_yaml_text("outer:\n  inner: x\n  typo: 1\n", "n.yaml");
+  ASSERT_TRUE(yaml.ok());
+  Problems problems;
+  YamlMap root(yaml.value, "n.yaml", "", problems);
+  auto outer = root.map("outer", Need::required);
+  ASSERT_TRUE(outer);
+  EXPECT_EQ(outer->text("inner", Need::required), "x");
+  outer->finish();
+  root.finish();
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].where, "n.yaml:3 key 'outer.typo'");
+}
+
+}  // namespace
+}  // namespace meshplan
