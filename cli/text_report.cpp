@@ -108,6 +108,30 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
             << lpad(gib(s.memory.total_bytes()), 9) << (s.stage == mem.worst().stage ? "  <- worst" : "") << "\n";
       }
     }
+    if (ex.time) {
+      const TimeEstimate& t = *ex.time;
+      auto trow = [&](const char* name, double seconds) {
+        out << "  " << pad(name, 24) << lpad(format("%.4g", seconds), 10) << lpad(format("%.1f", 100 * seconds / t.step_s), 8)
+            << "\n";
+      };
+      out << "\n  " << pad("time per step", 24) << lpad("s", 10) << lpad("%", 8) << "\n";
+      trow("compute", t.compute_s);
+      trow("communication exposed", t.communication_exposed_s);
+      trow("pipeline bubble", t.bubble_s);
+      trow("optimizer step", t.optimizer_s);
+      out << "  " << pad("step", 24) << lpad(format("%.4g", t.step_s), 10) << "\n";
+      out << "  communication by axis (total / exposed, s):";
+      for (Axis axis : all_axes) {
+        const auto i = static_cast<std::size_t>(axis);
+        if (t.axis_communication_s[i] > 0) {
+          out << "  " << to_string(axis) << " " << format("%.3g", t.axis_communication_s[i]) << " / "
+              << format("%.3g", t.axis_exposed_s[i]);
+        }
+      }
+      out << "\n  throughput " << format("%.4g", t.tokens_per_s) << (model.kind == ModelKind::transformer ? " tokens/s" : " samples/s")
+          << ", MFU " << format("%.1f", 100 * t.mfu) << "%, HFU " << format("%.1f", 100 * t.hfu) << "%, "
+          << format("%.3g", t.model_flops_per_step) << " model FLOPs per step\n";
+    }
     out << "\n";
     const double worst_total = mem.worst().memory.total_bytes();
     if (!ex.valid) {

@@ -34,6 +34,7 @@ LayerGraph build_mlp_graph(const MlpDims& dims) {
     linear.output_elements_per_sample = out;
     linear.saved = {{name + " input", in, 0, !column, false}};
     linear.gemm = {1, dims.layer_sizes[i + 1], dims.layer_sizes[i], 1};
+    linear.tp_split = column ? TpSplit::columns : TpSplit::rows;
     OpId id = g.add_op(linear);
     if (prev) g.connect(*prev, id);
     prev = id;
@@ -43,6 +44,8 @@ LayerGraph build_mlp_graph(const MlpDims& dims) {
       act.forward_flops_per_sample = dims.activation == "gelu" ? 8 * out : out;
       act.output_elements_per_sample = out;
       act.saved = {{name + " activation output", out, 0, column, false}};
+      act.memory_elements_per_sample = 2 * out;
+      act.tensor_parallel_region = column;
       id = g.add_op(act);
       g.connect(*prev, id);
       prev = id;
@@ -55,6 +58,8 @@ LayerGraph build_mlp_graph(const MlpDims& dims) {
   loss.forward_flops_per_sample = 5 * classes;
   loss.output_elements_per_sample = 1;
   loss.saved = {{"logits (fp32)", classes, 4, last_is_column, false}};
+  loss.memory_fixed_bytes_per_sample = 3 * 4 * classes;
+  loss.tensor_parallel_region = last_is_column;
   const OpId id = g.add_op(loss);
   if (prev) g.connect(*prev, id);
   return g;
@@ -90,6 +95,7 @@ struct CnnBuilder {
     bn.forward_flops_per_sample = 8 * cout * out_pixels;
     bn.output_elements_per_sample = cout * out_pixels;
     bn.saved = {{name + " batch-norm input", cout * out_pixels, 0, false, false}};
+    bn.memory_elements_per_sample = 3 * cout * out_pixels;  // statistics pass + normalise pass
     OpId last = g.add_op(bn);
     g.connect(conv_id, last);
     if (relu) {
@@ -97,6 +103,7 @@ struct CnnBuilder {
       act.forward_flops_per_sample = cout * out_pixels;
       act.output_elements_per_sample = cout * out_pixels;
       act.saved = {{name + " relu output", cout * out_pixels, 0, false, false}};
+      act.memory_elements_per_sample = 2 * cout * out_pixels;
       const OpId id = g.add_op(act);
       g.connect(last, id);
       last = id;
@@ -122,6 +129,7 @@ LayerGraph build_cnn_graph(const CnnDims& dims) {
   pool.forward_flops_per_sample = 9 * stem_c * static_cast<double>(size * size);
   pool.output_elements_per_sample = stem_c * static_cast<double>(size * size);
   pool.saved = {{"max-pool argmax", stem_c * static_cast<double>(size * size), 8, false, false}};
+  pool.memory_elements_per_sample = 5 * stem_c * static_cast<double>(size * size);  // 4 inputs per output
   OpId pool_id = g.add_op(pool);
   g.connect(prev, pool_id);
   prev = pool_id;
@@ -149,6 +157,7 @@ LayerGraph build_cnn_graph(const CnnDims& dims) {
       add.forward_flops_per_sample = 2 * out_elements;
       add.output_elements_per_sample = out_elements;
       add.saved = {{"block output relu", out_elements, 0, false, false}};
+      add.memory_elements_per_sample = 3 * out_elements;
       const OpId add_id = g.add_op(add);
       g.connect(x, add_id);
       g.connect(shortcut ? *shortcut : prev, add_id);
@@ -165,6 +174,7 @@ LayerGraph build_cnn_graph(const CnnDims& dims) {
   Op avg = make_op("head.avgpool", OpKind::pool, head);
   avg.forward_flops_per_sample = features * static_cast<double>(size * size);
   avg.output_elements_per_sample = features;
+  avg.memory_elements_per_sample = features * static_cast<double>(size * size) + features;
   const OpId avg_id = g.add_op(avg);
   g.connect(prev, avg_id);
   Op fc = make_op("head.fc", OpKind::gemm, head);
@@ -180,6 +190,7 @@ LayerGraph build_cnn_graph(const CnnDims& dims) {
   loss.forward_flops_per_sample = 5 * classes;
   loss.output_elements_per_sample = 1;
   loss.saved = {{"logits (fp32)", classes, 4, false, false}};
+  loss.memory_fixed_bytes_per_sample = 3 * 4 * classes;
   const OpId loss_id = g.add_op(loss);
   g.connect(fc_id, loss_id);
   return g;

@@ -38,12 +38,14 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
   Op tokens = make_op("embedding.tokens", OpKind::embedding, 0);
   tokens.tp_split_parameters = vocab * h;
   tokens.output_elements_per_sample = s * h;
+  tokens.memory_elements_per_sample = 2 * s * h;  // gather rows, write them
   OpId prev = g.add_op(tokens);
   if (t.positions == Positions::learned) {
     Op positions = make_op("embedding.positions", OpKind::elementwise, 0);
     positions.replicated_parameters = static_cast<double>(t.seq_len) * h;
     positions.forward_flops_per_sample = s * h;
     positions.output_elements_per_sample = s * h;
+    positions.memory_elements_per_sample = 3 * s * h;
     const OpId id = g.add_op(positions);
     g.connect(prev, id);
     prev = id;
@@ -51,6 +53,8 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
   if (dropout) {
     Op drop = make_op("embedding.dropout", OpKind::elementwise, 0);
     drop.saved = {{"embedding dropout mask", s * h, 1, false, false}};
+    drop.memory_elements_per_sample = 2 * s * h;
+    drop.memory_fixed_bytes_per_sample = s * h;
     drop.forward_flops_per_sample = s * h;
     drop.output_elements_per_sample = s * h;
     const OpId id = g.add_op(drop);
@@ -69,6 +73,7 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     ln1.forward_flops_per_sample = norm_flops_per_element * s * h;
     ln1.output_elements_per_sample = s * h;
     ln1.saved = {{"ln1 input", s * h, 0, false, false}};
+    ln1.memory_elements_per_sample = 2 * s * h;
     const OpId ln1_id = g.add_op(ln1);
     g.connect(prev, ln1_id);
 
@@ -78,6 +83,7 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     qkv.output_elements_per_sample = s * (q + 2 * kv);
     qkv.saved = {{"qkv input", s * h, 0, false, false}};
     qkv.gemm = {s, t.heads * t.head_dim + 2 * t.kv_heads * t.head_dim, t.hidden, 1};
+    qkv.tp_split = TpSplit::columns;
     const OpId qkv_id = g.add_op(qkv);
     g.connect(ln1_id, qkv_id);
 
@@ -86,6 +92,8 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     scores.output_elements_per_sample = a * s * s;
     scores.saved = {{"query", s * q, 0, true, false}, {"key", s * kv, 0, true, false}};
     scores.gemm = {s, seq_len, t.head_dim, t.heads};
+    scores.tp_split = TpSplit::heads;
+    scores.core_attention = true;
     const OpId scores_id = g.add_op(scores);
     g.connect(qkv_id, scores_id);
 
@@ -93,6 +101,9 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     softmax.forward_flops_per_sample = 5 * a * s * s;
     softmax.output_elements_per_sample = a * s * s;
     softmax.saved = {{"softmax output", a * s * s, 0, true, true}};
+    softmax.memory_elements_per_sample = 2 * a * s * s;  // fused scale + mask + softmax
+    softmax.tensor_parallel_region = true;
+    softmax.core_attention = true;
     OpId probs_id = g.add_op(softmax);
     g.connect(scores_id, probs_id);
 
@@ -101,6 +112,10 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
       drop.forward_flops_per_sample = a * s * s;
       drop.output_elements_per_sample = a * s * s;
       drop.saved = {{"attention dropout mask", a * s * s, 1, true, true}};
+      drop.memory_elements_per_sample = 2 * a * s * s;
+      drop.memory_fixed_bytes_per_sample = a * s * s;
+      drop.tensor_parallel_region = true;
+      drop.core_attention = true;
       const OpId id = g.add_op(drop);
       g.connect(probs_id, id);
       probs_id = id;
@@ -113,6 +128,8 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     // Without dropout the probabilities P V reads are the softmax output already saved.
     if (dropout) values.saved.push_back({"attention dropout output", a * s * s, 0, true, true});
     values.gemm = {s, t.head_dim, seq_len, t.heads};
+    values.tp_split = TpSplit::heads;
+    values.core_attention = true;
     const OpId values_id = g.add_op(values);
     g.connect(probs_id, values_id);
     g.connect(qkv_id, values_id);
@@ -124,6 +141,7 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     out.output_elements_per_sample = s * h;
     out.saved = {{"attention projection input", s * q, 0, true, false}};
     out.gemm = {s, t.hidden, t.heads * t.head_dim, 1};
+    out.tp_split = TpSplit::rows;
     const OpId out_id = g.add_op(out);
     g.connect(values_id, out_id);
 
@@ -131,6 +149,8 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     attn_residual.forward_flops_per_sample = (dropout ? 2 : 1) * s * h;
     attn_residual.output_elements_per_sample = s * h;
     if (dropout) attn_residual.saved = {{"attention output dropout mask", s * h, 1, false, false}};
+    attn_residual.memory_elements_per_sample = 3 * s * h;  // fused bias + dropout + residual add
+    attn_residual.memory_fixed_bytes_per_sample = dropout ? s * h : 0;
     const OpId attn_residual_id = g.add_op(attn_residual);
     g.connect(out_id, attn_residual_id);
     g.connect(prev, attn_residual_id);
@@ -140,6 +160,7 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     ln2.forward_flops_per_sample = norm_flops_per_element * s * h;
     ln2.output_elements_per_sample = s * h;
     ln2.saved = {{"ln2 input", s * h, 0, false, false}};
+    ln2.memory_elements_per_sample = 2 * s * h;
     OpId mlp_input_id = g.add_op(ln2);
     g.connect(attn_residual_id, mlp_input_id);
 
@@ -150,6 +171,7 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
       router.output_elements_per_sample = s * h * routed;  // tokens dispatched to their experts
       router.saved = {{"router probabilities", s * experts, 4, false, false}};
       router.gemm = {s, t.experts, t.hidden, 1};
+      router.memory_fixed_bytes_per_sample = 2 * s * experts * 4;  // fp32 softmax over experts
       const OpId id = g.add_op(router);
       g.connect(mlp_input_id, id);
       mlp_input_id = id;
@@ -161,6 +183,7 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     w_in.output_elements_per_sample = routed * s * mlp_in_width;
     w_in.saved = {{"mlp input", routed * s * h, 0, false, false}};
     w_in.gemm = {routed * s, gated ? 2 * t.ffn : t.ffn, t.hidden, 1};
+    w_in.tp_split = TpSplit::columns;
     const OpId w_in_id = g.add_op(w_in);
     g.connect(mlp_input_id, w_in_id);
 
@@ -172,6 +195,8 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     } else {
       act.saved = {{"gelu input", routed * s * f, 0, true, false}};
     }
+    act.memory_elements_per_sample = routed * (gated ? 3 : 2) * s * f;  // fused bias + activation (x gate)
+    act.tensor_parallel_region = true;
     const OpId act_id = g.add_op(act);
     g.connect(w_in_id, act_id);
 
@@ -182,6 +207,7 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     w_out.output_elements_per_sample = s * h;
     w_out.saved = {{"mlp projection input", routed * s * f, 0, true, false}};
     w_out.gemm = {routed * s, t.hidden, t.ffn, 1};
+    w_out.tp_split = TpSplit::rows;
     const OpId w_out_id = g.add_op(w_out);
     g.connect(act_id, w_out_id);
 
@@ -189,6 +215,8 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     mlp_residual.forward_flops_per_sample = (dropout ? 2 : 1) * s * h;
     mlp_residual.output_elements_per_sample = s * h;
     if (dropout) mlp_residual.saved = {{"mlp output dropout mask", s * h, 1, false, false}};
+    mlp_residual.memory_elements_per_sample = 3 * s * h;
+    mlp_residual.memory_fixed_bytes_per_sample = dropout ? s * h : 0;
     const OpId mlp_residual_id = g.add_op(mlp_residual);
     g.connect(w_out_id, mlp_residual_id);
     g.connect(attn_residual_id, mlp_residual_id);
@@ -203,6 +231,7 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
   final_norm.forward_flops_per_sample = norm_flops_per_element * s * h;
   final_norm.output_elements_per_sample = s * h;
   final_norm.saved = {{"final norm input", s * h, 0, false, false}};
+  final_norm.memory_elements_per_sample = 2 * s * h;
   const OpId final_norm_id = g.add_op(final_norm);
   g.connect(prev, final_norm_id);
 
@@ -212,6 +241,7 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
   lm_head.output_elements_per_sample = s * vocab;
   lm_head.saved = {{"output layer input", s * h, 0, false, false}};
   lm_head.gemm = {s, t.vocab, t.hidden, 1};
+  lm_head.tp_split = TpSplit::columns;  // vocabulary-parallel
   const OpId lm_head_id = g.add_op(lm_head);
   g.connect(final_norm_id, lm_head_id);
 
@@ -220,6 +250,9 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
   loss.forward_flops_per_sample = 5 * s * vocab;
   loss.output_elements_per_sample = 1;
   loss.saved = {{"logits (fp32)", s * vocab, 4, true, false}};
+  loss.memory_elements_per_sample = s * vocab;          // read the logits
+  loss.memory_fixed_bytes_per_sample = 2 * 4 * s * vocab;  // write and re-read them in fp32
+  loss.tensor_parallel_region = true;
   const OpId loss_id = g.add_op(loss);
   g.connect(lm_head_id, loss_id);
   return g;

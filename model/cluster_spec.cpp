@@ -4,6 +4,19 @@
 #include "model/yaml_reader.hpp"
 
 namespace meshplan {
+namespace {
+
+// Optional `achievable_fraction`, in (0, 1]; 1.0 (the line rate) when absent.
+double read_achievable_fraction(YamlMap& link) {
+  const auto fraction = link.number("achievable_fraction", Need::optional, 0, 1);
+  if (fraction && *fraction <= 0) {
+    link.add_problem("achievable_fraction", "must be greater than 0 and at most 1 (nccl-tests busbw / line rate)");
+    return 1.0;
+  }
+  return fraction.value_or(1.0);
+}
+
+}  // namespace
 
 Loaded<ClusterSpec> load_cluster(const std::string& name_or_path) {
   Loaded<ClusterSpec> result;
@@ -26,6 +39,7 @@ Loaded<ClusterSpec> load_cluster(const std::string& name_or_path) {
     cluster.intra_node.bandwidth_bytes_per_s =
         intra->number("per_direction_gb_per_s", Need::required, 1e-6, 1e6).value_or(0) * 1e9;
     cluster.intra_node.latency_s = intra->number("latency_us", Need::optional, 0, 1e6).value_or(0) * 1e-6;
+    cluster.intra_node.achievable_fraction = read_achievable_fraction(*intra);
     intra->finish();
   }
   if (auto inter = root.map("inter_node", Need::required)) {
@@ -34,6 +48,7 @@ Loaded<ClusterSpec> load_cluster(const std::string& name_or_path) {
     cluster.inter_node.bandwidth_bytes_per_s =
         inter->number("per_nic_gbit_per_s", Need::required, 1e-6, 1e6).value_or(0) * 1e9 / 8.0;
     cluster.inter_node.latency_s = inter->number("latency_us", Need::optional, 0, 1e6).value_or(0) * 1e-6;
+    cluster.inter_node.achievable_fraction = read_achievable_fraction(*inter);
     inter->finish();
   }
   root.finish();

@@ -18,6 +18,9 @@ struct LinkSpec {
   double bandwidth_bytes_per_s = 0;      // per direction, per device (intra) or per NIC (inter)
   double latency_s = 0;
   std::int64_t nics_per_node = 0;        // inter-node only
+  // Fraction of the line rate NCCL-style collectives reach on this link (nccl-tests
+  // busbw / line rate); the topology multiplies bandwidth_bytes_per_s by it. (0, 1].
+  double achievable_fraction = 1.0;
 };
 
 struct ClusterSpec {

@@ -37,6 +37,13 @@ Loaded<DeviceSpec> load_device(const std::string& name_or_path) {
   device.memory_bytes = root.number("memory_gib", Need::required, 1e-3, 1e6).value_or(0) * 1024.0 * 1024 * 1024;
   device.memory_bandwidth_bytes_per_s =
       root.number("memory_bandwidth_gb_per_s", Need::required, 1e-3, 1e6).value_or(0) * 1e9;
+  if (auto achievable = root.map("achievable", Need::optional)) {
+    device.gemm_efficiency = achievable->number("gemm_fraction", Need::optional, 0.01, 1.0).value_or(device.gemm_efficiency);
+    device.memory_efficiency =
+        achievable->number("memory_bandwidth_fraction", Need::optional, 0.01, 1.0).value_or(device.memory_efficiency);
+    achievable->finish();
+  }
+  device.compute_units = root.integer("compute_units", Need::optional, 1, 1 << 20).value_or(0);
   root.finish();
   return result;
 }

@@ -36,6 +36,10 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
     ex.rank_stage = deployment.rank >= 0 && deployment.rank < plan.mesh.world_size()
                         ? plan.mesh.coordinate(deployment.rank, Axis::pp)
                         : 0;
+    if (ex.valid) {
+      const Evaluator evaluator(model, cluster, plan.mesh.world_size(), ex.seq_len);
+      ex.time = evaluator.evaluate(plan).time;
+    }
     const StageMemory& worst = ex.memory->worst();
     if (!ex.memory->fits()) {
       ex.problems.push_back({Severity::error, "memory",

@@ -1,11 +1,13 @@
-// One plan, fully explained: validation problems, parameter count and the
-// per-device memory of every pipeline stage. What `meshplan explain` prints
-// and what the planner will rank.
+// One plan, fully explained: validation problems, parameter count, the
+// per-device memory of every pipeline stage (from the graph-walking
+// reference, memory_model.hpp) and, for a valid plan, the step time of the
+// fast evaluator. What `meshplan explain` prints.
 #pragma once
 
 #include <optional>
 
 #include "model/cluster_spec.hpp"
+#include "model/evaluate.hpp"
 #include "model/memory_model.hpp"
 #include "model/model_spec.hpp"
 #include "model/plan.hpp"
@@ -22,6 +24,7 @@ struct Explanation {
   bool valid = false;                   // no structural errors (memory aside)
   std::optional<MemoryEstimate> memory; // absent when the plan cannot be laid out at all
   std::int64_t rank_stage = 0;          // pipeline stage of deployment.rank
+  std::optional<TimeEstimate> time;     // present for valid plans
 
   bool fits_memory() const { return memory && memory->fits(); }
   bool feasible() const { return valid && fits_memory(); }

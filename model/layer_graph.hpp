@@ -51,6 +51,10 @@ struct GemmShape {  // per sample: rows scale with the sample's tokens
   std::int64_t batch = 1;       // independent matmuls (attention heads)
 };
 
+// Which GEMM dimension tensor parallelism divides (Megatron-LM): column-
+// parallel layers split n, row-parallel split k, attention splits heads.
+enum class TpSplit { none, columns, rows, heads };
+
 struct Op {
   std::string name;                 // "layer3.mlp.w_in"
   OpKind kind = OpKind::elementwise;
@@ -63,6 +67,17 @@ struct Op {
   double output_elements_per_sample = 0;
   std::vector<SavedTensor> saved;
   GemmShape gemm;                   // for gemm, attention_scores, attention_values, conv
+  TpSplit tp_split = TpSplit::none; // GEMMs: the dimension tp divides
+  // Non-GEMM ops: true when the op works on a tp shard (inside Megatron's
+  // f/g region); false when it runs on the whole tensor on every tp rank
+  // unless sequence parallelism splits it.
+  bool tensor_parallel_region = false;
+  bool core_attention = false;      // recomputed by "selective" recompute (QK^T, softmax, dropout, PV)
+  // Memory traffic of a memory-bound op in the forward pass, per sample:
+  // elements read + written at the activation dtype, and bytes of fixed-width
+  // data (1-byte dropout masks, fp32 logits).
+  double memory_elements_per_sample = 0;
+  double memory_fixed_bytes_per_sample = 0;
 };
 
 inline Op make_op(std::string name, OpKind kind, int block, bool expert = false) {

@@ -44,6 +44,13 @@ struct Plan {
   std::vector<std::int64_t> stage_layers;
   double gradient_bucket_bytes = 25.0 * 1024 * 1024;  // PyTorch DDP's default bucket_cap_mb = 25
   double memory_headroom = 0.05;    // fraction of device memory kept free (allocator, runtime)
+  bool overlap_gradient_reduction = true;  // dp gradient buckets reduce during the last backward
+  bool overlap_parameter_gather = true;    // fsdp / ZeRO-3 prefetch the next block's weights
+  // Backward tensor-parallel collectives run under the weight-gradient GEMMs
+  // (Megatron-Core's asynchronous TP communication). Off by default: the
+  // Megatron-LM runs of Korthikanti et al. 2022 are modelled without it, as
+  // Calculon (Isaev et al. 2023) models them.
+  bool overlap_tensor_parallel = false;
 
   // Micro-batches per optimizer step on each data-parallel rank (gradient
   // accumulation steps); 0 when the batch does not divide.

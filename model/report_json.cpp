@@ -33,6 +33,30 @@ nlohmann::ordered_json memory_to_json(const MemoryBreakdown& memory) {
   return j;
 }
 
+void add_time_to_json(nlohmann::ordered_json& j, const TimeEstimate& time) {
+  nlohmann::ordered_json t;
+  t["compute"] = time.compute_s;
+  t["communication"] = time.communication_s;
+  t["communication_exposed"] = time.communication_exposed_s;
+  t["communication_hidden"] = time.communication_s - time.communication_exposed_s;
+  t["bubble"] = time.bubble_s;
+  t["optimizer"] = time.optimizer_s;
+  t["step"] = time.step_s;
+  j["time_s"] = t;
+  nlohmann::ordered_json axes = nlohmann::ordered_json::object();
+  for (Axis axis : all_axes) {
+    const auto i = static_cast<std::size_t>(axis);
+    if (time.axis_communication_s[i] <= 0) continue;
+    axes[to_string(axis)] = {{"total", time.axis_communication_s[i]}, {"exposed", time.axis_exposed_s[i]}};
+  }
+  j["communication_s_by_axis"] = axes;
+  j["tokens_per_s"] = time.tokens_per_s;
+  j["mfu"] = time.mfu;
+  j["hfu"] = time.hfu;
+  j["model_flops_per_step"] = time.model_flops_per_step;
+  j["hardware_flops_per_step"] = time.hardware_flops_per_step;
+}
+
 nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
                                            const Explanation& ex) {
   nlohmann::ordered_json j;
@@ -82,6 +106,7 @@ nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const Cluster
   } else {
     j["memory_bytes"] = nullptr;
   }
+  if (ex.time) add_time_to_json(j, *ex.time);
   return j;
 }
 

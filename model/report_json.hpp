@@ -14,6 +14,9 @@ namespace meshplan {
 
 nlohmann::ordered_json plan_to_json(const Plan& plan);
 nlohmann::ordered_json memory_to_json(const MemoryBreakdown& memory);
+// time_s {compute, communication, communication_exposed, bubble, optimizer, step},
+// communication_s_by_axis, tokens_per_s, mfu, hfu, model_flops_per_step, ...
+void add_time_to_json(nlohmann::ordered_json& j, const TimeEstimate& time);
 nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
                                            const Explanation& explanation);
 

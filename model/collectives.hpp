@@ -1,0 +1,151 @@
+// What a collective over one mesh-axis group costs, in the alpha-beta
+// (Hockney) model: time = steps x latency + bytes x F_bus / bus bandwidth,
+// where F_bus is nccl-tests' bus-bandwidth factor. Pairing F_bus with a *bus*
+// bandwidth (the per-rank link rate: what the topology gives each axis and
+// what nccl-tests' busbw column measures) makes one bandwidth number valid
+// for every collective and every group size; only the latency term differs
+// by algorithm. Derivations and sources: docs/cost-model-communication.md.
+//
+// Everything here is inline and allocation-free: the planner calls it about
+// ten times per plan and evaluates around a million plans per second.
+//
+// Defines: Collective, CollectiveAlgorithm, bus_bandwidth_factor,
+// latency_steps, collective_time, hierarchical_all_reduce_time.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace meshplan {
+
+enum class Collective { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send_recv };
+// ring: NCCL's ring (pipelined chain for broadcast). tree: recursive
+// halving/doubling style, Rabenseifner's algorithm for all-reduce (Thakur,
+// Rabenseifner & Gropp 2005), NCCL's pipelined tree for broadcast.
+enum class CollectiveAlgorithm { ring, tree };
+
+std::string to_string(Collective collective);
+std::string to_string(CollectiveAlgorithm algorithm);
+
+// nccl-tests' bus-bandwidth factor F_bus (doc/PERFORMANCE.md, "Summary"):
+// all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n;
+// broadcast and send_recv 1. 0 for n < 1.
+inline double bus_bandwidth_factor(Collective collective, std::int64_t n) {
+  if (n < 1) return 0.0;
+  const double ranks = static_cast<double>(n);
+  switch (collective) {
+    case Collective::all_reduce: return 2.0 * (ranks - 1.0) / ranks;
+    case Collective::all_gather:
+    case Collective::reduce_scatter:
+    case Collective::all_to_all: return (ranks - 1.0) / ranks;
+    case Collective::broadcast:
+    case Collective::send_recv: return 1.0;
+  }
+  return 1.0;
+}
+
+// ceil(log2 n) for n >= 1, by bit width (no floating point).
+inline std::int64_t ceil_log2(std::int64_t n) {
+  return n <= 1 ? 0 : static_cast<std::int64_t>(std::bit_width(static_cast<std::uint64_t>(n - 1)));
+}
+
+// Tree variants exist for all_reduce, all_gather, reduce_scatter and
+// broadcast; all_to_all and send_recv have only the direct (ring) form.
+inline bool has_tree_variant(Collective collective) {
+  return collective != Collective::all_to_all && collective != Collective::send_recv;
+}
+
+// Latency terms (alpha multiples) per algorithm, n ranks.
+//   ring: all_reduce 2(n-1) (reduce-scatter then all-gather round the ring);
+//         all_gather, reduce_scatter, all_to_all n-1; broadcast n-1 (the
+//         pipelined chain's depth); send_recv 1.
+//   tree: all_reduce 2 ceil(log2 n) (Rabenseifner's algorithm: recursive-
+//         halving reduce-scatter, then recursive-doubling all-gather);
+//         all_gather ceil(log2 n) (recursive doubling); reduce_scatter
+//         ceil(log2 n) (recursive halving) -- all three from Thakur,
+//         Rabenseifner & Gropp 2005 (IJHPCA 19(1)), sections on allgather,
+//         reduce-scatter and allreduce; broadcast ceil(log2 n) (depth of
+//         NCCL's pipelined tree). Others fall back to ring.
+inline std::int64_t latency_steps(Collective collective, std::int64_t n, CollectiveAlgorithm algorithm) {
+  if (n <= 1) return 0;
+  if (algorithm == CollectiveAlgorithm::tree && has_tree_variant(collective)) {
+    const std::int64_t depth = ceil_log2(n);
+    return collective == Collective::all_reduce ? 2 * depth : depth;
+  }
+  switch (collective) {
+    case Collective::all_reduce: return 2 * (n - 1);
+    case Collective::all_gather:
+    case Collective::reduce_scatter:
+    case Collective::all_to_all:
+    case Collective::broadcast: return n - 1;
+    case Collective::send_recv: return 1;
+  }
+  return n - 1;
+}
+
+// Fraction of the ring's bus bandwidth a tree reaches. Alpha-beta gives
+// Rabenseifner the same bandwidth term as the ring; NCCL's tuner does not:
+// it models tree bus bandwidth as min(0.9 x ring's, a per-platform cap)
+// (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel: "busBw*.9"). Using
+// the 0.9 is what lets the ring win for large messages, as it does in NCCL.
+inline constexpr double kTreeBandwidthEfficiency = 0.9;
+
+struct CollectiveCost {
+  double time_s = 0;
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;  // the one actually priced
+};
+
+// One algorithm. `bytes` follows nccl-tests (all_reduce: the buffer;
+// all_gather: the gathered output; reduce_scatter: the full input;
+// all_to_all: all bytes one rank sends; broadcast/send_recv: the message).
+// time = latency_steps x latency_s + bytes x F_bus / (bus bandwidth x efficiency),
+// efficiency 1 for ring, kTreeBandwidthEfficiency for tree. Zero cost when
+// n <= 1 or bytes <= 0; +inf when the bandwidth is not positive. A tree asked
+// of all_to_all or send_recv is priced (and reported) as ring.
+inline CollectiveCost collective_time(Collective collective, double bytes, std::int64_t n,
+                                      double bus_bandwidth_bytes_per_s, double latency_s,
+                                      CollectiveAlgorithm algorithm) {
+  if (algorithm == CollectiveAlgorithm::tree && !has_tree_variant(collective)) algorithm = CollectiveAlgorithm::ring;
+  if (n <= 1 || !(bytes > 0)) return {0.0, algorithm};
+  if (!(bus_bandwidth_bytes_per_s > 0)) return {std::numeric_limits<double>::infinity(), algorithm};
+  const double efficiency = algorithm == CollectiveAlgorithm::tree ? kTreeBandwidthEfficiency : 1.0;
+  const double steps = static_cast<double>(latency_steps(collective, n, algorithm));
+  return {steps * latency_s + bytes * bus_bandwidth_factor(collective, n) / (bus_bandwidth_bytes_per_s * efficiency),
+          algorithm};
+}
+
+// The cheaper of ring and tree, as NCCL's tuner picks per call (ties go to ring).
+inline CollectiveCost collective_time(Collective collective, double bytes, std::int64_t n,
+                                      double bus_bandwidth_bytes_per_s, double latency_s) {
+  const CollectiveCost ring =
+      collective_time(collective, bytes, n, bus_bandwidth_bytes_per_s, latency_s, CollectiveAlgorithm::ring);
+  if (!has_tree_variant(collective)) return ring;
+  const CollectiveCost tree =
+      collective_time(collective, bytes, n, bus_bandwidth_bytes_per_s, latency_s, CollectiveAlgorithm::tree);
+  return tree.time_s < ring.time_s ? tree : ring;
+}
+
+// All-reduce of `bytes` over a group with m = members_per_node members on each
+// of `nodes` nodes, done hierarchically (Horovod's NCCLHierarchicalAllreduce;
+// Jia et al. 2018, "hierarchical all-reduce"): reduce-scatter inside the node
+// over m ranks, then m concurrent all-reduces across the nodes, each over the
+// 1/m shard its rank holds, then all-gather inside the node. Each phase takes
+// the cheaper of ring and tree.
+//   inter_bandwidth_per_rank_bytes_per_s: what each of those m cross-node all-reduces gets
+//   (they run at once, one per local rank), e.g. B_node / D when the node's D
+//   devices all take part.
+inline double hierarchical_all_reduce_time(double bytes, std::int64_t members_per_node, std::int64_t nodes,
+                                           double intra_bandwidth_bytes_per_s, double intra_latency_s,
+                                           double inter_bandwidth_per_rank_bytes_per_s, double inter_latency_s) {
+  if (!(bytes > 0)) return 0.0;
+  const std::int64_t m = members_per_node < 1 ? 1 : members_per_node;
+  const double shard_bytes = bytes / static_cast<double>(m);
+  return collective_time(Collective::reduce_scatter, bytes, m, intra_bandwidth_bytes_per_s, intra_latency_s).time_s +
+         collective_time(Collective::all_reduce, shard_bytes, nodes, inter_bandwidth_per_rank_bytes_per_s,
+                         inter_latency_s).time_s +
+         collective_time(Collective::all_gather, bytes, m, intra_bandwidth_bytes_per_s, intra_latency_s).time_s;
+}
+
+}  // namespace meshplan

@@ -1,0 +1,142 @@
+#include "model/profile.hpp"
+
+namespace meshplan {
+namespace {
+
+bool same_gemms(const std::vector<GemmWork>& a, const std::vector<GemmWork>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].rows_per_sample != b[i].rows_per_sample || a[i].n != b[i].n || a[i].k != b[i].k ||
+        a[i].batch != b[i].batch || a[i].tp_split != b[i].tp_split || a[i].core_attention != b[i].core_attention ||
+        a[i].has_weights != b[i].has_weights) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool same_2x2(const double (&a)[2][2], const double (&b)[2][2]) {
+  return a[0][0] == b[0][0] && a[0][1] == b[0][1] && a[1][0] == b[1][0] && a[1][1] == b[1][1];
+}
+
+}  // namespace
+
+bool BlockProfile::same_as(const BlockProfile& o) const {
+  return tp_split_parameters == o.tp_split_parameters && replicated_parameters == o.replicated_parameters &&
+         tied_parameters == o.tied_parameters && expert_tp_split_parameters == o.expert_tp_split_parameters &&
+         expert_replicated_parameters == o.expert_replicated_parameters && same_2x2(saved_elements, o.saved_elements) &&
+         same_2x2(saved_fixed_bytes, o.saved_fixed_bytes) && input_elements_per_sample == o.input_elements_per_sample &&
+         same_2x2(memory_elements, o.memory_elements) && same_2x2(memory_fixed_bytes, o.memory_fixed_bytes) &&
+         matmul_forward_flops_per_sample == o.matmul_forward_flops_per_sample &&
+         core_attention_flops_per_sample == o.core_attention_flops_per_sample &&
+         tp_forward_reduce_elements == o.tp_forward_reduce_elements &&
+         tp_backward_reduce_elements == o.tp_backward_reduce_elements &&
+         tp_forward_collectives == o.tp_forward_collectives && tp_backward_collectives == o.tp_backward_collectives &&
+         same_gemms(gemms, o.gemms);
+}
+
+ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
+  ModelProfile profile;
+  profile.kind = model.kind;
+  profile.seq_len = graph.seq_len;
+  profile.parameter_count = graph.parameter_count();
+  profile.layer_blocks = graph.layer_blocks();
+  if (model.kind == ModelKind::transformer) {
+    const auto& t = model.transformer;
+    profile.hidden = t.hidden;
+    profile.kv_width = t.kv_heads * t.head_dim;
+    profile.top_k = t.experts > 0 ? t.top_k : 1;
+    profile.experts = t.experts;
+  }
+  if (!profile.layer_blocks.empty()) {
+    profile.residual_elements_per_sample = graph.boundary_elements_per_sample(profile.layer_blocks.front());
+  }
+
+  for (std::size_t b = 0; b < graph.blocks.size(); ++b) {
+    const Block& block = graph.blocks[b];
+    BlockProfile bp;
+    bp.input_elements_per_sample = b == 0 ? 0 : graph.boundary_elements_per_sample(static_cast<int>(b) - 1);
+    for (OpId id : block.ops) {
+      const Op& op = graph.op(id);
+      if (op.expert) {
+        bp.expert_tp_split_parameters += op.tp_split_parameters;
+        bp.expert_replicated_parameters += op.replicated_parameters;
+      } else {
+        bp.tp_split_parameters += op.tp_split_parameters;
+        bp.replicated_parameters += op.replicated_parameters;
+      }
+      bp.tied_parameters += op.tied_parameters;
+      for (const SavedTensor& t : op.saved) {
+        const int region = t.tensor_parallel ? 1 : 0, selective = t.selective ? 1 : 0;
+        if (t.fixed_bytes_per_element > 0) {
+          bp.saved_fixed_bytes[region][selective] += t.elements_per_sample * t.fixed_bytes_per_element;
+        } else {
+          bp.saved_elements[region][selective] += t.elements_per_sample;
+        }
+      }
+      const bool gemm_like = op.kind == OpKind::gemm || op.kind == OpKind::attention_scores ||
+                             op.kind == OpKind::attention_values || op.kind == OpKind::conv;
+      if (gemm_like) {
+        GemmWork work;
+        work.rows_per_sample = op.gemm.rows_per_sample;
+        work.n = static_cast<double>(op.gemm.n);
+        work.k = static_cast<double>(op.gemm.k);
+        work.batch = static_cast<double>(op.gemm.batch);
+        work.tp_split = op.tp_split;
+        work.core_attention = op.core_attention;
+        work.has_weights = op.kind == OpKind::gemm || op.kind == OpKind::conv;
+        if (op.tp_split == TpSplit::rows) {
+          bp.tp_forward_reduce_elements += op.output_elements_per_sample;
+          ++bp.tp_forward_collectives;
+        } else if (op.tp_split == TpSplit::columns && boost::in_degree(id, graph.graph) > 0) {  // the data needs no gradient
+          bp.tp_backward_reduce_elements += op.gemm.rows_per_sample * static_cast<double>(op.gemm.k);
+          ++bp.tp_backward_collectives;
+        }
+        bp.gemms.push_back(work);
+        bp.matmul_forward_flops_per_sample += op.forward_flops_per_sample;
+        if (op.core_attention) bp.core_attention_flops_per_sample += op.forward_flops_per_sample;
+      } else {
+        const int region = op.tensor_parallel_region ? 1 : 0, core = op.core_attention ? 1 : 0;
+        bp.memory_elements[region][core] += op.memory_elements_per_sample;
+        bp.memory_fixed_bytes[region][core] += op.memory_fixed_bytes_per_sample;
+        if (op.kind == OpKind::embedding && op.tp_split_parameters > 0) {
+          bp.tp_forward_reduce_elements += op.output_elements_per_sample;
+          ++bp.tp_forward_collectives;
+        }
+        if (op.kind == OpKind::cross_entropy && op.tensor_parallel_region) {
+          bp.tp_forward_reduce_elements += 3 * static_cast<double>(graph.seq_len);  // max, sum of exp, target logit
+          bp.tp_forward_collectives += 3;
+        }
+      }
+    }
+    profile.model_flops_per_sample += 3 * bp.matmul_forward_flops_per_sample;
+    profile.block_role.push_back(block.kind);
+    if (block.kind == BlockKind::embedding) profile.embedding_block = static_cast<int>(b);
+    if (block.kind == BlockKind::head) profile.head_block = static_cast<int>(b);
+    int kind = -1;
+    for (std::size_t k = 0; k < profile.kinds.size(); ++k) {
+      if (profile.kinds[k].same_as(bp)) {
+        kind = static_cast<int>(k);
+        break;
+      }
+    }
+    if (kind < 0) {
+      kind = static_cast<int>(profile.kinds.size());
+      profile.kinds.push_back(std::move(bp));
+      profile.kind_role.push_back(block.kind);
+    }
+    profile.block_kind.push_back(kind);
+  }
+  for (std::size_t i = 0; i < profile.layer_blocks.size(); ++i) {
+    const int kind = profile.block_kind[static_cast<std::size_t>(profile.layer_blocks[i])];
+    if (i == 0) {
+      profile.uniform_layer_kind = kind;
+    } else if (kind != profile.uniform_layer_kind) {
+      profile.uniform_layer_kind = -1;
+      break;
+    }
+  }
+  return profile;
+}
+
+}  // namespace meshplan

@@ -1,0 +1,75 @@
+// A model's layer graph boiled down, once per (model, sequence length), to
+// the per-block sums the planner needs, so that evaluating one plan costs
+// microseconds instead of a walk over every op. Identical blocks (all the
+// layers of a transformer) share one BlockProfile. memory_model.cpp walks the
+// graph itself and is the reference the fast evaluator is tested against.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/layer_graph.hpp"
+#include "model/model_spec.hpp"
+
+namespace meshplan {
+
+struct GemmWork {
+  double rows_per_sample = 0;  // m before micro-batching and context splitting
+  double n = 0, k = 0, batch = 1;
+  TpSplit tp_split = TpSplit::none;
+  bool core_attention = false;
+  bool has_weights = true;  // false for QK^T and PV: their backward has no weight-gradient half
+};
+
+struct BlockProfile {
+  // Parameters (dense and mixture-of-experts), as the ops split them over tp.
+  double tp_split_parameters = 0;
+  double replicated_parameters = 0;
+  double tied_parameters = 0;
+  double expert_tp_split_parameters = 0;
+  double expert_replicated_parameters = 0;
+  // Saved activations per sample, [tensor-parallel region][dropped by selective recompute].
+  double saved_elements[2][2] = {};      // at the activation dtype
+  double saved_fixed_bytes[2][2] = {};   // masks and fp32 tensors
+  double input_elements_per_sample = 0;  // the block's input tensor (what full recompute keeps)
+  // Work in the forward pass.
+  std::vector<GemmWork> gemms;
+  double memory_elements[2][2] = {};     // [tensor-parallel region][core attention]
+  double memory_fixed_bytes[2][2] = {};
+  double matmul_forward_flops_per_sample = 0;  // GEMM-like ops: what "model FLOPs" count
+  double core_attention_flops_per_sample = 0;
+  // Tensor-parallel all-reduces (Megatron's g in the forward, f in the
+  // backward): a row-parallel GEMM sums its output, a column-parallel GEMM
+  // sums its input gradient, a vocabulary-parallel embedding its output, a
+  // vocabulary-parallel cross-entropy three scalars per token.
+  double tp_forward_reduce_elements = 0;   // per sample
+  double tp_backward_reduce_elements = 0;
+  int tp_forward_collectives = 0;
+  int tp_backward_collectives = 0;
+
+  bool same_as(const BlockProfile& other) const;
+};
+
+struct ModelProfile {
+  ModelKind kind = ModelKind::transformer;
+  std::int64_t seq_len = 1;
+  std::vector<BlockProfile> kinds;   // unique block profiles
+  std::vector<int> block_kind;       // graph block -> index into kinds
+  std::vector<BlockKind> block_role; // graph block -> embedding / layer / head
+  std::vector<BlockKind> kind_role;  // kind -> the role of its blocks
+  std::vector<int> layer_blocks;     // graph block ids of the pipeline-partitioned layers
+  int uniform_layer_kind = -1;       // the kind every layer block shares, or -1
+  int embedding_block = -1;
+  int head_block = -1;
+  double parameter_count = 0;
+  double model_flops_per_sample = 0;  // forward + backward matmul FLOPs (3x forward)
+  double residual_elements_per_sample = 0;  // what crosses a pipeline stage boundary
+  // For communication volumes.
+  std::int64_t hidden = 0, kv_width = 0, top_k = 1, experts = 0;
+
+  const BlockProfile& profile_of_block(int block) const { return kinds[static_cast<std::size_t>(block_kind[static_cast<std::size_t>(block)])]; }
+};
+
+ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph);
+
+}  // namespace meshplan

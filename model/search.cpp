@@ -1,0 +1,321 @@
+#include "model/search.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+namespace meshplan {
+namespace {
+
+// Outermost first; tp innermost so that it stays inside a node.
+constexpr Axis kCanonicalOrder[] = {Axis::pp, Axis::dp, Axis::fsdp, Axis::ep, Axis::cp, Axis::tp};
+
+std::vector<std::int64_t> divisors(std::int64_t n) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d * d <= n; ++d) {
+    if (n % d == 0) {
+      out.push_back(d);
+      if (d != n / d) out.push_back(n / d);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+struct CostKey {
+  std::int64_t tp, cp, ep, micro_batch;
+  bool sequence_parallel;
+  Recompute recompute;
+  Precision precision;
+  bool operator<(const CostKey& o) const {
+    return std::tie(tp, cp, ep, micro_batch, sequence_parallel, recompute, precision) <
+           std::tie(o.tp, o.cp, o.ep, o.micro_batch, o.sequence_parallel, o.recompute, o.precision);
+  }
+};
+
+bool faster(const Candidate& a, const Candidate& b) {
+  if (a.estimate.time.step_s != b.estimate.time.step_s) return a.estimate.time.step_s < b.estimate.time.step_s;
+  const double ma = a.estimate.worst_memory.total_bytes(), mb = b.estimate.worst_memory.total_bytes();
+  if (ma != mb) return ma < mb;
+  return std::make_tuple(a.plan.mesh.to_string(), a.plan.micro_batch, a.plan.zero_stage, to_string(a.plan.recompute),
+                         a.plan.sequence_parallel, to_string(a.plan.schedule)) <
+         std::make_tuple(b.plan.mesh.to_string(), b.plan.micro_batch, b.plan.zero_stage, to_string(b.plan.recompute),
+                         b.plan.sequence_parallel, to_string(b.plan.schedule));
+}
+
+}  // namespace
+
+std::string to_string(Rejection rejection) {
+  switch (rejection) {
+    case Rejection::none: return "";
+    case Rejection::tp_heads: return "tp_heads";
+    case Rejection::tp_width: return "tp_width";
+    case Rejection::axis_unsupported: return "axis_unsupported";
+    case Rejection::pp_layers: return "pp_layers";
+    case Rejection::interleave_micro_batches: return "interleave_micro_batches";
+    case Rejection::cp_sequence: return "cp_sequence";
+    case Rejection::ep_experts: return "ep_experts";
+    case Rejection::batch: return "batch";
+    case Rejection::out_of_memory: return "out_of_memory";
+  }
+  return "?";
+}
+
+std::string explain_rejection(Rejection rejection, const ModelSpec& model, double usable_bytes) {
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.1f", usable_bytes / (1024.0 * 1024 * 1024));
+  const auto& t = model.transformer;
+  switch (rejection) {
+    case Rejection::none: return "feasible";
+    case Rejection::tp_heads:
+      return "need tp dividing the " + std::to_string(t.heads) + " attention heads (and " + std::to_string(t.kv_heads) +
+             " key/value heads)";
+    case Rejection::tp_width: return "need tp dividing the feed-forward / MLP widths";
+    case Rejection::axis_unsupported: return "use an axis a " + to_string(model.kind) + " model cannot use";
+    case Rejection::pp_layers: return "cannot split the layers evenly into pp x v chunks";
+    case Rejection::interleave_micro_batches: return "interleave with micro-batches not divisible by pp";
+    case Rejection::cp_sequence: return "need cp dividing the sequence length";
+    case Rejection::ep_experts: return "need ep dividing the experts (or a mixture-of-experts model)";
+    case Rejection::batch: return "cannot split the global batch into micro-batches x data-parallel ranks";
+    case Rejection::out_of_memory: return std::string("exceed the ") + gib + " GiB usable per device";
+  }
+  return "?";
+}
+
+std::vector<Mesh> enumerate_meshes(std::int64_t world_size, const SearchSpace& space, std::int64_t devices_per_node) {
+  std::vector<Axis> axes;
+  for (Axis axis : kCanonicalOrder) {
+    if (std::find(space.axes.begin(), space.axes.end(), axis) != space.axes.end()) axes.push_back(axis);
+  }
+  auto limit = [&](Axis axis) -> std::int64_t {
+    switch (axis) {
+      case Axis::tp: return space.max_tp > 0 ? space.max_tp : devices_per_node;
+      case Axis::pp: return space.max_pp > 0 ? space.max_pp : world_size;
+      case Axis::cp: return space.max_cp > 0 ? space.max_cp : world_size;
+      case Axis::ep: return space.max_ep > 0 ? space.max_ep : world_size;
+      default: return world_size;
+    }
+  };
+  std::vector<Mesh> meshes;
+  std::vector<MeshAxis> current;
+  auto recurse = [&](auto&& self, std::size_t index, std::int64_t remaining) -> void {
+    if (index == axes.size()) {
+      if (remaining == 1) {
+        Mesh mesh;
+        for (const auto& a : current) {
+          if (a.size > 1) mesh.axes.push_back(a);
+        }
+        if (mesh.axes.empty()) mesh.axes.push_back({axes.empty() ? Axis::dp : axes.front(), 1});
+        meshes.push_back(std::move(mesh));
+      }
+      return;
+    }
+    for (std::int64_t d : divisors(remaining)) {
+      if (d > limit(axes[index])) break;
+      current.push_back({axes[index], d});
+      self(self, index + 1, remaining / d);
+      current.pop_back();
+    }
+  };
+  if (!axes.empty()) recurse(recurse, 0, world_size);
+  return meshes;
+}
+
+Rejection quick_check(const Evaluator& evaluator, const Plan& plan) {
+  const ModelSpec& model = evaluator.model();
+  const Mesh& mesh = plan.mesh;
+  const std::int64_t tp = mesh.size(Axis::tp), pp = mesh.size(Axis::pp), cp = mesh.size(Axis::cp);
+  const std::int64_t ep = mesh.size(Axis::ep);
+  const std::int64_t seq = evaluator.profile().seq_len;
+  if (model.kind == ModelKind::cnn && (tp > 1 || pp > 1 || cp > 1 || ep > 1)) return Rejection::axis_unsupported;
+  if (model.kind == ModelKind::mlp && (cp > 1 || ep > 1)) return Rejection::axis_unsupported;
+  if (plan.sequence_parallel && model.kind != ModelKind::transformer) return Rejection::axis_unsupported;
+  if (model.kind == ModelKind::transformer) {
+    const auto& t = model.transformer;
+    if (t.heads % tp != 0 || t.kv_heads % tp != 0) return Rejection::tp_heads;
+    if (t.ffn % tp != 0) return Rejection::tp_width;
+    if (cp > 1 && seq % cp != 0) return Rejection::cp_sequence;
+    if (ep > 1 && (t.experts == 0 || t.experts % ep != 0)) return Rejection::ep_experts;
+  }
+  if (model.kind == ModelKind::mlp && tp > 1) {
+    const auto& sizes = model.mlp.layer_sizes;
+    for (std::size_t i = 0; i + 1 < sizes.size(); ++i) {
+      if ((i % 2 == 0 ? sizes[i + 1] : sizes[i]) % tp != 0) return Rejection::tp_width;
+    }
+  }
+  const auto layers = static_cast<std::int64_t>(evaluator.profile().layer_blocks.size());
+  const std::int64_t chunks = (model.kind == ModelKind::cnn ? 1 : pp) * plan.schedule.virtual_stages;
+  if (plan.stage_layers.empty() && (chunks > layers || layers % chunks != 0)) return Rejection::pp_layers;
+  const std::int64_t per_step = plan.micro_batch * mesh.data_parallel_size();
+  if (plan.micro_batch < 1 || plan.global_batch < 1 || plan.global_batch % per_step != 0) return Rejection::batch;
+  if (plan.schedule.kind == ScheduleKind::interleaved && pp > 1 && plan.micro_batches() % pp != 0) {
+    return Rejection::interleave_micro_batches;
+  }
+  return Rejection::none;
+}
+
+SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const SearchSpace& space,
+                    const SearchOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  SearchResult result;
+  const ModelSpec& model = evaluator.model();
+  const std::int64_t world = evaluator.topology().world_size;
+  const std::vector<Mesh> meshes = enumerate_meshes(world, space, evaluator.topology().devices_per_node);
+  const bool transformer = model.kind == ModelKind::transformer;
+
+  struct MeshResult {
+    std::vector<Candidate> candidates;  // all (for on_candidate) or feasible (for ranking)
+    SearchStats stats;
+    bool done = false;
+  };
+  std::vector<MeshResult> slots(meshes.size());
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::int64_t> plans_so_far{0};
+  const bool keep_all = static_cast<bool>(options.on_candidate);
+
+  auto work = [&]() {
+    std::map<CostKey, std::vector<BlockCost>> cost_cache;
+    for (;;) {
+      const std::size_t index = next.fetch_add(1);
+      if (index >= meshes.size()) return;
+      if (options.cancel && options.cancel->load()) return;
+      const Mesh& mesh = meshes[index];
+      MeshResult local;
+      const std::vector<AxisPlacement> placements = place_axes(evaluator.topology(), mesh);
+      const std::int64_t data = mesh.data_parallel_size();
+      const std::int64_t tp = mesh.size(Axis::tp), pp = mesh.size(Axis::pp);
+      std::vector<std::int64_t> micro_batches = space.micro_batches;
+      if (micro_batches.empty()) {
+        for (std::int64_t b = 1; b <= 64; b *= 2) micro_batches.push_back(b);
+      }
+      Plan plan;
+      plan.mesh = mesh;
+      plan.global_batch = global_batch;
+      plan.memory_headroom = space.memory_headroom;
+      for (std::int64_t b : micro_batches) {
+        plan.micro_batch = b;
+        if (b * data > global_batch) continue;  // not a candidate at all: more than the batch
+        for (Precision precision : space.precisions) {
+          plan.precision = precision;
+          for (Recompute recompute : space.recomputes) {
+            if (!transformer && recompute == Recompute::selective) continue;  // nothing to be selective about
+            plan.recompute = recompute;
+            for (bool sp : space.sequence_parallel) {
+              if (sp && (tp == 1 || !transformer)) continue;
+              plan.sequence_parallel = sp;
+              const std::vector<BlockCost>* costs = nullptr;
+              for (int zero : space.zero_stages) {
+                if (zero > 0 && mesh.size(Axis::dp) == 1) continue;  // the same plan as ZeRO 0
+                plan.zero_stage = zero;
+                for (ScheduleKind kind : space.schedules) {
+                  const bool pipelined = pp > 1 && model.kind != ModelKind::cnn;
+                  if (!pipelined && kind != ScheduleKind::one_f_one_b) continue;
+                  std::vector<std::int64_t> vs = {1};
+                  if (kind == ScheduleKind::interleaved) vs = space.interleave;
+                  for (std::int64_t v : vs) {
+                    plan.schedule = {kind, v};
+                    Candidate candidate;
+                    candidate.rejection = quick_check(evaluator, plan);
+                    ++local.stats.plans;
+                    if (candidate.rejection == Rejection::none) {
+                      if (!costs) {
+                        const CostKey key{tp, mesh.size(Axis::cp), mesh.size(Axis::ep), b, sp, recompute, precision};
+                        auto it = cost_cache.find(key);
+                        if (it == cost_cache.end()) it = cost_cache.emplace(key, evaluator.block_costs(plan, placements)).first;
+                        costs = &it->second;
+                      }
+                      candidate.estimate = evaluator.evaluate(plan, placements, *costs);
+                      ++local.stats.evaluated;
+                      if (!candidate.estimate.fits) candidate.rejection = Rejection::out_of_memory;
+                    }
+                    ++local.stats.rejected[static_cast<std::size_t>(candidate.rejection)];
+                    if (candidate.rejection == Rejection::none) ++local.stats.feasible;
+                    if (keep_all || (options.keep_ranked && candidate.rejection == Rejection::none)) {
+                      candidate.plan = plan;
+                      local.candidates.push_back(std::move(candidate));
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+      plans_so_far.fetch_add(local.stats.plans);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        local.done = true;
+        slots[index] = std::move(local);
+      }
+      ready.notify_one();
+    }
+  };
+
+  int threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(meshes.size(), 1))));
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) pool.emplace_back(work);
+
+  // Drain the slots in mesh order: deterministic output whatever the thread timing.
+  std::size_t emitted = 0;
+  while (emitted < meshes.size()) {
+    std::unique_lock<std::mutex> lock(mutex);
+    const bool got = ready.wait_for(lock, std::chrono::milliseconds(100), [&] { return slots[emitted].done; });
+    if (options.on_progress) options.on_progress(plans_so_far.load(), static_cast<std::int64_t>(emitted), static_cast<std::int64_t>(meshes.size()));
+    if (!got) {
+      if (options.cancel && options.cancel->load()) {
+        lock.unlock();
+        for (auto& t : pool) t.join();
+        pool.clear();
+        // Emit whatever finished, in order, up to the first gap.
+        while (emitted < meshes.size() && slots[emitted].done) {
+          MeshResult& slot = slots[emitted++];
+          for (auto& c : slot.candidates) {
+            if (options.on_candidate) options.on_candidate(c);
+          }
+        }
+        break;
+      }
+      continue;
+    }
+    MeshResult slot = std::move(slots[emitted]);
+    slots[emitted].candidates.clear();
+    slots[emitted].done = true;
+    lock.unlock();
+    ++emitted;
+    result.stats.meshes += 1;
+    result.stats.plans += slot.stats.plans;
+    result.stats.evaluated += slot.stats.evaluated;
+    result.stats.feasible += slot.stats.feasible;
+    for (std::size_t r = 0; r < result.stats.rejected.size(); ++r) result.stats.rejected[r] += slot.stats.rejected[r];
+    for (auto& c : slot.candidates) {
+      if (options.on_candidate) options.on_candidate(c);
+      if (options.keep_ranked && c.rejection == Rejection::none) result.ranked.push_back(std::move(c));
+    }
+  }
+  for (auto& t : pool) t.join();
+  if (options.on_progress) options.on_progress(plans_so_far.load(), static_cast<std::int64_t>(emitted), static_cast<std::int64_t>(meshes.size()));
+
+  std::sort(result.ranked.begin(), result.ranked.end(), faster);
+  // Pareto front of step time against memory per device: walking fastest
+  // first, keep each plan that needs less memory than every faster one.
+  double best_memory = std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < result.ranked.size(); ++i) {
+    const double memory = result.ranked[i].estimate.worst_memory.total_bytes();
+    if (memory < best_memory) {
+      result.pareto.push_back(i);
+      best_memory = memory;
+    }
+  }
+  result.stats.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+}  // namespace meshplan

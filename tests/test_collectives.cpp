@@ -1,0 +1,177 @@
+// Collective costs: nccl-tests' bus-bandwidth factors exactly, alpha-beta
+// times against hand-computed values, the ring/tree choice, and the edges
+// (one rank, no bytes, no bandwidth).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "model/collectives.hpp"
+
+namespace meshplan {
+namespace {
+
+constexpr Collective kAll[] = {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
+                               Collective::all_to_all, Collective::broadcast,  Collective::send_recv};
+
+TEST(Collectives, BusBandwidthFactorsAreNcclTests) {
+  // doc/PERFORMANCE.md of nccl-tests, "Summary".
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(Collective::all_reduce, 8), 1.75);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(Collective::all_reduce, 2), 1.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(Collective::all_reduce, 1024), 2.0 * 1023 / 1024);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(Collective::all_gather, 8), 0.875);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(Collective::reduce_scatter, 8), 0.875);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(Collective::all_to_all, 8), 0.875);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(Collective::all_gather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(Collective::broadcast, 8), 1.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(Collective::send_recv, 2), 1.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(Collective::all_reduce, 1), 0.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(Collective::all_gather, 1), 0.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(Collective::all_reduce, 0), 0.0);
+}
+
+TEST(Collectives, CeilLog2) {
+  EXPECT_EQ(ceil_log2(1), 0);
+  EXPECT_EQ(ceil_log2(2), 1);
+  EXPECT_EQ(ceil_log2(3), 2);
+  EXPECT_EQ(ceil_log2(4), 2);
+  EXPECT_EQ(ceil_log2(5), 3);
+  EXPECT_EQ(ceil_log2(1024), 10);
+  EXPECT_EQ(ceil_log2(1025), 11);
+}
+
+TEST(Collectives, LatencyStepsPerAlgorithm) {
+  EXPECT_EQ(latency_steps(Collective::all_reduce, 8, CollectiveAlgorithm::ring), 14);
+  EXPECT_EQ(latency_steps(Collective::all_reduce, 8, CollectiveAlgorithm::tree), 6);
+  EXPECT_EQ(latency_steps(Collective::all_reduce, 6, CollectiveAlgorithm::tree), 6);  // 2 ceil(log2 6)
+  EXPECT_EQ(latency_steps(Collective::all_gather, 8, CollectiveAlgorithm::ring), 7);
+  EXPECT_EQ(latency_steps(Collective::reduce_scatter, 8, CollectiveAlgorithm::tree), 3);
+  EXPECT_EQ(latency_steps(Collective::broadcast, 16, CollectiveAlgorithm::ring), 15);
+  EXPECT_EQ(latency_steps(Collective::broadcast, 16, CollectiveAlgorithm::tree), 4);
+  EXPECT_EQ(latency_steps(Collective::all_to_all, 16, CollectiveAlgorithm::ring), 15);
+  EXPECT_EQ(latency_steps(Collective::all_to_all, 16, CollectiveAlgorithm::tree), 15);  // no tree form
+  EXPECT_EQ(latency_steps(Collective::send_recv, 2, CollectiveAlgorithm::ring), 1);
+  EXPECT_EQ(latency_steps(Collective::all_reduce, 1, CollectiveAlgorithm::ring), 0);
+}
+
+TEST(Collectives, TimesMatchHandComputedAlphaBeta) {
+  struct Case {
+    Collective collective;
+    double bytes;
+    std::int64_t n;
+    double bandwidth;
+    double latency;
+    CollectiveAlgorithm algorithm;
+    double expected_s;
+    CollectiveAlgorithm expected_algorithm;
+  };
+  using A = CollectiveAlgorithm;
+  const Case cases[] = {
+      // ring all-reduce: 2(n-1) alpha + S 2(n-1)/n / B = 14 x 5 us + 1e9 x 1.75 / 100e9
+      {Collective::all_reduce, 1e9, 8, 100e9, 5e-6, A::ring, 14 * 5e-6 + 0.0175, A::ring},
+      // Rabenseifner: 2 log2(8) alpha + same bytes at 0.9 B
+      {Collective::all_reduce, 1e9, 8, 100e9, 5e-6, A::tree, 6 * 5e-6 + 0.0175 / 0.9, A::tree},
+      // all-gather: (n-1) alpha + S (n-1)/n / B
+      {Collective::all_gather, 8e8, 4, 50e9, 2e-6, A::ring, 3 * 2e-6 + 8e8 * 0.75 / 50e9, A::ring},
+      {Collective::all_gather, 8e8, 4, 50e9, 2e-6, A::tree, 2 * 2e-6 + 8e8 * 0.75 / 45e9, A::tree},
+      {Collective::reduce_scatter, 1.6e9, 16, 200e9, 1e-6, A::ring, 15e-6 + 1.6e9 * 15 / 16 / 200e9, A::ring},
+      {Collective::all_to_all, 6.4e8, 16, 25e9, 5e-6, A::ring, 15 * 5e-6 + 6.4e8 * 15 / 16 / 25e9, A::ring},
+      // all-to-all has no tree form: priced and labelled as ring
+      {Collective::all_to_all, 6.4e8, 16, 25e9, 5e-6, A::tree, 15 * 5e-6 + 6.4e8 * 15 / 16 / 25e9, A::ring},
+      {Collective::broadcast, 1e8, 16, 20e9, 3e-6, A::ring, 15 * 3e-6 + 1e8 / 20e9, A::ring},
+      {Collective::broadcast, 1e8, 16, 20e9, 3e-6, A::tree, 4 * 3e-6 + 1e8 / 18e9, A::tree},
+      {Collective::send_recv, 3e7, 2, 24e9, 7e-6, A::ring, 7e-6 + 3e7 / 24e9, A::ring},
+  };
+  for (const Case& c : cases) {
+    const CollectiveCost cost = collective_time(c.collective, c.bytes, c.n, c.bandwidth, c.latency, c.algorithm);
+    EXPECT_NEAR(cost.time_s, c.expected_s, 1e-12 * c.expected_s + 1e-15)
+        << to_string(c.collective) << " " << to_string(c.algorithm) << " n=" << c.n;
+    EXPECT_EQ(cost.algorithm, c.expected_algorithm) << to_string(c.collective);
+  }
+}
+
+TEST(Collectives, AutoTakesTheCheaperAlgorithm) {
+  // 1 KiB over 1024 ranks at 25 GB/s, 5 us per step: ring pays 2046 latencies, tree 20.
+  const CollectiveCost small = collective_time(Collective::all_reduce, 1024, 1024, 25e9, 5e-6);
+  EXPECT_EQ(small.algorithm, CollectiveAlgorithm::tree);
+  EXPECT_NEAR(small.time_s, 20 * 5e-6 + 1024 * (2.0 * 1023 / 1024) / (0.9 * 25e9), 1e-15);
+  // 1 GiB inside an 8-GPU node: the bandwidth term dominates and the ring's full rate wins.
+  const CollectiveCost large = collective_time(Collective::all_reduce, 1 << 30, 8, 230e9, 2e-6);
+  EXPECT_EQ(large.algorithm, CollectiveAlgorithm::ring);
+  EXPECT_DOUBLE_EQ(large.time_s,
+                   collective_time(Collective::all_reduce, 1 << 30, 8, 230e9, 2e-6, CollectiveAlgorithm::ring).time_s);
+  // Even at 1024 ranks, 10 GB is bandwidth-bound: ring.
+  EXPECT_EQ(collective_time(Collective::all_reduce, 1e10, 1024, 25e9, 5e-6).algorithm, CollectiveAlgorithm::ring);
+  // Tiny all-gather at large n: tree.
+  EXPECT_EQ(collective_time(Collective::all_gather, 4096, 512, 25e9, 5e-6).algorithm, CollectiveAlgorithm::tree);
+  // Two ranks: equal latency steps, so ring (ties and the better rate both favour it).
+  EXPECT_EQ(collective_time(Collective::all_reduce, 8, 2, 25e9, 5e-6).algorithm, CollectiveAlgorithm::ring);
+}
+
+TEST(Collectives, AutoIsNeverWorseThanEitherAlgorithm) {
+  for (Collective c : kAll) {
+    for (std::int64_t n : {2, 3, 8, 64, 1000}) {
+      for (double bytes : {1.0, 1e4, 1e6, 1e8, 1e10}) {
+        const double best = collective_time(c, bytes, n, 50e9, 4e-6).time_s;
+        EXPECT_LE(best, collective_time(c, bytes, n, 50e9, 4e-6, CollectiveAlgorithm::ring).time_s);
+        EXPECT_LE(best, collective_time(c, bytes, n, 50e9, 4e-6, CollectiveAlgorithm::tree).time_s);
+      }
+    }
+  }
+}
+
+TEST(Collectives, MonotoneInBytes) {
+  for (Collective c : kAll) {
+    for (std::int64_t n : {2, 8, 100, 4096}) {
+      double previous = 0;
+      for (double bytes = 1; bytes < 1e12; bytes *= 3) {
+        const double time_s = collective_time(c, bytes, n, 25e9, 5e-6).time_s;
+        EXPECT_GE(time_s, previous) << to_string(c) << " n=" << n << " bytes=" << bytes;
+        previous = time_s;
+      }
+    }
+  }
+}
+
+TEST(Collectives, NothingToDoCostsNothing) {
+  for (Collective c : kAll) {
+    EXPECT_EQ(collective_time(c, 1e9, 1, 25e9, 5e-6).time_s, 0.0) << to_string(c);
+    EXPECT_EQ(collective_time(c, 1e9, 0, 25e9, 5e-6).time_s, 0.0) << to_string(c);
+    EXPECT_EQ(collective_time(c, 0, 64, 25e9, 5e-6).time_s, 0.0) << to_string(c);
+    EXPECT_EQ(collective_time(c, -5, 64, 25e9, 5e-6).time_s, 0.0) << to_string(c);
+    // A size-1 mesh axis has infinite bandwidth: only latency would remain, and n = 1 has none.
+    EXPECT_EQ(collective_time(c, 1e9, 1, std::numeric_limits<double>::infinity(), 0).time_s, 0.0);
+  }
+  EXPECT_TRUE(std::isinf(collective_time(Collective::all_reduce, 1e9, 8, 0, 5e-6).time_s));
+  EXPECT_EQ(hierarchical_all_reduce_time(0, 8, 4, 230e9, 2e-6, 24e9, 7e-6), 0.0);
+}
+
+TEST(Collectives, HierarchicalAllReduceHandComputed) {
+  // 1 GB over 4 nodes x 8 GPUs: reduce-scatter over 8 at 230 GB/s, all-reduce of
+  // 1/8 over 4 nodes at 24 GB/s, all-gather over 8. Every phase is bandwidth
+  // bound here, so each is the ring's.
+  const double reduce_scatter_s = 7 * 2e-6 + 1e9 * 0.875 / 230e9;
+  const double inter_all_reduce_s = 6 * 7e-6 + 1.25e8 * 1.5 / 24e9;
+  const double all_gather_s = reduce_scatter_s;
+  EXPECT_NEAR(hierarchical_all_reduce_time(1e9, 8, 4, 230e9, 2e-6, 24e9, 7e-6),
+              reduce_scatter_s + inter_all_reduce_s + all_gather_s, 1e-15);
+}
+
+TEST(Collectives, HierarchicalAllReduceDegeneratesToFlat) {
+  // One node: reduce-scatter + all-gather over the ring is exactly a ring all-reduce.
+  EXPECT_NEAR(hierarchical_all_reduce_time(1e9, 8, 1, 230e9, 2e-6, 24e9, 7e-6),
+              collective_time(Collective::all_reduce, 1e9, 8, 230e9, 2e-6, CollectiveAlgorithm::ring).time_s, 1e-15);
+  // One member per node: just the cross-node all-reduce.
+  EXPECT_DOUBLE_EQ(hierarchical_all_reduce_time(1e8, 1, 16, 230e9, 2e-6, 24e9, 7e-6),
+                   collective_time(Collective::all_reduce, 1e8, 16, 24e9, 7e-6).time_s);
+}
+
+TEST(Collectives, Names) {
+  EXPECT_EQ(to_string(Collective::all_reduce), "all_reduce");
+  EXPECT_EQ(to_string(Collective::reduce_scatter), "reduce_scatter");
+  EXPECT_EQ(to_string(Collective::send_recv), "send_recv");
+  EXPECT_EQ(to_string(CollectiveAlgorithm::tree), "tree");
+}
+
+}  // namespace
+}  // namespace meshplan
