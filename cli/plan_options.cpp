@@ -23,7 +23,7 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--global-batch", f.global_batch, "Sequences per optimizer step across all ranks")
       ->capture_default_str();
   command.add_option("--seq", f.seq, "Training sequence length (default: the model's seq_len)");
-  command.add_option("--zero", f.zero, "ZeRO stage on dp: 0-3, or auto (1 when dp > 1, else 0)")->capture_default_str();
+  command.add_option("--zero", f.zero, "ZeRO stage on dp: 0-3, or auto (1 when dp x ep > 1, else 0)")->capture_default_str();
   command.add_option("--recompute", f.recompute, "Activation recomputation: none, selective, full")
       ->capture_default_str();
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
@@ -90,7 +90,7 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
   if (f.seq < 0) problems.push_back({Severity::error, "--seq", "must be positive"});
 
   if (f.zero == "auto") {
-    plan.zero_stage = plan.mesh.size(Axis::dp) > 1 ? 1 : 0;
+    plan.zero_stage = plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) > 1 ? 1 : 0;
   } else if (f.zero.size() == 1 && f.zero[0] >= '0' && f.zero[0] <= '3') {
     plan.zero_stage = f.zero[0] - '0';
   } else {

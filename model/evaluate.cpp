@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "model/collectives.hpp"
+#include "model/pipeline_time.hpp"
 
 namespace meshplan {
 namespace {
@@ -50,7 +51,11 @@ Evaluator::Evaluator(const ModelSpec& model, const ClusterSpec& cluster, std::in
       cluster_(cluster),
       graph_(build_layer_graph(model, seq_len)),
       profile_(build_profile(model, graph_)),
-      topology_(build_topology(cluster, world_size)) {}
+      topology_(build_topology(cluster, world_size)) {
+  for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16, Precision::fp8}) {
+    rates_[static_cast<std::size_t>(p)] = rates_for(cluster_.device, p);
+  }
+}
 
 PlanEstimate Evaluator::evaluate(const Plan& plan, std::vector<StageMemory>* stages) const {
   return evaluate(plan, place_axes(topology_, plan.mesh), stages);
@@ -60,7 +65,7 @@ std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vecto
   const ModelProfile& prof = profile_;
   const Mesh& mesh = plan.mesh;
   const PrecisionBytes bytes = bytes_for(plan.precision);
-  const ComputeRates rates = rates_for(cluster_.device, plan.precision);
+  const ComputeRates& rates = rates_[static_cast<std::size_t>(plan.precision)];
   const double act = bytes.activation_bytes_per_element;
   const double gemm_bytes = plan.precision == Precision::fp8 ? 1.0 : act;
   const Links links(placements);
@@ -170,7 +175,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   const ModelProfile& prof = profile_;
   const Mesh& mesh = plan.mesh;
   const PrecisionBytes bytes = bytes_for(plan.precision);
-  const ComputeRates rates = rates_for(cluster_.device, plan.precision);
+  const ComputeRates& rates = rates_[static_cast<std::size_t>(plan.precision)];
   const double act = bytes.activation_bytes_per_element;
   const Links links(placements);
   const Link& tp_link = links.of(Axis::tp);
@@ -199,6 +204,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
     double forward_s = 0, backward_s = 0, weight_gradient_s = 0, compute_s = 0;
     double tp_s = 0, tp_exposed_s = 0, cp_s = 0, cp_exposed_s = 0, ep_s = 0;
     std::int64_t layers = 0;
+    double blocks_with_parameters = 0;
     // Filled below, per stage.
     double gradient_bytes = 0, parameter_bytes = 0, optimizer_parameters = 0, fsdp_s = 0, fsdp_exposed_s = 0;
   };
@@ -211,6 +217,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
     s.dense += count * c.dense_parameters;
     s.expert += count * c.expert_parameters;
     s.largest_block = std::max(s.largest_block, c.dense_parameters + c.expert_parameters);
+    if (c.dense_parameters + c.expert_parameters > 0) s.blocks_with_parameters += count;
     if (in_chunk) {
       s.chunk_activation_bytes += count * (plan.recompute == Recompute::full ? c.input_bytes : c.activation_bytes);
       s.largest_layer_bytes = std::max(s.largest_layer_bytes, c.full_activation_bytes);
@@ -259,7 +266,11 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   for (std::int64_t r = 0; r < pp; ++r) {
     StageSum& s = sum[static_cast<std::size_t>(r)];
     if (r > 0 && prof.head_block >= 0 && r == pp - 1) {
-      s.dense += kind_cost[static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(prof.head_block)])].tied_parameters;
+      // Megatron keeps a copy of a tied embedding on the last stage for the output layer.
+      const BlockCost& head = kind_cost[static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(prof.head_block)])];
+      s.dense += head.tied_parameters;
+      s.largest_block = std::max(s.largest_block, head.dense_parameters + head.expert_parameters + head.tied_parameters);
+      if (head.dense_parameters + head.expert_parameters == 0 && head.tied_parameters > 0) s.blocks_with_parameters += 1;
     }
     StageMemory sm;
     sm.stage = r;
@@ -295,7 +306,8 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
 
     double buffers = 0;
     if (dense_group(3) > 1 || expert_group(3) > 1) {
-      buffers += s.largest_block * (2 * bytes.weight_bytes_per_parameter + bytes.gradient_bytes_per_parameter);
+      const double gathered = s.blocks_with_parameters > 1 ? 2 : 1;  // the running block and the prefetched next one
+      buffers += s.largest_block * (gathered * bytes.weight_bytes_per_parameter + bytes.gradient_bytes_per_parameter);
     }
     if (dp * ep > 1 && plan.zero_stage < 3) {
       buffers += std::min(2 * plan.gradient_bucket_bytes, s.gradient_bytes);
@@ -326,8 +338,8 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   const bool sharded_weights = fsdp_group.size > 1;
   const double p2p_s =
       pp > 1 ? static_cast<double>(v) * (cost(Collective::send_recv, p2p_bytes, pp_link) + p2p_gather_s) : 0;
-  double t_max = 0, t_sum = 0;
-  std::size_t slowest = 0;
+  thread_local std::vector<double> stage_s;
+  stage_s.assign(static_cast<std::size_t>(pp), 0.0);
   for (std::int64_t r = 0; r < pp; ++r) {
     StageSum& s = sum[static_cast<std::size_t>(r)];
     s.forward_s += p2p_s;
@@ -347,25 +359,16 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
       s.forward_s += forward_exposed;
       s.backward_s += backward_exposed;
     }
-    const double t = s.forward_s + s.backward_s;
-    t_sum += t;
-    if (t > t_max) {
-      t_max = t;
-      slowest = static_cast<std::size_t>(r);
-    }
+    stage_s[static_cast<std::size_t>(r)] = s.forward_s + s.backward_s;
+  }
+  std::size_t slowest = 0;
+  for (std::size_t r = 1; r < stage_s.size(); ++r) {
+    if (stage_s[r] > stage_s[slowest]) slowest = r;
   }
   const StageSum& slow = sum[slowest];
-  double pipeline_s = static_cast<double>(m) * t_max;
-  if (pp > 1) {
-    double fill = (t_sum - t_max) / static_cast<double>(v);
-    if (plan.schedule.kind == ScheduleKind::zb_h1) {
-      // Qi et al. 2023, Sec. 3: ZB-H1's bubble is (p - 1)(T_F + T_B - T_W) against 1F1B's (p - 1)(T_F + T_B + T_W).
-      const double full = slow.forward_s + slow.backward_s;
-      fill *= full > 0 ? std::max(0.0, full - 2 * slow.weight_gradient_s) / full : 1.0;
-    }
-    pipeline_s += fill;
-  }
-  time.bubble_s = pipeline_s - static_cast<double>(m) * t_max;
+  const PipelineTiming pipeline = pipeline_timing(stage_s, m, plan.schedule, slow.weight_gradient_s);
+  const double pipeline_s = pipeline.step_s;
+  time.bubble_s = pipeline.bubble_s;
 
   // Data-parallel gradient reduction after the last micro-batch, overlapping its backward in buckets.
   double dp_s = 0, dp_exposed = 0, gather_after_step_s = 0, optimizer_s = 0;

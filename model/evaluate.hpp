@@ -97,6 +97,7 @@ class Evaluator {
   LayerGraph graph_;
   ModelProfile profile_;
   Topology topology_;
+  std::array<ComputeRates, 4> rates_{};  // by Precision
 };
 
 }  // namespace meshplan

@@ -1,5 +1,6 @@
 #include "model/layer_graph.hpp"
 
+#include <algorithm>
 #include <set>
 
 namespace meshplan {
@@ -48,6 +49,13 @@ double LayerGraph::boundary_elements_per_sample(int block) const {
     }
   }
   return total;
+}
+
+double LayerGraph::largest_stage_boundary_elements_per_sample() const {
+  double largest = 0;
+  const std::vector<int> layers = layer_blocks();
+  for (std::size_t i = 0; i + 1 < layers.size(); ++i) largest = std::max(largest, boundary_elements_per_sample(layers[i]));
+  return largest;
 }
 
 OpId LayerGraph::add_op(Op op) {

@@ -5,7 +5,7 @@
 // backward pass. The memory model, the time model and pipeline partitioning
 // all read this one description instead of re-deriving model shapes.
 //
-// Saved tensors follow Korthikanti et al. 2022, Sec. 4.1 (Table 2): every
+// Saved tensors follow Korthikanti et al. 2022, Sec. 4.1 and Table 2 (Sec. 5): every
 // tensor is either inside a tensor-parallel region (split over tp) or in the
 // region that only sequence parallelism splits; those recomputed by
 // "selective" recompute (attention softmax/dropout) are flagged.
@@ -119,6 +119,10 @@ struct LayerGraph {
   // Elements per sample of the tensors produced in blocks <= `block` and
   // consumed after it: what a pipeline stage boundary after `block` sends.
   double boundary_elements_per_sample(int block) const;
+  // The largest tensor any cut between two layer blocks sends: the
+  // pipeline's send/receive buffer size (the residual stream s x h for a
+  // transformer, the widest hidden layer for an MLP).
+  double largest_stage_boundary_elements_per_sample() const;
 
   OpId add_op(Op op);
   void connect(OpId from, OpId to);  // the producer's output feeds the consumer

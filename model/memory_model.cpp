@@ -9,6 +9,7 @@ struct ParameterTotals {
   double dense = 0;   // on this device after tp/pp split, before data-parallel sharding
   double expert = 0;  // mixture-of-experts weights, after ep split
   double largest_block = 0;
+  int blocks_with_parameters = 0;
 };
 
 ParameterTotals stage_parameters(const LayerGraph& graph, const std::vector<int>& blocks, const Mesh& mesh,
@@ -31,6 +32,7 @@ ParameterTotals stage_parameters(const LayerGraph& graph, const std::vector<int>
       }
     }
     totals.largest_block = std::max(totals.largest_block, block_total);
+    if (block_total > 0) ++totals.blocks_with_parameters;
   }
   return totals;
 }
@@ -150,19 +152,19 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
     }
     mem.activations_bytes = activations_per_sample * micro_batch;
 
-    // Communication buffers (docs/cost-model.md, "Buffers").
+    // Communication buffers (docs/cost-model.md, "Communication buffers").
     double buffers = 0;
     if (dense_group(3) > 1 || expert_group(3) > 1) {
       // FSDP / ZeRO-3: gathered weights of the running and the prefetched block, and one block's unsharded gradients.
-      buffers += params.largest_block *
-                 (2 * bytes.weight_bytes_per_parameter + bytes.gradient_bytes_per_parameter);
+      const double gathered = params.blocks_with_parameters > 1 ? 2 : 1;  // the running block and the prefetched next one
+      buffers += params.largest_block * (gathered * bytes.weight_bytes_per_parameter + bytes.gradient_bytes_per_parameter);
     }
     if (dp * ep > 1 && plan.zero_stage < 3) {
       // Gradient buckets in flight for all-reduce / reduce-scatter (two: one filling, one reducing).
       const double all_gradients = (params.dense + params.expert) * bytes.gradient_bytes_per_parameter;
       buffers += std::min(2 * plan.gradient_bucket_bytes, all_gradients);
     }
-    const double boundary = graph.layer_blocks().empty() ? 0 : graph.boundary_elements_per_sample(graph.layer_blocks().front() - 1);
+    const double boundary = graph.largest_stage_boundary_elements_per_sample();
     const double sequence_split = cp * (plan.sequence_parallel ? tp : 1.0);
     if (pp > 1) {
       // Send and receive, activations forward and gradients backward.

@@ -60,7 +60,7 @@ std::optional<Axis> parse_axis(std::string_view name) {
   if (name == "fsdp") return Axis::fsdp;
   if (name == "tp" || name == "model" || name == "tensor") return Axis::tp;
   if (name == "pp" || name == "pipeline") return Axis::pp;
-  if (name == "cp" || name == "context" || name == "sp_seq") return Axis::cp;
+  if (name == "cp" || name == "context") return Axis::cp;
   if (name == "ep" || name == "expert") return Axis::ep;
   return std::nullopt;
 }

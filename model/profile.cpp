@@ -48,9 +48,7 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
     profile.top_k = t.experts > 0 ? t.top_k : 1;
     profile.experts = t.experts;
   }
-  if (!profile.layer_blocks.empty()) {
-    profile.residual_elements_per_sample = graph.boundary_elements_per_sample(profile.layer_blocks.front());
-  }
+  profile.residual_elements_per_sample = graph.largest_stage_boundary_elements_per_sample();
 
   for (std::size_t b = 0; b < graph.blocks.size(); ++b) {
     const Block& block = graph.blocks[b];

@@ -58,6 +58,7 @@ std::string to_string(Rejection rejection) {
     case Rejection::axis_unsupported: return "axis_unsupported";
     case Rejection::pp_layers: return "pp_layers";
     case Rejection::interleave_micro_batches: return "interleave_micro_batches";
+    case Rejection::interleave_without_pipeline: return "interleave_without_pipeline";
     case Rejection::cp_sequence: return "cp_sequence";
     case Rejection::ep_experts: return "ep_experts";
     case Rejection::batch: return "batch";
@@ -79,6 +80,7 @@ std::string explain_rejection(Rejection rejection, const ModelSpec& model, doubl
     case Rejection::axis_unsupported: return "use an axis a " + to_string(model.kind) + " model cannot use";
     case Rejection::pp_layers: return "cannot split the layers evenly into pp x v chunks";
     case Rejection::interleave_micro_batches: return "interleave with micro-batches not divisible by pp";
+    case Rejection::interleave_without_pipeline: return "interleave without pipeline stages";
     case Rejection::cp_sequence: return "need cp dividing the sequence length";
     case Rejection::ep_experts: return "need ep dividing the experts (or a mixture-of-experts model)";
     case Rejection::batch: return "cannot split the global batch into micro-batches x data-parallel ranks";
@@ -148,6 +150,9 @@ Rejection quick_check(const Evaluator& evaluator, const Plan& plan) {
       if ((i % 2 == 0 ? sizes[i + 1] : sizes[i]) % tp != 0) return Rejection::tp_width;
     }
   }
+  if (plan.schedule.kind == ScheduleKind::interleaved && (pp == 1 || model.kind == ModelKind::cnn)) {
+    return Rejection::interleave_without_pipeline;
+  }
   const auto layers = static_cast<std::int64_t>(evaluator.profile().layer_blocks.size());
   const std::int64_t chunks = (model.kind == ModelKind::cnn ? 1 : pp) * plan.schedule.virtual_stages;
   if (plan.stage_layers.empty() && (chunks > layers || layers % chunks != 0)) return Rejection::pp_layers;
@@ -212,7 +217,7 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
               plan.sequence_parallel = sp;
               const std::vector<BlockCost>* costs = nullptr;
               for (int zero : space.zero_stages) {
-                if (zero > 0 && mesh.size(Axis::dp) == 1) continue;  // the same plan as ZeRO 0
+                if (zero > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) continue;  // the same plan as ZeRO 0
                 plan.zero_stage = zero;
                 for (ScheduleKind kind : space.schedules) {
                   const bool pipelined = pp > 1 && model.kind != ModelKind::cnn;

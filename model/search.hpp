@@ -26,12 +26,13 @@ enum class Rejection : std::uint8_t {
   axis_unsupported,    // the model kind has no use for this axis
   pp_layers,           // layers do not split into pp x v chunks
   interleave_micro_batches,  // interleaving needs micro-batches divisible by pp
+  interleave_without_pipeline,  // interleaving needs pp > 1
   cp_sequence,         // cp does not divide the sequence
   ep_experts,          // ep does not divide the experts
   batch,               // the global batch does not split into micro-batches
   out_of_memory,
 };
-inline constexpr int rejection_kinds = 10;
+inline constexpr int rejection_kinds = 11;
 std::string to_string(Rejection rejection);  // "tp_heads"
 // "exceed 76.0 GiB usable per device", "need tp dividing 96 attention heads", ...
 std::string explain_rejection(Rejection rejection, const ModelSpec& model, double usable_bytes);

@@ -59,8 +59,8 @@ void check_batch(Checker& check, const Plan& plan) {
                                     " x ep " + str(mesh.size(Axis::ep)) + ") = " + str(per_step));
   }
   if (plan.zero_stage < 0 || plan.zero_stage > 3) check.error("zero", "ZeRO stage must be 0, 1, 2 or 3, got " + str(plan.zero_stage));
-  if (plan.zero_stage > 0 && mesh.size(Axis::dp) == 1) {
-    check.warning("zero", "ZeRO stage " + str(plan.zero_stage) + " shards over dp, which is 1 here: no effect");
+  if (plan.zero_stage > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) {
+    check.warning("zero", "ZeRO stage " + str(plan.zero_stage) + " shards over dp (and ep for dense weights), which is 1 here: no effect");
   }
   if (plan.memory_headroom < 0 || plan.memory_headroom >= 1) {
     check.error("memory_headroom", "must be a fraction in [0, 1)");
@@ -100,7 +100,7 @@ void check_transformer(Checker& check, const TransformerDims& t, const Plan& pla
   if (t.ffn % tp != 0) check.error("mesh.tp", "tp (" + str(tp) + ") must divide the feed-forward size (" + str(t.ffn) + ")");
   if (t.vocab % tp != 0) {
     check.warning("mesh.tp", "vocabulary " + str(t.vocab) + " is not a multiple of tp " + str(tp) +
-                                 "; the vocabulary-parallel embedding pads it");
+                                 "; Megatron pads it to a multiple of tp (the padding, under tp rows, is not counted here)");
   }
   if (seq_len < 1) check.error("seq_len", "must be at least 1, got " + str(seq_len));
   if (t.positions == Positions::learned && seq_len > t.seq_len) {
@@ -135,7 +135,7 @@ void check_schedule(Checker& check, const Plan& plan) {
   const std::int64_t pp = plan.mesh.size(Axis::pp);
   const std::int64_t m = plan.micro_batches();
   if (plan.schedule.kind == ScheduleKind::interleaved) {
-    if (pp == 1) check.warning("schedule", "interleaving needs pipeline stages; pp is 1 here");
+    if (pp == 1) check.error("schedule", "interleaving needs pipeline stages; pp is 1 here (use 1f1b)");
     if (pp > 1 && m > 0 && m % pp != 0) {
       check.error("schedule", "the interleaved schedule needs the micro-batches (" + str(m) +
                                   ") to be a multiple of pp (" + str(pp) + ") (Narayanan et al. 2021, Sec. 2.2)");

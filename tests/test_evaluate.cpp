@@ -1,0 +1,159 @@
+// The fast evaluator against the reference memory model, the pipeline
+// closed form against the seeds' examples, and sanity properties of time.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "model/evaluate.hpp"
+#include "model/pipeline_time.hpp"
+#include "model/search.hpp"
+#include "model/stage_partition.hpp"
+#include "test_support.hpp"
+
+namespace meshplan {
+namespace {
+using namespace testing_support;
+
+SearchSpace space_with_cp() {
+  SearchSpace space;
+  space.axes = {Axis::dp, Axis::fsdp, Axis::tp, Axis::pp, Axis::cp};
+  return space;
+}
+
+TEST(PipelineTime, SeedEfficiencyExamples) {
+  // "4 stages and 2 micro-batches give 40%; 4 stages and 8 micro-batches about
+  // 73%; 90% at 4 stages needs 27 micro-batches."
+  const std::vector<double> uniform(4, 1.0);
+  auto efficiency = [&](std::int64_t m) {
+    const auto timing = pipeline_timing(uniform, m, Schedule{ScheduleKind::one_f_one_b, 1});
+    return static_cast<double>(m) * 1.0 / timing.step_s;
+  };
+  EXPECT_DOUBLE_EQ(efficiency(2), 0.4);
+  EXPECT_DOUBLE_EQ(efficiency(8), 8.0 / 11.0);
+  EXPECT_NEAR(efficiency(8), 0.73, 0.005);
+  EXPECT_DOUBLE_EQ(efficiency(27), 0.9);
+  EXPECT_LT(efficiency(26), 0.9);
+  EXPECT_DOUBLE_EQ(uniform_pipeline_efficiency(2, 4), 0.4);
+}
+
+TEST(PipelineTime, InterleavingAndZeroBubble) {
+  const std::vector<double> uniform(8, 3.0);
+  // Interleaved 1F1B: bubble (p - 1) t / v (Narayanan et al. 2021, Sec. 2.2.2).
+  EXPECT_DOUBLE_EQ(pipeline_timing(uniform, 16, Schedule{ScheduleKind::interleaved, 3}).bubble_s, 7 * 3.0 / 3);
+  // ZB-H1 with T_F = T_B = T_W = 1: bubble (p - 1)(T_F + T_B - T_W) = 7 (Qi et al. 2023).
+  EXPECT_DOUBLE_EQ(pipeline_timing(uniform, 16, Schedule{ScheduleKind::zb_h1, 1}, 1.0).bubble_s, 7.0);
+  // Uneven stages: the slowest sets the pace.
+  const std::vector<double> uneven = {1, 1, 2, 1};
+  const auto timing = pipeline_timing(uneven, 10, Schedule{});
+  EXPECT_DOUBLE_EQ(timing.step_s, 10 * 2 + 3);
+  EXPECT_EQ(timing.slowest_stage, 2u);
+}
+
+// Plans drawn at random from the search space; the evaluator's memory must
+// equal the graph-walking reference exactly (up to summation order).
+TEST(Evaluator, MemoryMatchesTheReferenceModel) {
+  std::mt19937 rng(11);
+  int compared = 0;
+  for (const char* name : {"gpt2-124m", "llama2-70b", "gemma3-1b", "mlp-seed", "resnet50", "megatron-1t"}) {
+    const auto model = must(load_model(name));
+    const auto cluster = must(load_cluster("dgx-h100"));
+    const std::int64_t world = 64;
+    const Evaluator evaluator(model, cluster, world, model.default_seq_len());
+    const auto meshes = enumerate_meshes(world, space_with_cp(), 8);
+    for (int i = 0; i < 300; ++i) {
+      Plan plan;
+      plan.mesh = meshes[rng() % meshes.size()];
+      plan.micro_batch = 1 << (rng() % 3);
+      plan.global_batch = 256;
+      plan.zero_stage = static_cast<int>(rng() % 4);
+      plan.recompute = static_cast<Recompute>(rng() % 3);
+      plan.sequence_parallel = rng() % 2 == 0 && plan.mesh.size(Axis::tp) > 1 && model.kind == ModelKind::transformer;
+      const ScheduleKind kinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1,
+                                    ScheduleKind::interleaved};
+      plan.schedule = {kinds[rng() % 4], 1};
+      if (plan.schedule.kind == ScheduleKind::interleaved) plan.schedule.virtual_stages = 2;
+      if (quick_check(evaluator, plan) != Rejection::none) continue;
+      const Explanation reference = explain_plan(model, cluster, {world, 0}, plan);
+      ASSERT_TRUE(reference.memory) << plan.mesh.to_string();
+      std::vector<StageMemory> stages;
+      evaluator.evaluate(plan, &stages);
+      ASSERT_EQ(stages.size(), reference.memory->stages.size());
+      for (std::size_t s = 0; s < stages.size(); ++s) {
+        const auto& a = stages[s].memory;
+        const auto& b = reference.memory->stages[s].memory;
+        const double scale = std::max(1.0, b.total_bytes()) * 1e-9;
+        EXPECT_NEAR(a.parameters_bytes, b.parameters_bytes, scale) << name << " " << plan.mesh.to_string();
+        EXPECT_NEAR(a.gradients_bytes, b.gradients_bytes, scale) << name << " " << plan.mesh.to_string();
+        EXPECT_NEAR(a.optimizer_bytes, b.optimizer_bytes, scale) << name << " " << plan.mesh.to_string();
+        EXPECT_NEAR(a.activations_bytes, b.activations_bytes, scale)
+            << name << " " << plan.mesh.to_string() << " " << to_string(plan.recompute) << " " << to_string(plan.schedule);
+        EXPECT_NEAR(a.buffers_bytes, b.buffers_bytes, scale) << name << " " << plan.mesh.to_string();
+      }
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 300);
+}
+
+TEST(Evaluator, QuickCheckAgreesWithValidation) {
+  std::mt19937 rng(5);
+  const auto cluster = must(load_cluster("dgx-a100"));
+  int checked = 0;
+  for (const char* name : {"gpt3-175b", "llama2-70b", "mlp-fashion", "resnet50"}) {
+    const auto model = must(load_model(name));
+    const Evaluator evaluator(model, cluster, 64, model.default_seq_len());
+    const auto meshes = enumerate_meshes(64, space_with_cp(), 64);
+    for (int i = 0; i < 400; ++i) {
+      Plan plan;
+      plan.mesh = meshes[rng() % meshes.size()];
+      plan.micro_batch = 1 + static_cast<std::int64_t>(rng() % 4);
+      plan.global_batch = 64 + static_cast<std::int64_t>(rng() % 3) * 32;
+      plan.sequence_parallel = rng() % 2 == 0;
+      plan.schedule = rng() % 2 ? Schedule{ScheduleKind::interleaved, 2 + static_cast<std::int64_t>(rng() % 2)} : Schedule{};
+      const bool quick_ok = quick_check(evaluator, plan) == Rejection::none;
+      const auto problems = validate_plan(model, evaluator.graph(), cluster, {64, 0}, plan);
+      EXPECT_EQ(quick_ok, !has_errors(problems)) << name << " " << plan.mesh.to_string() << "\n" << messages(problems);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 1600);
+}
+
+TEST(Evaluator, MoreBandwidthIsNeverSlower) {
+  const auto model = must(load_model("llama2-70b"));
+  auto cluster = must(load_cluster("dgx-a100"));
+  Plan plan = plan_with("dp=4,pp=2,tp=8", 1, 256);
+  plan.recompute = Recompute::selective;
+  plan.sequence_parallel = true;
+  double previous = std::numeric_limits<double>::infinity();
+  for (double scale : {0.25, 0.5, 1.0, 2.0, 4.0}) {
+    ClusterSpec faster = cluster;
+    faster.intra_node.bandwidth_bytes_per_s *= scale;
+    faster.inter_node.bandwidth_bytes_per_s *= scale;
+    const double step = Evaluator(model, faster, 64, 4096).evaluate(plan).time.step_s;
+    EXPECT_LE(step, previous) << scale;
+    previous = step;
+  }
+}
+
+TEST(Evaluator, TimeAccountingAddsUp) {
+  const auto model = must(load_model("gpt3-175b"));
+  const auto cluster = must(load_cluster("dgx-a100"));
+  Plan plan = plan_with("dp=16,pp=8,tp=8", 1, 1536);
+  plan.zero_stage = 1;
+  plan.recompute = Recompute::selective;
+  plan.sequence_parallel = true;
+  const auto t = Evaluator(model, cluster, 1024, 2048).evaluate(plan).time;
+  EXPECT_GT(t.step_s, 0);
+  EXPECT_LE(t.communication_exposed_s, t.communication_s + 1e-12);
+  EXPECT_NEAR(t.tokens_per_s, 1536.0 * 2048 / t.step_s, 1e-6 * t.tokens_per_s);
+  EXPECT_GT(t.mfu, 0.2);
+  EXPECT_LT(t.mfu, t.hfu + 1e-12);  // selective recompute adds hardware FLOPs
+  EXPECT_LE(t.hfu, 1.0);
+  // Model FLOPs: 72 B L s h^2 (1 + s / 6h + V / 12hL) (Korthikanti et al. 2022, Appendix), V = 50257 here.
+  const double B = 1536, L = 96, s = 2048, h = 12288, V = 50257;
+  EXPECT_NEAR(t.model_flops_per_step, 72 * B * L * s * h * h * (1 + s / (6 * h) + V / (12 * h * L)), 1e-6 * t.model_flops_per_step);
+}
+
+}  // namespace
+}  // namespace meshplan
