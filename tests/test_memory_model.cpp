@@ -3,6 +3,7 @@
 
 #include "model/explain.hpp"
 #include "model/memory_model.hpp"
+#include "model/published_cases.hpp"
 #include "test_support.hpp"
 
 namespace meshplan {
@@ -97,7 +98,7 @@ TEST(MemoryModel, TiedEmbeddingIsCopiedToTheLastStage) {
 }
 
 TEST(MemoryModel, FullRecomputeKeepsLayerInputsPlusOneLayer) {
-  const auto model = megatron_gpt(8, 1024, 16);
+  const auto model = korthikanti_model(8, 1024, 16);
   const auto cluster = must(load_cluster("dgx-a100"));
   Plan none = plan_with("dp=1", 1, 1);
   Plan full = none;

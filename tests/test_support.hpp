@@ -37,15 +37,4 @@ inline Plan plan_with(const std::string& mesh, std::int64_t micro_batch, std::in
   return plan;
 }
 
-// A Megatron-style GPT with Korthikanti et al. 2022's settings (vocab 51200,
-// sequence 2048, ffn 4h, dropout, tied embeddings, learned positions).
-inline ModelSpec megatron_gpt(std::int64_t layers, std::int64_t hidden, std::int64_t heads) {
-  const std::string yaml = "name: gpt\nkind: transformer\nsource: Korthikanti et al. 2022, Table 3\n"
-                           "layers: " + std::to_string(layers) + "\nhidden: " + std::to_string(hidden) +
-                           "\nheads: " + std::to_string(heads) + "\nffn: " + std::to_string(4 * hidden) +
-                           "\nvocab: 51200\nseq_len: 2048\nmlp: gelu\npositions: learned\n"
-                           "tied_embeddings: true\ndropout: 0.1\n";
-  return must(load_model_text(yaml, "megatron-gpt.yaml"));
-}
-
 }  // namespace meshplan::testing_support
