@@ -4,7 +4,7 @@
 // bandwidth (the per-rank link rate: what the topology gives each axis and
 // what nccl-tests' busbw column measures) makes one bandwidth number valid
 // for every collective and every group size; only the latency term differs
-// by algorithm. Derivations and sources: docs/cost-model-communication.md.
+// by algorithm. Derivations and sources: docs/cost-model.md (Communication).
 //
 // Everything here is inline and allocation-free: the planner calls it about
 // ten times per plan and evaluates around a million plans per second.

@@ -39,7 +39,7 @@ void for_each_group(std::int64_t world_size, std::int64_t size, std::int64_t str
 // then gives each crossing group the share B_node / G of every node it
 // touches, G = crossing groups with members on that node; the axis gets the
 // smallest share. When groups tile nodes evenly G = D / m, so the share is
-// B_node m / D (docs/cost-model-communication.md, "Axis bandwidth").
+// B_node m / D (docs/cost-model.md (Communication), "Axis bandwidth").
 GroupScan scan_groups(const Topology& topology, std::int64_t size, std::int64_t stride,
                       std::vector<double>& node_bandwidth_cache) {
   GroupScan scan;

@@ -9,7 +9,7 @@
 // latencies off its edges keeps that sharing explicit, and gives the simulator
 // the same picture to replay transfers on.
 //
-// Conventions (docs/cost-model-communication.md derives every rule below):
+// Conventions (docs/cost-model.md (Communication) derives every rule below):
 //   * bandwidths are per direction, already scaled by the link's
 //     achievable_fraction (what NCCL collectives reach of the line rate);
 //   * a device--switch edge carries half the intra_node latency, so the path
