@@ -1,7 +1,8 @@
 // The subcommands of `meshplan`. Each registers its flags on the app and
 // returns the function main() runs when it was chosen; the function returns
 // the exit status: 0 success, 1 a valid question whose answer is "no" (the
-// plan does not fit), 2 bad input (flags, presets, an invalid plan).
+// plan does not fit, no plan fits), 2 bad input (flags, presets, an invalid
+// plan), 130 stopped by Ctrl-C (128 + SIGINT, as shells report it).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -13,10 +14,15 @@ namespace meshplan::cli {
 inline constexpr int exit_ok = 0;
 inline constexpr int exit_does_not_fit = 1;
 inline constexpr int exit_bad_input = 2;
+inline constexpr int exit_interrupted = 130;
 
 using Command = std::function<int()>;
 
 Command add_explain_command(CLI::App& app);
+Command add_plan_command(CLI::App& app);
 Command add_presets_command(CLI::App& app);
+Command add_simulate_command(CLI::App& app);
+Command add_sweep_command(CLI::App& app);
+Command add_validation_command(CLI::App& app);
 
 }  // namespace meshplan::cli

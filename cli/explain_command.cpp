@@ -1,5 +1,5 @@
 // `meshplan explain`: one plan's validity and per-device memory, as a table
-// or (--json) one JSON object.
+// or (--json) one JSON object; --emit-plan also writes it as a plan file.
 #include <iostream>
 #include <memory>
 
@@ -7,6 +7,7 @@
 #include "cli/plan_options.hpp"
 #include "cli/text_report.hpp"
 #include "model/explain.hpp"
+#include "model/plan_file.hpp"
 #include "model/report_json.hpp"
 
 namespace meshplan::cli {
@@ -19,10 +20,12 @@ Command add_explain_command(CLI::App& app) {
       "Exit status: 0 fits, 1 valid but does not fit in memory, 2 bad input or invalid plan.");
   auto flags = std::make_shared<PlanFlags>();
   auto json = std::make_shared<bool>(false);
+  auto emit_plan = std::make_shared<std::string>();
   add_plan_flags(*command, *flags);
   command->add_flag("--json", *json, "Print one JSON object instead of the table");
+  command->add_option("--emit-plan", *emit_plan, "Also write the plan as a plan file (JSON), when it is valid");
 
-  return [flags, json]() {
+  return [flags, json, emit_plan]() {
     auto inputs = resolve_plan_flags(*flags);
     if (!inputs.ok()) {
       for (const auto& p : inputs.problems) std::cerr << "meshplan explain: " << describe(p) << "\n";
@@ -43,7 +46,17 @@ Command add_explain_command(CLI::App& app) {
           std::cerr << "meshplan explain: " << flag_for_field(p.where) << ": " << p.message << "\n";
         }
       }
+      if (!emit_plan->empty()) std::cerr << "meshplan explain: --emit-plan: nothing written (the plan is not valid)\n";
       return exit_bad_input;
+    }
+    if (!emit_plan->empty()) {
+      const Problems written = write_plan_file(*emit_plan, in.model, in.cluster, in.deployment.world_size, in.plan, ex);
+      if (has_errors(written)) {
+        for (const auto& p : written) std::cerr << "meshplan explain: --emit-plan " << describe(p) << "\n";
+        return exit_bad_input;
+      }
+      std::cerr << "meshplan explain: wrote " << *emit_plan
+                << (ex.fits_memory() ? "\n" : " (note: the plan does not fit in device memory)\n");
     }
     return ex.fits_memory() ? exit_ok : exit_does_not_fit;
   };

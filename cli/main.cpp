@@ -12,8 +12,12 @@ int main(int argc, char** argv) {
   CLI::App app{"meshplan: decide how to parallelise a training job, and check the decision"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("meshplan 0.1.0"));
+  const Command plan = add_plan_command(app);
+  const Command sweep = add_sweep_command(app);
   const Command explain = add_explain_command(app);
   const Command presets = add_presets_command(app);
+  const Command simulate = add_simulate_command(app);
+  const Command validation = add_validation_command(app);
 
   // CLI11 reports a mistyped command as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
@@ -43,8 +47,12 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (app.got_subcommand("plan")) return plan();
+    if (app.got_subcommand("sweep")) return sweep();
     if (app.got_subcommand("explain")) return explain();
     if (app.got_subcommand("presets")) return presets();
+    if (app.got_subcommand("simulate")) return simulate();
+    if (app.got_subcommand("validation")) return validation();
   } catch (const std::exception& e) {
     std::cerr << "meshplan: internal error: " << e.what() << "\n";
     return 70;

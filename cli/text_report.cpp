@@ -8,12 +8,6 @@
 namespace meshplan::cli {
 namespace {
 
-std::string format(const char* fmt, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, fmt, value);
-  return text;
-}
-
 std::string pad(const std::string& text, std::size_t width) {
   return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
 }
@@ -46,6 +40,12 @@ std::string describe_model(const ModelSpec& model, std::int64_t seq_len) {
 }
 
 }  // namespace
+
+std::string format(const char* fmt, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, fmt, value);
+  return text;
+}
 
 std::string human_count(double count) {
   if (count >= 1e12) return format("%.2f T", count / 1e12);

@@ -13,6 +13,8 @@ namespace meshplan::cli {
 void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
                        const Explanation& explanation);
 
+// printf-style formatting of one number ("%.3g").
+std::string format(const char* fmt, double value);
 // "174.6 B", "124.4 M"
 std::string human_count(double count);
 // Bytes as GiB with two decimals.

@@ -349,8 +349,9 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
       const double gather = cost(Collective::all_gather, s.parameter_bytes, fsdp_group);
       const double scatter = cost(Collective::reduce_scatter, s.gradient_bytes, fsdp_group);
       const double blocks = std::max<double>(1, static_cast<double>(s.layers));
+      // The first block's share cannot hide; the rest hides under the compute.
       auto exposed = [&](double comm, double compute) {
-        return plan.overlap_parameter_gather ? std::max(0.0, comm - compute) + comm / blocks : comm;
+        return plan.overlap_parameter_gather ? comm / blocks + std::max(0.0, comm * (1 - 1 / blocks) - compute) : comm;
       };
       const double forward_exposed = exposed(gather, s.forward_s);
       const double backward_exposed = exposed(gather + scatter, s.backward_s);

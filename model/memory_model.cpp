@@ -73,8 +73,11 @@ double in_flight_chunk_micro_batches(const Schedule& schedule, std::int64_t pp, 
   const auto r = static_cast<double>(stage);
   switch (schedule.kind) {
     case ScheduleKind::gpipe: return m;
-    case ScheduleKind::one_f_one_b:
-    case ScheduleKind::zb_h1: return std::min(p - r, m);
+    case ScheduleKind::one_f_one_b: return std::min(p - r, m);
+    // ZB-H1 defers weight gradients, so every stage keeps p micro-batches'
+    // inputs until their W pass: 1F1B's first-stage peak on every stage
+    // (Qi et al. 2023, Sec. 3; checked against model/schedule.cpp).
+    case ScheduleKind::zb_h1: return std::min(p, m);
     case ScheduleKind::interleaved: {
       const auto v = static_cast<double>(schedule.virtual_stages);
       return std::min(2 * (p - r - 1) + (v - 1) * p + 1, m * v);

@@ -57,7 +57,7 @@ struct ActivationSharding {
 double saved_bytes_per_sample(const Op& op, const ActivationSharding& sharding);
 
 // Peak number of (chunk, micro-batch) activation sets a pipeline stage holds:
-// GPipe m; 1F1B and ZB-H1 min(p - r, m); interleaved
+// GPipe m; 1F1B min(p - r, m); ZB-H1 min(p, m) on every stage; interleaved
 // min(2 (p - r - 1) + (v - 1) p + 1, m v) chunk-micro-batches (Megatron-LM's
 // warm-up count + 1). 1 when pp = 1 (gradient accumulation runs each
 // micro-batch's backward before the next forward).

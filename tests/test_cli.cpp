@@ -2,6 +2,8 @@
 // the file, line, key or flag, JSON keys, and no crash on any input.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "cli_runner.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,49 +15,9 @@
 
 namespace {
 
-struct CliRun {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string quote(const std::string& arg) {
-  std::string q = "'";
-  for (char c : arg) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-CliRun run(const std::vector<std::string>& args) {
-  static int counter = 0;
-  const auto err_path = std::filesystem::temp_directory_path() /
-                        ("meshplan-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".err");
-  std::string command = quote(MESHPLAN_BINARY);
-  for (const auto& a : args) command += " " + quote(a);
-  command += " 2>" + quote(err_path.string());
-  CliRun result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return result;
-  char buffer[4096];
-  std::size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.out.append(buffer, n);
-  const int raw = ::pclose(pipe);
-  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  std::ifstream err(err_path);
-  std::stringstream text;
-  text << err.rdbuf();
-  result.err = text.str();
-  std::filesystem::remove(err_path);
-  return result;
-}
+using namespace meshplan::testing_support;
 
 const std::string data = MESHPLAN_TEST_DATA;
-
-void expect_no_crash_text(const CliRun& r) {
-  for (const char* bad : {"terminate", "what()", "std::", "exception", "Aborted", "Segmentation", "internal error"}) {
-    EXPECT_EQ(r.err.find(bad), std::string::npos) << bad << " in: " << r.err;
-    EXPECT_EQ(r.out.find(bad), std::string::npos) << bad << " in: " << r.out;
-  }
-}
 
 TEST(Cli, DefaultExplainIsTheQuickStart) {
   const CliRun r = run({"explain"});

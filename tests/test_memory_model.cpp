@@ -16,7 +16,7 @@ TEST(InFlightMicroBatches, EachSchedule) {
   EXPECT_EQ(in_flight_chunk_micro_batches(one_f, 4, 0, 16), 4);    // 1F1B: p - r on stage r
   EXPECT_EQ(in_flight_chunk_micro_batches(one_f, 4, 3, 16), 1);
   EXPECT_EQ(in_flight_chunk_micro_batches(one_f, 8, 0, 3), 3);     // never more than there are
-  EXPECT_EQ(in_flight_chunk_micro_batches(zb, 4, 1, 16), 3);       // ZB-H1 keeps 1F1B's peak (Qi et al. 2023)
+  EXPECT_EQ(in_flight_chunk_micro_batches(zb, 4, 1, 16), 4);       // ZB-H1: 1F1B's first-stage peak on every stage
   EXPECT_EQ(in_flight_chunk_micro_batches(one_f, 1, 0, 16), 1);    // no pipeline: accumulation one at a time
   EXPECT_EQ(in_flight_chunk_micro_batches(gpipe, 1, 0, 16), 1);
   // Interleaved (Megatron-LM warm-up 2 (p - r - 1) + (v - 1) p, plus one): stage 0 of p = 8, v = 3.

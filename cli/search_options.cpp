@@ -1,0 +1,312 @@
+// Parsing of the shared plan/sweep flags (search_options.hpp). Lists are
+// split strictly (an empty item is an error, not skipped) and every value is
+// checked against the words the model library accepts, so that a typo names
+// its flag before any search starts.
+#include "cli/search_options.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+
+#include "model/layer_graph.hpp"
+#include "model/validate.hpp"
+
+namespace meshplan::cli {
+namespace {
+
+std::string trim(const std::string& text) {
+  std::size_t begin = 0, end = text.size();
+  while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
+  while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+  return text.substr(begin, end - begin);
+}
+
+std::string join(const std::vector<std::string>& words, const char* separator = ",") {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : separator) + w;
+  return out;
+}
+
+void add_prefixed(Problems& into, const Problems& from, const std::string& flag) {
+  for (auto p : from) {
+    p.where = flag + " " + p.where;
+    into.push_back(std::move(p));
+  }
+}
+
+template <typename T, typename Parse>
+std::vector<T> parse_words(const std::string& text, const std::string& flag, const std::string& allowed, Parse parse,
+                           Problems& problems) {
+  std::vector<T> out;
+  auto words = split_list(text, flag);
+  problems.insert(problems.end(), words.problems.begin(), words.problems.end());
+  for (const auto& word : words.value) {
+    if (auto value = parse(word)) {
+      if (std::find(out.begin(), out.end(), *value) == out.end()) out.push_back(*value);
+    } else {
+      problems.push_back({Severity::error, flag, "'" + word + "' is not one of: " + allowed});
+    }
+  }
+  return out;
+}
+
+Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
+  Loaded<SearchSpace> result;
+  Problems& problems = result.problems;
+  SearchSpace& space = result.value;
+
+  space.axes = parse_words<Axis>(f.axes, "--axes", "dp, fsdp, tp, pp, cp, ep",
+                                 [](const std::string& w) { return parse_axis(w); }, problems);
+  if (space.axes.empty() && !has_errors(problems)) problems.push_back({Severity::error, "--axes", "name at least one axis"});
+
+  for (const auto& [flag, value] : {std::pair{"--max-tp", f.max_tp}, std::pair{"--max-pp", f.max_pp}}) {
+    if (value < 0) problems.push_back({Severity::error, flag, "must be 0 (no limit of its own) or more, got " + std::to_string(value)});
+  }
+  space.max_tp = f.max_tp;
+  space.max_pp = f.max_pp;
+
+  if (!trim(f.micro_batches).empty()) {
+    auto sizes = parse_int_list(f.micro_batches, "--micro-batches", 1, std::int64_t{1} << 20);
+    problems.insert(problems.end(), sizes.problems.begin(), sizes.problems.end());
+    space.micro_batches = sizes.value;
+  }
+
+  auto zero = parse_int_list(f.zero, "--zero", 0, 3);
+  problems.insert(problems.end(), zero.problems.begin(), zero.problems.end());
+  space.zero_stages.clear();
+  for (auto z : zero.value) space.zero_stages.push_back(static_cast<int>(z));
+
+  space.recomputes = parse_words<Recompute>(f.recompute, "--recompute", std::string(recompute_choices),
+                                            [](const std::string& w) { return parse_recompute(w); }, problems);
+
+  space.schedules.clear();
+  auto schedules = split_list(f.schedules, "--schedules");
+  problems.insert(problems.end(), schedules.problems.begin(), schedules.problems.end());
+  for (const auto& word : schedules.value) {
+    std::optional<ScheduleKind> kind;
+    if (word == "interleaved") {
+      kind = ScheduleKind::interleaved;
+    } else if (auto s = parse_schedule(word); s && s->kind != ScheduleKind::interleaved) {
+      kind = s->kind;
+    }
+    if (!kind) {
+      problems.push_back({Severity::error, "--schedules",
+                          "'" + word + "' is not one of: gpipe, 1f1b, interleaved, zb-h1" +
+                              (word.starts_with("interleaved:") ? " (give the interleaving degrees with --interleave)" : "")});
+    } else if (std::find(space.schedules.begin(), space.schedules.end(), *kind) == space.schedules.end()) {
+      space.schedules.push_back(*kind);
+    }
+  }
+
+  auto interleave = parse_int_list(f.interleave, "--interleave", 2, 1 << 10);
+  problems.insert(problems.end(), interleave.problems.begin(), interleave.problems.end());
+  space.interleave = interleave.value;
+
+  space.precisions.clear();
+  if (trim(f.precision) != "auto") {
+    space.precisions = parse_words<Precision>(f.precision, "--precision", std::string(precision_choices) + " (or auto)",
+                                              [](const std::string& w) { return parse_precision(w); }, problems);
+  }
+  if (!(f.headroom >= 0 && f.headroom < 1)) {
+    problems.push_back({Severity::error, "--headroom", "must be a fraction in [0, 1)"});
+  }
+  space.memory_headroom = f.headroom;
+  if (f.threads < 0 || f.threads > 4096) {
+    problems.push_back({Severity::error, "--threads", "must be 0 (one per core) to 4096, got " + std::to_string(f.threads)});
+  }
+  return result;
+}
+
+}  // namespace
+
+Loaded<std::vector<std::string>> split_list(const std::string& text, const std::string& flag) {
+  Loaded<std::vector<std::string>> result;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (item.empty()) {
+      result.problems.push_back({Severity::error, flag, "empty item in '" + text + "' (expected a comma-separated list)"});
+      result.value.clear();
+      return result;
+    }
+    result.value.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return result;
+}
+
+Loaded<std::vector<std::int64_t>> parse_int_list(const std::string& text, const std::string& flag,
+                                                  std::int64_t min_value, std::int64_t max_value) {
+  Loaded<std::vector<std::int64_t>> result;
+  auto words = split_list(text, flag);
+  result.problems = words.problems;
+  for (const auto& word : words.value) {
+    const bool digits = word.size() <= 15 && std::all_of(word.begin(), word.end(), [](unsigned char c) { return std::isdigit(c); });
+    const std::int64_t value = digits ? std::stoll(word) : -1;
+    if (!digits || value < min_value || value > max_value) {
+      result.problems.push_back({Severity::error, flag,
+                                 "'" + word + "' is not a whole number in [" + std::to_string(min_value) + ", " +
+                                     std::to_string(max_value) + "]"});
+      continue;
+    }
+    if (std::find(result.value.begin(), result.value.end(), value) == result.value.end()) result.value.push_back(value);
+  }
+  return result;
+}
+
+void add_job_flags(CLI::App& command, JobFlags& f, bool lists) {
+  const std::string several = lists ? " (comma list: the sweep crosses them all)" : "";
+  command.add_option("--model", f.models, "Model preset name or YAML file" + several)->capture_default_str();
+  command.add_option("--cluster", f.clusters, "Cluster preset name or YAML file" + several)->capture_default_str();
+  command.add_option("--gpus", f.gpus, "Devices in the job (world size)" + several)->capture_default_str();
+  command.add_option("--global-batch", f.global_batches, "Sequences per optimizer step across all ranks" + several)
+      ->capture_default_str();
+  command.add_option("--seq", f.seq, "Training sequence length in tokens (default: the model's seq_len)");
+}
+
+void add_search_flags(CLI::App& command, SearchFlags& f) {
+  command.add_option("--axes", f.axes, "Mesh axes to search over: any of dp, fsdp, tp, pp, cp, ep")->capture_default_str();
+  command.add_option("--max-tp", f.max_tp, "Largest tp (0: the cluster's devices per node)")->capture_default_str();
+  command.add_option("--max-pp", f.max_pp, "Largest pp (0: no limit but the layers)")->capture_default_str();
+  command.add_option("--micro-batches", f.micro_batches,
+                     "Micro-batch sizes to try, e.g. 1,2,4 (default: 1, 2, 4, ... 64 that fit the batch)");
+  command.add_option("--zero", f.zero, "ZeRO stages on dp to try (0-3)")->capture_default_str();
+  command.add_option("--recompute", f.recompute, "Recompute modes to try: none, selective, full")->capture_default_str();
+  command.add_option("--schedules", f.schedules, "Pipeline schedules to try: gpipe, 1f1b, interleaved, zb-h1")
+      ->capture_default_str();
+  command.add_option("--interleave", f.interleave, "Model chunks per device (v) for the interleaved schedule")
+      ->capture_default_str();
+  command.add_option("--precision", f.precision, "Precisions to try: fp32, bf16, fp16, fp8, or auto (bf16 where the device has it)")
+      ->capture_default_str();
+  command.add_option("--headroom", f.headroom, "Fraction of device memory kept free")->capture_default_str();
+  command.add_option("--threads", f.threads, "Search threads (0: one per core)")->capture_default_str();
+}
+
+Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& search, bool lists) {
+  Loaded<std::vector<Job>> result;
+  Problems& problems = result.problems;
+
+  auto space = resolve_space(search);
+  problems.insert(problems.end(), space.problems.begin(), space.problems.end());
+
+  auto model_names = split_list(f.models, "--model");
+  auto cluster_names = split_list(f.clusters, "--cluster");
+  for (auto* names : {&model_names.value, &cluster_names.value}) {  // each once, in the order given
+    std::vector<std::string> unique;
+    for (const auto& n : *names) {
+      if (std::find(unique.begin(), unique.end(), n) == unique.end()) unique.push_back(n);
+    }
+    *names = unique;
+  }
+  auto gpus = parse_int_list(f.gpus, "--gpus", 1, std::int64_t{1} << 24);
+  auto batches = parse_int_list(f.global_batches, "--global-batch", 1, std::int64_t{1} << 40);
+  for (const Problems* p : {&model_names.problems, &cluster_names.problems, &gpus.problems, &batches.problems}) {
+    problems.insert(problems.end(), p->begin(), p->end());
+  }
+  if (!lists) {
+    const std::pair<const char*, std::size_t> counts[] = {{"--model", model_names.value.size()},
+                                                          {"--cluster", cluster_names.value.size()},
+                                                          {"--gpus", gpus.value.size()},
+                                                          {"--global-batch", batches.value.size()}};
+    for (const auto& [flag, count] : counts) {
+      if (count > 1) problems.push_back({Severity::error, flag, "takes one value here; meshplan sweep takes comma lists"});
+    }
+  }
+  if (f.seq < 0) problems.push_back({Severity::error, "--seq", "must be positive, got " + std::to_string(f.seq)});
+
+  std::vector<ModelSpec> models;
+  for (const auto& name : model_names.value) {
+    auto model = load_model(name);
+    add_prefixed(problems, model.problems, "--model");
+    if (model.ok()) models.push_back(model.value);
+  }
+  std::vector<ClusterSpec> clusters;
+  for (const auto& name : cluster_names.value) {
+    auto cluster = load_cluster(name);
+    add_prefixed(problems, cluster.problems, "--cluster");
+    if (cluster.ok()) clusters.push_back(cluster.value);
+  }
+  if (has_errors(problems)) return result;
+
+  // Whether each job can be planned at all: the rules of validate_plan about
+  // the world size, the sequence and the precision, on a one-axis plan.
+  std::set<std::string> seen;
+  for (const ModelSpec& model : models) {
+    const std::int64_t seq_len = f.seq > 0 ? f.seq : model.default_seq_len();
+    const LayerGraph graph = build_layer_graph(model, seq_len);
+    for (const ClusterSpec& cluster : clusters) {
+      SearchSpace job_space = space.value;
+      if (job_space.precisions.empty()) {
+        job_space.precisions = {cluster.device.peak_for(Dtype::bf16) ? Precision::bf16 : Precision::fp32};
+      }
+      for (std::int64_t world : gpus.value) {
+        bool plannable = true;
+        for (Precision precision : job_space.precisions) {
+          Plan probe;
+          probe.mesh.axes = {{Axis::dp, world}};
+          probe.global_batch = world;
+          probe.seq_len = f.seq;
+          probe.precision = precision;
+          for (const auto& p : validate_plan(model, graph, cluster, Deployment{world, 0}, probe)) {
+            if (p.severity != Severity::error) continue;
+            std::string flag;
+            if (p.where == "world_size") flag = "--gpus";
+            if (p.where == "seq_len") flag = "--seq";
+            if (p.where == "precision") flag = "--precision";
+            if (flag.empty()) continue;  // the probe's own shape; the search tries others
+            plannable = false;
+            std::string message = p.message;
+            if (flag == "--seq" && models.size() > 1) message += " (" + model.name + ")";
+            if (seen.insert(flag + message).second) problems.push_back({Severity::error, flag, message});
+          }
+        }
+        if (!plannable) continue;
+        for (std::int64_t batch : batches.value) {
+          Job job;
+          job.model = model;
+          job.cluster = cluster;
+          job.world_size = world;
+          job.global_batch = batch;
+          job.seq_len = seq_len;
+          job.seq_flag = f.seq;
+          job.space = job_space;
+          result.value.push_back(std::move(job));
+        }
+      }
+    }
+  }
+  return result;
+}
+
+std::string describe_space(const SearchSpace& space) {
+  std::vector<std::string> axes, zero, recompute, schedules, precisions;
+  for (Axis a : space.axes) axes.push_back(to_string(a));
+  for (int z : space.zero_stages) zero.push_back(std::to_string(z));
+  for (Recompute r : space.recomputes) recompute.push_back(to_string(r));
+  for (ScheduleKind k : space.schedules) {
+    if (k == ScheduleKind::interleaved) {
+      std::vector<std::string> vs;
+      for (auto v : space.interleave) vs.push_back(std::to_string(v));
+      schedules.push_back("interleaved:" + join(vs, "/"));
+    } else {
+      schedules.push_back(to_string(Schedule{k, 1}));
+    }
+  }
+  for (Precision p : space.precisions) precisions.push_back(to_string(p));
+  std::string micro = "1-64";
+  if (!space.micro_batches.empty()) {
+    std::vector<std::string> sizes;
+    for (auto b : space.micro_batches) sizes.push_back(std::to_string(b));
+    micro = join(sizes);
+  }
+  std::string limits;
+  if (space.max_tp > 0) limits += ", tp <= " + std::to_string(space.max_tp);
+  if (space.max_pp > 0) limits += ", pp <= " + std::to_string(space.max_pp);
+  return "axes " + join(axes) + limits + "; micro-batch " + micro + "; zero " + join(zero) + "; recompute " +
+         join(recompute) + "; schedules " + join(schedules) + "; precision " + join(precisions);
+}
+
+}  // namespace meshplan::cli

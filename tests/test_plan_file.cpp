@@ -1,0 +1,325 @@
+// Plan files: what is written reads back as the same model, cluster, device
+// and plan (field by field, not through the serialiser that wrote them), and
+// a damaged file is refused with a problem naming the file and the JSON key.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "model/explain.hpp"
+#include "model/plan_file.hpp"
+#include "test_support.hpp"
+
+namespace meshplan {
+namespace {
+
+using testing_support::messages;
+using testing_support::must;
+using Json = nlohmann::ordered_json;
+
+void expect_same_model(const ModelSpec& a, const ModelSpec& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.kind, b.kind);
+  const TransformerDims &t = a.transformer, &u = b.transformer;
+  if (a.kind == ModelKind::transformer) {
+    EXPECT_EQ(t.layers, u.layers);
+    EXPECT_EQ(t.hidden, u.hidden);
+    EXPECT_EQ(t.heads, u.heads);
+    EXPECT_EQ(t.kv_heads, u.kv_heads);
+    EXPECT_EQ(t.head_dim, u.head_dim);
+    EXPECT_EQ(t.ffn, u.ffn);
+    EXPECT_EQ(t.vocab, u.vocab);
+    EXPECT_EQ(t.seq_len, u.seq_len);
+    EXPECT_EQ(t.feed_forward, u.feed_forward);
+    EXPECT_EQ(t.norm, u.norm);
+    EXPECT_EQ(t.positions, u.positions);
+    EXPECT_EQ(t.bias, u.bias);
+    EXPECT_EQ(t.tied_embeddings, u.tied_embeddings);
+    EXPECT_EQ(t.dropout, u.dropout);
+    EXPECT_EQ(t.experts, u.experts);
+    EXPECT_EQ(t.top_k, u.top_k);
+  }
+  EXPECT_EQ(a.mlp.layer_sizes, b.mlp.layer_sizes);
+  if (a.kind == ModelKind::mlp) {
+    EXPECT_EQ(a.mlp.activation, b.mlp.activation);
+  }
+  if (a.kind == ModelKind::cnn) {
+    EXPECT_EQ(a.cnn.image_size, b.cnn.image_size);
+    EXPECT_EQ(a.cnn.channels, b.cnn.channels);
+    EXPECT_EQ(a.cnn.stem_channels, b.cnn.stem_channels);
+    EXPECT_EQ(a.cnn.stage_blocks, b.cnn.stage_blocks);
+    EXPECT_EQ(a.cnn.stage_channels, b.cnn.stage_channels);
+    EXPECT_EQ(a.cnn.expansion, b.cnn.expansion);
+    EXPECT_EQ(a.cnn.classes, b.cnn.classes);
+  }
+}
+
+void expect_same_link(const LinkSpec& a, const LinkSpec& b) {
+  EXPECT_EQ(a.kind, b.kind);
+  EXPECT_EQ(a.bandwidth_bytes_per_s, b.bandwidth_bytes_per_s);
+  EXPECT_EQ(a.latency_s, b.latency_s);
+  EXPECT_EQ(a.nics_per_node, b.nics_per_node);
+  EXPECT_EQ(a.achievable_fraction, b.achievable_fraction);
+}
+
+void expect_same_cluster(const ClusterSpec& a, const ClusterSpec& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.devices_per_node, b.devices_per_node);
+  EXPECT_EQ(a.max_nodes, b.max_nodes);
+  expect_same_link(a.intra_node, b.intra_node);
+  expect_same_link(a.inter_node, b.inter_node);
+  const DeviceSpec &d = a.device, &e = b.device;
+  EXPECT_EQ(d.name, e.name);
+  EXPECT_EQ(d.source, e.source);
+  EXPECT_EQ(d.peak_flops_per_s, e.peak_flops_per_s);
+  EXPECT_EQ(d.memory_bytes, e.memory_bytes);
+  EXPECT_EQ(d.memory_bandwidth_bytes_per_s, e.memory_bandwidth_bytes_per_s);
+  EXPECT_EQ(d.gemm_efficiency, e.gemm_efficiency);
+  EXPECT_EQ(d.memory_efficiency, e.memory_efficiency);
+  EXPECT_EQ(d.compute_units, e.compute_units);
+}
+
+void expect_same_plan(const Plan& a, const Plan& b) {
+  EXPECT_EQ(a.mesh.to_string(), b.mesh.to_string());
+  EXPECT_EQ(a.micro_batch, b.micro_batch);
+  EXPECT_EQ(a.global_batch, b.global_batch);
+  EXPECT_EQ(a.seq_len, b.seq_len);
+  EXPECT_EQ(a.zero_stage, b.zero_stage);
+  EXPECT_EQ(a.recompute, b.recompute);
+  EXPECT_EQ(a.sequence_parallel, b.sequence_parallel);
+  EXPECT_EQ(a.schedule.kind, b.schedule.kind);
+  EXPECT_EQ(a.schedule.virtual_stages, b.schedule.virtual_stages);
+  EXPECT_EQ(a.precision, b.precision);
+  EXPECT_EQ(a.stage_layers, b.stage_layers);
+  EXPECT_EQ(a.gradient_bucket_bytes, b.gradient_bucket_bytes);
+  EXPECT_EQ(a.memory_headroom, b.memory_headroom);
+  EXPECT_EQ(a.overlap_gradient_reduction, b.overlap_gradient_reduction);
+  EXPECT_EQ(a.overlap_parameter_gather, b.overlap_parameter_gather);
+  EXPECT_EQ(a.overlap_tensor_parallel, b.overlap_tensor_parallel);
+}
+
+struct Case {
+  std::string model, cluster, mesh;
+  std::int64_t world_size, micro_batch, global_batch;
+};
+
+struct Made {
+  PlanFile file;
+  Explanation explanation;
+};
+
+Made make(const Case& c, void (*adjust)(Plan&) = nullptr) {
+  Made made;
+  made.file.model = must(load_model(c.model));
+  made.file.cluster = must(load_cluster(c.cluster));
+  made.file.world_size = c.world_size;
+  Plan& plan = made.file.plan;
+  plan = testing_support::plan_with(c.mesh, c.micro_batch, c.global_batch);
+  if (adjust) adjust(plan);
+  made.explanation = explain_plan(made.file.model, made.file.cluster, Deployment{c.world_size, 0}, plan);
+  EXPECT_TRUE(made.explanation.valid) << messages(made.explanation.problems);
+  made.file.prediction = prediction_from(made.explanation);
+  return made;
+}
+
+Loaded<PlanFile> reread(const PlanFile& file) { return parse_plan_file(plan_file_to_json(file).dump(2), "plan.json"); }
+
+void expect_round_trip(const PlanFile& file) {
+  const auto back = reread(file);
+  ASSERT_TRUE(back.ok()) << messages(back.problems);
+  EXPECT_EQ(back.value.version, plan_file_version);
+  expect_same_model(file.model, back.value.model);
+  expect_same_cluster(file.cluster, back.value.cluster);
+  EXPECT_EQ(back.value.world_size, file.world_size);
+  expect_same_plan(file.plan, back.value.plan);
+  const PlanPrediction &p = file.prediction, &q = back.value.prediction;
+  EXPECT_EQ(p.fits_memory, q.fits_memory);
+  EXPECT_EQ(p.parameters, q.parameters);
+  EXPECT_EQ(p.worst_stage, q.worst_stage);
+  EXPECT_EQ(p.memory.total_bytes(), q.memory.total_bytes());
+  EXPECT_EQ(p.memory.activations_bytes, q.memory.activations_bytes);
+  EXPECT_EQ(p.usable_bytes, q.usable_bytes);
+  ASSERT_EQ(p.time.has_value(), q.time.has_value());
+  if (p.time) {
+    EXPECT_EQ(p.time->step_s, q.time->step_s);
+    EXPECT_EQ(p.time->bubble_s, q.time->bubble_s);
+    EXPECT_EQ(p.time->mfu, q.time->mfu);
+    EXPECT_EQ(p.time->axis_communication_s, q.time->axis_communication_s);
+    EXPECT_EQ(p.time->axis_exposed_s, q.time->axis_exposed_s);
+  }
+  // Writing what was read gives the same text: nothing is lost or reordered.
+  EXPECT_EQ(plan_file_to_json(file).dump(), plan_file_to_json(back.value).dump());
+}
+
+TEST(PlanFile, RoundTripGpt3OnDgxA100) {
+  Made made = make({"gpt3-175b", "dgx-a100", "dp=16,pp=8,tp=8", 1024, 1, 1536}, [](Plan& p) {
+    p.recompute = Recompute::selective;
+    p.sequence_parallel = true;
+    p.zero_stage = 1;
+    p.schedule = {ScheduleKind::interleaved, 3};
+  });
+  ASSERT_TRUE(made.file.prediction.time.has_value());
+  EXPECT_TRUE(made.file.prediction.fits_memory);
+  expect_round_trip(made.file);
+}
+
+TEST(PlanFile, RoundTripOtherModelKindsAndKnobs) {
+  expect_round_trip(make({"llama3-70b", "dgx-h100", "fsdp=8,tp=8", 64, 1, 512}, [](Plan& p) {
+                      p.seq_len = 4096;
+                      p.overlap_tensor_parallel = true;
+                      p.memory_headroom = 0.1;
+                    }).file);
+  expect_round_trip(make({"mlp-seed", "pcie-a100", "dp=2,tp=4", 8, 4, 64}).file);
+  expect_round_trip(make({"resnet50", "ethernet-10g", "fsdp=4", 4, 32, 256}).file);
+  expect_round_trip(make({"gpt2-124m", "dgx-a100", "pp=4", 4, 2, 16}, [](Plan& p) {
+                      p.stage_layers = {4, 2, 3, 3};
+                      p.schedule = {ScheduleKind::gpipe, 1};
+                      p.precision = Precision::fp32;
+                    }).file);
+}
+
+TEST(PlanFile, ClusterWithNodeLimitRoundTrips) {
+  Made made = make({"gpt2-124m", "dgx-a100", "dp=8", 8, 1, 8});
+  made.file.cluster.max_nodes = 4;
+  expect_round_trip(made.file);
+  made.file.cluster.max_nodes.reset();
+  expect_round_trip(made.file);
+}
+
+TEST(PlanFile, WriteThenReadFromDisk) {
+  const Made made = make({"llama2-7b", "dgx-a100", "fsdp=4,tp=2", 8, 1, 8});
+  const auto dir = std::filesystem::temp_directory_path() / ("meshplan-plan-file-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "plan.json").string();
+  const Problems written = write_plan_file(path, made.file.model, made.file.cluster, made.file.world_size, made.file.plan,
+                                           made.explanation);
+  ASSERT_FALSE(has_errors(written)) << messages(written);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  const auto back = read_plan_file(path);
+  ASSERT_TRUE(back.ok()) << messages(back.problems);
+  expect_same_plan(made.file.plan, back.value.plan);
+  expect_same_model(made.file.model, back.value.model);
+
+  // Nowhere to write: a problem naming the path, no exception.
+  const std::string nowhere = (dir / "missing-dir" / "plan.json").string();
+  const Problems failed = write_plan_file(nowhere, made.file.model, made.file.cluster, 8, made.file.plan, made.explanation);
+  ASSERT_TRUE(has_errors(failed));
+  EXPECT_NE(failed.front().where.find(nowhere), std::string::npos);
+
+  // An invalid plan is not written.
+  Explanation invalid = made.explanation;
+  invalid.valid = false;
+  EXPECT_TRUE(has_errors(write_plan_file(path, made.file.model, made.file.cluster, 8, made.file.plan, invalid)));
+
+  const auto missing = read_plan_file((dir / "nope.json").string());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.problems.front().message.find("cannot open"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+struct BadFile {
+  const char* name;
+  void (*damage)(Json&);
+  std::vector<std::string> fragments;  // in one problem's "where: message"
+};
+
+void PrintTo(const BadFile& file, std::ostream* out) { *out << file.name; }
+
+class PlanFileBad : public ::testing::TestWithParam<BadFile> {};
+
+TEST_P(PlanFileBad, NamesTheFileAndKey) {
+  static const Made made = make({"gpt3-175b", "dgx-a100", "dp=16,pp=8,tp=8", 1024, 1, 1536});
+  Json j = plan_file_to_json(made.file);
+  GetParam().damage(j);
+  const auto loaded = parse_plan_file(j.dump(2), "runs/plan.json");
+  ASSERT_FALSE(loaded.ok()) << GetParam().name;
+  bool found = false;
+  for (const auto& p : loaded.problems) {
+    const std::string text = describe(p);
+    bool all = text.starts_with("runs/plan.json");
+    for (const auto& f : GetParam().fragments) all = all && text.find(f) != std::string::npos;
+    found = found || all;
+  }
+  EXPECT_TRUE(found) << messages(loaded.problems);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PlanFileBad,
+    ::testing::Values(
+        BadFile{"wrong_version", [](Json& j) { j["version"] = 2; }, {"key 'version'", "version 2 is not supported", "version 1"}},
+        BadFile{"version_text", [](Json& j) { j["version"] = "1"; }, {"key 'version'", "expected a whole number"}},
+        BadFile{"missing_version", [](Json& j) { j.erase("version"); }, {"key 'version'", "missing"}},
+        BadFile{"missing_plan", [](Json& j) { j.erase("plan"); }, {"key 'plan'", "missing"}},
+        BadFile{"missing_cluster_device", [](Json& j) { j["cluster"].erase("device"); }, {"key 'cluster.device'", "missing"}},
+        BadFile{"world_size_text", [](Json& j) { j["world_size"] = "1024"; }, {"key 'world_size'", "expected a whole number"}},
+        BadFile{"world_size_mismatch", [](Json& j) { j["world_size"] = 512; }, {"key 'plan.mesh'", "world size (512"}},
+        BadFile{"mesh_size_text", [](Json& j) { j["plan"]["mesh"]["tp"] = "8"; }, {"key 'plan.mesh.tp'", "expected a whole number"}},
+        BadFile{"mesh_axis_unknown", [](Json& j) { j["plan"]["mesh"]["qq"] = 1; }, {"key 'plan.mesh.qq'", "unknown mesh axis"}},
+        BadFile{"mesh_empty", [](Json& j) { j["plan"]["mesh"] = Json::object(); }, {"key 'plan.mesh'", "empty"}},
+        BadFile{"tp_heads", [](Json& j) {
+                  j["plan"]["mesh"] = {{"dp", 16}, {"pp", 8}, {"tp", 8}};
+                  j["model"]["heads"] = 100;
+                  j["model"]["kv_heads"] = 100;
+                }, {"key 'plan.mesh.tp'", "attention heads (100)"}},
+        BadFile{"schedule", [](Json& j) { j["plan"]["schedule"] = "interleaved"; }, {"key 'plan.schedule'", "interleaved:<v>"}},
+        BadFile{"recompute", [](Json& j) { j["plan"]["recompute"] = "some"; }, {"key 'plan.recompute'", "none, selective, full"}},
+        BadFile{"micro_batches", [](Json& j) { j["plan"]["micro_batches"] = 7; }, {"key 'plan.micro_batches'", "does not match"}},
+        BadFile{"headroom", [](Json& j) { j["plan"]["memory_headroom"] = 1.0; }, {"key 'plan.memory_headroom'", "[0, 1)"}},
+        BadFile{"model_heads_text", [](Json& j) { j["model"]["heads"] = "many"; }, {"key 'model.heads'", "whole number"}},
+        BadFile{"model_unknown_key", [](Json& j) { j["model"]["kv_haeds"] = 8; }, {"key 'model.kv_haeds'", "unknown key"}},
+        BadFile{"model_not_object", [](Json& j) { j["model"] = "gpt3-175b"; }, {"key 'model'", "expected an object"}},
+        BadFile{"model_missing_layers", [](Json& j) { j["model"].erase("layers"); }, {"key 'model'", "layers"}},
+        BadFile{"cluster_unknown_key", [](Json& j) { j["cluster"]["gpus"] = 8; }, {"key 'cluster.gpus'", "unknown key"}},
+        BadFile{"link_kind", [](Json& j) { j["cluster"]["inter_node"]["kind"] = "carrier-pigeon"; },
+                {"key 'cluster.inter_node.kind'", "infiniband, ethernet, ici"}},
+        BadFile{"device_memory_negative", [](Json& j) { j["cluster"]["device"]["memory_bytes"] = -1; },
+                {"key 'cluster.device.memory_bytes'", "must be in"}},
+        BadFile{"peak_unknown_dtype", [](Json& j) { j["cluster"]["device"]["peak_flops_per_s"]["int4"] = 1e15; },
+                {"key 'cluster.device.peak_flops_per_s.int4'", "unknown key"}},
+        BadFile{"prediction_type", [](Json& j) { j["prediction"]["mfu"] = "high"; }, {"key 'prediction.mfu'", "expected a number"}},
+        BadFile{"unknown_top_level", [](Json& j) { j["comment"] = "hi"; }, {"key 'comment'", "unknown key"}}),
+    [](const auto& param_info) { return std::string(param_info.param.name); });
+
+TEST(PlanFile, NotJsonOrNotAnObject) {
+  auto malformed = parse_plan_file("{\n  \"version\": 1,\n  \"model\": {\n}", "plan.json");
+  ASSERT_FALSE(malformed.ok());
+  EXPECT_EQ(malformed.problems.front().where, "plan.json:4");
+  EXPECT_NE(malformed.problems.front().message.find("malformed JSON"), std::string::npos);
+  EXPECT_NE(malformed.problems.front().message.find("unexpected end of input"), std::string::npos)
+      << malformed.problems.front().message;
+  EXPECT_EQ(malformed.problems.front().message.find("json.exception"), std::string::npos);
+
+  auto array = parse_plan_file("[1, 2]", "plan.json");
+  ASSERT_FALSE(array.ok());
+  EXPECT_NE(array.problems.front().message.find("expected a JSON object"), std::string::npos);
+}
+
+TEST(PlanFile, DamagedTextNeverThrows) {
+  const Made made = make({"gpt2-124m", "dgx-a100", "dp=2,tp=4", 8, 1, 8});
+  const std::string text = plan_file_to_json(made.file).dump(2);
+  std::mt19937 rng(11);
+  for (int i = 0; i < 300; ++i) {
+    std::string damaged = text;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const std::size_t at = rng() % damaged.size();
+      switch (rng() % 3) {
+        case 0: damaged.erase(at, 1 + rng() % 8); break;
+        case 1: damaged[at] = "{}[]\",:0-9eaz\n"[rng() % 15]; break;
+        default: damaged.resize(at); break;
+      }
+      if (damaged.empty()) damaged = "{";
+    }
+    EXPECT_NO_THROW({
+      const auto loaded = parse_plan_file(damaged, "plan.json");
+      for (const auto& p : loaded.problems) EXPECT_FALSE(p.where.empty());
+    });
+  }
+}
+
+}  // namespace
+}  // namespace meshplan
