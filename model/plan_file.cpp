@@ -522,10 +522,6 @@ nlohmann::ordered_json plan_file_to_json(const PlanFile& file) {
   j["cluster"] = cluster_to_json(file.cluster);
   j["world_size"] = file.world_size;
   Json plan = plan_to_json(file.plan);
-  // plan_to_json leaves these out; a plan file must carry every knob.
-  if (!plan.contains("overlap_gradient_reduction")) plan["overlap_gradient_reduction"] = file.plan.overlap_gradient_reduction;
-  if (!plan.contains("overlap_parameter_gather")) plan["overlap_parameter_gather"] = file.plan.overlap_parameter_gather;
-  if (!plan.contains("overlap_tensor_parallel")) plan["overlap_tensor_parallel"] = file.plan.overlap_tensor_parallel;
   j["plan"] = plan;
   const PlanPrediction& p = file.prediction;
   Json prediction;

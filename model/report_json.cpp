@@ -19,6 +19,9 @@ nlohmann::ordered_json plan_to_json(const Plan& plan) {
   if (!plan.stage_layers.empty()) j["stage_layers"] = plan.stage_layers;
   j["gradient_bucket_bytes"] = plan.gradient_bucket_bytes;
   j["memory_headroom"] = plan.memory_headroom;
+  j["overlap_gradient_reduction"] = plan.overlap_gradient_reduction;
+  j["overlap_parameter_gather"] = plan.overlap_parameter_gather;
+  j["overlap_tensor_parallel"] = plan.overlap_tensor_parallel;
   return j;
 }
 

@@ -173,6 +173,7 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
   const std::int64_t world = evaluator.topology().world_size;
   const std::vector<Mesh> meshes = enumerate_meshes(world, space, evaluator.topology().devices_per_node);
   const bool transformer = model.kind == ModelKind::transformer;
+  const bool fsdp_enabled = std::find(space.axes.begin(), space.axes.end(), Axis::fsdp) != space.axes.end();
 
   struct MeshResult {
     std::vector<Candidate> candidates;  // all (for on_candidate) or feasible (for ranking)
@@ -204,6 +205,7 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
       Plan plan;
       plan.mesh = mesh;
       plan.global_batch = global_batch;
+      plan.seq_len = evaluator.profile().seq_len;
       plan.memory_headroom = space.memory_headroom;
       for (std::int64_t b : micro_batches) {
         plan.micro_batch = b;
@@ -219,6 +221,8 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
               const std::vector<BlockCost>* costs = nullptr;
               for (int zero : space.zero_stages) {
                 if (zero > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) continue;  // the same plan as ZeRO 0
+                // With fsdp in the space, dp x ZeRO-3 duplicates an fsdp mesh the search also visits.
+                if (zero == 3 && fsdp_enabled) continue;
                 plan.zero_stage = zero;
                 for (ScheduleKind kind : space.schedules) {
                   const bool pipelined = pp > 1 && model.kind != ModelKind::cnn;
@@ -270,6 +274,17 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
   for (int i = 0; i < threads; ++i) pool.emplace_back(work);
 
   // Drain the slots in mesh order: deterministic output whatever the thread timing.
+  auto absorb = [&](MeshResult& slot) {
+    result.stats.meshes += 1;
+    result.stats.plans += slot.stats.plans;
+    result.stats.evaluated += slot.stats.evaluated;
+    result.stats.feasible += slot.stats.feasible;
+    for (std::size_t r = 0; r < result.stats.rejected.size(); ++r) result.stats.rejected[r] += slot.stats.rejected[r];
+    for (auto& c : slot.candidates) {
+      if (options.on_candidate) options.on_candidate(c);
+      if (options.keep_ranked && c.rejection == Rejection::none) result.ranked.push_back(std::move(c));
+    }
+  };
   std::size_t emitted = 0;
   while (emitted < meshes.size()) {
     std::unique_lock<std::mutex> lock(mutex);
@@ -283,9 +298,7 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
         // Emit whatever finished, in order, up to the first gap.
         while (emitted < meshes.size() && slots[emitted].done) {
           MeshResult& slot = slots[emitted++];
-          for (auto& c : slot.candidates) {
-            if (options.on_candidate) options.on_candidate(c);
-          }
+          absorb(slot);
         }
         break;
       }
@@ -296,15 +309,7 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
     slots[emitted].done = true;
     lock.unlock();
     ++emitted;
-    result.stats.meshes += 1;
-    result.stats.plans += slot.stats.plans;
-    result.stats.evaluated += slot.stats.evaluated;
-    result.stats.feasible += slot.stats.feasible;
-    for (std::size_t r = 0; r < result.stats.rejected.size(); ++r) result.stats.rejected[r] += slot.stats.rejected[r];
-    for (auto& c : slot.candidates) {
-      if (options.on_candidate) options.on_candidate(c);
-      if (options.keep_ranked && c.rejection == Rejection::none) result.ranked.push_back(std::move(c));
-    }
+    absorb(slot);
   }
   for (auto& t : pool) t.join();
   if (options.on_progress) options.on_progress(plans_so_far.load(), static_cast<std::int64_t>(emitted), static_cast<std::int64_t>(meshes.size()));

@@ -43,8 +43,8 @@ struct SearchSpace {
   std::int64_t max_pp = 0;      // 0: no limit beyond the layer count
   std::int64_t max_cp = 0;
   std::int64_t max_ep = 0;
-  std::vector<std::int64_t> micro_batches;  // empty: 1, 2, 4, ... up to 64, where they divide the batch
-  std::vector<int> zero_stages{0, 1, 2, 3};
+  std::vector<std::int64_t> micro_batches;  // empty: 1, 2, 4, ... up to 64 (those not dividing the batch are rejected as "batch")
+  std::vector<int> zero_stages{0, 1, 2, 3};  // ZeRO-3 on dp is skipped when fsdp is an axis (the same plans)
   std::vector<Recompute> recomputes{Recompute::none, Recompute::selective, Recompute::full};
   std::vector<bool> sequence_parallel{false, true};
   std::vector<ScheduleKind> schedules{ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
