@@ -132,6 +132,21 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
           << ", MFU " << format("%.1f", 100 * t.mfu) << "%, HFU " << format("%.1f", 100 * t.hfu) << "%, "
           << format("%.3g", t.model_flops_per_step) << " model FLOPs per step\n";
     }
+    if (ex.scaling && !ex.scaling->axes.empty()) {
+      const ScalingDiagnostics& d = *ex.scaling;
+      out << "\n  How to Scale Your Model checks (C = device peak, W = the axis's bandwidth per device):\n";
+      for (const auto& a : d.axes) {
+        out << "    " << pad(to_string(a.axis) + "=" + std::to_string(a.size), 9) << a.rule << ": "
+            << format("%.0f", a.value) << (a.compute_bound ? " > " : " <= ") << format("%.0f", a.threshold) << "  -> "
+            << (a.compute_bound ? "compute-bound" : "communication-bound") << "\n";
+      }
+      if (d.optimal_fsdp && d.optimal_tp) {
+        out << "    FSDP x TP optimum over these devices: X_opt = " << format("%.1f", *d.optimal_fsdp) << ", Y = "
+            << format("%.1f", *d.optimal_tp) << "; B/N = " << format("%.0f", *d.tokens_per_device)
+            << " tokens per device vs " << format("%.0f", *d.compute_bound_tokens_per_device)
+            << " needed to stay compute-bound\n";
+      }
+    }
     out << "\n";
     const double worst_total = mem.worst().memory.total_bytes();
     if (!ex.valid) {

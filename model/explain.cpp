@@ -38,7 +38,9 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
                         : 0;
     if (ex.valid) {
       const Evaluator evaluator(model, cluster, plan.mesh.world_size(), ex.seq_len);
-      ex.time = evaluator.evaluate(plan).time;
+      const auto placements = place_axes(evaluator.topology(), plan.mesh);
+      ex.time = evaluator.evaluate(plan, placements).time;
+      ex.scaling = scaling_diagnostics(model, cluster, plan, ex.seq_len, placements);
     }
     const StageMemory& worst = ex.memory->worst();
     if (!ex.memory->fits()) {

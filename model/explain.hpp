@@ -11,6 +11,7 @@
 #include "model/memory_model.hpp"
 #include "model/model_spec.hpp"
 #include "model/plan.hpp"
+#include "model/scaling_diagnostics.hpp"
 #include "model/validate.hpp"
 
 namespace meshplan {
@@ -25,6 +26,7 @@ struct Explanation {
   std::optional<MemoryEstimate> memory; // absent when the plan cannot be laid out at all
   std::int64_t rank_stage = 0;          // pipeline stage of deployment.rank
   std::optional<TimeEstimate> time;     // present for valid plans
+  std::optional<ScalingDiagnostics> scaling;  // present for valid plans
 
   bool fits_memory() const { return memory && memory->fits(); }
   bool feasible() const { return valid && fits_memory(); }

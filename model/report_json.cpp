@@ -110,6 +110,22 @@ nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const Cluster
     j["memory_bytes"] = nullptr;
   }
   if (ex.time) add_time_to_json(j, *ex.time);
+  if (ex.scaling) {
+    nlohmann::ordered_json scaling;
+    nlohmann::ordered_json axes = nlohmann::ordered_json::array();
+    for (const auto& d : ex.scaling->axes) {
+      axes.push_back({{"axis", to_string(d.axis)}, {"size", d.size}, {"rule", d.rule}, {"value", d.value},
+                      {"threshold", d.threshold}, {"bound", d.compute_bound ? "compute" : "communication"}});
+    }
+    scaling["axes"] = axes;
+    if (ex.scaling->optimal_fsdp) scaling["optimal_fsdp"] = *ex.scaling->optimal_fsdp;
+    if (ex.scaling->optimal_tp) scaling["optimal_tp"] = *ex.scaling->optimal_tp;
+    if (ex.scaling->tokens_per_device) scaling["tokens_per_device"] = *ex.scaling->tokens_per_device;
+    if (ex.scaling->compute_bound_tokens_per_device) {
+      scaling["compute_bound_tokens_per_device"] = *ex.scaling->compute_bound_tokens_per_device;
+    }
+    j["scaling"] = scaling;
+  }
   return j;
 }
 

@@ -50,6 +50,17 @@ TEST(Cli, JsonHasTheDocumentedKeys) {
   EXPECT_EQ(j["plan"]["schedule"], "1f1b");
   EXPECT_EQ(j["stages"].size(), 8u);
   EXPECT_EQ(j["device"]["stage"], 0);
+  // The time model's keys (planner issue).
+  for (const char* key : {"compute", "communication", "communication_exposed", "bubble", "step"}) {
+    ASSERT_TRUE(j["time_s"].contains(key)) << key;
+    EXPECT_GE(j["time_s"][key].get<double>(), 0) << key;
+  }
+  EXPECT_GT(j["time_s"]["step"].get<double>(), j["time_s"]["compute"].get<double>() * 0.5);
+  EXPECT_NEAR(j["tokens_per_s"].get<double>(), 1536.0 * 2048 / j["time_s"]["step"].get<double>(), 1.0);
+  EXPECT_GT(j["mfu"].get<double>(), 0.1);
+  EXPECT_LE(j["mfu"].get<double>(), j["hfu"].get<double>());
+  EXPECT_GT(j["model_flops_per_step"].get<double>(), 3e18);
+  EXPECT_EQ(j["scaling"]["axes"].size(), 2u);  // dp and tp (pp has no roofline rule)
 }
 
 TEST(Cli, ZeroPaperFiguresThroughExplainJson) {
