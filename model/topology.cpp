@@ -41,9 +41,36 @@ void for_each_group(std::int64_t world_size, std::int64_t size, std::int64_t str
 // smallest share. When groups tile nodes evenly G = D / m, so the share is
 // B_node m / D (docs/cost-model.md (Communication), "Axis bandwidth").
 GroupScan scan_groups(const Topology& topology, std::int64_t size, std::int64_t stride,
-                      std::vector<double>& node_bandwidth_cache) {
+                      std::vector<double>& node_bandwidth_cache, bool closed_forms) {
   GroupScan scan;
   const std::int64_t d = topology.devices_per_node;
+  // Groups that tile nodes evenly (every mesh of whole nodes the search makes
+  // with power-of-two-like sizes) have closed forms; the walk below is for the rest.
+  const std::int64_t block = size * stride;
+  if (closed_forms && topology.world_size % d == 0) {
+    if (block <= d && d % block == 0) {  // every group inside one node
+      scan.fewest_on_a_node = scan.most_on_a_node = size;
+      scan.most_nodes = 1;
+      scan.intra_from = 0;
+      scan.intra_to = stride;
+      return scan;
+    }
+    if (stride % d == 0 || (d % stride == 0 && block % d == 0)) {  // m members on each of block / d nodes
+      const std::int64_t m = stride % d == 0 ? 1 : d / stride;
+      scan.fewest_on_a_node = scan.most_on_a_node = m;
+      scan.most_nodes = size / m;
+      if (m > 1) {
+        scan.intra_from = 0;
+        scan.intra_to = stride;
+      }
+      scan.cross_from = (m - 1) * stride;
+      scan.cross_to = m * stride;
+      // D / m crossing groups share each node's NICs: B_node m / D.
+      scan.inter_bandwidth_bytes_per_s =
+          topology.node_nic_bandwidth_bytes_per_s * static_cast<double>(m) / static_cast<double>(d);
+      return scan;
+    }
+  }
   std::vector<std::int64_t> crossing_groups_on_node(static_cast<std::size_t>(topology.nodes), 0);
 
   for_each_group(topology.world_size, size, stride, [&](std::int64_t base) {
@@ -167,6 +194,9 @@ Topology build_topology(const ClusterSpec& cluster, std::int64_t world_size) {
       boost::add_edge(vertex, fabric, nic_to_fabric, graph);
     }
   }
+  if (d > 1) topology.intra_node_path = path_between(topology, 0, 1);
+  if (nodes > 1) topology.inter_node_path = path_between(topology, 0, d);
+  topology.node_nic_bandwidth_bytes_per_s = node_nic_bandwidth_bytes_per_s(topology, 0);
   return topology;
 }
 
@@ -215,7 +245,7 @@ double node_nic_bandwidth_bytes_per_s(const Topology& topology, std::int64_t nod
   return total;
 }
 
-std::vector<AxisPlacement> place_axes(const Topology& topology, const Mesh& mesh) {
+std::vector<AxisPlacement> place_axes(const Topology& topology, const Mesh& mesh, bool closed_forms) {
   if (mesh.world_size() != topology.world_size) {
     throw std::logic_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": mesh " + mesh.to_string() +
                            " has " + std::to_string(mesh.world_size()) + " ranks but the topology was built for " +
@@ -235,19 +265,19 @@ std::vector<AxisPlacement> place_axes(const Topology& topology, const Mesh& mesh
     placement.inter_bandwidth_bytes_per_s = kInfinity;
     if (placement.size <= 1) continue;
 
-    const GroupScan scan = scan_groups(topology, placement.size, placement.stride, node_bandwidth_cache);
+    const GroupScan scan = scan_groups(topology, placement.size, placement.stride, node_bandwidth_cache, closed_forms);
     placement.members_per_node = scan.fewest_on_a_node;
     placement.nodes_spanned = scan.most_nodes;
     placement.crosses_nodes = scan.most_nodes > 1;
     // B_intra: the devices' links to their switch, read along an intra-node path.
     TopologyPath intra_path{kInfinity, 0.0, 0};
     if (scan.most_on_a_node > 1) {
-      intra_path = path_between(topology, scan.intra_from, scan.intra_to);
+      intra_path = topology.intra_node_path;  // nodes are alike: any intra-node pair
       placement.intra_bandwidth_bytes_per_s = intra_path.bandwidth_bytes_per_s;
     }
     if (placement.crosses_nodes) {
       placement.inter_bandwidth_bytes_per_s = scan.inter_bandwidth_bytes_per_s;
-      placement.latency_s = path_between(topology, scan.cross_from, scan.cross_to).latency_s;
+      placement.latency_s = topology.inter_node_path.latency_s;
     } else {
       placement.latency_s = intra_path.latency_s;
     }

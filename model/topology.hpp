@@ -56,11 +56,26 @@ using TopologyGraph =
 // Vertex layout (vecS, so descriptors are indices): devices 0 .. W-1 (device
 // `rank` is vertex `rank`), then one switch per node, then each node's NICs,
 // then the fabric. Only the nodes and devices the world size uses are built.
+// The lowest-latency path between two devices (Dijkstra on edge latency):
+// its summed latency, its narrowest edge and its edge count. A device to
+// itself is a path of 0 hops, infinite bandwidth and no latency.
+struct TopologyPath {
+  double bandwidth_bytes_per_s = 0;  // narrowest edge: what one flow alone could get
+  double latency_s = 0;              // sum over the edges
+  std::int64_t hops = 0;
+};
 struct Topology {
   TopologyGraph graph;
   std::int64_t world_size = 0;        // W
   std::int64_t nodes = 0;             // ceil(W / D)
   std::int64_t devices_per_node = 0;  // D = min(cluster's devices_per_node, W)
+  // Nodes are alike, so two paths describe every pair of devices: inside a
+  // node (ranks 0 and 1) and across nodes (ranks 0 and D), found once by
+  // path_between when the graph is built; and B_node, the NIC bandwidth of
+  // a node. place_axes() reads these instead of searching the graph per axis.
+  TopologyPath intra_node_path{};
+  TopologyPath inter_node_path{};
+  double node_nic_bandwidth_bytes_per_s = 0;
 
   // Vertex of device `rank`, 0 <= rank < world_size.
   TopologyGraph::vertex_descriptor device(std::int64_t rank) const;
@@ -73,14 +88,6 @@ struct Topology {
 // `cluster`. world_size < 1 gives an empty topology.
 Topology build_topology(const ClusterSpec& cluster, std::int64_t world_size);
 
-// The lowest-latency path between two devices (Dijkstra on edge latency):
-// its summed latency, its narrowest edge and its edge count. A device to
-// itself is a path of 0 hops, infinite bandwidth and no latency.
-struct TopologyPath {
-  double bandwidth_bytes_per_s = 0;  // narrowest edge: what one flow alone could get
-  double latency_s = 0;              // sum over the edges
-  std::int64_t hops = 0;
-};
 TopologyPath path_between(const Topology& topology, std::int64_t from_rank, std::int64_t to_rank);
 
 // B_node: the node's NIC bandwidth, read from the graph as the sum over the
@@ -114,7 +121,9 @@ struct AxisPlacement {
 // (bandwidth +inf, latency 0). The mesh's world size must equal the
 // topology's (the planner validates that first); a mismatch throws
 // std::logic_error naming this file and line.
-std::vector<AxisPlacement> place_axes(const Topology& topology, const Mesh& mesh);
+// `closed_forms` false walks every group even where a closed form applies
+// (tests compare the two).
+std::vector<AxisPlacement> place_axes(const Topology& topology, const Mesh& mesh, bool closed_forms = true);
 
 // The factor (<= 1) a crossing axis's NIC bandwidth is multiplied by when the
 // axes in `concurrent` communicate at the same time: the node's NICs are split

@@ -10,6 +10,7 @@
 
 #include "model/cluster_spec.hpp"
 #include "model/mesh.hpp"
+#include "model/search.hpp"
 #include "model/topology.hpp"
 #include "test_support.hpp"
 
@@ -268,6 +269,37 @@ TEST(ClusterSpecFraction, DefaultsToLineRateAndIsRangeChecked) {
     const std::string text = messages(loaded.problems);
     EXPECT_NE(text.find("intra_node.achievable_fraction"), std::string::npos) << text;
     EXPECT_NE(text.find("inter_node.achievable_fraction"), std::string::npos) << text;
+  }
+}
+
+}  // namespace
+}  // namespace meshplan
+
+namespace meshplan {
+namespace {
+
+// The closed forms place_axes uses for groups that tile nodes evenly must
+// give what walking every group gives, on every mesh the search enumerates.
+TEST(Placement, ClosedFormsAgreeWithWalkingEveryGroup) {
+  for (const char* cluster_name : {"dgx-a100", "ethernet-10g"}) {
+    const ClusterSpec cluster = load_cluster(cluster_name).value;
+    for (std::int64_t world : {8, 64, 96, 512}) {
+      const Topology topology = build_topology(cluster, world);
+      SearchSpace space;
+      space.axes = {Axis::dp, Axis::fsdp, Axis::tp, Axis::pp, Axis::cp};
+      for (const Mesh& mesh : enumerate_meshes(world, space, world)) {
+        const auto fast = place_axes(topology, mesh);
+        const auto walked = place_axes(topology, mesh, false);
+        ASSERT_EQ(fast.size(), walked.size());
+        for (std::size_t i = 0; i < fast.size(); ++i) {
+          EXPECT_EQ(fast[i].members_per_node, walked[i].members_per_node) << mesh.to_string();
+          EXPECT_EQ(fast[i].nodes_spanned, walked[i].nodes_spanned) << mesh.to_string();
+          EXPECT_EQ(fast[i].crosses_nodes, walked[i].crosses_nodes) << mesh.to_string();
+          EXPECT_DOUBLE_EQ(fast[i].bandwidth_bytes_per_s, walked[i].bandwidth_bytes_per_s) << mesh.to_string();
+          EXPECT_DOUBLE_EQ(fast[i].latency_s, walked[i].latency_s) << mesh.to_string();
+        }
+      }
+    }
   }
 }
 
