@@ -163,9 +163,10 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
   }
 
   bool header = false;
+  const bool any_error = has_errors(ex.problems);
   for (const auto& p : ex.problems) {
     if (!header) {
-      out << "\nproblems:\n";
+      out << (any_error ? "\nproblems:\n" : "\nwarnings:\n");
       header = true;
     }
     out << "  - " << (p.severity == Severity::warning ? "warning: " : "") << flag_for_field(p.where) << ": "
