@@ -1,0 +1,113 @@
+// The planner's search: the same answer whatever the thread count, a Pareto
+// front that really is one, counts that add up, and rejection reasons that
+// agree with the validator's.
+#include <gtest/gtest.h>
+
+#include "model/search.hpp"
+#include "test_support.hpp"
+
+namespace meshplan {
+namespace {
+using namespace testing_support;
+
+struct Fixture {
+  ModelSpec model = must(load_model("llama2-13b"));
+  ClusterSpec cluster = must(load_cluster("dgx-a100"));
+  Evaluator evaluator{model, cluster, 64, 4096};
+};
+
+std::string key(const Candidate& c) {
+  return c.plan.mesh.to_string() + " b" + std::to_string(c.plan.micro_batch) + " z" + std::to_string(c.plan.zero_stage) +
+         " " + to_string(c.plan.recompute) + (c.plan.sequence_parallel ? " sp " : " ") + to_string(c.plan.schedule);
+}
+
+TEST(Search, DeterministicAcrossThreadCounts) {
+  Fixture f;
+  SearchOptions one, two;
+  one.threads = 1;
+  two.threads = 2;
+  std::vector<std::string> streamed_one, streamed_two;
+  one.on_candidate = [&](const Candidate& c) { streamed_one.push_back(key(c) + to_string(c.rejection)); };
+  two.on_candidate = [&](const Candidate& c) { streamed_two.push_back(key(c) + to_string(c.rejection)); };
+  const SearchResult a = search(f.evaluator, 256, SearchSpace{}, one);
+  const SearchResult b = search(f.evaluator, 256, SearchSpace{}, two);
+  ASSERT_EQ(a.ranked.size(), b.ranked.size());
+  ASSERT_GT(a.ranked.size(), 10u);
+  for (std::size_t i = 0; i < a.ranked.size(); ++i) {
+    EXPECT_EQ(key(a.ranked[i]), key(b.ranked[i])) << i;
+    EXPECT_EQ(a.ranked[i].estimate.time.step_s, b.ranked[i].estimate.time.step_s) << i;
+  }
+  EXPECT_EQ(streamed_one, streamed_two);
+  EXPECT_EQ(a.pareto, b.pareto);
+}
+
+TEST(Search, RankingParetoAndCounts) {
+  Fixture f;
+  const SearchResult r = search(f.evaluator, 256, SearchSpace{});
+  // Fastest first.
+  for (std::size_t i = 1; i < r.ranked.size(); ++i) {
+    EXPECT_LE(r.ranked[i - 1].estimate.time.step_s, r.ranked[i].estimate.time.step_s);
+  }
+  // No ranked plan is both at least as fast and strictly smaller than a Pareto plan, and
+  // every non-Pareto plan is dominated by some Pareto plan.
+  std::vector<bool> on_front(r.ranked.size(), false);
+  for (std::size_t i : r.pareto) on_front[i] = true;
+  for (std::size_t i : r.pareto) {
+    for (const auto& other : r.ranked) {
+      const bool faster_or_equal = other.estimate.time.step_s <= r.ranked[i].estimate.time.step_s;
+      const bool smaller = other.estimate.worst_memory.total_bytes() < r.ranked[i].estimate.worst_memory.total_bytes();
+      EXPECT_FALSE(faster_or_equal && smaller && other.estimate.time.step_s < r.ranked[i].estimate.time.step_s);
+    }
+  }
+  for (std::size_t i = 0; i < r.ranked.size(); ++i) {
+    if (on_front[i]) continue;
+    bool dominated = false;
+    for (std::size_t j : r.pareto) {
+      dominated = dominated || (r.ranked[j].estimate.time.step_s <= r.ranked[i].estimate.time.step_s &&
+                                r.ranked[j].estimate.worst_memory.total_bytes() <= r.ranked[i].estimate.worst_memory.total_bytes());
+    }
+    EXPECT_TRUE(dominated) << key(r.ranked[i]);
+  }
+  // Counts add up: every candidate is feasible or has exactly one reason.
+  std::int64_t rejected = 0;
+  for (std::size_t k = 1; k < r.stats.rejected.size(); ++k) rejected += r.stats.rejected[k];
+  EXPECT_EQ(r.stats.feasible, r.stats.rejected[0]);
+  EXPECT_EQ(r.stats.feasible + rejected, r.stats.plans);
+  EXPECT_EQ(static_cast<std::int64_t>(r.ranked.size()), r.stats.feasible);
+  // Every ranked plan is valid and fits, as explain sees it.
+  for (std::size_t i = 0; i < r.ranked.size(); i += std::max<std::size_t>(1, r.ranked.size() / 25)) {
+    const Explanation ex = explain_plan(f.model, f.cluster, {64, 0}, r.ranked[i].plan);
+    EXPECT_TRUE(ex.feasible()) << key(r.ranked[i]) << "\n" << messages(ex.problems);
+    ASSERT_TRUE(ex.time);
+    EXPECT_NEAR(ex.time->step_s, r.ranked[i].estimate.time.step_s, 1e-9 * ex.time->step_s);
+  }
+}
+
+TEST(Search, ConstraintsAreHonoured) {
+  Fixture f;
+  SearchSpace space;
+  space.axes = {Axis::dp, Axis::tp};
+  space.max_tp = 4;
+  space.recomputes = {Recompute::full};
+  const SearchResult r = search(f.evaluator, 256, space);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const auto& c : r.ranked) {
+    EXPECT_LE(c.plan.mesh.size(Axis::tp), 4);
+    EXPECT_EQ(c.plan.mesh.size(Axis::pp), 1);
+    EXPECT_EQ(c.plan.mesh.size(Axis::fsdp), 1);
+    EXPECT_EQ(c.plan.recompute, Recompute::full);
+  }
+}
+
+TEST(Search, CancelKeepsWhatWasDone) {
+  Fixture f;
+  std::atomic<bool> cancel{true};
+  SearchOptions options;
+  options.cancel = &cancel;
+  const SearchResult r = search(f.evaluator, 256, SearchSpace{}, options);
+  EXPECT_LE(r.stats.meshes, static_cast<std::int64_t>(enumerate_meshes(64, SearchSpace{}, 8).size()));
+  EXPECT_EQ(static_cast<std::int64_t>(r.ranked.size()), r.stats.feasible);
+}
+
+}  // namespace
+}  // namespace meshplan
