@@ -76,7 +76,11 @@ TEST(Evaluator, MemoryMatchesTheReferenceModel) {
       const Explanation reference = explain_plan(model, cluster, {world, 0}, plan);
       ASSERT_TRUE(reference.memory) << plan.mesh.to_string();
       std::vector<StageMemory> stages;
-      evaluator.evaluate(plan, &stages);
+      const TimeEstimate t = evaluator.evaluate(plan, &stages).time;
+      // Time accounting holds for every plan, not only the default one.
+      EXPECT_NEAR(t.compute_s + t.communication_exposed_s + t.bubble_s + t.optimizer_s, t.step_s, 1e-9 * t.step_s)
+          << name << " " << plan.mesh.to_string() << " " << to_string(plan.schedule);
+      EXPECT_LE(t.communication_exposed_s, t.communication_s * (1 + 1e-12) + 1e-15) << name << " " << plan.mesh.to_string();
       ASSERT_EQ(stages.size(), reference.memory->stages.size());
       for (std::size_t s = 0; s < stages.size(); ++s) {
         const auto& a = stages[s].memory;
@@ -146,6 +150,8 @@ TEST(Evaluator, TimeAccountingAddsUp) {
   const auto t = Evaluator(model, cluster, 1024, 2048).evaluate(plan).time;
   EXPECT_GT(t.step_s, 0);
   EXPECT_LE(t.communication_exposed_s, t.communication_s + 1e-12);
+  // The step is the slowest stage's compute and exposed communication, the bubble and the optimizer.
+  EXPECT_NEAR(t.compute_s + t.communication_exposed_s + t.bubble_s + t.optimizer_s, t.step_s, 1e-9 * t.step_s);
   EXPECT_NEAR(t.tokens_per_s, 1536.0 * 2048 / t.step_s, 1e-6 * t.tokens_per_s);
   EXPECT_GT(t.mfu, 0.2);
   EXPECT_LT(t.mfu, t.hfu + 1e-12);  // selective recompute adds hardware FLOPs
