@@ -8,6 +8,7 @@ packages=(
   g++ cmake ninja-build pkg-config git python3
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libboost-graph-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-dev zlib1g-dev dataset-fashion-mnist
 )
 
 missing=()
