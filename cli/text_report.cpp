@@ -83,18 +83,21 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
         << human_count(shown.parameters_on_device) << " parameters held\n\n";
 
     const double total = shown.memory.total_bytes();
+    // Small models read better in MiB.
+    const bool mib = total < 0.5 * 1024 * 1024 * 1024;
+    auto in_unit = [&](double bytes) { return format("%.2f", bytes / (mib ? 1024.0 * 1024 : 1024.0 * 1024 * 1024)); };
     auto row = [&](const char* name, double bytes) {
-      out << "  " << pad(name, 24) << lpad(gib(bytes), 10) << lpad(format("%.1f", total > 0 ? 100 * bytes / total : 0), 8)
-          << "\n";
+      out << "  " << pad(name, 24) << lpad(in_unit(bytes), 10)
+          << lpad(format("%.1f", total > 0 ? 100 * bytes / total : 0), 8) << "\n";
     };
-    out << "  " << pad("memory per device", 24) << lpad("GiB", 10) << lpad("%", 8) << "\n";
+    out << "  " << pad("memory per device", 24) << lpad(mib ? "MiB" : "GiB", 10) << lpad("%", 8) << "\n";
     row("parameters", shown.memory.parameters_bytes);
     row("gradients", shown.memory.gradients_bytes);
     row("optimizer state", shown.memory.optimizer_bytes);
     row("activations", shown.memory.activations_bytes);
     row("communication buffers", shown.memory.buffers_bytes);
-    out << "  " << pad("total", 24) << lpad(gib(total), 10) << "\n";
-    out << "  " << pad("usable", 24) << lpad(gib(mem.usable_bytes), 10) << "   (" << gib(mem.capacity_bytes)
+    out << "  " << pad("total", 24) << lpad(in_unit(total), 10) << "\n";
+    out << "  " << pad("usable", 24) << lpad(in_unit(mem.usable_bytes), 10) << "   (" << gib(mem.capacity_bytes)
         << " GiB " << cluster.device.name << " less " << format("%.0f", plan.memory_headroom * 100)
         << "% headroom)\n";
 
