@@ -1,0 +1,126 @@
+#include "executor/data/text.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include "executor/data/random.hpp"
+
+namespace meshplan::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Appends the bytes of `path` to `out`; false if it cannot be read.
+bool append_file(const fs::path& path, std::vector<std::uint8_t>& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  out.insert(out.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return !in.bad();
+}
+
+}  // namespace
+
+Loaded<std::vector<std::uint8_t>> read_text_corpus(const std::string& path) {
+  Loaded<std::vector<std::uint8_t>> result;
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (error || !fs::exists(status)) {
+    result.problems.push_back({Severity::error, path, "no such file or folder"});
+    return result;
+  }
+  if (fs::is_regular_file(status)) {
+    if (!append_file(path, result.value)) result.problems.push_back({Severity::error, path, "cannot read file"});
+    return result;
+  }
+  if (!fs::is_directory(status)) {
+    result.problems.push_back({Severity::error, path, "neither a regular file nor a folder"});
+    return result;
+  }
+
+  std::vector<fs::path> files;
+  for (fs::directory_iterator it(path, error), end; !error && it != end; it.increment(error)) {
+    std::error_code kind_error;
+    if (it->is_regular_file(kind_error)) files.push_back(it->path());
+  }
+  if (error) {
+    result.problems.push_back({Severity::error, path, "cannot list folder: " + error.message()});
+    return result;
+  }
+  if (files.empty()) {
+    result.problems.push_back({Severity::error, path, "folder holds no regular files"});
+    return result;
+  }
+  std::sort(files.begin(), files.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
+  for (const fs::path& file : files) {
+    if (!append_file(file, result.value)) {
+      result.problems.push_back({Severity::error, file.string(), "cannot read file"});
+    }
+  }
+  return result;
+}
+
+TextSplitRange text_split_range(std::int64_t total_bytes, Split split, double validation_fraction) {
+  const auto validation_bytes = static_cast<std::int64_t>(static_cast<double>(total_bytes) * validation_fraction);
+  const std::int64_t boundary = total_bytes - std::clamp<std::int64_t>(validation_bytes, 0, total_bytes);
+  return split == Split::train ? TextSplitRange{0, boundary} : TextSplitRange{boundary, total_bytes};
+}
+
+TextLoader::TextLoader(std::vector<std::uint8_t> corpus, TextSplitRange range, std::int64_t sequence_length,
+                       std::uint64_t seed)
+    : corpus_(std::move(corpus)), range_(range), sequence_length_(sequence_length), seed_(seed) {
+  assert(sequence_length_ > 0);
+  assert(0 <= range_.begin && range_.end <= std::ssize(corpus_));
+  assert(range_.end - range_.begin >= sequence_length_ + 1);
+  start_epoch(0);
+}
+
+std::int64_t TextLoader::samples_per_epoch() const {
+  return std::max<std::int64_t>(1, (range_.end - range_.begin) / sequence_length_);
+}
+
+BatchShape TextLoader::shape() const { return {sequence_length_, sequence_length_, 0, 256}; }
+
+void TextLoader::start_epoch(std::int64_t epoch) {
+  epoch_ = epoch;
+  position_ = 0;
+  engine_.seed(derive_seed(seed_, static_cast<std::uint64_t>(epoch)));
+}
+
+std::int64_t TextLoader::draw_window_start() {
+  // A window of T + 1 bytes may start anywhere in [begin, end - T - 1].
+  const auto starts = static_cast<std::uint64_t>(range_.end - range_.begin - sequence_length_);
+  return range_.begin + static_cast<std::int64_t>(uniform_below(engine_, starts));
+}
+
+Batch TextLoader::next_batch(std::int64_t samples) {
+  Batch batch;
+  batch.samples = std::max<std::int64_t>(samples, 0);
+  const auto width = static_cast<std::size_t>(sequence_length_);
+  batch.inputs.reserve(static_cast<std::size_t>(batch.samples) * width);
+  batch.targets.reserve(static_cast<std::size_t>(batch.samples) * width);
+  for (std::int64_t s = 0; s < batch.samples; ++s) {
+    const auto window = corpus_.begin() + static_cast<std::ptrdiff_t>(draw_window_start());
+    for (std::size_t t = 0; t < width; ++t) {
+      batch.inputs.push_back(static_cast<float>(window[static_cast<std::ptrdiff_t>(t)]));
+      batch.targets.push_back(window[static_cast<std::ptrdiff_t>(t + 1)]);
+    }
+    if (++position_ == samples_per_epoch()) start_epoch(epoch_ + 1);
+  }
+  return batch;
+}
+
+Problems TextLoader::restore(const LoaderState& state) {
+  Problems problems = check_loader_state(state, seed_, samples_per_epoch());
+  if (has_errors(problems)) return problems;
+  start_epoch(state.epoch);
+  for (std::int64_t i = 0; i < state.position; ++i) draw_window_start();
+  position_ = state.position;
+  return problems;
+}
+
+}  // namespace meshplan::data

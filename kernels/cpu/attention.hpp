@@ -1,0 +1,34 @@
+// Causal multi-head self-attention (Vaswani et al. 2017, section 3.2.2) as
+// GPT-2 computes it, from the packed output of the fused QKV projection.
+// Straightforward loops over (batch, head, query), one softmax row at a time:
+// correctness first; a blocked or BLAS-backed variant would be checked
+// against reference_attention_forward (kernels/cpu/reference.hpp).
+// The forward saves the softmax probabilities, so the backward needs no
+// recomputation; that is B * NH * T * T values, fine at the sizes one CPU
+// rank trains. Backward accumulates (+=) into dqkv.
+//
+// Defines: attention_forward, attention_backward.
+#pragma once
+
+#include <cstdint>
+
+namespace meshplan::kernels {
+
+// T_len is the sequence length T (T itself names the scalar type).
+// qkv[B, T, 3C]: for each position, C query values, then C key values, then
+// C value values; head h owns channels [h * HS, (h + 1) * HS) of each, with
+// HS = C / NH (NH must divide C).
+// att[B, NH, T, T] (written): att[b, h, t, t2] = softmax over t2 <= t of
+//   q[b, t, h] . k[b, t2, h] / sqrt(HS); entries with t2 > t are set to 0.
+// out[B, T, C] (written): out[b, t, h * HS + i] = sum_t2 att[b, h, t, t2] v[b, t2, h, i].
+template <typename T>
+void attention_forward(T* out, T* att, const T* qkv, std::int64_t B, std::int64_t T_len, std::int64_t C,
+                       std::int64_t NH);
+
+// Given dout[B, T, C], the forward input qkv and the saved att, accumulates
+// dqkv[B, T, 3C] in the same packed layout.
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, std::int64_t B, std::int64_t T_len,
+                        std::int64_t C, std::int64_t NH);
+
+}  // namespace meshplan::kernels

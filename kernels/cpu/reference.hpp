@@ -1,0 +1,32 @@
+// The obviously-right versions of ops whose fast path is written differently:
+// matmul (the fast path is BLAS) and attention (the fast path computes the
+// causal softmax row by row; the reference builds the full score matrix,
+// masks with -infinity and softmaxes each row). Plain loops in double, no
+// BLAS, no saved intermediates shared with the fast path, so a bug in one is
+// not repeated in the other. Tests and `meshplan selftest` compare every fast
+// or CUDA variant against these. Slow by design; never used for training.
+//
+// Defines: reference_matmul_forward, reference_matmul_backward,
+// reference_attention_forward.
+#pragma once
+
+#include <cstdint>
+
+namespace meshplan::kernels {
+
+// Same contract as matmul_forward (kernels/cpu/matmul.hpp):
+// out[N, OC] = inp[N, C] . weight[OC, C]^T + bias[OC]; bias may be null.
+void reference_matmul_forward(double* out, const double* inp, const double* weight, const double* bias,
+                              std::int64_t N, std::int64_t C, std::int64_t OC);
+
+// Same contract as matmul_backward: accumulates dinp[N, C], dweight[OC, C],
+// dbias[OC] (each skipped when null).
+void reference_matmul_backward(double* dinp, double* dweight, double* dbias, const double* dout, const double* inp,
+                               const double* weight, std::int64_t N, std::int64_t C, std::int64_t OC);
+
+// Same contract as attention_forward (kernels/cpu/attention.hpp): writes
+// out[B, T, C] and att[B, NH, T, T] from qkv[B, T, 3C].
+void reference_attention_forward(double* out, double* att, const double* qkv, std::int64_t B, std::int64_t T_len,
+                                 std::int64_t C, std::int64_t NH);
+
+}  // namespace meshplan::kernels

@@ -1,0 +1,492 @@
+// CPU kernels (kernels/cpu/): the ladder's first rung, "ops match a reference".
+//  1. Every fast op against its reference, in float and double, with a stated
+//     tolerance: BLAS matmul and row-wise attention against the naive loops
+//     in reference.hpp; the other ops' float path against their own double
+//     instantiation.
+//  2. Every backward against central finite differences in double. The loss
+//     is L = sum(out * w) for a fixed random w, so dout = w. Gradient buffers
+//     start at kPrefill rather than 0, which checks that backward accumulates.
+//  3. AdamW against its closed form; the global gradient norm.
+//  4. Cross-entropy edge cases: uniform logits give log V; huge logits stay finite.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/adamw.hpp"
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/layernorm.hpp"
+#include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/reference.hpp"
+#include "kernels/cpu/residual.hpp"
+
+namespace meshplan::kernels {
+namespace {
+
+using Vec = std::vector<double>;
+
+std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
+
+// |actual - expected| <= abs + rel * |expected|.
+struct Tolerance {
+  double abs;
+  double rel;
+};
+
+// Fast op vs reference. Double: only summation order differs. Float: inputs
+// in [-1, 1], reductions of length <= 128, so the error is a few hundred
+// float ulps of the result's scale at most.
+template <typename T>
+constexpr Tolerance kReferenceTolerance = {1e-12, 1e-12};
+template <>
+constexpr Tolerance kReferenceTolerance<float> = {2e-5, 2e-5};
+
+// Central differences in double: truncation error ~ eps^2 f''' ~ 1e-12,
+// rounding ~ 1e-16 |L| / eps ~ 1e-9 for |L| ~ 10, so an absolute floor of
+// 1e-8 plus a 1e-6 relative tolerance.
+constexpr double kFdStep = 1e-6;
+constexpr Tolerance kFdTolerance = {1e-8, 1e-6};
+constexpr double kPrefill = 0.25;
+
+Vec random_vector(std::size_t n, std::mt19937_64& rng, double lo = -1.0, double hi = 1.0) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  Vec v(n);
+  for (double& x : v) x = dist(rng);
+  return v;
+}
+
+template <typename T>
+std::vector<T> cast_to(const Vec& v) {
+  std::vector<T> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<T>(v[i]);
+  return out;
+}
+
+template <typename T>
+void expect_close(const std::vector<T>& actual, const Vec& expected, Tolerance tol, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  int failures = 0;
+  for (std::size_t i = 0; i < actual.size() && failures < 5; ++i) {
+    const double a = static_cast<double>(actual[i]);
+    const double allowed = tol.abs + tol.rel * std::abs(expected[i]);
+    if (!(std::abs(a - expected[i]) <= allowed)) {
+      ADD_FAILURE() << what << "[" << i << "]: " << a << " vs expected " << expected[i] << " (allowed "
+                    << allowed << ")";
+      ++failures;
+    }
+  }
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+Vec prefilled(std::size_t n) { return Vec(n, kPrefill); }
+
+// Compares the accumulated analytic gradient (grad_with_prefill - kPrefill)
+// with central differences of loss() with respect to every element of x.
+void expect_gradient_matches_fd(Vec& x, const Vec& grad_with_prefill, const std::function<double()>& loss,
+                                const std::string& what) {
+  ASSERT_EQ(x.size(), grad_with_prefill.size()) << what;
+  Vec numeric(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + kFdStep;
+    const double up = loss();
+    x[i] = saved - kFdStep;
+    const double down = loss();
+    x[i] = saved;
+    numeric[i] = (up - down) / (2.0 * kFdStep);
+  }
+  Vec analytic(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) analytic[i] = grad_with_prefill[i] - kPrefill;
+  expect_close(analytic, numeric, kFdTolerance, what + " gradient");
+}
+
+// ---------------------------------------------------------------- (1) fast vs reference
+
+template <typename T>
+class KernelsVsReference : public ::testing::Test {};
+using Scalars = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(KernelsVsReference, Scalars);
+
+struct MatmulShape {
+  std::int64_t N, C, OC;
+};
+constexpr MatmulShape kMatmulShapes[] = {{1, 1, 1}, {7, 33, 19}, {64, 128, 96}};
+
+TYPED_TEST(KernelsVsReference, MatmulForward) {
+  using T = TypeParam;
+  std::mt19937_64 rng(1);
+  for (const MatmulShape s : kMatmulShapes) {
+    for (const bool with_bias : {true, false}) {
+      const Vec inp = random_vector(static_cast<std::size_t>(s.N * s.C), rng);
+      const Vec weight = random_vector(static_cast<std::size_t>(s.OC * s.C), rng);
+      const Vec bias = random_vector(static_cast<std::size_t>(s.OC), rng);
+      Vec expected(static_cast<std::size_t>(s.N * s.OC));
+      reference_matmul_forward(expected.data(), inp.data(), weight.data(), with_bias ? bias.data() : nullptr, s.N,
+                               s.C, s.OC);
+      const auto inp_t = cast_to<T>(inp), weight_t = cast_to<T>(weight), bias_t = cast_to<T>(bias);
+      std::vector<T> out(expected.size(), T(7));  // garbage: forward must overwrite
+      matmul_forward(out.data(), inp_t.data(), weight_t.data(), with_bias ? bias_t.data() : nullptr, s.N, s.C, s.OC);
+      expect_close(out, expected, kReferenceTolerance<T>,
+                   "matmul out N=" + std::to_string(s.N) + " bias=" + std::to_string(with_bias));
+    }
+  }
+}
+
+TYPED_TEST(KernelsVsReference, MatmulBackward) {
+  using T = TypeParam;
+  std::mt19937_64 rng(2);
+  for (const MatmulShape s : kMatmulShapes) {
+    const Vec inp = random_vector(static_cast<std::size_t>(s.N * s.C), rng);
+    const Vec weight = random_vector(static_cast<std::size_t>(s.OC * s.C), rng);
+    const Vec dout = random_vector(static_cast<std::size_t>(s.N * s.OC), rng);
+    Vec dinp = prefilled(inp.size()), dweight = prefilled(weight.size()), dbias = prefilled(sz(s.OC));
+    reference_matmul_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(), s.N,
+                              s.C, s.OC);
+    const auto inp_t = cast_to<T>(inp), weight_t = cast_to<T>(weight), dout_t = cast_to<T>(dout);
+    auto dinp_t = cast_to<T>(prefilled(inp.size()));
+    auto dweight_t = cast_to<T>(prefilled(weight.size()));
+    auto dbias_t = cast_to<T>(prefilled(sz(s.OC)));
+    matmul_backward(dinp_t.data(), dweight_t.data(), dbias_t.data(), dout_t.data(), inp_t.data(), weight_t.data(),
+                    s.N, s.C, s.OC);
+    const std::string shape = " N=" + std::to_string(s.N);
+    expect_close(dinp_t, dinp, kReferenceTolerance<T>, "matmul dinp" + shape);
+    expect_close(dweight_t, dweight, kReferenceTolerance<T>, "matmul dweight" + shape);
+    expect_close(dbias_t, dbias, kReferenceTolerance<T>, "matmul dbias" + shape);
+  }
+}
+
+TYPED_TEST(KernelsVsReference, AttentionForward) {
+  using T = TypeParam;
+  std::mt19937_64 rng(3);
+  const std::int64_t B = 2, T_len = 9, C = 12, NH = 3;
+  const Vec qkv = random_vector(static_cast<std::size_t>(B * T_len * 3 * C), rng, -2.0, 2.0);
+  Vec out(static_cast<std::size_t>(B * T_len * C)), att(static_cast<std::size_t>(B * NH * T_len * T_len));
+  reference_attention_forward(out.data(), att.data(), qkv.data(), B, T_len, C, NH);
+  const auto qkv_t = cast_to<T>(qkv);
+  std::vector<T> out_t(out.size(), T(7)), att_t(att.size(), T(7));
+  attention_forward(out_t.data(), att_t.data(), qkv_t.data(), B, T_len, C, NH);
+  expect_close(out_t, out, kReferenceTolerance<T>, "attention out");
+  expect_close(att_t, att, kReferenceTolerance<T>, "attention att");
+}
+
+// Ops without a separate fast path: the float instantiation against the
+// double one, so the float code is held to the same formulas.
+TYPED_TEST(KernelsVsReference, PointwiseAndRowOpsFloatMatchDouble) {
+  using T = TypeParam;
+  std::mt19937_64 rng(4);
+  const std::int64_t N = 6, C = 40;
+  const std::size_t NC = static_cast<std::size_t>(N * C);
+  const Vec x = random_vector(NC, rng, -3.0, 3.0);
+  const Vec weight = random_vector(sz(C), rng), bias = random_vector(sz(C), rng);
+  const auto x_t = cast_to<T>(x), weight_t = cast_to<T>(weight), bias_t = cast_to<T>(bias);
+
+  Vec ln(NC), mean(sz(N)), rstd(sz(N));
+  layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
+  std::vector<T> ln_t(NC), mean_t(sz(N)), rstd_t(sz(N));
+  layernorm_forward(ln_t.data(), mean_t.data(), rstd_t.data(), x_t.data(), weight_t.data(), bias_t.data(), N, C);
+  expect_close(ln_t, ln, kReferenceTolerance<T>, "layernorm out");
+  expect_close(rstd_t, rstd, kReferenceTolerance<T>, "layernorm rstd");
+
+  Vec gelu(NC), relu(NC);
+  gelu_forward(gelu.data(), x.data(), std::int64_t(NC));
+  relu_forward(relu.data(), x.data(), std::int64_t(NC));
+  std::vector<T> gelu_t(NC), relu_t(NC);
+  gelu_forward(gelu_t.data(), x_t.data(), std::int64_t(NC));
+  relu_forward(relu_t.data(), x_t.data(), std::int64_t(NC));
+  expect_close(gelu_t, gelu, kReferenceTolerance<T>, "gelu");
+  expect_close(relu_t, relu, kReferenceTolerance<T>, "relu");
+
+  const std::vector<std::int32_t> targets = {0, 39, 5, 5, 17, 22};
+  Vec probs(NC);
+  const double loss = cross_entropy_forward(probs.data(), static_cast<double*>(nullptr), x.data(), targets.data(), N, C);
+  std::vector<T> probs_t(NC);
+  const T loss_t = cross_entropy_forward(probs_t.data(), static_cast<T*>(nullptr), x_t.data(), targets.data(), N, C);
+  expect_close(probs_t, probs, kReferenceTolerance<T>, "cross-entropy probs");
+  expect_close(std::vector<T>{loss_t}, Vec{loss}, kReferenceTolerance<T>, "cross-entropy loss");
+}
+
+// GELU is GPT-2's tanh approximation, not the erf form (values from the formula
+// evaluated in Python float64).
+TEST(Activation, GeluIsTheTanhApproximation) {
+  const Vec x = {0.0, 1.0, -1.0, 2.5};
+  Vec out(x.size());
+  gelu_forward(out.data(), x.data(), std::int64_t(x.size()));
+  expect_close(out, Vec{0.0, 0.8411919906082768, -0.15880800939172324, 2.484915733910001}, {1e-15, 1e-14},
+               "gelu");
+}
+
+TEST(Attention, IsCausalAndRowsAreDistributions) {
+  std::mt19937_64 rng(5);
+  const std::int64_t B = 1, T_len = 6, C = 4, NH = 2;
+  Vec qkv = random_vector(static_cast<std::size_t>(B * T_len * 3 * C), rng, -2.0, 2.0);
+  Vec out(static_cast<std::size_t>(B * T_len * C)), att(static_cast<std::size_t>(B * NH * T_len * T_len));
+  attention_forward(out.data(), att.data(), qkv.data(), B, T_len, C, NH);
+  for (std::int64_t row = 0; row < NH * T_len; ++row) {
+    const std::int64_t t = row % T_len;
+    double sum = 0.0;
+    for (std::int64_t t2 = 0; t2 < T_len; ++t2) {
+      const double p = att[static_cast<std::size_t>(row * T_len + t2)];
+      if (t2 > t) {
+        EXPECT_EQ(p, 0.0) << "row " << row << " attends to the future position " << t2;
+      }
+      sum += p;
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-14) << "row " << row;
+  }
+  // Changing the last position's q, k, v must not change any earlier output.
+  const Vec before = out;
+  for (std::int64_t i = 0; i < 3 * C; ++i) qkv[static_cast<std::size_t>((T_len - 1) * 3 * C + i)] += 1.0;
+  attention_forward(out.data(), att.data(), qkv.data(), B, T_len, C, NH);
+  for (std::int64_t i = 0; i < (T_len - 1) * C; ++i)
+    EXPECT_EQ(out[static_cast<std::size_t>(i)], before[static_cast<std::size_t>(i)]) << "output " << i;
+}
+
+// ---------------------------------------------------------------- (2) finite differences
+
+TEST(FiniteDifferences, Matmul) {
+  std::mt19937_64 rng(10);
+  const std::int64_t N = 3, C = 4, OC = 5;
+  Vec inp = random_vector(sz(N * C), rng), weight = random_vector(sz(OC * C), rng);
+  Vec bias = random_vector(sz(OC), rng);
+  const Vec w = random_vector(sz(N * OC), rng);
+  Vec out(w.size());
+  auto loss = [&] {
+    matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
+    return dot(out, w);
+  };
+  Vec dinp = prefilled(inp.size()), dweight = prefilled(weight.size()), dbias = prefilled(bias.size());
+  loss();
+  matmul_backward(dinp.data(), dweight.data(), dbias.data(), w.data(), inp.data(), weight.data(), N, C, OC);
+  expect_gradient_matches_fd(inp, dinp, loss, "matmul inp");
+  expect_gradient_matches_fd(weight, dweight, loss, "matmul weight");
+  expect_gradient_matches_fd(bias, dbias, loss, "matmul bias");
+}
+
+TEST(FiniteDifferences, LayerNorm) {
+  std::mt19937_64 rng(11);
+  const std::int64_t N = 3, C = 8;
+  Vec inp = random_vector(sz(N * C), rng, -2.0, 2.0);
+  Vec weight = random_vector(sz(C), rng), bias = random_vector(sz(C), rng);
+  const Vec w = random_vector(inp.size(), rng);
+  Vec out(inp.size()), mean(sz(N)), rstd(sz(N));
+  auto loss = [&] {
+    layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
+    return dot(out, w);
+  };
+  loss();
+  Vec dinp = prefilled(inp.size()), dweight = prefilled(weight.size()), dbias = prefilled(bias.size());
+  layernorm_backward(dinp.data(), dweight.data(), dbias.data(), w.data(), inp.data(), weight.data(), mean.data(),
+                     rstd.data(), N, C);
+  expect_gradient_matches_fd(inp, dinp, loss, "layernorm inp");
+  expect_gradient_matches_fd(weight, dweight, loss, "layernorm weight");
+  expect_gradient_matches_fd(bias, dbias, loss, "layernorm bias");
+}
+
+TEST(FiniteDifferences, Gelu) {
+  std::mt19937_64 rng(12);
+  Vec inp = random_vector(50, rng, -4.0, 4.0);
+  const Vec w = random_vector(inp.size(), rng);
+  Vec out(inp.size());
+  const auto n = std::int64_t(inp.size());
+  auto loss = [&] {
+    gelu_forward(out.data(), inp.data(), n);
+    return dot(out, w);
+  };
+  Vec dinp = prefilled(inp.size());
+  gelu_backward(dinp.data(), inp.data(), w.data(), n);
+  expect_gradient_matches_fd(inp, dinp, loss, "gelu inp");
+}
+
+TEST(FiniteDifferences, Relu) {
+  std::mt19937_64 rng(13);
+  Vec inp = random_vector(50, rng);
+  for (double& x : inp)
+    if (std::abs(x) < 1e-3) x = 0.5;  // keep away from the kink at 0
+  const Vec w = random_vector(inp.size(), rng);
+  Vec out(inp.size());
+  const auto n = std::int64_t(inp.size());
+  auto loss = [&] {
+    relu_forward(out.data(), inp.data(), n);
+    return dot(out, w);
+  };
+  Vec dinp = prefilled(inp.size());
+  relu_backward(dinp.data(), inp.data(), w.data(), n);
+  expect_gradient_matches_fd(inp, dinp, loss, "relu inp");
+}
+
+TEST(FiniteDifferences, Attention) {
+  std::mt19937_64 rng(14);
+  const std::int64_t B = 2, T_len = 5, C = 6, NH = 2;
+  Vec qkv = random_vector(static_cast<std::size_t>(B * T_len * 3 * C), rng, -1.5, 1.5);
+  const Vec w = random_vector(static_cast<std::size_t>(B * T_len * C), rng);
+  Vec out(w.size()), att(static_cast<std::size_t>(B * NH * T_len * T_len));
+  auto loss = [&] {
+    attention_forward(out.data(), att.data(), qkv.data(), B, T_len, C, NH);
+    return dot(out, w);
+  };
+  loss();
+  Vec dqkv = prefilled(qkv.size());
+  attention_backward(dqkv.data(), w.data(), qkv.data(), att.data(), B, T_len, C, NH);
+  expect_gradient_matches_fd(qkv, dqkv, loss, "attention qkv");
+}
+
+TEST(FiniteDifferences, CrossEntropy) {
+  std::mt19937_64 rng(15);
+  const std::int64_t N = 4, V = 7;
+  Vec logits = random_vector(sz(N * V), rng, -2.0, 2.0);
+  const std::vector<std::int32_t> targets = {3, 0, 6, 3};
+  const double dloss = 1.7;  // as if the loss were scaled for gradient accumulation
+  Vec probs(logits.size());
+  auto loss = [&] {
+    return dloss * cross_entropy_forward(probs.data(), static_cast<double*>(nullptr), logits.data(), targets.data(),
+                                         N, V);
+  };
+  loss();
+  Vec dlogits = prefilled(logits.size());
+  cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
+  expect_gradient_matches_fd(logits, dlogits, loss, "cross-entropy logits");
+}
+
+TEST(FiniteDifferences, Embedding) {
+  std::mt19937_64 rng(16);
+  const std::int64_t B = 2, T_len = 4, C = 3, V = 5, max_T = 6;
+  const std::vector<std::int32_t> tokens = {1, 3, 1, 1, 4, 3, 0, 1};  // repeats; token 2 unused
+  Vec wte = random_vector(sz(V * C), rng), wpe = random_vector(sz(max_T * C), rng);
+  const Vec w = random_vector(sz(B * T_len * C), rng);
+  Vec out(w.size());
+  auto loss = [&] {
+    embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T_len, C);
+    return dot(out, w);
+  };
+  Vec dwte = prefilled(wte.size()), dwpe = prefilled(wpe.size());
+  embedding_backward(dwte.data(), dwpe.data(), w.data(), tokens.data(), B, T_len, C);
+  expect_gradient_matches_fd(wte, dwte, loss, "embedding wte");
+  expect_gradient_matches_fd(wpe, dwpe, loss, "embedding wpe");
+}
+
+TEST(FiniteDifferences, Residual) {
+  std::mt19937_64 rng(17);
+  Vec a = random_vector(20, rng), b = random_vector(20, rng);
+  const Vec w = random_vector(20, rng);
+  Vec out(w.size());
+  auto loss = [&] {
+    residual_forward(out.data(), a.data(), b.data(), std::int64_t(out.size()));
+    return dot(out, w);
+  };
+  Vec da = prefilled(a.size()), db = prefilled(b.size());
+  residual_backward(da.data(), db.data(), w.data(), std::int64_t(w.size()));
+  expect_gradient_matches_fd(a, da, loss, "residual inp1");
+  expect_gradient_matches_fd(b, db, loss, "residual inp2");
+}
+
+// ---------------------------------------------------------------- (3) AdamW
+
+constexpr AdamWHyperparameters kAdamW = {.learning_rate = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                                         .weight_decay = 0.1};
+
+TEST(AdamW, FirstStepIsSignLikeUpdatePlusDecoupledDecay) {
+  // Step 1 from zero moments: m_hat = g, v_hat = g^2, so the update is
+  // lr * (g / (|g| + eps) + wd * p).
+  const Vec p0 = {0.5, -1.0, 2.0, 0.0}, g = {0.3, -2e-3, 0.0, -7.0};
+  Vec p = p0, m(4, 0.0), v(4, 0.0);
+  adamw_update(p.data(), g.data(), m.data(), v.data(), 4, 1, kAdamW);
+  Vec expected(4);
+  for (std::size_t i = 0; i < 4; ++i)
+    expected[i] = p0[i] - kAdamW.learning_rate * (g[i] / (std::abs(g[i]) + kAdamW.eps) + kAdamW.weight_decay * p0[i]);
+  expect_close(p, expected, {1e-15, 1e-13}, "params after step 1");
+  expect_close(m, Vec{0.03, -2e-4, 0.0, -0.7}, {1e-17, 1e-14}, "m after step 1");
+  expect_close(v, Vec{0.3 * 0.3 * 1e-3, 4e-9, 0.0, 0.049}, {1e-20, 1e-12}, "v after step 1");
+}
+
+TEST(AdamW, SecondStepAppliesBiasCorrection) {
+  const double g1 = 0.4, g2 = -0.1, p0 = 1.5;
+  double p = p0, m = 0.0, v = 0.0;
+  adamw_update(&p, &g1, &m, &v, 1, 1, kAdamW);
+  const double p1 = p;
+  adamw_update(&p, &g2, &m, &v, 1, 2, kAdamW);
+  const double m2 = 0.9 * (0.1 * g1) + 0.1 * g2;
+  const double v2 = 0.999 * (0.001 * g1 * g1) + 0.001 * g2 * g2;
+  const double m_hat = m2 / (1.0 - 0.9 * 0.9), v_hat = v2 / (1.0 - 0.999 * 0.999);
+  const double expected = p1 - 1e-2 * (m_hat / (std::sqrt(v_hat) + 1e-8) + 0.1 * p1);
+  EXPECT_NEAR(p, expected, 1e-14);
+  EXPECT_NEAR(m, m2, 1e-16);
+  EXPECT_NEAR(v, v2, 1e-18);
+}
+
+TEST(AdamW, WeightDecayIsDecoupledFromTheAdaptiveScale) {
+  // Zero gradient: Adam with L2 would move p by lr * sign(p) (the decay passes
+  // through g / sqrt(v)); AdamW multiplies p by exactly (1 - lr * wd).
+  std::vector<float> p = {3.0f, -0.25f}, m(2, 0.0f), v(2, 0.0f);
+  const std::vector<float> g(2, 0.0f);
+  adamw_update(p.data(), g.data(), m.data(), v.data(), 2, 5, kAdamW);
+  expect_close(p, Vec{3.0 * (1 - 1e-3), -0.25 * (1 - 1e-3)}, {0.0, 1e-6}, "params");
+}
+
+TEST(GradientNorm, IsTheL2NormOverAllBuffers) {
+  const std::vector<double> a = {3.0, 4.0}, b = {12.0}, empty;
+  const std::span<const double> buffers[] = {a, b, empty};
+  EXPECT_DOUBLE_EQ(global_l2_norm<double>(buffers), 13.0);
+  // Float gradients whose squares overflow float are accumulated in double.
+  const std::vector<float> big = {1e20f, -1e20f};
+  const std::span<const float> big_buffers[] = {big};
+  EXPECT_NEAR(global_l2_norm<float>(big_buffers), std::sqrt(2.0) * 1e20, 1e14);
+}
+
+TEST(GradientNorm, ClipScale) {
+  EXPECT_DOUBLE_EQ(clip_scale(2.0, 1.0), 0.5);
+  EXPECT_DOUBLE_EQ(clip_scale(0.5, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(clip_scale(0.0, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(clip_scale(5.0, 0.0), 1.0);  // clipping off
+}
+
+// ---------------------------------------------------------------- (4) cross-entropy edges
+
+TYPED_TEST(KernelsVsReference, CrossEntropyOfUniformLogitsIsLogV) {
+  using T = TypeParam;
+  const std::int64_t N = 3, V = 50;
+  const std::vector<T> logits(sz(N * V), T(3.7));
+  const std::vector<std::int32_t> targets = {0, 17, 49};
+  std::vector<T> probs(logits.size()), losses(sz(N));
+  const T loss = cross_entropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
+  const Tolerance tol = kReferenceTolerance<T>;
+  expect_close(std::vector<T>{loss}, Vec{std::log(50.0)}, tol, "mean loss");
+  expect_close(losses, Vec(sz(N), std::log(50.0)), tol, "per-row losses");
+  expect_close(probs, Vec(probs.size(), 1.0 / 50.0), tol, "probs");
+}
+
+TEST(CrossEntropy, LargeLogitsStayFiniteInFloat) {
+  // exp(1e4) overflows float; only the max-subtracted form gets these right.
+  const std::int64_t N = 2, V = 4;
+  const std::vector<float> logits = {1e4f, 0.0f, -1e4f, 5e3f, 1e4f, 0.0f, -1e4f, 5e3f};
+  const std::vector<std::int32_t> targets = {0, 1};
+  std::vector<float> probs(logits.size()), losses(sz(N));
+  const float loss = cross_entropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
+  EXPECT_EQ(losses[0], 0.0f);
+  EXPECT_EQ(losses[1], 1e4f);
+  EXPECT_EQ(loss, 5e3f);
+  for (const float p : probs) EXPECT_TRUE(std::isfinite(p));
+  EXPECT_EQ(probs[0], 1.0f);
+  std::vector<float> dlogits(logits.size(), 0.0f);
+  cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0f, N, V);
+  for (const float d : dlogits) EXPECT_TRUE(std::isfinite(d));
+  EXPECT_EQ(dlogits[0], 0.0f);       // (1 - 1) / 2
+  EXPECT_EQ(dlogits[5], -0.5f);      // (0 - 1) / 2
+}
+
+}  // namespace
+}  // namespace meshplan::kernels
