@@ -1,0 +1,88 @@
+// Checkpoints: one directory per saved step, written so that a crash at any
+// moment leaves either a complete, verifiable checkpoint or one that readers
+// recognise as incomplete and skip (DESIGN.md, Executor: "atomic (write,
+// fsync, rename, then a completion marker), checksummed").
+//
+// Layout of `<dir>/step-000123/` (docs/formats.md, "Checkpoints"):
+//   <tensor>.f32    one per tensor: raw float32, little-endian, row-major,
+//                   the tensor's full (unsharded) shape
+//   manifest.json   {"version": 1, "step", "seed", "data_state": {"seed",
+//                   "epoch", "position"}, "plan": <plan file JSON>, "extra",
+//                   "tensors": [{"name", "file", "dtype": "float32",
+//                   "shape": [...], "bytes", "checksum": "crc32:..."}]}
+//   COMPLETE        written last; its presence is the only sign of a
+//                   finished checkpoint
+//
+// Writing: every file goes through write_file_atomically into
+// `step-000123.tmp/`, the directory is fsynced, renamed to `step-000123/`,
+// the parent is fsynced, then COMPLETE is written. A crash before the rename
+// leaves a `.tmp` directory; after it, a directory without COMPLETE. Both
+// are ignored by latest_checkpoint and refused by load_checkpoint.
+//
+// Why a full shape per tensor: checkpoints must load under a different plan
+// (correctness ladder step 4). Recording every tensor whole, by name and full
+// shape, keeps the file independent of the plan that wrote it; when ranks
+// save shards, a later manifest version adds each shard's offset within the
+// full shape, and the loader reassembles or re-slices.
+//
+// defines: TensorBlob, CheckpointContents, checkpoint_manifest_version,
+//          checkpoint_directory_name, save_checkpoint, load_checkpoint,
+//          latest_checkpoint
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "executor/data/loader.hpp"
+#include "model/problem.hpp"
+
+namespace meshplan::exec {
+
+inline constexpr int checkpoint_manifest_version = 1;
+
+// A named float32 tensor: `data` holds product(shape) values, row-major.
+// Names become file names (`<name>.f32`), so they are limited to letters,
+// digits, '.', '_' and '-', and may not start with '.'
+// ("params.layers.0.w", "adam_m.layers.0.w").
+struct TensorBlob {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::vector<float> data;
+};
+
+struct CheckpointContents {
+  std::int64_t step = 0;            // optimizer steps completed
+  nlohmann::json plan;              // the plan file's JSON object (plan_file.hpp), as the caller gives it
+  std::uint64_t seed = 0;           // the run's seed (initialisation, dropout)
+  data::LoaderState data_state;     // where the training data loader is
+  std::vector<TensorBlob> tensors;  // parameters, Adam m and v, anything else
+  nlohmann::json extra;             // free-form (learning-rate schedule state, ...); null if unused
+};
+
+// "step-000123": six digits at least, more when the step needs them.
+std::string checkpoint_directory_name(std::int64_t step);
+
+// Writes `<dir>/<checkpoint_directory_name(step)>/`, creating `dir` if
+// needed. Problems name the directory or file: invalid or duplicate tensor
+// names, a data size that does not match the shape, an existing checkpoint
+// for the same step, I/O failures.
+Problems save_checkpoint(const std::string& dir, const CheckpointContents& contents);
+
+// Reads and verifies one checkpoint directory. Refuses (every problem names
+// the directory or file) an incomplete checkpoint (no COMPLETE), a malformed
+// manifest or one of another version, a missing tensor file, and a damaged
+// one (size or checksum does not match the manifest).
+Loaded<CheckpointContents> load_checkpoint(const std::string& path);
+
+// The path of the newest complete checkpoint in `dir` (by step number), or
+// nullopt when there is none or `dir` does not exist. Only the COMPLETE
+// marker is checked here; load_checkpoint verifies the contents. Incomplete
+// checkpoints (no COMPLETE, or a leftover `.tmp` directory) are skipped with
+// a warning each; an unreadable `dir` is an error.
+Loaded<std::optional<std::string>> latest_checkpoint(const std::string& dir);
+
+}  // namespace meshplan::exec

@@ -1,0 +1,84 @@
+// Training metrics as JSON Lines (one JSON object per line, https://jsonlines.org)
+// for tools to read back, and as one human-readable line per record for
+// stdout. Each line is flushed as it is written, so a `tail -f` or a crashed
+// run's file holds every finished step.
+//
+// Record keys (docs/formats.md, "Metrics"); "kind" tells the two apart:
+//   {"kind": "train", "step", "loss", "lr", "grad_norm", "step_s",
+//    "tokens_per_s" | "samples_per_s", "mfu", "memory_bytes"}
+//   {"kind": "eval", "step", "epoch", "eval_loss", "eval_accuracy"}
+// Optional fields that are unknown are written as null, never left out, so
+// every line of a kind has the same keys; non-finite numbers (a diverged
+// loss) are written as null too, since JSON has no NaN.
+//
+// defines: ThroughputUnit, StepMetrics, EvalMetrics, to_json, format_line,
+//          MetricsWriter
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "model/problem.hpp"
+
+namespace meshplan::exec {
+
+// What a step's throughput counts: tokens for language models, samples otherwise.
+enum class ThroughputUnit { tokens, samples };
+
+struct StepMetrics {
+  std::int64_t step = 0;
+  double loss = 0;
+  double learning_rate = 0;
+  double grad_norm = 0;  // global L2 norm before clipping
+  double step_s = 0;     // wall-clock seconds of the step
+  double throughput_per_s = 0;
+  ThroughputUnit throughput_unit = ThroughputUnit::samples;
+  std::optional<double> mfu;                  // model FLOP/s over peak FLOP/s, in [0, 1]
+  std::optional<std::int64_t> memory_bytes;  // peak bytes in use on this rank
+};
+
+struct EvalMetrics {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  double eval_loss = 0;
+  std::optional<double> eval_accuracy;  // fraction in [0, 1]; absent for regression
+};
+
+nlohmann::json to_json(const StepMetrics& metrics);
+nlohmann::json to_json(const EvalMetrics& metrics);
+
+// One line without a newline, e.g.
+//   "step 120 | loss 2.3457 | lr 3.00e-04 | grad 1.234 | 0.412 s | 12.3k tokens/s | mfu 41.2% | mem 1.50 GiB"
+//   "eval step 120 epoch 2 | loss 0.4321 | accuracy 84.56%"
+// Unknown optional fields are left out.
+std::string format_line(const StepMetrics& metrics);
+std::string format_line(const EvalMetrics& metrics);
+
+class MetricsWriter {
+ public:
+  // Writes to `out`, which must outlive the writer; `display_name` names it in problems.
+  MetricsWriter(std::ostream& out, std::string display_name);
+
+  // Creates (or with `append`, extends: a resumed run) the file at `path`.
+  static Loaded<std::unique_ptr<MetricsWriter>> open(const std::string& path, bool append);
+
+  // Each writes one line and flushes; problems name the file (write failed).
+  Problems write(const StepMetrics& metrics);
+  Problems write(const EvalMetrics& metrics);
+  Problems write_record(const nlohmann::json& record);
+
+ private:
+  MetricsWriter(std::unique_ptr<std::ofstream> file, std::string display_name);
+
+  std::unique_ptr<std::ofstream> file_;  // set when the writer owns its file
+  std::ostream* out_;
+  std::string display_name_;
+};
+
+}  // namespace meshplan::exec

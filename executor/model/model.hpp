@@ -1,0 +1,59 @@
+// The one interface the trainer sees, whatever the architecture: a model owns
+// its parameters (parameters.hpp) and the activation buffers for one
+// micro-batch, runs forward on a data::Batch returning the mean loss, and
+// backward from the last forward accumulating into the parameter gradients
+// (+=, as every kernel does), so gradient accumulation over micro-batches is
+// just forward/backward repeated with dloss = 1 / micro_batches.
+// Like llm.c's gpt2_forward/gpt2_backward, the backward uses the activations
+// the forward saved, so forward and backward must alternate on the same batch.
+//
+// defines: Model, make_model
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "executor/data/loader.hpp"
+#include "executor/model/parameters.hpp"
+#include "model/model_spec.hpp"
+#include "model/problem.hpp"
+
+namespace meshplan::exec {
+
+template <typename T>
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual Parameters<T>& parameters() = 0;
+  virtual const Parameters<T>& parameters() const = 0;
+
+  // The largest batch (samples) forward accepts; activations are sized for it.
+  virtual std::int64_t max_batch() const = 0;
+  // Loss terms per sample: 1 for an MLP, T (tokens) for a GPT. Used for
+  // throughput (tokens/s) and accuracy denominators.
+  virtual std::int64_t items_per_sample() const = 0;
+
+  // Whether batches shaped `shape` fit this model (input width, classes,
+  // sequence length); problems name "--data".
+  virtual Problems check_data(const data::BatchShape& shape) const = 0;
+
+  // Mean loss over the batch (1 <= batch.samples <= max_batch()):
+  // cross-entropy (nats) when the batch has targets, mean squared error over
+  // every output when it has target_values.
+  virtual T forward(const data::Batch& batch) = 0;
+  // Accumulates d(dloss * loss)/d(parameters) of the last forward into parameters().grads.
+  virtual void backward(T dloss) = 0;
+  // Items of the last forward whose arg-max prediction equals the target
+  // (0 for regression).
+  virtual std::int64_t correct_predictions() const = 0;
+};
+
+// An Mlp or a Gpt (by spec.kind) with parameters initialised from `seed` and
+// activations for `max_batch` samples of `seq_len` tokens (seq_len is
+// ignored for MLPs; 0 means the model's seq_len). Problems for unsupported features.
+template <typename T>
+Loaded<std::unique_ptr<Model<T>>> make_model(const ModelSpec& spec, std::uint64_t seed, std::int64_t max_batch,
+                                             std::int64_t seq_len = 0);
+
+}  // namespace meshplan::exec

@@ -1,0 +1,88 @@
+// The parameters of one model as one flat buffer, like llm.c's params_memory:
+// a single allocation makes the optimizer one loop, the gradient norm one
+// pass, a checkpoint one write, and zeroing the gradients one fill. Each
+// tensor is a named (name, shape, offset) view into it, so layers, tests and
+// checkpoints address tensors by name, and the gradient and the AdamW moment
+// buffers share the same layout (same offsets) as the values.
+//
+// Supported now (single rank): GPT-2-style transformers (GELU MLP, layer norm,
+// learned positions, tied embeddings, biases) and MLPs (relu or gelu). Any
+// other feature is reported as a Problem by check_supported, never a crash.
+//
+// Layouts (weights are [out, in], as nn.Linear and llm.c store them):
+//   MLP:  linear{i}.weight [out, in], linear{i}.bias [out], i = 0..n-2
+//   GPT:  wte [V, C], wpe [maxT, C], then per layer l: layer{l}.ln1.w/b [C],
+//         layer{l}.qkv.w [3C, C] / .b [3C], layer{l}.attn_out.w [C, C] / .b [C],
+//         layer{l}.ln2.w/b [C], layer{l}.fc.w [F, C] / .b [F],
+//         layer{l}.fc_out.w [C, F] / .b [C]; then ln_f.w/b [C]. F = ffn (4C in
+//         GPT-2). The output layer is wte (tied), so it has no tensor of its own.
+//
+// Initialisation is deterministic from a seed on every platform (draws go
+// through executor/data/random.hpp; tensor i uses stream derive_seed(seed, i)):
+//   GPT-2 (Radford et al. 2019; nanoGPT / llm.c): every matrix and both
+//     embeddings ~ N(0, 0.02); the residual projections attn_out.w and
+//     fc_out.w ~ N(0, 0.02 / sqrt(2 L)) (GPT-2 paper, section 2.3); biases 0;
+//     layer-norm weights 1, biases 0.
+//   MLP: PyTorch's nn.Linear default, kaiming_uniform_(a = sqrt(5)), which
+//     reduces to weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)).
+//
+// defines: ParameterTensor, ParameterLayout, check_supported, parameter_layout,
+//          Parameters, make_parameters
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.hpp"
+#include "model/problem.hpp"
+
+namespace meshplan::exec {
+
+struct ParameterTensor {
+  std::string name;                 // "wte", "layer0.qkv.w", "linear1.bias"
+  std::vector<std::int64_t> shape;  // row-major
+  std::int64_t offset = 0;          // first element in the flat buffer
+  std::int64_t elements = 0;        // product of shape
+};
+
+struct ParameterLayout {
+  std::vector<ParameterTensor> tensors;  // in buffer order, no gaps
+  std::int64_t total_elements = 0;
+
+  // The tensor called `name`, or nullptr.
+  const ParameterTensor* find(const std::string& name) const;
+  // The tensor called `name`; asserts that it exists (layer code asks only for names it made).
+  const ParameterTensor& at(const std::string& name) const;
+};
+
+// Every feature of `spec` the single-rank executor cannot train yet, as
+// errors naming the field ("model.norm", "model.experts", ...); dropout > 0
+// is a warning (it is omitted: training runs as if dropout were 0).
+Problems check_supported(const ModelSpec& spec);
+
+// The layout above; problems from check_supported when unsupported.
+Loaded<ParameterLayout> parameter_layout(const ModelSpec& spec);
+
+// Values, gradients and AdamW's two moments, all with the same layout.
+// T is float for training (fp32 master weights) and double for gradient checks.
+template <typename T>
+struct Parameters {
+  ParameterLayout layout;
+  std::vector<T> values;
+  std::vector<T> grads;
+  std::vector<T> adam_m;
+  std::vector<T> adam_v;
+
+  std::span<T> value(const std::string& name);
+  std::span<T> grad(const std::string& name);
+  void zero_grads();
+};
+
+// A layout with values initialised from `seed` as described above and
+// gradients and moments at zero.
+template <typename T>
+Loaded<Parameters<T>> make_parameters(const ModelSpec& spec, std::uint64_t seed);
+
+}  // namespace meshplan::exec

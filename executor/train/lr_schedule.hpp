@@ -1,0 +1,31 @@
+// Learning rate per step: linear warmup, then cosine decay to a floor, the
+// schedule GPT-2-style training uses (Loshchilov & Hutter 2017, SGDR, for the
+// cosine; Goyal et al. 2017 for the warmup; llm.c's get_learning_rate and
+// nanoGPT's get_lr). Steps count from 0.
+//
+//   step < W:            lr * (step + 1) / W          (reaches lr at step W - 1)
+//   W <= step <= S - 1:  min_lr + (lr - min_lr) * 0.5 * (1 + cos(pi * r)),
+//                        r = (step - W) / (S - 1 - W)  (lr at step W, min_lr at step S - 1)
+//   min_lr = min_lr_fraction * lr  (0.1 by default)
+//
+// Unlike llm.c, whose cosine ends one step past the last one, the floor is
+// reached exactly at the last step, so "min_lr at the end" is true as stated.
+//
+// defines: LrSchedule, learning_rate_at
+#pragma once
+
+#include <cstdint>
+
+namespace meshplan::exec {
+
+struct LrSchedule {
+  double max_lr = 1e-3;           // lr
+  std::int64_t warmup_steps = 0;  // W (0: start at lr)
+  std::int64_t total_steps = 1;   // S
+  double min_lr_fraction = 0.1;
+};
+
+// The learning rate of step `step` (0 <= step < total_steps; later steps get min_lr).
+double learning_rate_at(const LrSchedule& schedule, std::int64_t step);
+
+}  // namespace meshplan::exec

@@ -1,0 +1,156 @@
+// The loop of trainer.hpp. Timing uses steady_clock around the whole step
+// (data included), since that is what a user waits for.
+#include "executor/train/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <span>
+#include <string>
+
+#include "executor/train/lr_schedule.hpp"
+
+namespace meshplan::exec {
+
+namespace {
+
+Problem option_problem(const std::string& where, const std::string& message) {
+  return {Severity::error, where, message};
+}
+
+std::string format_value(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  return std::to_string(value);
+}
+
+}  // namespace
+
+Loaded<TrainOptions> train_options_for_plan(const Plan& plan) {
+  Loaded<TrainOptions> result;
+  if (plan.mesh.world_size() != 1)
+    result.problems.push_back(option_problem(
+        "plan.mesh", "the single-rank trainer runs meshes of one device; this mesh has " +
+                         std::to_string(plan.mesh.world_size())));
+  if (plan.micro_batch <= 0 || plan.micro_batches() <= 0)
+    result.problems.push_back(option_problem(
+        "plan.global_batch", std::to_string(plan.global_batch) + " is not a positive multiple of micro_batch (" +
+                                 std::to_string(plan.micro_batch) + ")"));
+  result.value.micro_batch = plan.micro_batch;
+  result.value.micro_batches = plan.micro_batches();
+  return result;
+}
+
+template <typename T>
+double accumulate_gradients(Model<T>& model, data::DataLoader& loader, std::int64_t micro_batch,
+                            std::int64_t micro_batches) {
+  model.parameters().zero_grads();
+  const T dloss = T(1) / static_cast<T>(micro_batches);
+  double loss = 0;
+  for (std::int64_t k = 0; k < micro_batches; ++k) {
+    const data::Batch batch = loader.next_batch(micro_batch);
+    loss += static_cast<double>(model.forward(batch));
+    model.backward(dloss);
+  }
+  return loss / static_cast<double>(micro_batches);
+}
+
+template <typename T>
+TrainResult train(Model<T>& model, data::DataLoader& loader, const TrainOptions& options) {
+  TrainResult result;
+  Problems& problems = result.problems;
+  if (options.micro_batch <= 0 || options.micro_batch > model.max_batch())
+    problems.push_back(option_problem("plan.micro_batch", std::to_string(options.micro_batch) +
+                                                              " must be between 1 and the model's batch capacity (" +
+                                                              std::to_string(model.max_batch()) + ")"));
+  if (options.micro_batches <= 0)
+    problems.push_back(option_problem("plan.micro_batches", "must be at least 1"));
+  std::int64_t steps = options.steps;
+  if (steps <= 0 && options.epochs > 0 && options.global_batch() > 0)
+    steps = static_cast<std::int64_t>(std::ceil(options.epochs * static_cast<double>(loader.samples_per_epoch()) /
+                                                static_cast<double>(options.global_batch())));
+  if (steps <= 0) problems.push_back(option_problem("--steps", "give a positive number of steps or epochs"));
+  const Problems data_problems = model.check_data(loader.shape());
+  problems.insert(problems.end(), data_problems.begin(), data_problems.end());
+  if (!result.ok()) return result;
+
+  const LrSchedule schedule{options.adamw.learning_rate, options.warmup_steps, steps, options.min_lr_fraction};
+  Parameters<T>& params = model.parameters();
+  const std::span<const T> all_grads(params.grads);
+  std::int64_t updates = 0;
+  for (std::int64_t step = 0; step < steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    const double loss = accumulate_gradients(model, loader, options.micro_batch, options.micro_batches);
+    const double norm = kernels::global_l2_norm<T>(std::span<const std::span<const T>>(&all_grads, 1));
+    const double lr = learning_rate_at(schedule, step);
+    StepMetrics metrics{step, loss, lr, norm, 0, 0, false};
+    ++result.steps;
+    result.last_loss = loss;
+
+    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+      const std::string what = "loss " + format_value(loss) + ", gradient norm " + format_value(norm);
+      if (options.on_non_finite == NonFiniteAction::stop) {
+        problems.push_back(option_problem("step " + std::to_string(step),
+                                          "training stopped: " + what + " is not finite (lr " + format_value(lr) + ")"));
+        return result;
+      }
+      metrics.skipped = true;
+      ++result.skipped_steps;
+      problems.push_back({Severity::warning, "step " + std::to_string(step), "update skipped: " + what});
+    } else {
+      const T scale = static_cast<T>(kernels::clip_scale(norm, options.max_grad_norm));
+      if (scale != T(1))
+        for (T& g : params.grads) g *= scale;
+      ++updates;
+      kernels::AdamWHyperparameters hp = options.adamw;
+      hp.learning_rate = lr;
+      for (const ParameterTensor& tensor : params.layout.tensors) {
+        kernels::AdamWHyperparameters tensor_hp = hp;
+        if (tensor.shape.size() < 2) tensor_hp.weight_decay = 0;
+        const std::int64_t o = tensor.offset;
+        kernels::adamw_update(params.values.data() + o, params.grads.data() + o, params.adam_m.data() + o,
+                              params.adam_v.data() + o, tensor.elements, updates, tensor_hp);
+      }
+    }
+    metrics.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    metrics.items_per_s = metrics.step_s > 0 ? static_cast<double>(options.global_batch() * model.items_per_sample()) /
+                                                   metrics.step_s
+                                             : 0;
+    if (options.on_step) options.on_step(metrics);
+  }
+  return result;
+}
+
+template <typename T>
+EvalResult evaluate(Model<T>& model, data::DataLoader& loader, std::int64_t max_samples) {
+  EvalResult result;
+  std::int64_t remaining = loader.samples_per_epoch();
+  if (max_samples > 0) remaining = std::min(remaining, max_samples);
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  bool regression = false;
+  while (remaining > 0) {
+    const std::int64_t n = std::min(remaining, model.max_batch());
+    const data::Batch batch = loader.next_batch(n);
+    regression = batch.targets.empty();
+    loss_sum += static_cast<double>(model.forward(batch)) * static_cast<double>(n);
+    correct += model.correct_predictions();
+    result.samples += n;
+    remaining -= n;
+  }
+  if (result.samples == 0) return result;
+  result.loss = loss_sum / static_cast<double>(result.samples);
+  if (!regression)
+    result.accuracy =
+        static_cast<double>(correct) / static_cast<double>(result.samples * model.items_per_sample());
+  return result;
+}
+
+template double accumulate_gradients<float>(Model<float>&, data::DataLoader&, std::int64_t, std::int64_t);
+template double accumulate_gradients<double>(Model<double>&, data::DataLoader&, std::int64_t, std::int64_t);
+template TrainResult train<float>(Model<float>&, data::DataLoader&, const TrainOptions&);
+template TrainResult train<double>(Model<double>&, data::DataLoader&, const TrainOptions&);
+template EvalResult evaluate<float>(Model<float>&, data::DataLoader&, std::int64_t);
+template EvalResult evaluate<double>(Model<double>&, data::DataLoader&, std::int64_t);
+
+}  // namespace meshplan::exec

@@ -1,0 +1,96 @@
+// Single-rank training: the loop every plan's loss curve is compared against
+// (DESIGN.md correctness ladder, step 3), so it is deliberately plain:
+//
+//   for each step:
+//     zero grads; for each of M micro-batches: loss += forward / M; backward(1 / M)
+//     norm = global L2 norm of the grads
+//     loss or norm not finite -> stop with a Problem naming the step (or skip the update)
+//     grads *= min(1, max_grad_norm / norm)                 (global-norm clipping)
+//     AdamW at lr = learning_rate_at(schedule, step)        (lr_schedule.hpp)
+//
+// Micro-batch x micro-batches = the global batch on one rank, so the summed
+// gradient equals that of one batch of M x micro_batch samples (tested).
+// Parameters are the optimizer's master weights: train in float for fp32
+// master weights (double is for tests). Weight decay applies to matrices and
+// embeddings only (tensors of rank >= 2), as GPT-2/nanoGPT/llm.c do; biases
+// and layer-norm parameters are not decayed.
+// Steps count from 0 in callbacks, problems and the schedule.
+//
+// defines: StepMetrics, NonFiniteAction, TrainOptions, train_options_for_plan, TrainResult,
+//          accumulate_gradients, train, EvalResult, evaluate
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+
+#include "executor/data/loader.hpp"
+#include "executor/model/model.hpp"
+#include "kernels/cpu/adamw.hpp"
+#include "model/plan.hpp"
+#include "model/problem.hpp"
+
+namespace meshplan::exec {
+
+struct StepMetrics {
+  std::int64_t step = 0;     // 0-based optimizer step
+  double loss = 0;           // mean over the step's micro-batches (nats, or MSE)
+  double lr = 0;             // learning rate used by this step
+  double grad_norm = 0;      // global L2 norm before clipping
+  double step_s = 0;         // wall time of the step, forward to optimizer
+  double items_per_s = 0;    // samples/s (MLP) or tokens/s (GPT)
+  bool skipped = false;      // update skipped because loss or norm was not finite
+};
+
+enum class NonFiniteAction { stop, skip };
+
+struct TrainOptions {
+  std::int64_t micro_batch = 1;    // samples per forward/backward
+  std::int64_t micro_batches = 1;  // gradient accumulation steps per optimizer step
+  std::int64_t steps = 0;          // optimizer steps; 0: derive from epochs
+  double epochs = 0;               // used when steps == 0: ceil(epochs x samples_per_epoch / global batch)
+  kernels::AdamWHyperparameters adamw;  // adamw.learning_rate is the peak lr of the schedule
+  std::int64_t warmup_steps = 0;
+  double min_lr_fraction = 0.1;
+  double max_grad_norm = 1.0;      // <= 0: no clipping
+  NonFiniteAction on_non_finite = NonFiniteAction::stop;
+  std::function<void(const StepMetrics&)> on_step;  // called after every step (also skipped ones)
+
+  std::int64_t global_batch() const { return micro_batch * micro_batches; }
+};
+
+// micro_batch and micro_batches from a plan; problems when the plan needs
+// more than one rank (mesh world size > 1) or its batch does not divide.
+Loaded<TrainOptions> train_options_for_plan(const Plan& plan);
+
+struct TrainResult {
+  std::int64_t steps = 0;          // steps run (including skipped ones)
+  std::int64_t skipped_steps = 0;
+  double last_loss = std::numeric_limits<double>::quiet_NaN();
+  Problems problems;               // bad options/data, or the step whose loss or norm was not finite
+  bool ok() const { return !has_errors(problems); }
+};
+
+// Zeroes the gradients, then runs `micro_batches` forward/backward passes of
+// `micro_batch` samples from `loader`, each backward scaled by 1 / micro_batches;
+// returns the mean loss. The gradient half of one training step.
+template <typename T>
+double accumulate_gradients(Model<T>& model, data::DataLoader& loader, std::int64_t micro_batch,
+                            std::int64_t micro_batches);
+
+template <typename T>
+TrainResult train(Model<T>& model, data::DataLoader& loader, const TrainOptions& options);
+
+struct EvalResult {
+  double loss = 0;  // mean over samples
+  double accuracy = std::numeric_limits<double>::quiet_NaN();  // classifiers and LMs (per token); NaN for regression
+  std::int64_t samples = 0;
+};
+
+// Mean loss (and accuracy) over the next min(samples_per_epoch, max_samples)
+// samples of `loader` (max_samples 0: one epoch), in batches of model.max_batch().
+// From a fresh validation loader that is exactly the whole split.
+template <typename T>
+EvalResult evaluate(Model<T>& model, data::DataLoader& loader, std::int64_t max_samples = 0);
+
+}  // namespace meshplan::exec
