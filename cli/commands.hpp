@@ -23,6 +23,7 @@ Command add_plan_command(CLI::App& app);
 Command add_presets_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);
 Command add_sweep_command(CLI::App& app);
+Command add_train_command(CLI::App& app);
 Command add_validation_command(CLI::App& app);
 
 }  // namespace meshplan::cli

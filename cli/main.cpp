@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   const Command presets = add_presets_command(app);
   const Command simulate = add_simulate_command(app);
   const Command validation = add_validation_command(app);
+  const Command train = add_train_command(app);
 
   // CLI11 reports a mistyped command as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("presets")) return presets();
     if (app.got_subcommand("simulate")) return simulate();
     if (app.got_subcommand("validation")) return validation();
+    if (app.got_subcommand("train")) return train();
   } catch (const std::exception& e) {
     std::cerr << "meshplan: internal error: " << e.what() << "\n";
     return 70;

@@ -199,7 +199,7 @@ std::vector<double> run_losses(const ModelSpec& spec, MakeLoader make_loader_fn,
   options.adamw.learning_rate = 1e-2;
   options.warmup_steps = 2;
   std::vector<double> losses;
-  options.on_step = [&](const StepMetrics& m) { losses.push_back(m.loss); };
+  options.on_step = [&](const StepReport& m) { losses.push_back(m.loss); };
   const TrainResult result = train(*model, *loader, options);
   EXPECT_TRUE(result.ok()) << messages(result.problems);
   return losses;
@@ -251,11 +251,11 @@ void expect_accumulation_matches(const ModelSpec& spec, MakeLoader make_loader_f
   options.steps = 3;
   options.adamw.learning_rate = 1e-2;
   options.micro_batch = 8;
-  options.on_step = [&](const StepMetrics& m) { losses_whole.push_back(m.loss); };
+  options.on_step = [&](const StepReport& m) { losses_whole.push_back(m.loss); };
   ASSERT_TRUE(train(*whole, *loader_whole, options).ok());
   options.micro_batch = 4;
   options.micro_batches = 2;
-  options.on_step = [&](const StepMetrics& m) { losses_halves.push_back(m.loss); };
+  options.on_step = [&](const StepReport& m) { losses_halves.push_back(m.loss); };
   ASSERT_TRUE(train(*halves, *loader_halves, options).ok());
   ASSERT_EQ(losses_whole.size(), 3u);
   for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(losses_whole[i], losses_halves[i], 1e-6 * losses_whole[i]);
@@ -335,7 +335,7 @@ TEST(ExecutorTrainer, NonFiniteLossStopsNamingTheStepOrSkipsIt) {
   PoisonedLoader skip_loader = poisoned();
   options.on_non_finite = NonFiniteAction::skip;
   std::vector<bool> skipped;
-  options.on_step = [&](const StepMetrics& m) { skipped.push_back(m.skipped); };
+  options.on_step = [&](const StepReport& m) { skipped.push_back(m.skipped); };
   const TrainResult skipped_result = train(*skipping, skip_loader, options);
   EXPECT_TRUE(skipped_result.ok()) << messages(skipped_result.problems);
   EXPECT_EQ(skipped_result.steps, 6);
@@ -385,7 +385,7 @@ TEST(ExecutorTrainer, TinyGptLearnsRepeatedText) {
   options.warmup_steps = 5;
   double first = 0;
   double last = 0;
-  options.on_step = [&](const StepMetrics& m) {
+  options.on_step = [&](const StepReport& m) {
     if (m.step == 0) first = m.loss;
     last = m.loss;
   };
@@ -417,7 +417,7 @@ TEST(ExecutorTrainer, FashionMnistMlpReaches85Percent) {
   options.adamw.learning_rate = 2e-3;
   options.warmup_steps = 50;
   double tokens_per_s = 0;
-  options.on_step = [&](const StepMetrics& m) { tokens_per_s = m.items_per_s; };
+  options.on_step = [&](const StepReport& m) { tokens_per_s = m.items_per_s; };
   const auto train_start = std::chrono::steady_clock::now();
   const TrainResult result = train(*model, *train_loader.value, options);
   const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();

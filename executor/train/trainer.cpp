@@ -77,13 +77,13 @@ TrainResult train(Model<T>& model, data::DataLoader& loader, const TrainOptions&
   const LrSchedule schedule{options.adamw.learning_rate, options.warmup_steps, steps, options.min_lr_fraction};
   Parameters<T>& params = model.parameters();
   const std::span<const T> all_grads(params.grads);
-  std::int64_t updates = 0;
-  for (std::int64_t step = 0; step < steps; ++step) {
+  std::int64_t updates = options.completed_updates;
+  for (std::int64_t step = std::max<std::int64_t>(options.first_step, 0); step < steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const double loss = accumulate_gradients(model, loader, options.micro_batch, options.micro_batches);
     const double norm = kernels::global_l2_norm<T>(std::span<const std::span<const T>>(&all_grads, 1));
     const double lr = learning_rate_at(schedule, step);
-    StepMetrics metrics{step, loss, lr, norm, 0, 0, false};
+    StepReport metrics{step, loss, lr, norm, 0, 0, false};
     ++result.steps;
     result.last_loss = loss;
 

@@ -16,7 +16,7 @@
 // and layer-norm parameters are not decayed.
 // Steps count from 0 in callbacks, problems and the schedule.
 //
-// defines: StepMetrics, NonFiniteAction, TrainOptions, train_options_for_plan, TrainResult,
+// defines: StepReport, NonFiniteAction, TrainOptions, train_options_for_plan, TrainResult,
 //          accumulate_gradients, train, EvalResult, evaluate
 #pragma once
 
@@ -32,7 +32,7 @@
 
 namespace meshplan::exec {
 
-struct StepMetrics {
+struct StepReport {
   std::int64_t step = 0;     // 0-based optimizer step
   double loss = 0;           // mean over the step's micro-batches (nats, or MSE)
   double lr = 0;             // learning rate used by this step
@@ -54,7 +54,11 @@ struct TrainOptions {
   double min_lr_fraction = 0.1;
   double max_grad_norm = 1.0;      // <= 0: no clipping
   NonFiniteAction on_non_finite = NonFiniteAction::stop;
-  std::function<void(const StepMetrics&)> on_step;  // called after every step (also skipped ones)
+  // Resuming: the run's first step (the schedule still spans 0 .. steps - 1)
+  // and the AdamW updates already applied (bias correction continues from it).
+  std::int64_t first_step = 0;
+  std::int64_t completed_updates = 0;
+  std::function<void(const StepReport&)> on_step;  // called after every step (also skipped ones)
 
   std::int64_t global_batch() const { return micro_batch * micro_batches; }
 };
