@@ -215,7 +215,13 @@ TEST_F(CheckpointTest, RefusesMalformedManifests) {
   EXPECT_NE(messages.find("not a plain file name"), std::string::npos) << messages;
 
   EXPECT_TRUE(load_checkpoint(checkpoint_path(14).string() + "-nope").problems.size() == 1);
-  messages = refusal(good.dump());
+  // Valid JSON with one changed value: only the seal in COMPLETE can tell.
+  changed = good;
+  changed["step"] = 15;
+  messages = refusal(changed.dump(2) + "\n");
+  EXPECT_NE(messages.find("damaged"), std::string::npos) << messages;
+  EXPECT_NE(messages.find("recorded in COMPLETE"), std::string::npos) << messages;
+  messages = refusal(original.str());
   EXPECT_EQ(messages, "");
 }
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -351,8 +352,9 @@ Problems save_checkpoint(const std::string& dir, const CheckpointContents& conte
       {"extra", contents.extra},
       {"tensors", std::move(tensors)},
   };
+  const std::string manifest_text = manifest.dump(2) + "\n";
   Problems written = write_file_atomically((temporary_path / manifest_file_name).string(),
-                                           [&](std::ostream& out) { out << manifest.dump(2) << '\n'; });
+                                           [&](std::ostream& out) { out << manifest_text; });
   if (has_errors(written)) return give_up(std::move(written));
 
   if (!fsync_directory(temporary_path)) {
@@ -365,7 +367,9 @@ Problems save_checkpoint(const std::string& dir, const CheckpointContents& conte
   }
   if (!fsync_directory(dir)) return {{Severity::error, dir, "cannot fsync the directory"}};
   problems = write_file_atomically((final_path / complete_file_name).string(), [&](std::ostream& out) {
-    out << "step " << contents.step << '\n';
+    // The marker also seals the manifest: a changed manifest no longer matches it.
+    out << "step " << contents.step << '\n'
+        << "manifest " << checksum_text(std::as_bytes(std::span(manifest_text.data(), manifest_text.size()))) << '\n';
   });
   if (has_errors(problems)) return problems;
   if (!fsync_directory(final_path)) return {{Severity::error, final_path.string(), "cannot fsync the directory"}};
@@ -396,11 +400,24 @@ Loaded<CheckpointContents> load_checkpoint(const std::string& path) {
   }
   std::stringstream text;
   text << in.rdbuf();
-  json manifest;
-  try {
-    manifest = json::parse(text.str());
-  } catch (const json::parse_error& parse_error) {
-    problems.push_back({Severity::error, manifest_path, std::string("malformed manifest: ") + parse_error.what()});
+  // Checked last, so that a malformed manifest is reported as such first.
+  std::optional<Problem> seal_problem;
+  {
+    std::ifstream marker(directory / complete_file_name);
+    std::string line, sealed;
+    while (std::getline(marker, line)) {
+      if (line.rfind("manifest ", 0) == 0) sealed = line.substr(9);
+    }
+    const std::string manifest_text = text.str();
+    const std::string actual = checksum_text(std::as_bytes(std::span(manifest_text.data(), manifest_text.size())));
+    if (!sealed.empty() && sealed != actual) {
+      seal_problem = Problem{Severity::error, manifest_path,
+                             "damaged: checksum " + actual + " does not match " + sealed + " recorded in COMPLETE"};
+    }
+  }
+  const json manifest = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (manifest.is_discarded()) {
+    problems.push_back({Severity::error, manifest_path, "malformed manifest: not valid JSON"});
     return result;
   }
   if (!manifest.is_object()) {
@@ -462,6 +479,7 @@ Loaded<CheckpointContents> load_checkpoint(const std::string& path) {
       contents.tensors.push_back(std::move(*tensor));
     }
   }
+  if (seal_problem && !has_errors(problems)) problems.push_back(*seal_problem);
   return result;
 }
 
