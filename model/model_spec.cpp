@@ -97,6 +97,26 @@ Loaded<ModelSpec> read_model(const YAML::Node& node, const std::string& display_
 
 }  // namespace
 
+std::string to_string(FeedForward feed_forward) {
+  switch (feed_forward) {
+    case FeedForward::gelu: return "gelu";
+    case FeedForward::swiglu: return "swiglu";
+    case FeedForward::geglu: return "geglu";
+  }
+  return "?";
+}
+
+std::string to_string(Norm norm) { return norm == Norm::rmsnorm ? "rmsnorm" : "layernorm"; }
+
+std::string to_string(Positions positions) {
+  switch (positions) {
+    case Positions::learned: return "learned";
+    case Positions::rotary: return "rotary";
+    case Positions::none: return "none";
+  }
+  return "?";
+}
+
 std::string to_string(ModelKind kind) {
   switch (kind) {
     case ModelKind::transformer: return "transformer";

@@ -64,6 +64,10 @@ struct ModelSpec {
 };
 
 std::string to_string(ModelKind kind);
+// The preset-file words for these enums ("swiglu", "rmsnorm", "rotary").
+std::string to_string(FeedForward feed_forward);
+std::string to_string(Norm norm);
+std::string to_string(Positions positions);
 
 Loaded<ModelSpec> load_model(const std::string& name_or_path);
 // The same, from YAML text (tests, fuzzing); `display_name` names it in messages.

@@ -169,24 +169,6 @@ class JsonObject {
   std::set<std::string> asked_;
 };
 
-std::string feed_forward_name(FeedForward f) {
-  switch (f) {
-    case FeedForward::gelu: return "gelu";
-    case FeedForward::swiglu: return "swiglu";
-    case FeedForward::geglu: return "geglu";
-  }
-  return "?";
-}
-
-std::string positions_name(Positions p) {
-  switch (p) {
-    case Positions::learned: return "learned";
-    case Positions::rotary: return "rotary";
-    case Positions::none: return "none";
-  }
-  return "?";
-}
-
 Json link_to_json(const LinkSpec& link, bool inter_node) {
   Json j;
   j["kind"] = link.kind;
@@ -457,9 +439,9 @@ nlohmann::ordered_json model_to_json(const ModelSpec& model) {
       j["ffn"] = t.ffn;
       j["vocab"] = t.vocab;
       j["seq_len"] = t.seq_len;
-      j["mlp"] = feed_forward_name(t.feed_forward);
-      j["norm"] = t.norm == Norm::rmsnorm ? "rmsnorm" : "layernorm";
-      j["positions"] = positions_name(t.positions);
+      j["mlp"] = to_string(t.feed_forward);
+      j["norm"] = to_string(t.norm);
+      j["positions"] = to_string(t.positions);
       j["bias"] = t.bias;
       j["tied_embeddings"] = t.tied_embeddings;
       j["dropout"] = t.dropout;
