@@ -31,6 +31,27 @@ struct Links {
   const Link& of(Axis axis) const { return by_axis[static_cast<int>(axis)]; }
 };
 
+// The plan's sizes and byte widths both halves of the evaluation read.
+struct PlanScalars {
+  PrecisionBytes bytes;
+  double act, gemm_bytes, tp, cp, ep, dp, fsdp, b, seq;
+  bool sp;
+  Links links;
+  PlanScalars(const Plan& plan, const std::vector<AxisPlacement>& placements, const ModelProfile& prof)
+      : bytes(bytes_for(plan.precision)),
+        act(bytes.activation_bytes_per_element),
+        gemm_bytes(plan.precision == Precision::fp8 ? 1.0 : act),
+        tp(static_cast<double>(plan.mesh.size(Axis::tp))),
+        cp(static_cast<double>(plan.mesh.size(Axis::cp))),
+        ep(static_cast<double>(plan.mesh.size(Axis::ep))),
+        dp(static_cast<double>(plan.mesh.size(Axis::dp))),
+        fsdp(static_cast<double>(plan.mesh.size(Axis::fsdp))),
+        b(static_cast<double>(plan.micro_batch)),
+        seq(static_cast<double>(prof.seq_len)),
+        sp(plan.sequence_parallel),
+        links(placements) {}
+};
+
 // A group spanning several axes: size is the product, the slowest axis sets the pace.
 Link combine(std::initializer_list<Link> links) {
   Link out;
@@ -63,21 +84,13 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, std::vector<StageMemory>* sta
 
 std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vector<AxisPlacement>& placements) const {
   const ModelProfile& prof = profile_;
-  const Mesh& mesh = plan.mesh;
-  const PrecisionBytes bytes = bytes_for(plan.precision);
+  const PlanScalars plan_scalars(plan, placements, prof);
   const ComputeRates& rates = rates_[static_cast<std::size_t>(plan.precision)];
-  const double act = bytes.activation_bytes_per_element;
-  const double gemm_bytes = plan.precision == Precision::fp8 ? 1.0 : act;
-  const Links links(placements);
-  const Link& tp_link = links.of(Axis::tp);
-  const Link& cp_link = links.of(Axis::cp);
-  const Link& ep_link = links.of(Axis::ep);
-  const double tp = static_cast<double>(mesh.size(Axis::tp));
-  const double cp = static_cast<double>(mesh.size(Axis::cp));
-  const double ep = static_cast<double>(mesh.size(Axis::ep));
-  const double b = static_cast<double>(plan.micro_batch);
-  const bool sp = plan.sequence_parallel;
-  const double seq = static_cast<double>(prof.seq_len);
+  const double act = plan_scalars.act, gemm_bytes = plan_scalars.gemm_bytes, tp = plan_scalars.tp, cp = plan_scalars.cp, ep = plan_scalars.ep, b = plan_scalars.b, seq = plan_scalars.seq;
+  const bool sp = plan_scalars.sp;
+  const Link& tp_link = plan_scalars.links.of(Axis::tp);
+  const Link& cp_link = plan_scalars.links.of(Axis::cp);
+  const Link& ep_link = plan_scalars.links.of(Axis::ep);
 
   // ---- cost of one block of each kind
   std::vector<BlockCost> kind_cost(prof.kinds.size());
@@ -174,26 +187,19 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   PlanEstimate estimate;
   const ModelProfile& prof = profile_;
   const Mesh& mesh = plan.mesh;
-  const PrecisionBytes bytes = bytes_for(plan.precision);
+  const PlanScalars plan_scalars(plan, placements, prof);
+  const PrecisionBytes& bytes = plan_scalars.bytes;
   const ComputeRates& rates = rates_[static_cast<std::size_t>(plan.precision)];
-  const double act = bytes.activation_bytes_per_element;
-  const Links links(placements);
-  const Link& tp_link = links.of(Axis::tp);
-  const Link& pp_link = links.of(Axis::pp);
-  const Link& ep_link = links.of(Axis::ep);
-  const Link& dp_link = links.of(Axis::dp);
-  const Link& fsdp_link = links.of(Axis::fsdp);
-  const double tp = static_cast<double>(mesh.size(Axis::tp));
-  const double cp = static_cast<double>(mesh.size(Axis::cp));
-  const double ep = static_cast<double>(mesh.size(Axis::ep));
-  const double dp = static_cast<double>(mesh.size(Axis::dp));
-  const double fsdp = static_cast<double>(mesh.size(Axis::fsdp));
-  const double b = static_cast<double>(plan.micro_batch);
-  const bool sp = plan.sequence_parallel;
+  const double act = plan_scalars.act, tp = plan_scalars.tp, cp = plan_scalars.cp, ep = plan_scalars.ep, dp = plan_scalars.dp, fsdp = plan_scalars.fsdp, b = plan_scalars.b, seq = plan_scalars.seq;
+  const bool sp = plan_scalars.sp;
+  const Link& tp_link = plan_scalars.links.of(Axis::tp);
+  const Link& pp_link = plan_scalars.links.of(Axis::pp);
+  const Link& ep_link = plan_scalars.links.of(Axis::ep);
+  const Link& dp_link = plan_scalars.links.of(Axis::dp);
+  const Link& fsdp_link = plan_scalars.links.of(Axis::fsdp);
   const std::int64_t pp = prof.kind == ModelKind::cnn ? 1 : mesh.size(Axis::pp);
   const std::int64_t v = plan.schedule.virtual_stages;
   const std::int64_t m = std::max<std::int64_t>(plan.micro_batches(), 1);
-  const double seq = static_cast<double>(prof.seq_len);
 
   // ---- stage partition: chunk c holds layers [start, start + size) and runs on stage c mod pp
   const std::int64_t layers = static_cast<std::int64_t>(prof.layer_blocks.size());
