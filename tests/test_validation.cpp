@@ -45,6 +45,8 @@ INSTANTIATE_TEST_SUITE_P(
         RuleCase{"whole_nodes", "gpt2-124m", "dgx-a100", 12, "dp=12", 1, 12, "world_size", "not a whole number of dgx-a100 nodes"},
         RuleCase{"tp_heads", "gpt3-175b", "dgx-a100", 64, "dp=1,tp=64", 1, 1, "mesh.tp", "must divide the attention heads (96)"},
         RuleCase{"tp_kv_heads", "llama2-70b", "dgx-a100", 16, "tp=16", 1, 1, "mesh.tp", "key/value heads (8)"},
+        RuleCase{"tp_ffn", MESHPLAN_TEST_DATA "/odd-ffn.yaml", "dgx-a100", 8, "tp=8", 1, 1, "mesh.tp",
+                 "must divide the feed-forward size (100)"},
         RuleCase{"pp_layers", "gpt2-124m", "dgx-a100", 8, "pp=8", 1, 8, "mesh.pp", "do not divide evenly"},
         RuleCase{"pp_too_many", "gpt2-124m", "dgx-a100", 16, "pp=16", 1, 16, "mesh.pp", "only 12 layers"},
         RuleCase{"batch", "gpt2-124m", "dgx-a100", 8, "dp=8", 2, 12, "global_batch", "not a multiple of micro-batch 2"},
