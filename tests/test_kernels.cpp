@@ -11,7 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -23,6 +25,7 @@
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/adamw.hpp"
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/fast_math.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/layernorm.hpp"
@@ -170,18 +173,44 @@ TYPED_TEST(KernelsVsReference, MatmulBackward) {
   }
 }
 
+// Shapes with one causal row block and with several (the kernel blocks query
+// rows by 128; 261 = two full blocks and a partial one).
+struct AttentionShape {
+  std::int64_t B, T_len, C, NH;
+};
+constexpr AttentionShape kAttentionShapes[] = {{2, 9, 12, 3}, {1, 261, 8, 2}};
+
 TYPED_TEST(KernelsVsReference, AttentionForward) {
   using T = TypeParam;
   std::mt19937_64 rng(3);
-  const std::int64_t B = 2, T_len = 9, C = 12, NH = 3;
-  const Vec qkv = random_vector(static_cast<std::size_t>(B * T_len * 3 * C), rng, -2.0, 2.0);
-  Vec out(static_cast<std::size_t>(B * T_len * C)), att(static_cast<std::size_t>(B * NH * T_len * T_len));
-  reference_attention_forward(out.data(), att.data(), qkv.data(), B, T_len, C, NH);
-  const auto qkv_t = cast_to<T>(qkv);
-  std::vector<T> out_t(out.size(), T(7)), att_t(att.size(), T(7));
-  attention_forward(out_t.data(), att_t.data(), qkv_t.data(), B, T_len, C, NH);
-  expect_close(out_t, out, kReferenceTolerance<T>, "attention out");
-  expect_close(att_t, att, kReferenceTolerance<T>, "attention att");
+  for (const auto [B, T_len, C, NH] : kAttentionShapes) {
+    const Vec qkv = random_vector(static_cast<std::size_t>(B * T_len * 3 * C), rng, -2.0, 2.0);
+    Vec out(static_cast<std::size_t>(B * T_len * C)), att(static_cast<std::size_t>(B * NH * T_len * T_len));
+    reference_attention_forward(out.data(), att.data(), qkv.data(), B, T_len, C, NH);
+    const auto qkv_t = cast_to<T>(qkv);
+    std::vector<T> out_t(out.size(), T(7)), att_t(att.size(), T(7));
+    attention_forward(out_t.data(), att_t.data(), qkv_t.data(), B, T_len, C, NH);
+    const std::string shape = " T=" + std::to_string(T_len);
+    expect_close(out_t, out, kReferenceTolerance<T>, "attention out" + shape);
+    expect_close(att_t, att, kReferenceTolerance<T>, "attention att" + shape);
+  }
+}
+
+TYPED_TEST(KernelsVsReference, AttentionBackward) {
+  using T = TypeParam;
+  std::mt19937_64 rng(13);
+  for (const auto [B, T_len, C, NH] : kAttentionShapes) {
+    const Vec qkv = random_vector(static_cast<std::size_t>(B * T_len * 3 * C), rng, -2.0, 2.0);
+    const Vec dout = random_vector(static_cast<std::size_t>(B * T_len * C), rng);
+    Vec out(static_cast<std::size_t>(B * T_len * C)), att(static_cast<std::size_t>(B * NH * T_len * T_len));
+    reference_attention_forward(out.data(), att.data(), qkv.data(), B, T_len, C, NH);
+    Vec dqkv = prefilled(qkv.size());
+    reference_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T_len, C, NH);
+    const auto qkv_t = cast_to<T>(qkv), dout_t = cast_to<T>(dout), att_t = cast_to<T>(att);
+    auto dqkv_t = cast_to<T>(prefilled(qkv.size()));
+    attention_backward(dqkv_t.data(), dout_t.data(), qkv_t.data(), att_t.data(), B, T_len, C, NH);
+    expect_close(dqkv_t, dqkv, kReferenceTolerance<T>, "attention dqkv T=" + std::to_string(T_len));
+  }
 }
 
 // Ops without a separate fast path: the float instantiation against the
@@ -218,6 +247,30 @@ TYPED_TEST(KernelsVsReference, PointwiseAndRowOpsFloatMatchDouble) {
   const T loss_t = cross_entropy_forward(probs_t.data(), static_cast<T*>(nullptr), x_t.data(), targets.data(), N, C);
   expect_close(probs_t, probs, kReferenceTolerance<T>, "cross-entropy probs");
   expect_close(std::vector<T>{loss_t}, Vec{loss}, kReferenceTolerance<T>, "cross-entropy loss");
+}
+
+// The vectorisable float exp and tanh against the double-precision std:: ones
+// on a dense grid: exp within 3 float ulps (relative 3.6e-7) over the range
+// softmax uses, 0 below -87; tanh within 2.5e-7 absolute everywhere.
+TEST(FastMath, ExpAndTanhAgreeWithStd) {
+  double worst_exp = 0.0, worst_tanh = 0.0;
+  for (int i = -870000; i <= 880000; ++i) {
+    const float x = static_cast<float>(i) * 1e-4f;
+    const double exact = std::exp(static_cast<double>(x));
+    worst_exp = std::max(worst_exp, std::abs(static_cast<double>(exp_approx(x)) - exact) / exact);
+  }
+  EXPECT_LT(worst_exp, 3.6e-7);
+  EXPECT_EQ(exp_approx(-87.5f), 0.0f);
+  EXPECT_EQ(exp_approx(-1000.0f), 0.0f);
+  EXPECT_EQ(exp_approx(0.0f), 1.0f);
+  for (int i = -200000; i <= 200000; ++i) {
+    const float u = static_cast<float>(i) * 1e-4f;
+    worst_tanh = std::max(worst_tanh, std::abs(static_cast<double>(tanh_approx(u)) - std::tanh(static_cast<double>(u))));
+  }
+  EXPECT_LT(worst_tanh, 2.5e-7);
+  EXPECT_EQ(tanh_approx(30.0f), 1.0f);
+  EXPECT_EQ(tanh_approx(-30.0f), -1.0f);
+  std::printf("fast_math: exp worst relative error %.3g, tanh worst absolute error %.3g\n", worst_exp, worst_tanh);
 }
 
 // GELU is GPT-2's tanh approximation, not the erf form (values from the formula
@@ -486,6 +539,94 @@ TEST(CrossEntropy, LargeLogitsStayFiniteInFloat) {
   for (const float d : dlogits) EXPECT_TRUE(std::isfinite(d));
   EXPECT_EQ(dlogits[0], 0.0f);       // (1 - 1) / 2
   EXPECT_EQ(dlogits[5], -0.5f);      // (0 - 1) / 2
+}
+
+// ---------------------------------------------------------------- (5) bf16 matmuls
+// Rounding: the bit-trick rounding (bf16.hpp) against the distance-measuring
+// reference on chosen ties and edge values and on random bit patterns.
+// GEMMs: the oneDNN bf16 path against the double reference computed on the
+// same rounded operands. bf16 x bf16 products are exact in fp32, so only the
+// fp32 accumulation differs: the float tolerance applies. And against the
+// unrounded reference the error is far larger, which shows the rounding happens.
+
+TEST(Bf16, RoundingIsNearestEvenWithEdgeCases) {
+  const auto bits_of = [](float x) { return std::bit_cast<std::uint32_t>(x); };
+  EXPECT_EQ(bf16_bits_to_float(round_to_bf16_bits(1.0f + 0x1p-8f)), 1.0f);              // tie, 1 is even
+  EXPECT_EQ(bf16_bits_to_float(round_to_bf16_bits(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);  // tie, up to even
+  EXPECT_EQ(bf16_bits_to_float(round_to_bf16_bits(-(1.0f + 0x1p-8f + 0x1p-20f))), -(1.0f + 0x1p-7f));
+  EXPECT_TRUE(std::isinf(bf16_bits_to_float(round_to_bf16_bits(std::numeric_limits<float>::max()))));
+  EXPECT_TRUE(std::isnan(bf16_bits_to_float(round_to_bf16_bits(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isnan(reference_round_to_bf16(std::numeric_limits<float>::quiet_NaN())));
+  for (const float x : {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(), 0x1.00ff8p-130f,
+                        1e-40f, 0.1f, -2.7182817f, 65504.0f}) {
+    EXPECT_EQ(bits_of(bf16_bits_to_float(round_to_bf16_bits(x))), bits_of(reference_round_to_bf16(x))) << x;
+  }
+  std::mt19937_64 rng(21);
+  std::uniform_int_distribution<std::uint32_t> any_bits;
+  int compared = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const float x = std::bit_cast<float>(any_bits(rng));
+    if (std::isnan(x)) continue;
+    ASSERT_EQ(bits_of(bf16_bits_to_float(round_to_bf16_bits(x))), bits_of(reference_round_to_bf16(x))) << x;
+    ++compared;
+  }
+  EXPECT_GT(compared, 199000);
+}
+
+double max_abs_difference(const std::vector<float>& a, const Vec& b) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+TEST(Bf16, MatmulForwardMatchesReferenceOnRoundedInputs) {
+  if (!bf16_matmul_support().supported) GTEST_SKIP() << bf16_matmul_support().reason;
+  std::mt19937_64 rng(22);
+  for (const MatmulShape s : kMatmulShapes) {
+    for (const bool with_bias : {true, false}) {
+      const auto inp = cast_to<float>(random_vector(sz(s.N * s.C), rng));
+      const auto weight = cast_to<float>(random_vector(sz(s.OC * s.C), rng));
+      const auto bias = cast_to<float>(random_vector(sz(s.OC), rng));
+      const float* bias_or_null = with_bias ? bias.data() : nullptr;
+      Vec expected(sz(s.N * s.OC)), unrounded(sz(s.N * s.OC));
+      reference_matmul_forward_bf16(expected.data(), inp.data(), weight.data(), bias_or_null, s.N, s.C, s.OC);
+      std::vector<Bf16Bits> workspace(sz(matmul_bf16_workspace_elements(s.N, s.C, s.OC)));
+      std::vector<float> out(expected.size(), 7.0f);  // garbage: forward must overwrite
+      matmul_forward_bf16(out.data(), inp.data(), weight.data(), bias_or_null, s.N, s.C, s.OC, workspace.data());
+      const std::string what = "bf16 matmul out N=" + std::to_string(s.N) + " bias=" + std::to_string(with_bias);
+      expect_close(out, expected, kReferenceTolerance<float>, what);
+      if (s.C >= 33) {
+        const Vec inp64(inp.begin(), inp.end()), weight64(weight.begin(), weight.end()), bias64(bias.begin(), bias.end());
+        reference_matmul_forward(unrounded.data(), inp64.data(), weight64.data(), with_bias ? bias64.data() : nullptr,
+                                 s.N, s.C, s.OC);
+        EXPECT_GT(max_abs_difference(out, unrounded), 50 * kReferenceTolerance<float>.abs) << what << ": not rounded?";
+      }
+    }
+  }
+}
+
+TEST(Bf16, MatmulBackwardMatchesReferenceOnRoundedInputs) {
+  if (!bf16_matmul_support().supported) GTEST_SKIP() << bf16_matmul_support().reason;
+  std::mt19937_64 rng(23);
+  for (const MatmulShape s : kMatmulShapes) {
+    const auto inp = cast_to<float>(random_vector(sz(s.N * s.C), rng));
+    const auto weight = cast_to<float>(random_vector(sz(s.OC * s.C), rng));
+    const auto dout = cast_to<float>(random_vector(sz(s.N * s.OC), rng));
+    Vec dinp = prefilled(inp.size()), dweight = prefilled(weight.size()), dbias = prefilled(sz(s.OC));
+    reference_matmul_backward_bf16(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
+                                   s.N, s.C, s.OC);
+    auto dinp_t = cast_to<float>(prefilled(inp.size()));
+    auto dweight_t = cast_to<float>(prefilled(weight.size()));
+    auto dbias_t = cast_to<float>(prefilled(sz(s.OC)));
+    std::vector<Bf16Bits> workspace(sz(matmul_bf16_workspace_elements(s.N, s.C, s.OC)));
+    matmul_backward_bf16(dinp_t.data(), dweight_t.data(), dbias_t.data(), dout.data(), inp.data(), weight.data(), s.N,
+                         s.C, s.OC, workspace.data());
+    const std::string shape = " N=" + std::to_string(s.N);
+    expect_close(dinp_t, dinp, kReferenceTolerance<float>, "bf16 matmul dinp" + shape);
+    expect_close(dweight_t, dweight, kReferenceTolerance<float>, "bf16 matmul dweight" + shape);
+    expect_close(dbias_t, dbias, kReferenceTolerance<float>, "bf16 matmul dbias" + shape);
+  }
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
+// tanh is tanh_of (kernels/cpu/fast_math.hpp): vectorisable for float, std::tanh for double.
 // GELU's derivative is written out analytically (the product rule on
 // 0.5 x (1 + tanh(u)), u = k (x + a x^3)), as llm.c's gelu_backward; it is
 // checked against central finite differences in tests/test_kernels.cpp.
 #include "kernels/cpu/activation.hpp"
 
 #include <cmath>
+
+#include "kernels/cpu/fast_math.hpp"
 
 namespace meshplan::kernels {
 namespace {
@@ -15,21 +18,28 @@ constexpr T kGeluCubic = static_cast<T>(0.044715);
 
 }  // namespace
 
+// Elementwise and tanh-bound: split over OpenMP threads only when each thread
+// gets tens of microseconds of work; a team's fork and join costs several
+// microseconds idle, and far more when the cores are oversubscribed.
+constexpr std::int64_t kParallelElements = 1 << 17;
+
 template <typename T>
 void gelu_forward(T* out, const T* inp, std::int64_t N) {
+#pragma omp parallel for simd schedule(static) if (N >= kParallelElements)
   for (std::int64_t i = 0; i < N; ++i) {
     const T x = inp[i];
     const T u = kGeluScale<T> * (x + kGeluCubic<T> * x * x * x);
-    out[i] = T(0.5) * x * (T(1) + std::tanh(u));
+    out[i] = T(0.5) * x * (T(1) + tanh_of(u));
   }
 }
 
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N) {
+#pragma omp parallel for simd schedule(static) if (N >= kParallelElements)
   for (std::int64_t i = 0; i < N; ++i) {
     const T x = inp[i];
     const T u = kGeluScale<T> * (x + kGeluCubic<T> * x * x * x);
-    const T tanh_u = std::tanh(u);
+    const T tanh_u = tanh_of(u);
     const T sech2_u = T(1) - tanh_u * tanh_u;
     const T du_dx = kGeluScale<T> * (T(1) + T(3) * kGeluCubic<T> * x * x);
     const T local_grad = T(0.5) * (T(1) + tanh_u) + T(0.5) * x * sech2_u * du_dx;

@@ -1,18 +1,55 @@
-// One softmax row per (batch, head, query position t), over key positions
-// t2 <= t, with the row maximum subtracted before exp (the softmax is
-// invariant to it and exp cannot overflow). Backward, per row, with
-// s = q . k / sqrt(HS) the pre-softmax score and p = att:
-//   dp[t2]  = dout[t] . v[t2]               dv[t2] += p[t2] * dout[t]
-//   ds[t2]  = p[t2] * (dp[t2] - sum_j p[j] dp[j])      (softmax Jacobian)
-//   dq[t]  += sum_t2 ds[t2] k[t2] / sqrt(HS)  dk[t2] += ds[t2] q[t] / sqrt(HS)
+// Causal attention on BLAS: per (batch, head), the scores S = Q K^T / sqrt(HS),
+// a row-wise masked softmax, and O = P V, with every product a strided GEMM
+// straight out of the packed qkv buffer (row stride 3C; no copies). The
+// causal mask is exploited by row blocks of `block` query positions: block
+// [r0, r1) only needs key positions [0, r1), so the GEMMs cover the lower
+// block-triangle (about half of T x T for long sequences) instead of all of it.
+//
+// Softmax rows subtract the row maximum before exp (the softmax is invariant
+// to it and exp cannot overflow). Backward, with p = att and dout the output
+// gradient, per (batch, head):
+//   dP = dO V^T      dV += P^T dO
+//   dS = P * (dP - rowsum(P * dP)) / sqrt(HS)       (softmax Jacobian, masked)
+//   dQ += dS K       dK += dS^T Q
+// Softmax rows are independent, so their loops run in OpenMP threads; the
+// GEMMs use the BLAS's own threads. Tested against the triple-loop
+// reference_attention_* in kernels/cpu/reference.hpp and finite differences.
 #include "kernels/cpu/attention.hpp"
 
+#include <cblas.h>
+
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/fast_math.hpp"
+
 namespace meshplan::kernels {
+namespace {
+
+constexpr std::int64_t block = 128;  // query rows per causal block
+
+blasint to_blas(std::int64_t n) {
+  assert(n >= 0 && n <= std::numeric_limits<blasint>::max() && "dimension does not fit the BLAS integer");
+  return static_cast<blasint>(n);
+}
+
+// C[M,N] = alpha op(A) op(B) + beta C, row-major with row strides ld*.
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+          const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, to_blas(M), to_blas(N), to_blas(K), alpha, A, to_blas(lda), B, to_blas(ldb),
+              beta, C, to_blas(ldc));
+}
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t M, std::int64_t N, std::int64_t K, double alpha,
+          const double* A, std::int64_t lda, const double* B, std::int64_t ldb, double beta, double* C,
+          std::int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, to_blas(M), to_blas(N), to_blas(K), alpha, A, to_blas(lda), B, to_blas(ldb),
+              beta, C, to_blas(ldc));
+}
+
+}  // namespace
 
 template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, std::int64_t B, std::int64_t T_len, std::int64_t C,
@@ -23,32 +60,33 @@ void attention_forward(T* out, T* att, const T* qkv, std::int64_t B, std::int64_
   const T scale = T(1) / std::sqrt(static_cast<T>(HS));
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t h = 0; h < NH; ++h) {
+      const T* q = qkv + b * T_len * C3 + h * HS;
+      const T* k = q + C;
+      const T* v = q + 2 * C;
+      T* p = att + (b * NH + h) * T_len * T_len;
+      T* o = out + b * T_len * C + h * HS;
+      for (std::int64_t r0 = 0; r0 < T_len; r0 += block) {
+        const std::int64_t r1 = std::min(T_len, r0 + block);
+        // S[r0:r1, 0:r1] = scale Q[r0:r1] K[0:r1]^T
+        gemm(CblasNoTrans, CblasTrans, r1 - r0, r1, HS, scale, q + r0 * C3, C3, k, C3, T(0), p + r0 * T_len, T_len);
+      }
+#pragma omp parallel for schedule(static) if (T_len * T_len >= (1 << 17))
       for (std::int64_t t = 0; t < T_len; ++t) {
-        const T* q = qkv + (b * T_len + t) * C3 + h * HS;
-        T* p = att + ((b * NH + h) * T_len + t) * T_len;
+        T* row = p + t * T_len;
         T row_max = -std::numeric_limits<T>::infinity();
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          const T* k = qkv + (b * T_len + t2) * C3 + C + h * HS;
-          T dot = T(0);
-          for (std::int64_t i = 0; i < HS; ++i) dot += q[i] * k[i];
-          p[t2] = dot * scale;
-          if (p[t2] > row_max) row_max = p[t2];
-        }
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) row_max = std::max(row_max, row[t2]);
+#pragma omp simd
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) row[t2] = exp_of(row[t2] - row_max);
         T sum = T(0);
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          p[t2] = std::exp(p[t2] - row_max);
-          sum += p[t2];
-        }
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) sum += row[t2];
         const T inv_sum = T(1) / sum;
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) p[t2] *= inv_sum;
-        for (std::int64_t t2 = t + 1; t2 < T_len; ++t2) p[t2] = T(0);
-
-        T* o = out + (b * T_len + t) * C + h * HS;
-        for (std::int64_t i = 0; i < HS; ++i) o[i] = T(0);
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          const T* v = qkv + (b * T_len + t2) * C3 + 2 * C + h * HS;
-          for (std::int64_t i = 0; i < HS; ++i) o[i] += p[t2] * v[i];
-        }
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) row[t2] *= inv_sum;
+        for (std::int64_t t2 = t + 1; t2 < T_len; ++t2) row[t2] = T(0);
+      }
+      for (std::int64_t r0 = 0; r0 < T_len; r0 += block) {
+        const std::int64_t r1 = std::min(T_len, r0 + block);
+        // O[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
+        gemm(CblasNoTrans, CblasNoTrans, r1 - r0, HS, r1, T(1), p + r0 * T_len, T_len, v, C3, T(0), o + r0 * C, C);
       }
     }
   }
@@ -61,36 +99,44 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, std:
   const std::int64_t HS = C / NH;
   const std::int64_t C3 = 3 * C;
   const T scale = T(1) / std::sqrt(static_cast<T>(HS));
-  std::vector<T> dp(static_cast<std::size_t>(T_len));
+  std::vector<T> ds_memory(static_cast<std::size_t>(T_len * T_len));
+  T* ds = ds_memory.data();
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t h = 0; h < NH; ++h) {
+      const T* q = qkv + b * T_len * C3 + h * HS;
+      const T* k = q + C;
+      const T* v = q + 2 * C;
+      T* dq = dqkv + b * T_len * C3 + h * HS;
+      T* dk = dq + C;
+      T* dv = dq + 2 * C;
+      const T* p = att + (b * NH + h) * T_len * T_len;
+      const T* dout_bh = dout + b * T_len * C + h * HS;
+      for (std::int64_t r0 = 0; r0 < T_len; r0 += block) {
+        const std::int64_t r1 = std::min(T_len, r0 + block);
+        // dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]^T
+        gemm(CblasNoTrans, CblasTrans, r1 - r0, r1, HS, T(1), dout_bh + r0 * C, C, v, C3, T(0), ds + r0 * T_len,
+             T_len);
+        // dV[0:r1] += P[r0:r1, 0:r1]^T dO[r0:r1]
+        gemm(CblasTrans, CblasNoTrans, r1, HS, r1 - r0, T(1), p + r0 * T_len, T_len, dout_bh + r0 * C, C, T(1), dv,
+             C3);
+      }
+#pragma omp parallel for schedule(static) if (T_len * T_len >= (1 << 17))
       for (std::int64_t t = 0; t < T_len; ++t) {
-        const T* p = att + ((b * NH + h) * T_len + t) * T_len;
-        const T* dout_row = dout + (b * T_len + t) * C + h * HS;
-        const T* q = qkv + (b * T_len + t) * C3 + h * HS;
-        T* dq = dqkv + (b * T_len + t) * C3 + h * HS;
-
+        const T* p_row = p + t * T_len;
+        T* row = ds + t * T_len;
         T p_dot_dp = T(0);
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          const T* v = qkv + (b * T_len + t2) * C3 + 2 * C + h * HS;
-          T* dv = dqkv + (b * T_len + t2) * C3 + 2 * C + h * HS;
-          T dot = T(0);
-          for (std::int64_t i = 0; i < HS; ++i) {
-            dot += dout_row[i] * v[i];
-            dv[i] += p[t2] * dout_row[i];
-          }
-          dp[static_cast<std::size_t>(t2)] = dot;
-          p_dot_dp += p[t2] * dot;
-        }
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          const T ds = p[t2] * (dp[static_cast<std::size_t>(t2)] - p_dot_dp) * scale;
-          const T* k = qkv + (b * T_len + t2) * C3 + C + h * HS;
-          T* dk = dqkv + (b * T_len + t2) * C3 + C + h * HS;
-          for (std::int64_t i = 0; i < HS; ++i) {
-            dq[i] += ds * k[i];
-            dk[i] += ds * q[i];
-          }
-        }
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) p_dot_dp += p_row[t2] * row[t2];
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) row[t2] = p_row[t2] * (row[t2] - p_dot_dp) * scale;
+        // Entries past t stay unread: the block GEMMs below read columns < r1
+        // only, and within a block the masked entries must be zero.
+        for (std::int64_t t2 = t + 1; t2 < T_len; ++t2) row[t2] = T(0);
+      }
+      for (std::int64_t r0 = 0; r0 < T_len; r0 += block) {
+        const std::int64_t r1 = std::min(T_len, r0 + block);
+        // dQ[r0:r1] += dS[r0:r1, 0:r1] K[0:r1]
+        gemm(CblasNoTrans, CblasNoTrans, r1 - r0, HS, r1, T(1), ds + r0 * T_len, T_len, k, C3, T(1), dq + r0 * C3, C3);
+        // dK[0:r1] += dS[r0:r1, 0:r1]^T Q[r0:r1]
+        gemm(CblasTrans, CblasNoTrans, r1, HS, r1 - r0, T(1), ds + r0 * T_len, T_len, q + r0 * C3, C3, T(1), dk, C3);
       }
     }
   }

@@ -1,8 +1,8 @@
 // Causal multi-head self-attention (Vaswani et al. 2017, section 3.2.2) as
 // GPT-2 computes it, from the packed output of the fused QKV projection.
-// Straightforward loops over (batch, head, query), one softmax row at a time:
-// correctness first; a blocked or BLAS-backed variant would be checked
-// against reference_attention_forward (kernels/cpu/reference.hpp).
+// Strided BLAS GEMMs per (batch, head) over causal row blocks, softmax rows
+// in OpenMP threads (attention.cpp); checked against the triple-loop
+// reference_attention_forward/backward (kernels/cpu/reference.hpp).
 // The forward saves the softmax probabilities, so the backward needs no
 // recomputation; that is B * NH * T * T values, fine at the sizes one CPU
 // rank trains. Backward accumulates (+=) into dqkv.

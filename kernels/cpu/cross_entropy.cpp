@@ -1,17 +1,22 @@
 // Row by row: subtract the row maximum, exponentiate, normalise. The loss is
 // log(sum) - (logit[target] - max), never -log(prob), so it is finite even for
-// logits far apart. The mean over rows is accumulated in double.
+// logits far apart. Rows run in OpenMP threads; the mean over rows is then
+// summed in row order in double, so the loss does not depend on the thread count.
 #include "kernels/cpu/cross_entropy.hpp"
 
 #include <cassert>
 #include <cmath>
+#include <vector>
+
+#include "kernels/cpu/fast_math.hpp"
 
 namespace meshplan::kernels {
 
 template <typename T>
 T cross_entropy_forward(T* probs, T* losses, const T* logits, const std::int32_t* targets, std::int64_t N,
                         std::int64_t V) {
-  double loss_sum = 0.0;
+  std::vector<T> row_losses(static_cast<std::size_t>(N));
+#pragma omp parallel for schedule(static) if (N * V >= (1 << 17))
   for (std::int64_t n = 0; n < N; ++n) {
     const T* z = logits + n * V;
     T* p = probs + n * V;
@@ -20,14 +25,18 @@ T cross_entropy_forward(T* probs, T* losses, const T* logits, const std::int32_t
     T row_max = z[0];
     for (std::int64_t v = 1; v < V; ++v)
       if (z[v] > row_max) row_max = z[v];
+#pragma omp simd
+    for (std::int64_t v = 0; v < V; ++v) p[v] = exp_of(z[v] - row_max);
     T sum = T(0);
-    for (std::int64_t v = 0; v < V; ++v) {
-      p[v] = std::exp(z[v] - row_max);
-      sum += p[v];
-    }
+    for (std::int64_t v = 0; v < V; ++v) sum += p[v];
     const T inv_sum = T(1) / sum;
     for (std::int64_t v = 0; v < V; ++v) p[v] *= inv_sum;
     const T loss = std::log(sum) - (z[target] - row_max);
+    row_losses[static_cast<std::size_t>(n)] = loss;
+  }
+  double loss_sum = 0.0;
+  for (std::int64_t n = 0; n < N; ++n) {
+    const T loss = row_losses[static_cast<std::size_t>(n)];
     if (losses != nullptr) losses[n] = loss;
     loss_sum += static_cast<double>(loss);
   }
@@ -39,6 +48,7 @@ void cross_entropy_backward(T* dlogits, const T* probs, const std::int32_t* targ
                             std::int64_t V) {
   if (N == 0) return;
   const T scale = dloss / static_cast<T>(N);
+#pragma omp parallel for schedule(static) if (N * V >= (1 << 17))
   for (std::int64_t n = 0; n < N; ++n) {
     const T* p = probs + n * V;
     T* dz = dlogits + n * V;

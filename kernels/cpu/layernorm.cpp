@@ -2,6 +2,8 @@
 // E[x^2] - E[x]^2, which cancels catastrophically in float when |mean| >> std.
 // With xhat = (x - mean) * rstd and g = dout * weight, the input gradient is
 //   dinp = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)).
+// The forward's rows run in OpenMP threads; the backward accumulates dweight
+// and dbias over rows, so it stays one loop (it is a small share of a step).
 #include "kernels/cpu/layernorm.hpp"
 
 #include <cmath>
@@ -12,6 +14,7 @@ template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, std::int64_t N,
                        std::int64_t C) {
   const T inv_c = T(1) / static_cast<T>(C);
+#pragma omp parallel for schedule(static) if (N * C >= (1 << 18))
   for (std::int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
     T sum = T(0);

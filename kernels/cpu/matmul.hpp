@@ -6,10 +6,22 @@
 // into the same buffers. kernels/cpu/reference.hpp has the triple-loop
 // version these are tested against.
 //
-// Defines: matmul_forward, matmul_backward.
+// bf16 variants (mixed precision, Micikevicius et al. 2018): the float inputs
+// of each GEMM are rounded to bfloat16 (kernels/cpu/bf16.hpp, nearest-even)
+// into a caller-owned workspace, multiplied with fp32 accumulation and fp32
+// outputs; the bias add and the bias gradient stay fp32, and so do the master
+// weights the caller keeps. The GEMM is oneDNN's matmul (brgemm on AVX512-BF16
+// or AMX), because Debian's OpenBLAS 0.3.21 is built without cblas_sbgemm.
+// Run them only where bf16_matmul_support() says so.
+//
+// Defines: matmul_forward, matmul_backward, Bf16Support, bf16_matmul_support,
+// matmul_bf16_workspace_elements, matmul_forward_bf16, matmul_backward_bf16.
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+#include "kernels/cpu/bf16.hpp"
 
 namespace meshplan::kernels {
 
@@ -27,5 +39,27 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::i
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, std::int64_t N,
                      std::int64_t C, std::int64_t OC);
+
+struct Bf16Support {
+  bool supported = false;
+  std::string reason;  // why not, for a message: no oneDNN in this build, or the CPU lacks AVX512-BF16/AMX-BF16
+};
+
+// Whether this build has the bf16 GEMM (oneDNN) and this CPU runs bf16
+// natively (the avx512_bf16 or amx_bf16 flag, from cpuid through
+// __builtin_cpu_supports). Computed once.
+const Bf16Support& bf16_matmul_support();
+
+// bf16 elements the workspace of one matmul_forward_bf16 / matmul_backward_bf16
+// call needs: N*C + OC*C + N*OC (rounded copies of inp, weight, dout).
+std::int64_t matmul_bf16_workspace_elements(std::int64_t N, std::int64_t C, std::int64_t OC);
+
+// As matmul_forward / matmul_backward in float, with the GEMM operands rounded
+// to bf16 (inp and weight; dout and weight for dinp; dout and inp for dweight).
+// `workspace` holds at least matmul_bf16_workspace_elements(N, C, OC) elements.
+void matmul_forward_bf16(float* out, const float* inp, const float* weight, const float* bias, std::int64_t N,
+                         std::int64_t C, std::int64_t OC, Bf16Bits* workspace);
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, std::int64_t N, std::int64_t C, std::int64_t OC, Bf16Bits* workspace);
 
 }  // namespace meshplan::kernels

@@ -7,7 +7,8 @@
 // or CUDA variant against these. Slow by design; never used for training.
 //
 // Defines: reference_matmul_forward, reference_matmul_backward,
-// reference_attention_forward.
+// reference_attention_forward, reference_round_to_bf16,
+// reference_matmul_forward_bf16, reference_matmul_backward_bf16.
 #pragma once
 
 #include <cstdint>
@@ -28,5 +29,24 @@ void reference_matmul_backward(double* dinp, double* dweight, double* dbias, con
 // out[B, T, C] and att[B, NH, T, T] from qkv[B, T, 3C].
 void reference_attention_forward(double* out, double* att, const double* qkv, std::int64_t B, std::int64_t T_len,
                                  std::int64_t C, std::int64_t NH);
+
+// Same contract as attention_backward: accumulates dqkv from dout and the
+// saved att, by the chain rule written out element by element (no blocking).
+void reference_attention_backward(double* dqkv, const double* dout, const double* qkv, const double* att,
+                                  std::int64_t B, std::int64_t T_len, std::int64_t C, std::int64_t NH);
+
+// `value` rounded to the nearest bfloat16, ties to the even one, found by
+// measuring the distance (in double) to the two bf16 neighbours rather than
+// by bit arithmetic (kernels/cpu/bf16.hpp does that). Overflow past the
+// largest bf16 gives infinity (IEEE round-to-nearest); NaN and infinities pass.
+float reference_round_to_bf16(float value);
+
+// The contracts of matmul_forward_bf16 / matmul_backward_bf16 (matmul.hpp):
+// the GEMM operands rounded by reference_round_to_bf16, then the double
+// reference above; the bias (and the bias gradient's input) is not rounded.
+void reference_matmul_forward_bf16(double* out, const float* inp, const float* weight, const float* bias,
+                                   std::int64_t N, std::int64_t C, std::int64_t OC);
+void reference_matmul_backward_bf16(double* dinp, double* dweight, double* dbias, const float* dout, const float* inp,
+                                    const float* weight, std::int64_t N, std::int64_t C, std::int64_t OC);
 
 }  // namespace meshplan::kernels
