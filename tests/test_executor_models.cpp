@@ -14,6 +14,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -113,7 +114,7 @@ void check_gradients(Model<double>& model, const data::Batch& batch) {
   params.zero_grads();
   model.forward(batch);
   model.backward(1.0);
-  const std::vector<double> analytic = params.grads;
+  const std::vector<double> analytic(params.grads.begin(), params.grads.end());
 
   const double h = 1e-5;
   for (const ParameterTensor& tensor : params.layout.tensors) {
@@ -223,7 +224,7 @@ TEST(ExecutorTrainer, RerunsAreBitIdentical) {
   for (std::size_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i], d[i]) << "MLP step " << i;
 }
 
-double max_abs(const std::vector<double>& values) {
+double max_abs(std::span<const double> values) {
   double m = 0;
   for (const double v : values) m = std::max(m, std::abs(v));
   return m;
@@ -238,8 +239,8 @@ void expect_accumulation_matches(const ModelSpec& spec, MakeLoader make_loader_f
   const double loss_whole = accumulate_gradients(*whole, *loader_whole, 8, 1);
   const double loss_halves = accumulate_gradients(*halves, *loader_halves, 4, 2);
   EXPECT_NEAR(loss_whole, loss_halves, 1e-6 * std::abs(loss_whole));
-  const std::vector<double>& g1 = whole->parameters().grads;
-  const std::vector<double>& g2 = halves->parameters().grads;
+  const auto& g1 = whole->parameters().grads;
+  const auto& g2 = halves->parameters().grads;
   ASSERT_EQ(g1.size(), g2.size());
   const double scale = max_abs(g1);
   ASSERT_GT(scale, 0);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -43,6 +44,18 @@ std::string bytes_text(std::int64_t bytes) {
   return format("%.1f KiB", value / 1024.0);
 }
 
+json amount_json(const MemoryAmount& amount) {
+  return {{"now_bytes", amount.now_bytes}, {"peak_bytes", amount.peak_bytes}};
+}
+
+json memory_json(const MemorySnapshot& snapshot) {
+  json out = json::object();
+  for (const MemoryCategory category : memory_categories)
+    out[std::string(to_string(category))] = amount_json(snapshot[category]);
+  out["total"] = amount_json(snapshot.total);
+  return out;
+}
+
 }  // namespace
 
 json to_json(const StepMetrics& metrics) {
@@ -56,7 +69,13 @@ json to_json(const StepMetrics& metrics) {
           {"step_s", number_or_null(metrics.step_s)},
           {throughput_key, number_or_null(metrics.throughput_per_s)},
           {"mfu", optional_or_null(metrics.mfu)},
-          {"memory_bytes", optional_or_null(metrics.memory_bytes)}};
+          {"memory_bytes", optional_or_null(metrics.memory_bytes)},
+          {"memory", metrics.memory ? memory_json(*metrics.memory) : json(nullptr)}};
+}
+
+void set_memory(StepMetrics& metrics, const MemorySnapshot& snapshot) {
+  metrics.memory_bytes = snapshot.total.peak_bytes;
+  metrics.memory = snapshot;
 }
 
 json to_json(const EvalMetrics& metrics) {
@@ -85,6 +104,15 @@ std::string format_line(const EvalMetrics& metrics) {
   line += format(" | loss %.4f", metrics.eval_loss);
   if (metrics.eval_accuracy) line += format(" | accuracy %.2f%%", *metrics.eval_accuracy * 100.0);
   return line;
+}
+
+std::string format_peak_memory(const MemorySnapshot& snapshot) {
+  std::string line = "peak memory:";
+  for (const MemoryCategory category : memory_categories) {
+    if (snapshot[category].peak_bytes == 0) continue;
+    line += " " + std::string(to_string(category)) + " " + bytes_text(snapshot[category].peak_bytes) + " |";
+  }
+  return line + " total " + bytes_text(snapshot.total.peak_bytes);
 }
 
 MetricsWriter::MetricsWriter(std::ostream& out, std::string display_name)

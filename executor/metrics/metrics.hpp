@@ -5,14 +5,18 @@
 //
 // Record keys (docs/formats.md, "Metrics"); "kind" tells the two apart:
 //   {"kind": "train", "step", "loss", "lr", "grad_norm", "step_s",
-//    "tokens_per_s" | "samples_per_s", "mfu", "memory_bytes"}
+//    "tokens_per_s" | "samples_per_s", "mfu", "memory_bytes", "memory"}
 //   {"kind": "eval", "step", "epoch", "eval_loss", "eval_accuracy"}
 // Optional fields that are unknown are written as null, never left out, so
 // every line of a kind has the same keys; non-finite numbers (a diverged
 // loss) are written as null too, since JSON has no NaN.
+// Memory comes from the backend's ledger (executor/backend/memory_ledger.hpp):
+// memory_bytes is the rank's peak total so far (the simultaneous peak), and
+// "memory" is {"<category>": {"now_bytes", "peak_bytes"}, ..., "total": {...}}
+// for the six categories.
 //
-// defines: ThroughputUnit, StepMetrics, EvalMetrics, to_json, format_line,
-//          MetricsWriter
+// defines: ThroughputUnit, StepMetrics, set_memory, EvalMetrics, to_json,
+//          format_line, format_peak_memory, MetricsWriter
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -24,6 +28,7 @@
 #include <ostream>
 #include <string>
 
+#include "executor/backend/memory_ledger.hpp"
 #include "model/problem.hpp"
 
 namespace meshplan::exec {
@@ -40,8 +45,12 @@ struct StepMetrics {
   double throughput_per_s = 0;
   ThroughputUnit throughput_unit = ThroughputUnit::samples;
   std::optional<double> mfu;                  // model FLOP/s over peak FLOP/s, in [0, 1]
-  std::optional<std::int64_t> memory_bytes;  // peak bytes in use on this rank
+  std::optional<std::int64_t> memory_bytes;  // peak bytes in use on this rank so far (all categories at once)
+  std::optional<MemorySnapshot> memory{};     // now and peak by category
 };
+
+// Fills memory_bytes (= snapshot.total.peak_bytes) and memory from a ledger snapshot.
+void set_memory(StepMetrics& metrics, const MemorySnapshot& snapshot);
 
 struct EvalMetrics {
   std::int64_t step = 0;
@@ -59,6 +68,13 @@ nlohmann::json to_json(const EvalMetrics& metrics);
 // Unknown optional fields are left out.
 std::string format_line(const StepMetrics& metrics);
 std::string format_line(const EvalMetrics& metrics);
+
+// The end-of-run summary of a ledger, one line:
+//   "peak memory: parameters 1.2 MiB | gradients 1.2 MiB | optimizer 2.4 MiB |
+//    activations 3.1 MiB | total 7.9 MiB"
+// Categories that never held a byte are left out; the total is the
+// simultaneous peak, not the sum of the categories' peaks.
+std::string format_peak_memory(const MemorySnapshot& snapshot);
 
 class MetricsWriter {
  public:

@@ -5,6 +5,7 @@
 #include "executor/model/gpt.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 
 #include "kernels/cpu/activation.hpp"
@@ -17,30 +18,54 @@
 
 namespace meshplan::exec {
 
+namespace {
+
+// Sizes of GptActivations' fields, in declaration order; in a gradient
+// layout the fields the backward never accumulates into have size 0.
 template <typename T>
-void GptActivations<T>::allocate(std::vector<T>& memory, const GptDims& d, std::int64_t B, std::int64_t T_len) {
+std::array<std::int64_t, 22> activation_sizes(const GptDims& d, std::int64_t B, std::int64_t T_len,
+                                              typename GptActivations<T>::Role role) {
   const std::int64_t BT = B * T_len, L = d.layers, C = d.channels, F = d.ffn, V = d.vocab;
+  const std::int64_t g = role == GptActivations<T>::Role::gradients ? 0 : 1;  // 0: not in a gradient layout
+  return {BT * C,     L * BT * C,     g * L * BT, g * L * BT, L * BT * 3 * C, L * BT * C,
+          g * L * B * d.heads * T_len * T_len,    L * BT * C, L * BT * C, L * BT * C,
+          g * L * BT, g * L * BT,     L * BT * F, L * BT * F, L * BT * C, L * BT * C,
+          BT * C,     g * BT,         g * BT,     BT * V,     g * BT * V, g * BT};
+}
+
+}  // namespace
+
+template <typename T>
+std::int64_t GptActivations<T>::elements(const GptDims& d, std::int64_t B, std::int64_t T_len, Role role) {
+  std::int64_t total = 0;
+  for (const std::int64_t size : activation_sizes<T>(d, B, T_len, role)) total += size;
+  return total;
+}
+
+template <typename T>
+void GptActivations<T>::allocate(TrackedVector<T>& memory, const GptDims& d, std::int64_t B, std::int64_t T_len,
+                                 Role role) {
   T** fields[] = {&encoded, &ln1,       &ln1_mean, &ln1_rstd, &qkv,       &atty,     &att,      &attproj,
                   &residual2, &ln2,     &ln2_mean, &ln2_rstd, &fch,       &fch_gelu, &fcproj,   &residual3,
                   &lnf,     &lnf_mean,  &lnf_rstd, &logits,   &probs,     &losses};
-  const std::int64_t sizes[] = {BT * C,     L * BT * C, L * BT,     L * BT,     L * BT * 3 * C, L * BT * C,
-                                L * B * d.heads * T_len * T_len,   L * BT * C, L * BT * C, L * BT * C,
-                                L * BT,     L * BT,     L * BT * F, L * BT * F, L * BT * C, L * BT * C,
-                                BT * C,     BT,         BT,         BT * V,     BT * V,     BT};
-  static_assert(std::size(fields) == std::size(sizes));
-  std::int64_t total = 0;
-  for (const std::int64_t size : sizes) total += size;
-  memory.assign(static_cast<std::size_t>(total), T(0));
+  const auto sizes = activation_sizes<T>(d, B, T_len, role);
+  static_assert(std::size(fields) == std::tuple_size_v<decltype(sizes)>);
+  memory.assign(static_cast<std::size_t>(elements(d, B, T_len, role)), T(0));
   T* next = memory.data();
   for (std::size_t i = 0; i < std::size(fields); ++i) {
-    *fields[i] = next;
+    *fields[i] = sizes[i] > 0 ? next : nullptr;
     next += sizes[i];
   }
 }
 
 template <typename T>
 Gpt<T>::Gpt(const ModelSpec& spec, Parameters<T> parameters, std::int64_t max_batch, std::int64_t seq_len)
-    : params_(std::move(parameters)), max_batch_(max_batch), seq_len_(seq_len) {
+    : params_(std::move(parameters)),
+      max_batch_(max_batch),
+      seq_len_(seq_len),
+      acts_memory_(TrackedAllocator<T>(MemoryCategory::activations, params_.values.get_allocator().backend())),
+      grad_acts_memory_(TrackedAllocator<T>(MemoryCategory::workspace, params_.values.get_allocator().backend())),
+      matmul_(params_.values.get_allocator().backend()) {
   const TransformerDims& t = spec.transformer;
   dims_ = {t.vocab, t.seq_len, t.layers, t.heads, t.hidden, t.ffn};
   assert(max_batch > 0 && seq_len > 0 && seq_len <= dims_.max_seq_len);
@@ -56,7 +81,7 @@ Gpt<T>::Gpt(const ModelSpec& spec, Parameters<T> parameters, std::int64_t max_ba
                        at("ln2.w"), at("ln2.b"), at("fc.w"), at("fc.b"), at("fc_out.w"), at("fc_out.b")});
   }
   acts_.allocate(acts_memory_, dims_, max_batch_, seq_len_);
-  grad_acts_.allocate(grad_acts_memory_, dims_, max_batch_, seq_len_);
+  grad_acts_.allocate(grad_acts_memory_, dims_, max_batch_, seq_len_, GptActivations<T>::Role::gradients);
 }
 
 template <typename T>
@@ -109,19 +134,19 @@ T Gpt<T>::forward(const data::Batch& batch) {
     T* l_residual3 = a.residual3 + l * stride * C;
 
     kernels::layernorm_forward(l_ln1, l_ln1_mean, l_ln1_rstd, residual, p + w.ln1w, p + w.ln1b, BT, C);
-    kernels::matmul_forward(l_qkv, l_ln1, p + w.qkvw, p + w.qkvb, BT, C, 3 * C);
+    matmul_.forward(l_qkv, l_ln1, p + w.qkvw, p + w.qkvb, BT, C, 3 * C);
     kernels::attention_forward(l_atty, l_att, l_qkv, B, T_len, C, NH);
-    kernels::matmul_forward(l_attproj, l_atty, p + w.attprojw, p + w.attprojb, BT, C, C);
+    matmul_.forward(l_attproj, l_atty, p + w.attprojw, p + w.attprojb, BT, C, C);
     kernels::residual_forward(l_residual2, residual, l_attproj, BT * C);
     kernels::layernorm_forward(l_ln2, l_ln2_mean, l_ln2_rstd, l_residual2, p + w.ln2w, p + w.ln2b, BT, C);
-    kernels::matmul_forward(l_fch, l_ln2, p + w.fcw, p + w.fcb, BT, C, F);
+    matmul_.forward(l_fch, l_ln2, p + w.fcw, p + w.fcb, BT, C, F);
     kernels::gelu_forward(l_fch_gelu, l_fch, BT * F);
-    kernels::matmul_forward(l_fcproj, l_fch_gelu, p + w.fcprojw, p + w.fcprojb, BT, F, C);
+    matmul_.forward(l_fcproj, l_fch_gelu, p + w.fcprojw, p + w.fcprojb, BT, F, C);
     kernels::residual_forward(l_residual3, l_residual2, l_fcproj, BT * C);
   }
   const T* last = a.residual3 + (dims_.layers - 1) * stride * C;
   kernels::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p + lnfw_, p + lnfb_, BT, C);
-  kernels::matmul_forward(a.logits, a.lnf, p + wte_, static_cast<const T*>(nullptr), BT, C, V);
+  matmul_.forward(a.logits, a.lnf, p + wte_, static_cast<const T*>(nullptr), BT, C, V);
   const T loss = kernels::cross_entropy_forward(a.probs, a.losses, a.logits, targets_.data(), BT, V);
 
   correct_ = 0;
@@ -146,7 +171,7 @@ void Gpt<T>::backward(T dloss) {
   GptActivations<T>& d = grad_acts_;
 
   kernels::cross_entropy_backward(d.logits, a.probs, targets_.data(), dloss, BT, V);
-  kernels::matmul_backward(d.lnf, g + wte_, static_cast<T*>(nullptr), d.logits, a.lnf, p + wte_, BT, C, V);
+  matmul_.backward(d.lnf, g + wte_, static_cast<T*>(nullptr), d.logits, a.lnf, p + wte_, BT, C, V);
   const T* last = a.residual3 + (dims_.layers - 1) * stride * C;
   T* dlast = d.residual3 + (dims_.layers - 1) * stride * C;
   kernels::layernorm_backward(dlast, g + lnfw_, g + lnfb_, d.lnf, last, p + lnfw_, a.lnf_mean, a.lnf_rstd, BT, C);
@@ -159,18 +184,18 @@ void Gpt<T>::backward(T dloss) {
     const std::int64_t att_off = l * max_batch_ * NH * T_len * T_len;
 
     kernels::residual_backward(d.residual2 + c_off, d.fcproj + c_off, d.residual3 + c_off, BT * C);
-    kernels::matmul_backward(d.fch_gelu + f_off, g + w.fcprojw, g + w.fcprojb, d.fcproj + c_off, a.fch_gelu + f_off,
+    matmul_.backward(d.fch_gelu + f_off, g + w.fcprojw, g + w.fcprojb, d.fcproj + c_off, a.fch_gelu + f_off,
                              p + w.fcprojw, BT, F, C);
     kernels::gelu_backward(d.fch + f_off, a.fch + f_off, d.fch_gelu + f_off, BT * F);
-    kernels::matmul_backward(d.ln2 + c_off, g + w.fcw, g + w.fcb, d.fch + f_off, a.ln2 + c_off, p + w.fcw, BT, C, F);
+    matmul_.backward(d.ln2 + c_off, g + w.fcw, g + w.fcb, d.fch + f_off, a.ln2 + c_off, p + w.fcw, BT, C, F);
     kernels::layernorm_backward(d.residual2 + c_off, g + w.ln2w, g + w.ln2b, d.ln2 + c_off, a.residual2 + c_off,
                                 p + w.ln2w, a.ln2_mean + n_off, a.ln2_rstd + n_off, BT, C);
     kernels::residual_backward(dresidual, d.attproj + c_off, d.residual2 + c_off, BT * C);
-    kernels::matmul_backward(d.atty + c_off, g + w.attprojw, g + w.attprojb, d.attproj + c_off, a.atty + c_off,
+    matmul_.backward(d.atty + c_off, g + w.attprojw, g + w.attprojb, d.attproj + c_off, a.atty + c_off,
                              p + w.attprojw, BT, C, C);
     kernels::attention_backward(d.qkv + 3 * c_off, d.atty + c_off, a.qkv + 3 * c_off, a.att + att_off, B, T_len, C,
                                 NH);
-    kernels::matmul_backward(d.ln1 + c_off, g + w.qkvw, g + w.qkvb, d.qkv + 3 * c_off, a.ln1 + c_off, p + w.qkvw, BT,
+    matmul_.backward(d.ln1 + c_off, g + w.qkvw, g + w.qkvb, d.qkv + 3 * c_off, a.ln1 + c_off, p + w.qkvw, BT,
                              C, 3 * C);
     kernels::layernorm_backward(dresidual, g + w.ln1w, g + w.ln1b, d.ln1 + c_off, residual, p + w.ln1w,
                                 a.ln1_mean + n_off, a.ln1_rstd + n_off, BT, C);

@@ -7,6 +7,9 @@
 // second buffer of the same layout for the activation gradients.
 // Per-layer activations are stored [L, B, T, ...] so layer l's are a slice.
 // Dropout is omitted (GPT-2 was trained with 0.1; llm.c omits it too).
+// Memory (executor/backend/): the saved activations are recorded as
+// activations, the activation-gradient buffer as workspace (it is scratch
+// of the backward, which no activation estimate counts).
 //
 // defines: GptDims, GptActivations, Gpt
 #pragma once
@@ -14,6 +17,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "executor/backend/tracked_allocator.hpp"
+#include "executor/model/matmul_runner.hpp"
 #include "executor/model/model.hpp"
 
 namespace meshplan::exec {
@@ -53,8 +58,18 @@ struct GptActivations {
   T* probs;      // [B, T, V]
   T* losses;     // [B, T]
 
-  // Carves `memory` (resized here) for batch B, sequence length T_len.
-  void allocate(std::vector<T>& memory, const GptDims& d, std::int64_t B, std::int64_t T_len);
+  // Which buffer a layout is for. The activation gradients need only the
+  // tensors the backward accumulates into: no softmax probabilities (att,
+  // probs: the backward reads them from the forward's buffer), no norm
+  // statistics, no per-token losses. Those fields are null in a gradient
+  // layout; att alone is L x B x NH x T x T, the largest buffer at long sequences.
+  enum class Role { activations, gradients };
+
+  // Carves `memory` (resized and zeroed here) for batch B, sequence length T_len.
+  void allocate(TrackedVector<T>& memory, const GptDims& d, std::int64_t B, std::int64_t T_len,
+                Role role = Role::activations);
+  // Elements allocate() carves for batch B, sequence length T_len.
+  static std::int64_t elements(const GptDims& d, std::int64_t B, std::int64_t T_len, Role role = Role::activations);
 };
 
 template <typename T>
@@ -73,6 +88,10 @@ class Gpt final : public Model<T> {
   T forward(const data::Batch& batch) override;
   void backward(T dloss) override;
   std::int64_t correct_predictions() const override { return correct_; }
+  // The last forward's logits, [B, T, V] with the allocated B as stride (read by tests/reference/).
+  const T* logits() const { return acts_.logits; }
+  Problems set_matmul_precision(Precision precision) override { return matmul_.set_precision(precision); }
+  Precision matmul_precision() const override { return matmul_.precision(); }
 
  private:
   // Offsets of one layer's tensors in the parameter buffer.
@@ -87,8 +106,9 @@ class Gpt final : public Model<T> {
   std::int64_t wte_, wpe_, lnfw_, lnfb_;
   std::vector<LayerOffsets> layers_;
 
-  std::vector<T> acts_memory_, grad_acts_memory_;
+  TrackedVector<T> acts_memory_, grad_acts_memory_;
   GptActivations<T> acts_{}, grad_acts_{};
+  MatmulRunner<T> matmul_;
 
   std::int64_t batch_ = 0;
   std::vector<std::int32_t> tokens_, targets_;

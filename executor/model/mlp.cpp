@@ -17,21 +17,26 @@ Mlp<T>::Mlp(const ModelSpec& spec, Parameters<T> parameters, std::int64_t max_ba
     : sizes_(spec.mlp.layer_sizes),
       gelu_(spec.mlp.activation == "gelu"),
       params_(std::move(parameters)),
-      max_batch_(max_batch) {
+      max_batch_(max_batch),
+      matmul_(params_.values.get_allocator().backend()) {
   assert(max_batch > 0 && sizes_.size() >= 2);
   const auto B = static_cast<std::size_t>(max_batch);
-  inputs_.resize(B * static_cast<std::size_t>(sizes_[0]));
+  Backend& backend = params_.values.get_allocator().backend();
+  const TrackedAllocator<T> activations(MemoryCategory::activations, backend);
+  const TrackedAllocator<T> workspace(MemoryCategory::workspace, backend);
+  inputs_ = TrackedVector<T>(B * static_cast<std::size_t>(sizes_[0]), T(0), activations);
   for (std::int64_t i = 0; i < linear_count(); ++i) {
     const std::string name = "linear" + std::to_string(i);
     weight_offsets_.push_back(params_.layout.at(name + ".weight").offset);
     bias_offsets_.push_back(params_.layout.at(name + ".bias").offset);
     const std::size_t width = B * static_cast<std::size_t>(sizes_[static_cast<std::size_t>(i) + 1]);
-    pre_.emplace_back(width);
-    dpre_.emplace_back(width);
-    post_.emplace_back(i + 1 < linear_count() ? width : 0);
-    dpost_.emplace_back(i + 1 < linear_count() ? width : 0);
+    const std::size_t hidden_width = i + 1 < linear_count() ? width : 0;
+    pre_.emplace_back(width, T(0), activations);
+    dpre_.emplace_back(width, T(0), workspace);
+    post_.emplace_back(hidden_width, T(0), activations);
+    dpost_.emplace_back(hidden_width, T(0), workspace);
   }
-  probs_.resize(B * static_cast<std::size_t>(sizes_.back()));
+  probs_ = TrackedVector<T>(B * static_cast<std::size_t>(sizes_.back()), T(0), activations);
 }
 
 template <typename T>
@@ -66,7 +71,7 @@ T Mlp<T>::forward(const data::Batch& batch) {
   const T* inp = inputs_.data();
   for (std::int64_t i = 0; i < linear_count(); ++i) {
     const auto s = static_cast<std::size_t>(i);
-    kernels::matmul_forward(pre_[s].data(), inp, params + weight_offsets_[s], params + bias_offsets_[s], B, sizes_[s],
+    matmul_.forward(pre_[s].data(), inp, params + weight_offsets_[s], params + bias_offsets_[s], B, sizes_[s],
                             sizes_[s + 1]);
     if (i + 1 == linear_count()) break;
     if (gelu_)
@@ -77,7 +82,7 @@ T Mlp<T>::forward(const data::Batch& batch) {
   }
 
   const std::int64_t out = sizes_.back();
-  const std::vector<T>& prediction = pre_.back();
+  const TrackedVector<T>& prediction = pre_.back();
   regression_ = batch.targets.empty();
   correct_ = 0;
   if (regression_) {
@@ -121,7 +126,7 @@ void Mlp<T>::backward(T dloss) {
     const auto s = static_cast<std::size_t>(i);
     const T* inp = i == 0 ? inputs_.data() : post_[s - 1].data();
     T* dinp = i == 0 ? nullptr : dpost_[s - 1].data();
-    kernels::matmul_backward(dinp, grads + weight_offsets_[s], grads + bias_offsets_[s], dpre_[s].data(), inp,
+    matmul_.backward(dinp, grads + weight_offsets_[s], grads + bias_offsets_[s], dpre_[s].data(), inp,
                              params + weight_offsets_[s], B, sizes_[s], sizes_[s + 1]);
     if (i == 0) break;
     if (gelu_)

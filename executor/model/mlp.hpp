@@ -4,7 +4,9 @@
 // train end to end on real data (Fashion-MNIST), so it is written exactly like
 // the GPT below: saved activations in one buffer, a forward that fills them,
 // a backward that walks them in reverse with the kernels of kernels/cpu/.
-// No dropout.
+// No dropout. Memory (executor/backend/): saved activations (input copy,
+// pre- and post-activations, probabilities) are recorded as activations,
+// their gradients as workspace.
 //
 // defines: Mlp
 #pragma once
@@ -12,6 +14,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "executor/backend/tracked_allocator.hpp"
+#include "executor/model/matmul_runner.hpp"
 #include "executor/model/model.hpp"
 
 namespace meshplan::exec {
@@ -31,6 +35,8 @@ class Mlp final : public Model<T> {
   T forward(const data::Batch& batch) override;
   void backward(T dloss) override;
   std::int64_t correct_predictions() const override { return correct_; }
+  Problems set_matmul_precision(Precision precision) override { return matmul_.set_precision(precision); }
+  Precision matmul_precision() const override { return matmul_.precision(); }
 
  private:
   std::int64_t linear_count() const { return static_cast<std::int64_t>(sizes_.size()) - 1; }
@@ -43,11 +49,12 @@ class Mlp final : public Model<T> {
 
   // Saved activations, [B, width] per layer: inputs_ = x; pre_[i] = linear i's
   // output; post_[i] = activation(pre_[i]) for hidden layers (i < n-1).
-  std::vector<T> inputs_;
-  std::vector<std::vector<T>> pre_, post_;
-  std::vector<T> probs_;  // classification
+  TrackedVector<T> inputs_;
+  std::vector<TrackedVector<T>> pre_, post_;
+  TrackedVector<T> probs_;  // classification
   // Gradients of the activations, same shapes.
-  std::vector<std::vector<T>> dpre_, dpost_;
+  std::vector<TrackedVector<T>> dpre_, dpost_;
+  MatmulRunner<T> matmul_;
 
   std::int64_t batch_ = 0;  // samples of the last forward
   bool regression_ = false;

@@ -8,7 +8,7 @@ namespace meshplan::exec {
 
 template <typename T>
 Loaded<std::unique_ptr<Model<T>>> make_model(const ModelSpec& spec, std::uint64_t seed, std::int64_t max_batch,
-                                             std::int64_t seq_len) {
+                                             std::int64_t seq_len, Backend& backend) {
   Loaded<std::unique_ptr<Model<T>>> result;
   if (max_batch <= 0)
     result.problems.push_back({Severity::error, "plan.micro_batch", "must be at least 1"});
@@ -18,7 +18,7 @@ Loaded<std::unique_ptr<Model<T>>> make_model(const ModelSpec& spec, std::uint64_
     result.problems.push_back({Severity::error, "plan.seq_len",
                                std::to_string(seq_len) + " must be between 1 and the model's learned positions (" +
                                    std::to_string(spec.transformer.seq_len) + ")"});
-  Loaded<Parameters<T>> parameters = make_parameters<T>(spec, seed);
+  Loaded<Parameters<T>> parameters = make_parameters<T>(spec, seed, backend);
   result.problems.insert(result.problems.end(), parameters.problems.begin(), parameters.problems.end());
   if (!result.ok()) return result;
   if (gpt)
@@ -29,8 +29,8 @@ Loaded<std::unique_ptr<Model<T>>> make_model(const ModelSpec& spec, std::uint64_
 }
 
 template Loaded<std::unique_ptr<Model<float>>> make_model<float>(const ModelSpec&, std::uint64_t, std::int64_t,
-                                                                 std::int64_t);
+                                                                 std::int64_t, Backend&);
 template Loaded<std::unique_ptr<Model<double>>> make_model<double>(const ModelSpec&, std::uint64_t, std::int64_t,
-                                                                   std::int64_t);
+                                                                   std::int64_t, Backend&);
 
 }  // namespace meshplan::exec

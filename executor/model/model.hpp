@@ -7,15 +7,21 @@
 // Like llm.c's gpt2_forward/gpt2_backward, the backward uses the activations
 // the forward saved, so forward and backward must alternate on the same batch.
 //
+// Memory: models allocate parameters and activations from a Backend
+// (executor/backend/), so its ledger holds what training really uses.
+// Precision: linear layers run in fp32 unless set_matmul_precision(bf16).
+//
 // defines: Model, make_model
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
+#include "executor/backend/backend.hpp"
 #include "executor/data/loader.hpp"
 #include "executor/model/parameters.hpp"
 #include "model/model_spec.hpp"
+#include "model/precision.hpp"
 #include "model/problem.hpp"
 
 namespace meshplan::exec {
@@ -47,13 +53,24 @@ class Model {
   // Items of the last forward whose arg-max prediction equals the target
   // (0 for regression).
   virtual std::int64_t correct_predictions() const = 0;
+
+  // Arithmetic of the linear layers' GEMMs (matmul_runner.hpp): fp32 (the
+  // default) or bf16 (float models on CPUs with bf16 support). Problems name
+  // "--precision"; the setting is unchanged then. A model without its own
+  // support accepts fp32 only.
+  virtual Problems set_matmul_precision(Precision precision) {
+    if (precision == Precision::fp32) return {};
+    return {{Severity::error, "--precision", "this model computes in fp32 only"}};
+  }
+  virtual Precision matmul_precision() const { return Precision::fp32; }
 };
 
 // An Mlp or a Gpt (by spec.kind) with parameters initialised from `seed` and
 // activations for `max_batch` samples of `seq_len` tokens (seq_len is
-// ignored for MLPs; 0 means the model's seq_len). Problems for unsupported features.
+// ignored for MLPs; 0 means the model's seq_len), all allocated from
+// `backend`. Problems for unsupported features.
 template <typename T>
 Loaded<std::unique_ptr<Model<T>>> make_model(const ModelSpec& spec, std::uint64_t seed, std::int64_t max_batch,
-                                             std::int64_t seq_len = 0);
+                                             std::int64_t seq_len = 0, Backend& backend = default_backend());
 
 }  // namespace meshplan::exec

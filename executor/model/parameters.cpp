@@ -131,7 +131,7 @@ void Parameters<T>::zero_grads() {
 }
 
 template <typename T>
-Loaded<Parameters<T>> make_parameters(const ModelSpec& spec, std::uint64_t seed) {
+Loaded<Parameters<T>> make_parameters(const ModelSpec& spec, std::uint64_t seed, Backend& backend) {
   Loaded<Parameters<T>> result;
   Loaded<ParameterLayout> layout = parameter_layout(spec);
   result.problems = layout.problems;
@@ -139,10 +139,10 @@ Loaded<Parameters<T>> make_parameters(const ModelSpec& spec, std::uint64_t seed)
   Parameters<T>& p = result.value;
   p.layout = std::move(layout.value);
   const auto n = static_cast<std::size_t>(p.layout.total_elements);
-  p.values.assign(n, T(0));
-  p.grads.assign(n, T(0));
-  p.adam_m.assign(n, T(0));
-  p.adam_v.assign(n, T(0));
+  p.values = TrackedVector<T>(n, T(0), TrackedAllocator<T>(MemoryCategory::parameters, backend));
+  p.grads = TrackedVector<T>(n, T(0), TrackedAllocator<T>(MemoryCategory::gradients, backend));
+  p.adam_m = TrackedVector<T>(n, T(0), TrackedAllocator<T>(MemoryCategory::optimizer, backend));
+  p.adam_v = TrackedVector<T>(n, T(0), TrackedAllocator<T>(MemoryCategory::optimizer, backend));
 
   const bool gpt = spec.kind == ModelKind::transformer;
   const double residual_std = gpt ? 0.02 / std::sqrt(2.0 * static_cast<double>(spec.transformer.layers)) : 0;
@@ -172,7 +172,7 @@ Loaded<Parameters<T>> make_parameters(const ModelSpec& spec, std::uint64_t seed)
 
 template struct Parameters<float>;
 template struct Parameters<double>;
-template Loaded<Parameters<float>> make_parameters<float>(const ModelSpec&, std::uint64_t);
-template Loaded<Parameters<double>> make_parameters<double>(const ModelSpec&, std::uint64_t);
+template Loaded<Parameters<float>> make_parameters<float>(const ModelSpec&, std::uint64_t, Backend&);
+template Loaded<Parameters<double>> make_parameters<double>(const ModelSpec&, std::uint64_t, Backend&);
 
 }  // namespace meshplan::exec

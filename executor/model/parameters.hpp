@@ -26,6 +26,11 @@
 //   MLP: PyTorch's nn.Linear default, kaiming_uniform_(a = sqrt(5)), which
 //     reduces to weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)).
 //
+// Memory: the four buffers are TrackedVectors (executor/backend/
+// tracked_allocator.hpp): ordinary vectors whose bytes are recorded in a
+// Backend's ledger as parameters, gradients and optimizer (m and v), so the
+// trainer reports what training really holds.
+//
 // defines: ParameterTensor, ParameterLayout, check_supported, parameter_layout,
 //          Parameters, make_parameters
 #pragma once
@@ -35,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/backend/tracked_allocator.hpp"
 #include "model/model_spec.hpp"
 #include "model/problem.hpp"
 
@@ -70,10 +76,10 @@ Loaded<ParameterLayout> parameter_layout(const ModelSpec& spec);
 template <typename T>
 struct Parameters {
   ParameterLayout layout;
-  std::vector<T> values;
-  std::vector<T> grads;
-  std::vector<T> adam_m;
-  std::vector<T> adam_v;
+  TrackedVector<T> values{TrackedAllocator<T>(MemoryCategory::parameters)};
+  TrackedVector<T> grads{TrackedAllocator<T>(MemoryCategory::gradients)};
+  TrackedVector<T> adam_m{TrackedAllocator<T>(MemoryCategory::optimizer)};
+  TrackedVector<T> adam_v{TrackedAllocator<T>(MemoryCategory::optimizer)};
 
   std::span<T> value(const std::string& name);
   std::span<T> grad(const std::string& name);
@@ -81,8 +87,8 @@ struct Parameters {
 };
 
 // A layout with values initialised from `seed` as described above and
-// gradients and moments at zero.
+// gradients and moments at zero, allocated from `backend` (recorded in its ledger).
 template <typename T>
-Loaded<Parameters<T>> make_parameters(const ModelSpec& spec, std::uint64_t seed);
+Loaded<Parameters<T>> make_parameters(const ModelSpec& spec, std::uint64_t seed, Backend& backend = default_backend());
 
 }  // namespace meshplan::exec

@@ -1,0 +1,323 @@
+// The backend interface and memory accounting (executor/backend/):
+//  1. The ledger: now and peak per category, a total peak that is the
+//     simultaneous peak (not a sum of peaks), reset_peaks, and consistency
+//     under concurrent allocation from several threads.
+//  2. CpuBackend: 64-byte alignment, requested bytes recorded and
+//     un-recorded, copies; Buffer and TrackedVector free what they record.
+//  3. Real training memory against closed forms: a GPT's and an MLP's
+//     parameters = 4 B x parameter count exactly, gradients the same,
+//     optimizer 2x, activations = the saved activation buffers; nothing
+//     allocated during a training step; everything returned when the model
+//     is destroyed. And the planner's memory model for the same model and an
+//     fp32 plan (parameters, gradients and optimizer exactly; activations
+//     within the stated band, see PlannerActivationsAreComparable).
+//  4. Metrics records: "memory_bytes" and the "memory" object by category.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "executor/backend/buffer.hpp"
+#include "executor/backend/cpu_backend.hpp"
+#include "executor/backend/memory_ledger.hpp"
+#include "executor/backend/tracked_allocator.hpp"
+#include "executor/data/text.hpp"
+#include "executor/metrics/metrics.hpp"
+#include "executor/model/gpt.hpp"
+#include "executor/model/model.hpp"
+#include "executor/train/trainer.hpp"
+#include "model/cluster_spec.hpp"
+#include "model/evaluate.hpp"
+#include "model/mesh.hpp"
+#include "model/presets.hpp"
+
+namespace meshplan::exec {
+namespace {
+
+std::string messages(const Problems& problems) {
+  std::string text;
+  for (const Problem& p : problems) text += describe(p) + "\n";
+  return text;
+}
+
+// ---------------------------------------------------------------- (1) the ledger
+
+TEST(MemoryLedger, TotalPeakIsTheSimultaneousPeakNotTheSumOfPeaks) {
+  MemoryLedger ledger;
+  ledger.record_allocation(MemoryCategory::activations, 1000);
+  ledger.record_free(MemoryCategory::activations, 1000);
+  ledger.record_allocation(MemoryCategory::gradients, 600);
+  ledger.record_allocation(MemoryCategory::parameters, 300);
+  const MemorySnapshot s = ledger.snapshot();
+  EXPECT_EQ(s[MemoryCategory::activations].now_bytes, 0);
+  EXPECT_EQ(s[MemoryCategory::activations].peak_bytes, 1000);
+  EXPECT_EQ(s[MemoryCategory::gradients].peak_bytes, 600);
+  EXPECT_EQ(s[MemoryCategory::parameters].peak_bytes, 300);
+  EXPECT_EQ(s.total.now_bytes, 900);
+  EXPECT_EQ(s.total.peak_bytes, 1000);  // the sum of the peaks would be 1900
+
+  ledger.reset_peaks();
+  const MemorySnapshot r = ledger.snapshot();
+  EXPECT_EQ(r[MemoryCategory::activations].peak_bytes, 0);
+  EXPECT_EQ(r[MemoryCategory::gradients].peak_bytes, 600);
+  EXPECT_EQ(r.total.peak_bytes, 900);
+}
+
+TEST(MemoryLedger, ConcurrentAllocationsBalance) {
+  MemoryLedger ledger;
+  constexpr int threads = 4, rounds = 20000;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&ledger, t] {
+      const auto category = memory_categories[static_cast<std::size_t>(t) % memory_categories.size()];
+      for (int i = 0; i < rounds; ++i) {
+        ledger.record_allocation(category, 64);
+        ledger.record_free(category, 64);
+      }
+      ledger.record_allocation(category, 10 * (t + 1));
+    });
+  for (std::thread& w : workers) w.join();
+  const MemorySnapshot s = ledger.snapshot();
+  EXPECT_EQ(s.total.now_bytes, 10 + 20 + 30 + 40);
+  EXPECT_LE(s.total.peak_bytes, threads * 64 + 100);  // never more than every thread's block at once
+  EXPECT_GE(s.total.peak_bytes, 100);
+  std::int64_t sum_now = 0;
+  for (const MemoryAmount& a : s.by_category) sum_now += a.now_bytes;
+  EXPECT_EQ(sum_now, s.total.now_bytes);
+}
+
+// ---------------------------------------------------------------- (2) the CPU backend
+
+TEST(CpuBackend, AlignsRecordsAndCopies) {
+  CpuBackend backend;
+  EXPECT_EQ(backend.name(), "cpu");
+  EXPECT_EQ(backend.device_kind(), DeviceKind::cpu);
+  void* a = backend.allocate(100, MemoryCategory::communication);
+  void* b = backend.allocate(0, MemoryCategory::workspace);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % CpuBackend::alignment_bytes, 0u);
+  EXPECT_EQ(backend.ledger().snapshot()[MemoryCategory::communication].now_bytes, 100);
+
+  const std::vector<std::uint8_t> source = {1, 2, 3, 4, 5};
+  std::vector<std::uint8_t> back(5);
+  ExecutionContext& context = backend.default_context();
+  backend.copy_host_to_device(a, source.data(), 5, context);
+  backend.copy_device_to_device(static_cast<std::uint8_t*>(a) + 10, a, 5, context);
+  backend.copy_device_to_host(back.data(), static_cast<std::uint8_t*>(a) + 10, 5, context);
+  context.synchronize();
+  EXPECT_EQ(back, source);
+  EXPECT_NE(backend.make_context(), nullptr);
+
+  backend.deallocate(a, 100, MemoryCategory::communication);
+  backend.deallocate(b, 0, MemoryCategory::workspace);
+  const MemorySnapshot s = backend.ledger().snapshot();
+  EXPECT_EQ(s.total.now_bytes, 0);
+  EXPECT_EQ(s.total.peak_bytes, 100);
+}
+
+TEST(CpuBackend, BufferFreesAndUnrecordsOnDestruction) {
+  CpuBackend backend;
+  {
+    Buffer<float> buffer(backend, 1000, MemoryCategory::activations);
+    EXPECT_EQ(buffer.bytes(), 4000u);
+    buffer.span()[999] = 1.5f;
+    EXPECT_EQ(backend.ledger().snapshot()[MemoryCategory::activations].now_bytes, 4000);
+    Buffer<float> moved = std::move(buffer);
+    EXPECT_EQ(moved.span()[999], 1.5f);
+    EXPECT_EQ(buffer.data(), nullptr);  // NOLINT(bugprone-use-after-move): moved-from is empty by contract
+    EXPECT_EQ(backend.ledger().snapshot().total.now_bytes, 4000);
+  }
+  EXPECT_EQ(backend.ledger().snapshot().total.now_bytes, 0);
+}
+
+TEST(CpuBackend, TrackedVectorKeepsItsCategoryThroughMovesAndCopies) {
+  CpuBackend backend;
+  const auto now = [&](MemoryCategory c) { return backend.ledger().snapshot()[c].now_bytes; };
+  {
+    TrackedVector<double> grads(TrackedAllocator<double>(MemoryCategory::gradients, backend));
+    grads.reserve(10);
+    grads.assign(10, 1.0);
+    EXPECT_EQ(now(MemoryCategory::gradients), 80);
+    TrackedVector<double> optimizer(5, 2.0, TrackedAllocator<double>(MemoryCategory::optimizer, backend));
+    optimizer = std::move(grads);  // the allocator travels with the memory: still recorded as gradients
+    EXPECT_EQ(now(MemoryCategory::gradients), 80);
+    EXPECT_EQ(now(MemoryCategory::optimizer), 0);
+    TrackedVector<double> copy = optimizer;
+    EXPECT_EQ(now(MemoryCategory::gradients), 160);
+    EXPECT_EQ(copy.get_allocator().category(), MemoryCategory::gradients);
+  }
+  EXPECT_EQ(backend.ledger().snapshot().total.now_bytes, 0);
+}
+
+// ---------------------------------------------------------------- (3) training memory
+
+ModelSpec tiny_gpt() {
+  ModelSpec spec;
+  spec.name = "tiny-gpt";
+  spec.kind = ModelKind::transformer;
+  TransformerDims& t = spec.transformer;
+  t.layers = 2;
+  t.hidden = 32;
+  t.heads = 4;
+  t.kv_heads = 4;
+  t.head_dim = 8;
+  t.ffn = 128;
+  t.vocab = 256;  // byte-level text
+  t.seq_len = 16;
+  t.feed_forward = FeedForward::gelu;
+  t.norm = Norm::layernorm;
+  t.positions = Positions::learned;
+  t.bias = true;
+  t.tied_embeddings = true;
+  return spec;
+}
+
+// GPT-2 parameters written out: wte V C + wpe T C + per layer (ln1 2C, qkv 3C^2 + 3C,
+// attn_out C^2 + C, ln2 2C, fc F C + F, fc_out C F + C) + ln_f 2C.
+std::int64_t gpt_parameter_count(const TransformerDims& t) {
+  const std::int64_t C = t.hidden, F = t.ffn;
+  return t.vocab * C + t.seq_len * C + t.layers * (4 * C * C + 2 * F * C + 9 * C + F) + 2 * C;
+}
+
+// Saved activations of gpt.hpp's GptActivations for B sequences of T tokens:
+// per layer 10 [B,T,C] tensors (ln1, qkv x3, atty, attproj, residual2, ln2,
+// fcproj, residual3), 2 [B,T,F] (fch, fch_gelu), 4 [B,T] (means, rstds) and
+// the attention matrix [B,NH,T,T]; outside the layers encoded and lnf [B,T,C],
+// lnf mean/rstd and losses [B,T], logits and probs [B,T,V].
+std::int64_t gpt_activation_elements(const TransformerDims& t, std::int64_t B, std::int64_t T) {
+  const std::int64_t BT = B * T, C = t.hidden, F = t.ffn;
+  return t.layers * (BT * (10 * C + 2 * F + 4) + B * t.heads * T * T) + BT * (2 * C + 3 + 2 * t.vocab);
+}
+
+// The activation gradients the backward accumulates into: the same [B,T,C]
+// and [B,T,F] tensors and the logits, but no attention matrix, no softmax
+// probabilities, no norm statistics and no per-token losses.
+std::int64_t gpt_activation_gradient_elements(const TransformerDims& t, std::int64_t B, std::int64_t T) {
+  const std::int64_t BT = B * T, C = t.hidden, F = t.ffn;
+  return t.layers * BT * (10 * C + 2 * F) + BT * (2 * C + t.vocab);
+}
+
+TEST(TrainingMemory, GptMatchesTheClosedFormsAndAStepAllocatesNothing) {
+  CpuBackend backend;
+  const ModelSpec spec = tiny_gpt();
+  const std::int64_t B = 4, T = 16;
+  {
+    auto model = make_model<float>(spec, 7, B, T, backend);
+    ASSERT_TRUE(model.ok()) << messages(model.problems);
+    const std::int64_t P = gpt_parameter_count(spec.transformer);
+    ASSERT_EQ(model.value->parameters().layout.total_elements, P);
+    const std::int64_t A = gpt_activation_elements(spec.transformer, B, T);
+    const MemorySnapshot before = backend.ledger().snapshot();
+    EXPECT_EQ(before[MemoryCategory::parameters].now_bytes, 4 * P);
+    EXPECT_EQ(before[MemoryCategory::gradients].now_bytes, 4 * P);
+    EXPECT_EQ(before[MemoryCategory::optimizer].now_bytes, 8 * P);
+    EXPECT_EQ(before[MemoryCategory::activations].now_bytes, 4 * A);
+    const std::int64_t G = gpt_activation_gradient_elements(spec.transformer, B, T);
+    EXPECT_EQ(before[MemoryCategory::workspace].now_bytes, 4 * G);  // the activation gradients
+    EXPECT_EQ(before.total.now_bytes, 4 * (4 * P + A + G));
+
+    std::vector<std::uint8_t> corpus;
+    for (int i = 0; i < 400; ++i) corpus.push_back(static_cast<std::uint8_t>('a' + i % 13));
+    data::TextLoader loader(corpus, {0, std::ssize(corpus)}, T, 3);
+    TrainOptions options;
+    options.micro_batch = B;
+    options.steps = 2;
+    const TrainResult result = train(*model.value, loader, options);
+    ASSERT_TRUE(result.ok()) << messages(result.problems);
+    const MemorySnapshot after = backend.ledger().snapshot();
+    EXPECT_EQ(after.total.now_bytes, before.total.now_bytes);
+    EXPECT_EQ(after.total.peak_bytes, before.total.now_bytes);  // no transient allocation in a step
+  }
+  EXPECT_EQ(backend.ledger().snapshot().total.now_bytes, 0);  // the model returned everything
+}
+
+TEST(TrainingMemory, MlpMatchesTheClosedForms) {
+  CpuBackend backend;
+  ModelSpec spec;
+  spec.name = "mlp-fashion";
+  spec.kind = ModelKind::mlp;
+  spec.mlp.layer_sizes = {784, 256, 10};
+  spec.mlp.activation = "relu";
+  const std::int64_t B = 32;
+  auto model = make_model<float>(spec, 1, B, 0, backend);
+  ASSERT_TRUE(model.ok()) << messages(model.problems);
+  const std::int64_t P = 784 * 256 + 256 + 256 * 10 + 10;
+  const MemorySnapshot s = backend.ledger().snapshot();
+  EXPECT_EQ(s[MemoryCategory::parameters].now_bytes, 4 * P);
+  EXPECT_EQ(s[MemoryCategory::gradients].now_bytes, 4 * P);
+  EXPECT_EQ(s[MemoryCategory::optimizer].now_bytes, 8 * P);
+  // inputs [B,784], pre-activations [B,256] and [B,10], post-activation [B,256], probabilities [B,10].
+  EXPECT_EQ(s[MemoryCategory::activations].now_bytes, 4 * B * (784 + 256 + 10 + 256 + 10));
+  // their gradients: dpre [B,256] and [B,10], dpost [B,256].
+  EXPECT_EQ(s[MemoryCategory::workspace].now_bytes, 4 * B * (256 + 10 + 256));
+}
+
+// The planner (model/memory_model.hpp) for the same GPT, one device, an fp32
+// plan without recomputation: parameters, gradients and optimizer are the
+// same 4 + 4 + 8 bytes per parameter, so they must agree exactly when both
+// count the same parameters. Activations legitimately differ: the planner
+// uses Korthikanti et al.'s per-layer formula (which counts e.g. dropout
+// masks and the attention scores before and after softmax, but not the
+// logits and probabilities over the vocabulary), the executor holds llm.c's
+// buffers. For this model we measured a ratio of executor / planner
+// activations of about 1.3 (printed below) and assert it within [0.5, 2],
+// the band in which the planner still answers "does it fit" usefully.
+TEST(TrainingMemory, PlannerAgreesOnParameterStateAndIsComparableOnActivations) {
+  const ModelSpec spec = tiny_gpt();
+  const std::int64_t B = 4, T = 16;
+  Loaded<ClusterSpec> cluster = load_cluster("local-cpu");
+  ASSERT_TRUE(cluster.ok()) << messages(cluster.problems);
+  const Evaluator evaluator(spec, cluster.value, 1, T);
+  Plan plan;
+  plan.mesh = parse_mesh("dp=1", "--mesh").value;
+  plan.micro_batch = B;
+  plan.global_batch = B;
+  plan.precision = Precision::fp32;
+  plan.recompute = Recompute::none;
+  plan.seq_len = T;
+  const MemoryBreakdown predicted = evaluator.evaluate(plan).worst_memory;
+
+  CpuBackend backend;
+  auto model = make_model<float>(spec, 7, B, T, backend);
+  ASSERT_TRUE(model.ok()) << messages(model.problems);
+  const MemorySnapshot measured = backend.ledger().snapshot();
+  const auto bytes = [&](MemoryCategory c) { return static_cast<double>(measured[c].now_bytes); };
+  EXPECT_DOUBLE_EQ(predicted.parameters_bytes, bytes(MemoryCategory::parameters));
+  EXPECT_DOUBLE_EQ(predicted.gradients_bytes, bytes(MemoryCategory::gradients));
+  EXPECT_DOUBLE_EQ(predicted.optimizer_bytes, bytes(MemoryCategory::optimizer));
+  const double ratio = bytes(MemoryCategory::activations) / predicted.activations_bytes;
+  std::printf("activations: executor %.0f B, planner %.0f B, ratio %.3f\n", bytes(MemoryCategory::activations),
+              predicted.activations_bytes, ratio);
+  EXPECT_GT(ratio, 0.5);
+  EXPECT_LT(ratio, 2.0);
+}
+
+// ---------------------------------------------------------------- (4) metrics
+
+TEST(MemoryMetrics, StepLinesCarryPeakTotalAndEveryCategory) {
+  MemoryLedger ledger;
+  ledger.record_allocation(MemoryCategory::parameters, 4096);
+  ledger.record_allocation(MemoryCategory::activations, 3 << 20);
+  ledger.record_free(MemoryCategory::activations, 3 << 20);
+  StepMetrics step;
+  set_memory(step, ledger.snapshot());
+  const nlohmann::json j = to_json(step);
+  EXPECT_EQ(j["memory_bytes"], (3 << 20) + 4096);
+  for (const MemoryCategory c : memory_categories) {
+    ASSERT_TRUE(j["memory"].contains(std::string(to_string(c)))) << to_string(c);
+  }
+  EXPECT_EQ(j["memory"]["parameters"]["now_bytes"], 4096);
+  EXPECT_EQ(j["memory"]["activations"]["now_bytes"], 0);
+  EXPECT_EQ(j["memory"]["activations"]["peak_bytes"], 3 << 20);
+  EXPECT_EQ(j["memory"]["total"]["now_bytes"], 4096);
+  EXPECT_TRUE(to_json(StepMetrics{})["memory"].is_null());
+  EXPECT_EQ(format_peak_memory(ledger.snapshot()), "peak memory: parameters 4.0 KiB | activations 3.0 MiB | total 3.0 MiB");
+}
+
+}  // namespace
+}  // namespace meshplan::exec
