@@ -1,0 +1,666 @@
+// The passes of parallel_gpt.hpp. Each op is gpt.cpp's, on this rank's
+// slice: matrices of [rows, C] are the residual stream (rows_local_ rows:
+// all B x T of the micro-batch, or this rank's 1/tp of them under sequence
+// parallelism), matrices of [B x T, *] are inside a tensor-parallel region.
+// Collectives on the tp group of one (tp = 1) are no-ops, so the code has no
+// tp = 1 special case and then computes exactly what gpt.cpp computes.
+#include "executor/parallel/parallel_gpt.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+#include "executor/model/parameters.hpp"
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/layernorm.hpp"
+#include "kernels/cpu/matmul.hpp"
+#include "model/layer_graph.hpp"
+#include "model/schedule.hpp"
+#include "model/stage_partition.hpp"
+
+namespace meshplan::exec::parallel {
+
+using comm::DataType;
+using comm::ReduceOp;
+
+struct ParallelGpt::LayerActs {
+  std::vector<float> ln1, ln1_mean, ln1_rstd, ln1_full, qkv, atty, att, res2;
+  std::vector<float> ln2, ln2_mean, ln2_rstd, ln2_full, fch, fch_gelu, res3;
+  std::vector<float> d_fcproj, d_fch, d_attproj, d_qkv;  // kept from an input-gradient pass for the weight pass
+};
+
+struct ParallelGpt::Slot {
+  std::int64_t micro_batch = -1;  // -1: free
+  std::vector<float> input;       // [rows_local, C]: the chunk's input (chunk 0: the embedding output)
+  std::vector<LayerActs> layers;
+  std::vector<float> lnf, lnf_mean, lnf_rstd, lnf_full, probs;  // last chunk
+  std::vector<std::int32_t> tokens, targets;
+  std::vector<float> d_logits;  // kept from an input-gradient pass for the weight pass
+};
+
+namespace {
+
+// Offsets of a layer unit's tensors, in layer_unit()'s order.
+enum LayerTensor { ln1w, ln1b, qkvw, qkvb, attw, attb, ln2w, ln2b, fcw, fcb, fcow, fcob };
+
+std::int64_t off(const Unit& unit, int tensor) {
+  return unit.layout.tensors[static_cast<std::size_t>(tensor)].offset;
+}
+
+void fit(std::vector<float>& buffer, std::int64_t n) { buffer.resize(static_cast<std::size_t>(n)); }
+void zero(std::vector<float>& buffer) { std::fill(buffer.begin(), buffer.end(), 0.0f); }
+
+// dbias[c] += sum over rows of d[row, c].
+void add_column_sums(float* dbias, const float* d, std::int64_t rows, std::int64_t C) {
+  for (std::int64_t c = 0; c < C; ++c) {
+    float sum = 0;
+    for (std::int64_t r = 0; r < rows; ++r) sum += d[r * C + c];
+    dbias[c] += sum;
+  }
+}
+
+// out = x + (y + bias), row by row, the residual add of a row-parallel linear's output.
+void add_residual_bias(float* out, const float* x, const float* y, const float* bias, std::int64_t rows,
+                       std::int64_t C) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < C; ++c) out[r * C + c] = x[r * C + c] + (y[r * C + c] + bias[c]);
+}
+
+// Softmax cross-entropy over a vocabulary split by rows of wte across tp
+// (Megatron-LM's vocab_parallel_cross_entropy): the row maximum and the sum
+// of exponentials are reduced over tp, and the target's logit comes from the
+// rank whose shard holds it. Only the first `vocab_real` columns are real;
+// padding columns are masked out of the maximum and the sum and get
+// probability 0. Overwrites logits[N, Vp] with this shard's probabilities;
+// returns the mean loss over the N rows (accumulated in double).
+double vocab_parallel_cross_entropy(float* logits, const std::int32_t* targets, std::int64_t N, std::int64_t Vp,
+                                    std::int64_t vocab_real, std::int64_t vocab_begin, comm::Communicator& tp) {
+  std::vector<float> row_max(static_cast<std::size_t>(N), -std::numeric_limits<float>::infinity());
+  for (std::int64_t n = 0; n < N; ++n) {
+    const float* z = logits + n * Vp;
+    for (std::int64_t v = 0; v < vocab_real; ++v) row_max[static_cast<std::size_t>(n)] = std::max(row_max[static_cast<std::size_t>(n)], z[v]);
+  }
+  tp.all_reduce(row_max.data(), N, DataType::f32, ReduceOp::max);
+  std::vector<float> sums(static_cast<std::size_t>(2 * N), 0.0f);  // [sum of exp | target logit]
+  for (std::int64_t n = 0; n < N; ++n) {
+    float* z = logits + n * Vp;
+    const float m = row_max[static_cast<std::size_t>(n)];
+    const std::int64_t target = targets[n] - vocab_begin;
+    if (target >= 0 && target < vocab_real) sums[static_cast<std::size_t>(N + n)] = z[target];
+    float sum = 0;
+    for (std::int64_t v = 0; v < vocab_real; ++v) {
+      z[v] = std::exp(z[v] - m);
+      sum += z[v];
+    }
+    for (std::int64_t v = vocab_real; v < Vp; ++v) z[v] = 0;  // padding: masked
+    sums[static_cast<std::size_t>(n)] = sum;
+  }
+  tp.all_reduce(sums.data(), 2 * N, DataType::f32, ReduceOp::sum);
+  double loss_sum = 0;
+  for (std::int64_t n = 0; n < N; ++n) {
+    float* p = logits + n * Vp;
+    const float sum = sums[static_cast<std::size_t>(n)];
+    const float inv_sum = 1.0f / sum;
+    for (std::int64_t v = 0; v < vocab_real; ++v) p[v] *= inv_sum;
+    const float loss = std::log(sum) - (sums[static_cast<std::size_t>(N + n)] - row_max[static_cast<std::size_t>(n)]);
+    loss_sum += static_cast<double>(loss);
+  }
+  return N > 0 ? loss_sum / static_cast<double>(N) : 0.0;
+}
+
+Problem error(const std::string& field, const std::string& message) { return {Severity::error, field, message}; }
+
+}  // namespace
+
+ParallelGpt::ParallelGpt(comm::MeshCommunicators& groups) : groups_(groups) {}
+ParallelGpt::~ParallelGpt() = default;
+
+Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, const Plan& plan,
+                                                          comm::MeshCommunicators& groups, std::uint64_t seed,
+                                                          std::int64_t seq_len) {
+  Loaded<std::unique_ptr<ParallelGpt>> result;
+  Problems& problems = result.problems;
+  if (spec.kind != ModelKind::transformer) {
+    problems.push_back(error("model.kind", "multi-rank plans train GPT models (kind: transformer); an MLP trains "
+                                           "on one rank (a plan whose mesh has one device)"));
+    return result;
+  }
+  problems = check_supported(spec);
+  const Mesh& mesh = plan.mesh;
+  const TransformerDims& t = spec.transformer;
+  const std::int64_t tp = mesh.size(Axis::tp), pp = mesh.size(Axis::pp), dp = mesh.size(Axis::dp),
+                     fsdp = mesh.size(Axis::fsdp);
+  for (const Axis axis : {Axis::cp, Axis::ep})
+    if (mesh.size(axis) > 1)
+      problems.push_back(error("mesh." + to_string(axis), to_string(axis) + " > 1 is not run by the executor yet"));
+  if (t.heads % tp != 0)
+    problems.push_back(error("mesh.tp", "tp " + std::to_string(tp) + " must divide the heads (" +
+                                            std::to_string(t.heads) + ") to split them"));
+  if (t.ffn % tp != 0)
+    problems.push_back(error("mesh.tp", "tp " + std::to_string(tp) + " must divide ffn (" + std::to_string(t.ffn) +
+                                            ") for the column-parallel fc"));
+  const std::int64_t micro_batches = plan.micro_batches();
+  if (micro_batches <= 0)
+    problems.push_back(error("global_batch", std::to_string(plan.global_batch) + " is not a multiple of micro_batch x dp x fsdp (" +
+                                                 std::to_string(plan.micro_batch * mesh.data_parallel_size()) + ")"));
+  if (seq_len <= 0 || seq_len > t.seq_len)
+    problems.push_back(error("seq_len", "must be between 1 and the model's seq_len " + std::to_string(t.seq_len)));
+  if (plan.sequence_parallel && (plan.micro_batch * seq_len) % tp != 0)
+    problems.push_back(error("sequence_parallel", "micro_batch x seq_len (" + std::to_string(plan.micro_batch * seq_len) +
+                                                      " rows) must be a multiple of tp " + std::to_string(tp)));
+  if (plan.zero_stage > 0 && fsdp > 1 && dp > 1)
+    problems.push_back(error("zero", "ZeRO on dp together with fsdp > 1 is not run by the executor; shard over "
+                                     "fsdp and keep zero 0 on dp"));
+  const Problems schedule = schedule_problems(plan.schedule, pp, std::max<std::int64_t>(micro_batches, 1));
+  problems.insert(problems.end(), schedule.begin(), schedule.end());
+  if (has_errors(problems)) return result;
+  const LayerGraph graph = build_layer_graph(spec, seq_len);
+  Loaded<StagePartition> partition =
+      partition_stages(graph, pp, plan.schedule.virtual_stages, plan.stage_layers);
+  problems.insert(problems.end(), partition.problems.begin(), partition.problems.end());
+  Loaded<Parameters<float>> full = make_parameters<float>(spec, seed);
+  problems.insert(problems.end(), full.problems.begin(), full.problems.end());
+  if (has_errors(problems)) return result;
+
+  std::unique_ptr<ParallelGpt> model(new ParallelGpt(groups));
+  ParallelGpt& m = *model;
+  m.spec_ = spec;
+  m.self_ = comm::make_self_communicator("self");
+  m.tp_ = &groups.group(Axis::tp);
+  m.shape_ = tp_shape(t, tp, groups.coordinate(Axis::tp));
+  if (fsdp > 1 || plan.zero_stage == 3) {
+    m.mode_ = ShardMode::fsdp;
+    m.shard_group_ = fsdp > 1 ? &groups.group(Axis::fsdp) : &groups.group(Axis::dp);
+    m.replica_group_ = fsdp > 1 ? &groups.group(Axis::dp) : m.self_.get();
+  } else {
+    m.mode_ = plan.zero_stage == 1 ? ShardMode::zero1 : plan.zero_stage == 2 ? ShardMode::zero2 : ShardMode::replicated;
+    m.shard_group_ = m.mode_ == ShardMode::replicated ? m.self_.get() : &groups.group(Axis::dp);
+    m.replica_group_ = m.mode_ == ShardMode::replicated ? &groups.group(Axis::dp) : m.self_.get();
+  }
+  m.sequence_parallel_ = plan.sequence_parallel && tp > 1;
+  m.batch_ = plan.micro_batch;
+  m.seq_len_ = seq_len;
+  m.rows_ = m.batch_ * seq_len;
+  m.rows_local_ = m.sequence_parallel_ ? m.rows_ / tp : m.rows_;
+  m.row_offset_ = m.sequence_parallel_ ? m.shape_.tp_rank * m.rows_local_ : 0;
+  m.stages_ = pp;
+  m.stage_ = groups.coordinate(Axis::pp);
+  m.chunk_count_ = partition.value.chunk_count();
+
+  // Units of this stage: wte, wpe with chunk 0; the layers of its chunks; the tied wte copy and ln_f with the last.
+  const std::vector<int> layer_blocks = graph.layer_blocks();
+  auto add_unit = [&](UnitLayout layout, bool counts_in_norm) {
+    Unit unit;
+    unit.layout = std::move(layout);
+    unit.counts_in_norm = counts_in_norm;
+    m.units_.push_back(std::move(unit));
+    return static_cast<int>(m.units_.size() - 1);
+  };
+  const bool first = m.stage_ == 0, last = m.stage_ == pp - 1;
+  if (first) {
+    m.wte_ = add_unit(wte_unit(m.shape_), true);
+    m.wpe_ = add_unit(wpe_unit(m.shape_), true);
+  }
+  for (std::int64_t c = m.stage_; c < m.chunk_count_; c += pp) {
+    std::vector<int> units;
+    for (const int block : partition.value.chunk_blocks[static_cast<std::size_t>(c)]) {
+      const auto layer = std::find(layer_blocks.begin(), layer_blocks.end(), block) - layer_blocks.begin();
+      units.push_back(add_unit(layer_unit(m.shape_, layer), true));
+    }
+    m.chunk_units_.push_back(std::move(units));
+  }
+  if (last) {
+    if (!first) m.wte_ = add_unit(wte_unit(m.shape_), false);  // the tied output layer's copy, counted on stage 0
+    m.lnf_ = add_unit(lnf_unit(m.shape_), true);
+  }
+  m.slots_.resize(m.chunk_units_.size());
+
+  const std::int64_t S = m.shard_group_->size(), shard_rank = m.shard_group_->rank();
+  for (Unit& u : m.units_) {
+    u.padded = (u.layout.elements + S - 1) / S * S;
+    u.shard_size = u.padded / S;
+    u.shard_begin = shard_rank * u.shard_size;
+    const bool whole = m.mode_ == ShardMode::replicated;
+    u.optimizer_begin = whole ? 0 : u.shard_begin;
+    u.optimizer_end = whole ? u.layout.elements : std::min(u.shard_begin + u.shard_size, u.layout.elements);
+    u.optimizer_end = std::max(u.optimizer_end, u.optimizer_begin);
+    fit(u.adam_m, u.optimizer_end - u.optimizer_begin);
+    fit(u.adam_v, u.optimizer_end - u.optimizer_begin);
+    u.values.assign(static_cast<std::size_t>(u.padded), 0.0f);
+    for (const LocalTensor& tensor : u.layout.tensors)
+      extract_shard(tensor, m.shape_, full.value.values.data() + full.value.layout.at(tensor.name).offset,
+                    u.values.data() + tensor.offset);
+    if (m.mode_ == ShardMode::fsdp) {
+      u.shard_values.assign(u.values.begin() + u.shard_begin, u.values.begin() + u.shard_begin + u.shard_size);
+      u.values = {};
+    } else {
+      u.grads.assign(static_cast<std::size_t>(u.padded), 0.0f);
+    }
+    if (m.mode_ == ShardMode::fsdp || m.mode_ == ShardMode::zero2) u.shard_grads.assign(static_cast<std::size_t>(u.shard_size), 0.0f);
+  }
+
+  const std::int64_t C = m.shape_.channels, BT = m.rows_;
+  fit(m.full_a_, BT * C);
+  fit(m.full_b_, BT * C);
+  fit(m.dqkv_, BT * 3 * C / tp);
+  fit(m.datty_, BT * C / tp);
+  fit(m.dfch_, BT * t.ffn / tp);
+  fit(m.dgelu_, BT * t.ffn / tp);
+  fit(m.dlogits_, BT * m.shape_.vocab_local);
+  fit(m.dlocal_, m.rows_local_ * C);
+  fit(m.dstream_, m.rows_local_ * C);
+  fit(m.dstream_recv_, m.rows_local_ * C);
+  result.value = std::move(model);
+  return result;
+}
+
+// ---- fsdp: gather before use, free after; gradients reduce-scattered after each use.
+
+// A prefetched unit's gather was started by prefetch_values; every rank of
+// the shard group runs the same passes, so the gathers start in the same
+// order on all of them (as MPI requires of non-blocking collectives).
+void ParallelGpt::use_values(Unit& u) {
+  if (mode_ != ShardMode::fsdp) return;
+  if (prefetch_ != nullptr && &units_[static_cast<std::size_t>(prefetch_unit_)] == &u) {
+    prefetch_->wait();
+    prefetch_.reset();
+    prefetch_unit_ = -1;
+    return;
+  }
+  // Another unit's prefetch may stay in flight meanwhile (the head's and the
+  // embedding's units while the first layer to run is gathered).
+  fit(u.values, u.padded);
+  shard_group_->all_gather(u.shard_values.data(), u.values.data(), u.shard_size, DataType::f32);
+}
+
+void ParallelGpt::prefetch_values(int index) {
+  if (mode_ != ShardMode::fsdp || prefetch_ != nullptr) return;
+  Unit& u = units_[static_cast<std::size_t>(index)];
+  if (!u.values.empty()) return;
+  fit(u.values, u.padded);
+  prefetch_ = shard_group_->iall_gather(u.shard_values.data(), u.values.data(), u.shard_size, DataType::f32);
+  prefetch_unit_ = index;
+}
+
+void ParallelGpt::done_values(Unit& u) {
+  if (mode_ == ShardMode::fsdp) u.values = {};
+}
+
+void ParallelGpt::use_grads(Unit& u) {
+  if (mode_ == ShardMode::fsdp) u.grads.assign(static_cast<std::size_t>(u.padded), 0.0f);
+}
+
+void ParallelGpt::done_grads(Unit& u) {
+  if (mode_ != ShardMode::fsdp) return;
+  std::vector<float> shard(static_cast<std::size_t>(u.shard_size));
+  shard_group_->reduce_scatter(u.grads.data(), shard.data(), u.shard_size, DataType::f32, ReduceOp::sum);
+  for (std::size_t i = 0; i < shard.size(); ++i) u.shard_grads[i] += shard[i];
+  u.grads = {};
+}
+
+// ---- tensor-parallel region boundaries
+
+const float* ParallelGpt::enter_region(const float* local, float* full) {
+  if (!sequence_parallel_) return local;
+  tp_->all_gather(local, full, rows_local_ * shape_.channels, DataType::f32);
+  return full;
+}
+
+void ParallelGpt::leave_region(float* partial_full, float* out_local) {
+  const std::int64_t C = shape_.channels;
+  if (sequence_parallel_) {
+    tp_->reduce_scatter(partial_full, out_local, rows_local_ * C, DataType::f32, ReduceOp::sum);
+  } else {
+    tp_->all_reduce(partial_full, rows_ * C, DataType::f32, ReduceOp::sum);
+    if (out_local != partial_full) std::copy(partial_full, partial_full + rows_ * C, out_local);
+  }
+}
+
+// ---- slots
+
+ParallelGpt::Slot& ParallelGpt::slot_of(std::int64_t chunk, std::int64_t mb) {
+  for (Slot& s : slots_[static_cast<std::size_t>(chunk / stages_)])
+    if (s.micro_batch == mb) return s;
+  assert(false && "no activations for this (chunk, micro-batch): backward before forward");
+  std::abort();
+}
+
+const ParallelGpt::Slot& ParallelGpt::slot_of(std::int64_t chunk, std::int64_t mb) const {
+  return const_cast<ParallelGpt*>(this)->slot_of(chunk, mb);
+}
+
+float* ParallelGpt::forward_input(std::int64_t chunk, std::int64_t mb) {
+  std::vector<Slot>& slots = slots_[static_cast<std::size_t>(chunk / stages_)];
+  Slot* slot = nullptr;
+  for (Slot& s : slots)
+    if (s.micro_batch == mb) slot = &s;
+  for (Slot& s : slots)
+    if (slot == nullptr && s.micro_batch < 0) slot = &s;
+  if (slot == nullptr) slot = &slots.emplace_back();
+  slot->micro_batch = mb;
+  fit(slot->input, rows_local_ * shape_.channels);
+  return slot->input.data();
+}
+
+const float* ParallelGpt::forward_output(std::int64_t chunk, std::int64_t mb) const {
+  const Slot& s = slot_of(chunk, mb);
+  return s.layers.empty() ? s.input.data() : s.layers.back().res3.data();
+}
+
+// ---- passes
+
+double ParallelGpt::forward(std::int64_t chunk, std::int64_t mb, const std::int32_t* tokens,
+                            const std::int32_t* targets) {
+  forward_input(chunk, mb);
+  Slot& s = slot_of(chunk, mb);
+  s.tokens.assign(tokens, tokens + rows_);
+  s.targets.assign(targets, targets + rows_);
+  const std::vector<int>& units = chunk_units_[static_cast<std::size_t>(chunk / stages_)];
+  if (!units.empty()) prefetch_values(units.front());  // overlaps the embedding, or the pass's set-up
+  if (chunk == 0) embedding_forward(s);
+  s.layers.resize(units.size());
+  const float* x = s.input.data();
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    Unit& u = units_[static_cast<std::size_t>(units[i])];
+    use_values(u);
+    if (i + 1 < units.size()) prefetch_values(units[i + 1]);
+    layer_forward(u, s.layers[i], x);
+    done_values(u);
+    x = s.layers[i].res3.data();
+  }
+  return chunk == chunk_count_ - 1 ? head_forward(s, x) : 0.0;
+}
+
+void ParallelGpt::backward(std::int64_t chunk, std::int64_t mb, float dloss, bool final_pass,
+                           const std::function<void(Unit&)>& on_unit_final, BackwardPart part) {
+  Slot& s = slot_of(chunk, mb);
+  const std::vector<int>& units = chunk_units_[static_cast<std::size_t>(chunk / stages_)];
+  const float* out = s.layers.empty() ? s.input.data() : s.layers.back().res3.data();
+  const bool last = chunk == chunk_count_ - 1;
+  if (!units.empty()) prefetch_values(units.back());  // overlaps the head's backward
+  if (part == BackwardPart::weight) {
+    if (last) head_weight_gradients(s);
+    for (std::size_t i = units.size(); i-- > 0;) {
+      Unit& u = units_[static_cast<std::size_t>(units[i])];
+      use_values(u);
+      if (i > 0) prefetch_values(units[i - 1]);
+      use_grads(u);
+      layer_weight_gradients(u, s.layers[i], i == 0 ? s.input.data() : s.layers[i - 1].res3.data());
+      done_grads(u);
+      done_values(u);
+    }
+  } else {
+    if (last) head_backward(s, out, dloss, part);
+    else dstream_ = dstream_recv_;
+    for (std::size_t i = units.size(); i-- > 0;) {
+      Unit& u = units_[static_cast<std::size_t>(units[i])];
+      use_values(u);
+      if (i > 0) prefetch_values(units[i - 1]);
+      use_grads(u);
+      layer_backward(u, s.layers[i], i == 0 ? s.input.data() : s.layers[i - 1].res3.data(), part);
+      done_grads(u);
+      done_values(u);
+    }
+    if (chunk == 0) embedding_backward(s);
+  }
+  if (part == BackwardPart::input) return;  // the weight pass completes it
+  if (final_pass) {
+    if (last) {
+      on_unit_final(units_[static_cast<std::size_t>(lnf_)]);
+      if (stages_ > 1) on_unit_final(units_[static_cast<std::size_t>(wte_)]);  // stage 0 uses wte later
+    }
+    for (std::size_t i = units.size(); i-- > 0;) on_unit_final(units_[static_cast<std::size_t>(units[i])]);
+    if (chunk == 0) {
+      on_unit_final(units_[static_cast<std::size_t>(wpe_)]);
+      on_unit_final(units_[static_cast<std::size_t>(wte_)]);
+    }
+  }
+  s.micro_batch = -1;
+}
+
+void ParallelGpt::layer_forward(Unit& u, LayerActs& a, const float* x) {
+  const std::int64_t C = shape_.channels, tp = shape_.tp, Ct = C / tp, Ft = shape_.ffn / tp;
+  const std::int64_t NHt = shape_.heads / tp, R = rows_local_, BT = rows_;
+  const float* p = u.values.data();
+  fit(a.ln1, R * C), fit(a.ln1_mean, R), fit(a.ln1_rstd, R), fit(a.qkv, BT * 3 * Ct), fit(a.atty, BT * Ct);
+  fit(a.att, batch_ * NHt * seq_len_ * seq_len_), fit(a.res2, R * C), fit(a.ln2, R * C), fit(a.ln2_mean, R);
+  fit(a.ln2_rstd, R), fit(a.fch, BT * Ft), fit(a.fch_gelu, BT * Ft), fit(a.res3, R * C);
+  if (sequence_parallel_) fit(a.ln1_full, BT * C), fit(a.ln2_full, BT * C);
+
+  kernels::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p + off(u, ln1w),
+                             p + off(u, ln1b), R, C);
+  const float* ln1 = enter_region(a.ln1.data(), a.ln1_full.data());
+  kernels::matmul_forward(a.qkv.data(), ln1, p + off(u, qkvw), p + off(u, qkvb), BT, C, 3 * Ct);
+  kernels::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), batch_, seq_len_, Ct, NHt);
+  kernels::matmul_forward(full_a_.data(), a.atty.data(), p + off(u, attw), static_cast<const float*>(nullptr), BT,
+                          Ct, C);
+  leave_region(full_a_.data(), dlocal_.data());
+  add_residual_bias(a.res2.data(), x, dlocal_.data(), p + off(u, attb), R, C);
+
+  kernels::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p + off(u, ln2w),
+                             p + off(u, ln2b), R, C);
+  const float* ln2 = enter_region(a.ln2.data(), a.ln2_full.data());
+  kernels::matmul_forward(a.fch.data(), ln2, p + off(u, fcw), p + off(u, fcb), BT, C, Ft);
+  kernels::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * Ft);
+  kernels::matmul_forward(full_a_.data(), a.fch_gelu.data(), p + off(u, fcow), static_cast<const float*>(nullptr),
+                          BT, Ft, C);
+  leave_region(full_a_.data(), dlocal_.data());
+  add_residual_bias(a.res3.data(), a.res2.data(), dlocal_.data(), p + off(u, fcob), R, C);
+}
+
+void ParallelGpt::layer_backward(Unit& u, LayerActs& a, const float* x, BackwardPart part) {
+  // dstream_ holds d(res3) on entry and d(x) on return. An input pass leaves
+  // the linears' weight gradients to layer_weight_gradients and keeps their output gradients.
+  const bool weights = part == BackwardPart::whole, keep = part == BackwardPart::input;
+  const auto weight_grad = [&](int tensor) { return weights ? u.grads.data() + off(u, tensor) : nullptr; };
+  const std::int64_t C = shape_.channels, tp = shape_.tp, Ct = C / tp, Ft = shape_.ffn / tp;
+  const std::int64_t NHt = shape_.heads / tp, R = rows_local_, BT = rows_;
+  const float* p = u.values.data();
+  float* g = u.grads.data();
+  const float* ln1 = sequence_parallel_ ? a.ln1_full.data() : a.ln1.data();
+  const float* ln2 = sequence_parallel_ ? a.ln2_full.data() : a.ln2.data();
+
+  add_column_sums(g + off(u, fcob), dstream_.data(), R, C);
+  const float* dfcproj = enter_region(dstream_.data(), full_a_.data());
+  zero(dgelu_);
+  if (keep) a.d_fcproj.assign(dfcproj, dfcproj + BT * C);
+  kernels::matmul_backward(dgelu_.data(), weight_grad(fcow), static_cast<float*>(nullptr), dfcproj, a.fch_gelu.data(),
+                           p + off(u, fcow), BT, Ft, C);
+  zero(dfch_);
+  kernels::gelu_backward(dfch_.data(), a.fch.data(), dgelu_.data(), BT * Ft);
+  if (keep) a.d_fch = dfch_;
+  zero(full_b_);
+  kernels::matmul_backward(full_b_.data(), weight_grad(fcw), g + off(u, fcb), dfch_.data(), ln2, p + off(u, fcw), BT,
+                           C, Ft);
+  leave_region(full_b_.data(), dlocal_.data());
+  kernels::layernorm_backward(dstream_.data(), g + off(u, ln2w), g + off(u, ln2b), dlocal_.data(), a.res2.data(),
+                              p + off(u, ln2w), a.ln2_mean.data(), a.ln2_rstd.data(), R, C);
+
+  add_column_sums(g + off(u, attb), dstream_.data(), R, C);
+  const float* dattproj = enter_region(dstream_.data(), full_a_.data());
+  zero(datty_);
+  if (keep) a.d_attproj.assign(dattproj, dattproj + BT * C);
+  kernels::matmul_backward(datty_.data(), weight_grad(attw), static_cast<float*>(nullptr), dattproj, a.atty.data(),
+                           p + off(u, attw), BT, Ct, C);
+  zero(dqkv_);
+  kernels::attention_backward(dqkv_.data(), datty_.data(), a.qkv.data(), a.att.data(), batch_, seq_len_, Ct, NHt);
+  if (keep) a.d_qkv = dqkv_;
+  zero(full_b_);
+  kernels::matmul_backward(full_b_.data(), weight_grad(qkvw), g + off(u, qkvb), dqkv_.data(), ln1, p + off(u, qkvw),
+                           BT, C, 3 * Ct);
+  leave_region(full_b_.data(), dlocal_.data());
+  kernels::layernorm_backward(dstream_.data(), g + off(u, ln1w), g + off(u, ln1b), dlocal_.data(), x,
+                              p + off(u, ln1w), a.ln1_mean.data(), a.ln1_rstd.data(), R, C);
+}
+
+void ParallelGpt::layer_weight_gradients(Unit& u, LayerActs& a, const float*) {
+  const std::int64_t C = shape_.channels, tp = shape_.tp, Ct = C / tp, Ft = shape_.ffn / tp, BT = rows_;
+  const float* p = u.values.data();
+  float* g = u.grads.data();
+  const float* ln1 = sequence_parallel_ ? a.ln1_full.data() : a.ln1.data();
+  const float* ln2 = sequence_parallel_ ? a.ln2_full.data() : a.ln2.data();
+  float* none = nullptr;
+  kernels::matmul_backward(none, g + off(u, fcow), none, a.d_fcproj.data(), a.fch_gelu.data(), p + off(u, fcow), BT, Ft, C);
+  kernels::matmul_backward(none, g + off(u, fcw), none, a.d_fch.data(), ln2, p + off(u, fcw), BT, C, Ft);
+  kernels::matmul_backward(none, g + off(u, attw), none, a.d_attproj.data(), a.atty.data(), p + off(u, attw), BT, Ct, C);
+  kernels::matmul_backward(none, g + off(u, qkvw), none, a.d_qkv.data(), ln1, p + off(u, qkvw), BT, C, 3 * Ct);
+}
+
+void ParallelGpt::embedding_forward(Slot& s) {
+  Unit& wte = units_[static_cast<std::size_t>(wte_)];
+  Unit& wpe = units_[static_cast<std::size_t>(wpe_)];
+  use_values(wte);
+  use_values(wpe);
+  const std::int64_t C = shape_.channels, begin = shape_.vocab_begin(), real = shape_.vocab_real();
+  for (std::int64_t n = 0; n < rows_; ++n) {
+    const std::int64_t row = s.tokens[static_cast<std::size_t>(n)] - begin;
+    float* out = full_a_.data() + n * C;
+    if (row >= 0 && row < real) std::copy(wte.values.data() + row * C, wte.values.data() + (row + 1) * C, out);
+    else std::fill(out, out + C, 0.0f);
+  }
+  leave_region(full_a_.data(), s.input.data());  // each token's row comes from the one rank holding it
+  for (std::int64_t r = 0; r < rows_local_; ++r) {
+    const std::int64_t position = (row_offset_ + r) % seq_len_;
+    for (std::int64_t c = 0; c < C; ++c) s.input[static_cast<std::size_t>(r * C + c)] += wpe.values[static_cast<std::size_t>(position * C + c)];
+  }
+  done_values(wpe);
+  done_values(wte);
+}
+
+void ParallelGpt::embedding_backward(Slot& s) {
+  Unit& wte = units_[static_cast<std::size_t>(wte_)];
+  Unit& wpe = units_[static_cast<std::size_t>(wpe_)];
+  const std::int64_t C = shape_.channels, begin = shape_.vocab_begin(), real = shape_.vocab_real();
+  use_grads(wpe);
+  for (std::int64_t r = 0; r < rows_local_; ++r) {
+    const std::int64_t position = (row_offset_ + r) % seq_len_;
+    for (std::int64_t c = 0; c < C; ++c) wpe.grads[static_cast<std::size_t>(position * C + c)] += dstream_[static_cast<std::size_t>(r * C + c)];
+  }
+  done_grads(wpe);
+  const float* d = enter_region(dstream_.data(), full_a_.data());
+  use_grads(wte);
+  for (std::int64_t n = 0; n < rows_; ++n) {
+    const std::int64_t row = s.tokens[static_cast<std::size_t>(n)] - begin;
+    if (row < 0 || row >= real) continue;
+    float* dw = wte.grads.data() + row * C;
+    for (std::int64_t c = 0; c < C; ++c) dw[c] += d[n * C + c];
+  }
+  done_grads(wte);
+}
+
+double ParallelGpt::head_forward(Slot& s, const float* x) {
+  Unit& wte = units_[static_cast<std::size_t>(wte_)];
+  Unit& lnf = units_[static_cast<std::size_t>(lnf_)];
+  const std::int64_t C = shape_.channels, R = rows_local_, Vp = shape_.vocab_local;
+  use_values(lnf);
+  use_values(wte);
+  fit(s.lnf, R * C), fit(s.lnf_mean, R), fit(s.lnf_rstd, R), fit(s.probs, rows_ * Vp);
+  if (sequence_parallel_) fit(s.lnf_full, rows_ * C);
+  kernels::layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, lnf.values.data(),
+                             lnf.values.data() + C, R, C);
+  const float* h = enter_region(s.lnf.data(), s.lnf_full.data());
+  kernels::matmul_forward(s.probs.data(), h, wte.values.data(), static_cast<const float*>(nullptr), rows_, C, Vp);
+  const double loss = vocab_parallel_cross_entropy(s.probs.data(), s.targets.data(), rows_, Vp, shape_.vocab_real(),
+                                                   shape_.vocab_begin(), *tp_);
+  done_values(wte);
+  done_values(lnf);
+  return loss;
+}
+
+void ParallelGpt::head_weight_gradients(Slot& s) {
+  Unit& wte = units_[static_cast<std::size_t>(wte_)];
+  use_values(wte);
+  use_grads(wte);
+  const float* h = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
+  float* none = nullptr;
+  kernels::matmul_backward(none, wte.grads.data(), none, s.d_logits.data(), h, wte.values.data(), rows_,
+                           shape_.channels, shape_.vocab_local);
+  done_grads(wte);
+  done_values(wte);
+}
+
+void ParallelGpt::head_backward(Slot& s, const float* x, float dloss, BackwardPart part) {
+  Unit& wte = units_[static_cast<std::size_t>(wte_)];
+  Unit& lnf = units_[static_cast<std::size_t>(lnf_)];
+  const std::int64_t C = shape_.channels, R = rows_local_, Vp = shape_.vocab_local;
+  const std::int64_t begin = shape_.vocab_begin(), real = shape_.vocab_real();
+  use_values(lnf);
+  use_values(wte);
+  use_grads(lnf);
+  use_grads(wte);
+  const float scale = dloss / static_cast<float>(rows_);
+  for (std::int64_t n = 0; n < rows_; ++n) {
+    const float* p = s.probs.data() + n * Vp;
+    float* dz = dlogits_.data() + n * Vp;
+    for (std::int64_t v = 0; v < Vp; ++v) dz[v] = scale * p[v];
+    const std::int64_t target = s.targets[static_cast<std::size_t>(n)] - begin;
+    if (target >= 0 && target < real) dz[target] -= scale;
+  }
+  const float* h = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
+  if (part == BackwardPart::input) s.d_logits = dlogits_;
+  zero(full_b_);
+  kernels::matmul_backward(full_b_.data(), part == BackwardPart::whole ? wte.grads.data() : nullptr,
+                           static_cast<float*>(nullptr), dlogits_.data(), h, wte.values.data(), rows_, C, Vp);
+  leave_region(full_b_.data(), dlocal_.data());
+  zero(dstream_);
+  kernels::layernorm_backward(dstream_.data(), lnf.grads.data(), lnf.grads.data() + C, dlocal_.data(), x,
+                              lnf.values.data(), s.lnf_mean.data(), s.lnf_rstd.data(), R, C);
+  done_grads(wte);
+  done_grads(lnf);
+  done_values(wte);
+  done_values(lnf);
+}
+
+// ---- full tensors
+
+std::vector<float> ParallelGpt::gather_full(int which) {
+  const ParameterLayout layout = parameter_layout(spec_).value;
+  std::vector<float> full(static_cast<std::size_t>(layout.total_elements), 0.0f);
+  const bool owner = groups_.coordinate(Axis::dp) == 0 && groups_.coordinate(Axis::fsdp) == 0;
+  for (Unit& u : units_) {
+    std::vector<float> buffer(static_cast<std::size_t>(u.padded), 0.0f);
+    if (which == 0) {
+      use_values(u);
+      std::copy(u.values.begin(), u.values.end(), buffer.begin());
+      done_values(u);
+    } else {
+      const std::vector<float>& moment = which == 1 ? u.adam_m : u.adam_v;
+      if (mode_ == ShardMode::replicated) {
+        std::copy(moment.begin(), moment.end(), buffer.begin());
+      } else {
+        std::vector<float> shard(static_cast<std::size_t>(u.shard_size), 0.0f);
+        std::copy(moment.begin(), moment.end(), shard.begin());
+        shard_group_->all_gather(shard.data(), buffer.data(), u.shard_size, DataType::f32);
+      }
+    }
+    if (!owner || !u.counts_in_norm) continue;
+    for (const LocalTensor& t : u.layout.tensors) {
+      if (t.split == TpSplit::replicated && shape_.tp_rank != 0) continue;
+      insert_shard(t, shape_, buffer.data() + t.offset, full.data() + layout.at(t.name).offset);
+    }
+  }
+  groups_.world().all_reduce(full.data(), std::ssize(full), DataType::f32, ReduceOp::sum);
+  return full;
+}
+
+void ParallelGpt::scatter_full(int which, const std::vector<float>& full) {
+  const ParameterLayout layout = parameter_layout(spec_).value;
+  for (Unit& u : units_) {
+    std::vector<float> buffer(static_cast<std::size_t>(u.padded), 0.0f);
+    for (const LocalTensor& t : u.layout.tensors)
+      extract_shard(t, shape_, full.data() + layout.at(t.name).offset, buffer.data() + t.offset);
+    if (which == 0) {
+      if (mode_ == ShardMode::fsdp)
+        std::copy(buffer.begin() + u.shard_begin, buffer.begin() + u.shard_begin + u.shard_size, u.shard_values.begin());
+      else
+        u.values = buffer;
+    } else {
+      std::vector<float>& moment = which == 1 ? u.adam_m : u.adam_v;
+      std::copy(buffer.begin() + u.optimizer_begin, buffer.begin() + u.optimizer_end, moment.begin());
+    }
+  }
+}
+
+}  // namespace meshplan::exec::parallel

@@ -1,0 +1,85 @@
+// What one tensor-parallel rank holds of each GPT-2 tensor, grouped into the
+// units the runtime gathers, reduces and updates together (one unit per
+// transformer layer, plus wte, wpe and ln_f). A unit is a flat buffer: the
+// same idea as parameters.hpp's one flat buffer, cut where FSDP gathers and
+// where pipeline stages split the model.
+//
+// Megatron-LM's tensor parallelism (Shoeybi et al. 2019, Sec. 3):
+//   qkv.w [3C, C], qkv.b [3C]  column-parallel, heads split: rank r holds the
+//                              rows of its NH/tp heads in each of q, k and v,
+//                              packed [q_r; k_r; v_r] as attention expects
+//   attn_out.w [C, C]          row-parallel: the input columns of rank r's heads
+//   fc.w [F, C], fc.b [F]      column-parallel: rows [r F/tp, (r+1) F/tp)
+//   fc_out.w [C, F]            row-parallel: columns [r F/tp, (r+1) F/tp)
+//   wte [V, C]                 vocabulary-parallel: rows [r Vp, (r+1) Vp) with
+//                              Vp = ceil(V / tp); rows past V are padding (zero,
+//                              never looked up, masked out of the softmax)
+//   wpe, ln*.w/b, attn_out.b, fc_out.b, ln_f  replicated over tp
+//
+// defines: TpSplit, LocalTensor, UnitLayout, TpShape, tp_shape, wte_unit,
+//          wpe_unit, layer_unit, lnf_unit, global_row, global_col,
+//          extract_shard, insert_shard
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.hpp"
+
+namespace meshplan::exec::parallel {
+
+enum class TpSplit : std::uint8_t { replicated, rows, columns, qkv_rows, vocab_rows };
+
+struct LocalTensor {
+  std::string name;                        // the global tensor's name ("layer0.qkv.w")
+  std::vector<std::int64_t> global_shape;  // as parameter_layout() has it
+  std::int64_t rows = 0;                   // local shape as a matrix; vectors are [rows, 1]
+  std::int64_t cols = 1;
+  TpSplit split = TpSplit::replicated;
+  std::int64_t offset = 0;                 // first element in its unit's buffer
+
+  std::int64_t elements() const { return rows * cols; }
+  // AdamW decays matrices and embeddings only (rank >= 2), as the single-rank trainer.
+  bool decays() const { return global_shape.size() >= 2; }
+};
+
+struct UnitLayout {
+  std::string name;  // "wte", "wpe", "layer3", "ln_f"
+  std::vector<LocalTensor> tensors;
+  std::int64_t elements = 0;
+};
+
+// The model's dimensions and this rank's place on the tp axis.
+struct TpShape {
+  std::int64_t vocab = 0;          // V
+  std::int64_t vocab_local = 0;    // Vp = ceil(V / tp): rows of the local wte, padding included
+  std::int64_t max_seq_len = 0;    // rows of wpe
+  std::int64_t channels = 0;       // C
+  std::int64_t ffn = 0;            // F
+  std::int64_t heads = 0;          // NH
+  std::int64_t tp = 1;
+  std::int64_t tp_rank = 0;
+
+  std::int64_t vocab_begin() const { return tp_rank * vocab_local; }
+  // Real (non-padding) rows of this rank's wte shard.
+  std::int64_t vocab_real() const;
+};
+
+TpShape tp_shape(const TransformerDims& dims, std::int64_t tp, std::int64_t tp_rank);
+
+UnitLayout wte_unit(const TpShape& s);
+UnitLayout wpe_unit(const TpShape& s);
+UnitLayout layer_unit(const TpShape& s, std::int64_t layer);
+UnitLayout lnf_unit(const TpShape& s);
+
+// The global row of local row i (-1 for vocabulary padding), and the global column of local column j.
+std::int64_t global_row(const LocalTensor& tensor, const TpShape& s, std::int64_t i);
+std::int64_t global_col(const LocalTensor& tensor, const TpShape& s, std::int64_t j);
+
+// local = this rank's block of the full tensor `global` (row-major, global_shape); padding rows get 0.
+void extract_shard(const LocalTensor& tensor, const TpShape& s, const float* global, float* local);
+// Writes this rank's block into the full tensor (padding rows are dropped).
+void insert_shard(const LocalTensor& tensor, const TpShape& s, const float* local, float* global);
+
+}  // namespace meshplan::exec::parallel

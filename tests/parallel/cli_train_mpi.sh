@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# `mpirun -np N meshplan train --plan plan.json` as a user runs it: a
+# dp2 x tp2 (ZeRO-1) plan on 4 ranks and a dp2 x pp2 x tp2 interleaved plan
+# with sequence parallelism on 8 ranks must log, from rank 0 only, the same
+# losses as the one-device plan of the same global batch (relative 1e-5); a
+# checkpoint saved by the 4-rank run after step 3 must resume under the
+# 8-rank plan with the uninterrupted run's losses; and a job with the wrong
+# number of ranks must be refused with exit status 2 and the right command.
+#
+# usage: cli_train_mpi.sh MPIEXEC MESHPLAN MODEL_YAML CORPUS WORK_DIR
+set -u
+mpiexec=$1 meshplan=$2 model=$3 corpus=$4 work=$5
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+fail() { echo "FAILED: $*" >&2; exit 1; }
+
+emit() {  # name gpus mesh [extra explain flags]
+  local name=$1 gpus=$2 mesh=$3; shift 3
+  "$meshplan" explain --model "$model" --cluster local-cpu --gpus "$gpus" --mesh "$mesh" --micro-batch 2 \
+    --global-batch 8 "$@" --emit-plan "$name.json" > "$name.explain" 2>&1 || fail "explain $name: $(tail -3 "$name.explain")"
+}
+emit one 1 dp=1 --zero 0
+emit four 4 dp=2,tp=2 --zero 1
+emit eight 8 dp=2,pp=2,tp=2 --zero 1 --sequence-parallel --schedule interleaved:2
+
+train=(train --data "text:$corpus" --steps 6)
+losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+compare() {  # reference.jsonl other.jsonl label
+  local n_ref n_other
+  n_ref=$(losses "$1" | wc -l) n_other=$(losses "$2" | wc -l)
+  [ "$n_ref" -eq "$n_other" ] && [ "$n_ref" -gt 0 ] || fail "$3: $n_other loss lines against $n_ref"
+  paste <(losses "$1") <(losses "$2") | awk -v label="$3" '
+    { d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > worst) worst = d
+      if (d > 1e-5) { printf "FAILED: %s: step %d loss %s, one device %s\n", label, NR - 1, $2, $1; bad = 1 } }
+    END { printf "%s: %d steps, largest relative loss difference %.3g\n", label, NR, worst; exit bad }' || exit 1
+}
+
+"$meshplan" "${train[@]}" --plan one.json --metrics one.jsonl > one.out 2>&1 || fail "one rank: $(tail -3 one.out)"
+"$mpiexec" -np 4 "$meshplan" "${train[@]}" --plan four.json --metrics four.jsonl > four.out 2>&1 ||
+  fail "4 ranks: $(tail -5 four.out)"
+compare one.jsonl four.jsonl "dp=2,tp=2 zero 1 (4 ranks)"
+"$mpiexec" -np 8 "$meshplan" "${train[@]}" --plan eight.json --metrics eight.jsonl > eight.out 2>&1 ||
+  fail "8 ranks: $(tail -5 eight.out)"
+compare one.jsonl eight.jsonl "dp=2,pp=2,tp=2 interleaved:2 sp zero 1 (8 ranks)"
+[ "$(grep -c '^step' four.out)" -eq 6 ] || fail "the 4-rank job printed $(grep -c '^step' four.out) step lines, not 6 (rank 0 only)"
+
+# Resharding through the CLI: stop the 4-rank run after step 3, resume under the 8-rank plan.
+"$mpiexec" -np 4 "$meshplan" "${train[@]}" --plan four.json --checkpoint-dir ck --stop-after 3 > stop.out 2>&1 ||
+  fail "4 ranks, --stop-after: $(tail -5 stop.out)"
+"$mpiexec" -np 8 "$meshplan" "${train[@]}" --plan eight.json --checkpoint-dir ck --resume --metrics resumed.jsonl \
+  > resumed.out 2>&1 || fail "8 ranks, --resume: $(tail -5 resumed.out)"
+grep -q "resumed from ck/step-000003 at step 3" resumed.out || fail "no resume line: $(head -3 resumed.out)"
+tail -n 3 one.jsonl > one-tail.jsonl
+compare one-tail.jsonl resumed.jsonl "saved under dp=2,tp=2, resumed under dp=2,pp=2,tp=2 (steps 3-5)"
+
+# The wrong number of ranks is refused, naming the command that fits.
+"$mpiexec" -np 2 "$meshplan" "${train[@]}" --plan four.json > wrong.out 2>&1
+status=$?
+[ "$status" -eq 2 ] || fail "4-rank plan on 2 ranks: exit status $status, expected 2"
+grep -q "the plan needs 4 ranks (dp=2,tp=2) but mpirun started 2; run \`mpirun -np 4" wrong.out ||
+  fail "4-rank plan on 2 ranks: $(head -3 wrong.out)"
+echo "refused on 2 ranks: $(grep -m1 'plan needs' wrong.out)"
