@@ -1,7 +1,11 @@
-// `meshplan presets`: what models, devices and clusters are built in, with
+// `meshplan presets`: what models, devices and clusters there are, with
 // their key figures, so a user can pick one without opening YAML files.
+// Presets from the user's folder (where `meshplan calibrate` writes
+// local-cpu) override built-in ones of the same name and are marked with
+// the file they come from.
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "cli/commands.hpp"
 #include "cli/text_report.hpp"
@@ -12,9 +16,24 @@
 #include "model/presets.hpp"
 
 namespace meshplan::cli {
+namespace {
+
+// "  (from /home/me/.config/meshplan/presets/devices/local-cpu.yaml)" for a user preset, else "".
+std::string origin(PresetKind kind, const std::string& name) {
+  const auto file = find_preset(kind, name);
+  return file.ok() && file.value.from_user_folder ? "  (from " + file.value.path + ")" : "";
+}
+
+// TFLOP/s with three significant digits, so a CPU's 0.141 does not print as 0.
+std::string tflops(double flops_per_s) {
+  const double t = flops_per_s / 1e12;
+  return format(t >= 100 ? "%.0f" : t >= 10 ? "%.1f" : t >= 1 ? "%.2f" : "%.3g", t);
+}
+
+}  // namespace
 
 Command add_presets_command(CLI::App& app) {
-  auto* command = app.add_subcommand("presets", "List the built-in model, device and cluster presets");
+  auto* command = app.add_subcommand("presets", "List the model, device and cluster presets (built-in and the user's)");
   auto kind = std::make_shared<std::string>("all");
   command->add_option("kind", *kind, "models, devices, clusters or all")
       ->check(CLI::IsMember({"all", "models", "devices", "clusters"}))
@@ -27,6 +46,8 @@ Command add_presets_command(CLI::App& app) {
       status = exit_bad_input;
     };
     std::cout << "presets folder: " << presets_root() << "\n";
+    const std::string user = user_presets_dir();
+    std::cout << "user presets folder (searched first): " << (user.empty() ? std::string("none (no HOME)") : user) << "\n";
     if (*kind == "all" || *kind == "models") {
       std::cout << "\nmodels\n";
       for (const auto& name : list_presets(PresetKind::model)) {
@@ -38,7 +59,7 @@ Command add_presets_command(CLI::App& app) {
         const auto graph = build_layer_graph(model.value, model.value.default_seq_len());
         std::cout << "  " << name << std::string(name.size() < 14 ? 14 - name.size() : 1, ' ')
                   << to_string(model.value.kind) << std::string(13 - to_string(model.value.kind).size(), ' ')
-                  << human_count(graph.parameter_count()) << " parameters\n";
+                  << human_count(graph.parameter_count()) << " parameters" << origin(PresetKind::model, name) << "\n";
       }
     }
     if (*kind == "all" || *kind == "devices") {
@@ -51,11 +72,13 @@ Command add_presets_command(CLI::App& app) {
         }
         std::string peaks;
         for (const auto& [dtype, flops] : device.value.peak_flops_per_s) {
-          peaks += " " + to_string(dtype) + " " + std::to_string(static_cast<long>(flops / 1e12 + 0.5));
+          peaks += " " + to_string(dtype) + " " + tflops(flops);
         }
         std::cout << "  " << name << std::string(name.size() < 14 ? 14 - name.size() : 1, ' ') << gib(device.value.memory_bytes)
-                  << " GiB, " << static_cast<long>(device.value.memory_bandwidth_bytes_per_s / 1e9) << " GB/s; TFLOP/s"
-                  << peaks << "\n";
+                  << " GiB, " << format(device.value.memory_bandwidth_bytes_per_s < 10e9 ? "%.3g" : "%.0f",
+                                        device.value.memory_bandwidth_bytes_per_s / 1e9)
+                  << " GB/s; TFLOP/s"
+                  << peaks << origin(PresetKind::device, name) << "\n";
       }
     }
     if (*kind == "all" || *kind == "clusters") {
@@ -70,7 +93,8 @@ Command add_presets_command(CLI::App& app) {
         std::cout << "  " << name << std::string(name.size() < 14 ? 14 - name.size() : 1, ' ') << c.devices_per_node
                   << " x " << c.device.name << " per node, " << c.intra_node.kind << " "
                   << c.intra_node.bandwidth_bytes_per_s / 1e9 << " GB/s/direction; " << c.inter_node.nics_per_node
-                  << " x " << c.inter_node.kind << " " << c.inter_node.bandwidth_bytes_per_s * 8 / 1e9 << " Gb/s\n";
+                  << " x " << c.inter_node.kind << " " << c.inter_node.bandwidth_bytes_per_s * 8 / 1e9 << " Gb/s"
+                  << origin(PresetKind::cluster, name) << "\n";
       }
     }
     return status;

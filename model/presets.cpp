@@ -6,6 +6,21 @@
 
 namespace meshplan {
 namespace fs = std::filesystem;
+namespace {
+
+std::string environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::string(value) : std::string();
+}
+
+void add_names(const fs::path& folder, std::vector<std::string>& names) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    if (entry.path().extension() == ".yaml") names.push_back(entry.path().stem().string());
+  }
+}
+
+}  // namespace
 
 std::string folder_name(PresetKind kind) {
   switch (kind) {
@@ -18,7 +33,7 @@ std::string folder_name(PresetKind kind) {
 
 std::string presets_root() {
   std::vector<std::string> candidates;
-  if (const char* env = std::getenv("MESHPLAN_PRESETS"); env && *env) candidates.emplace_back(env);
+  if (const std::string env = environment("MESHPLAN_PRESETS"); !env.empty()) candidates.push_back(env);
   candidates.emplace_back(MESHPLAN_SOURCE_PRESETS_DIR);
   candidates.emplace_back(MESHPLAN_INSTALLED_PRESETS_DIR);
   for (const auto& dir : candidates) {
@@ -28,15 +43,23 @@ std::string presets_root() {
   return "";
 }
 
+std::string user_presets_dir() {
+  if (const std::string env = environment("MESHPLAN_USER_PRESETS"); !env.empty()) return env;
+  if (const std::string xdg = environment("XDG_CONFIG_HOME"); !xdg.empty()) {
+    return (fs::path(xdg) / "meshplan" / "presets").string();
+  }
+  if (const std::string home = environment("HOME"); !home.empty()) {
+    return (fs::path(home) / ".config" / "meshplan" / "presets").string();
+  }
+  return "";
+}
+
 std::vector<std::string> list_presets(PresetKind kind) {
   std::vector<std::string> names;
-  const std::string root = presets_root();
-  if (root.empty()) return names;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(fs::path(root) / folder_name(kind), ec)) {
-    if (entry.path().extension() == ".yaml") names.push_back(entry.path().stem().string());
-  }
+  if (const std::string user = user_presets_dir(); !user.empty()) add_names(fs::path(user) / folder_name(kind), names);
+  if (const std::string root = presets_root(); !root.empty()) add_names(fs::path(root) / folder_name(kind), names);
   std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
   return names;
 }
 
@@ -51,16 +74,25 @@ Loaded<PresetFile> find_preset(PresetKind kind, const std::string& name_or_path)
       result.problems.push_back({Severity::error, name_or_path, "no such file"});
       return result;
     }
-    result.value = {name_or_path, name_or_path};
+    result.value = {name_or_path, name_or_path, false};
     return result;
   }
-  const std::string root = presets_root();
   const std::string kind_folder = folder_name(kind);
-  if (!root.empty()) {
-    const fs::path path = fs::path(root) / kind_folder / (name_or_path + ".yaml");
+  const std::string file_name = name_or_path + ".yaml";
+  if (const std::string user = user_presets_dir(); !user.empty()) {
+    // A user preset is named by its full path in messages: it is not in the source tree.
+    const fs::path path = fs::path(user) / kind_folder / file_name;
     std::error_code ec;
     if (fs::is_regular_file(path, ec)) {
-      result.value = {path.string(), "presets/" + kind_folder + "/" + name_or_path + ".yaml"};
+      result.value = {path.string(), path.string(), true};
+      return result;
+    }
+  }
+  if (const std::string root = presets_root(); !root.empty()) {
+    const fs::path path = fs::path(root) / kind_folder / file_name;
+    std::error_code ec;
+    if (fs::is_regular_file(path, ec)) {
+      result.value = {path.string(), "presets/" + kind_folder + "/" + file_name, false};
       return result;
     }
   }

@@ -1,7 +1,10 @@
 // Finding presets. A preset is named (`gpt3-175b`) or given as a path
 // (`./my-model.yaml`): anything with a '/' or ending in .yaml is a path.
-// Named presets are looked up in, in order: $MESHPLAN_PRESETS, the source
-// tree the binary was built from, and the installed share/ folder.
+// Named presets are looked up first in the user's presets folder (where
+// `meshplan calibrate` writes this machine's `local-cpu`, so a measured
+// preset overrides the built-in placeholder of the same name), then in the
+// built-in folder: $MESHPLAN_PRESETS, the source tree the binary was built
+// from, or the installed share/ folder, the first that exists.
 #pragma once
 
 #include <string>
@@ -17,16 +20,23 @@ std::string folder_name(PresetKind kind);  // "models", "devices", "clusters"
 
 struct PresetFile {
   std::string path;          // to open
-  std::string display_name;  // for messages: "presets/models/gpt3-175b.yaml" or the user's path
+  std::string display_name;  // for messages: "presets/models/gpt3-175b.yaml", a user preset's full path, or the user's path
+  bool from_user_folder = false;  // found in user_presets_dir()
 };
 
 // The file for a name or path; a problem listing the known names otherwise.
 Loaded<PresetFile> find_preset(PresetKind kind, const std::string& name_or_path);
 
-// Names of all presets of a kind, sorted.
+// Names of all presets of a kind (user folder and built-in folder), sorted, each once.
 std::vector<std::string> list_presets(PresetKind kind);
 
-// The folder presets are read from (first that exists), or "" when none.
+// The built-in folder presets are read from (first that exists), or "" when none.
 std::string presets_root();
+
+// The user's presets folder, searched before presets_root():
+// $MESHPLAN_USER_PRESETS, else $XDG_CONFIG_HOME/meshplan/presets, else
+// $HOME/.config/meshplan/presets; "" when none of these variables is set.
+// The folder need not exist.
+std::string user_presets_dir();
 
 }  // namespace meshplan

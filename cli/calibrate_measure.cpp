@@ -1,0 +1,341 @@
+#include "cli/calibrate_measure.hpp"
+
+#include <cblas.h>
+#include <dlfcn.h>
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/matmul.hpp"
+#include "model/text.hpp"
+
+namespace meshplan::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// CPU time of the calling thread: what a one-thread GEMM (which OpenBLAS runs
+// in the caller) costs, without the time slices other processes got meanwhile.
+double thread_cpu_s() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// "491520K", "32M", "1024" -> bytes; 0 when unreadable.
+double parse_cache_size(const std::string& text) {
+  std::istringstream in(text);
+  double value = 0;
+  std::string unit;
+  if (!(in >> value)) return 0;
+  in >> unit;
+  if (unit == "K") return value * 1024;
+  if (unit == "M") return value * 1024 * 1024;
+  if (unit == "G") return value * 1024 * 1024 * 1024;
+  return value;
+}
+
+// Runs `once` as time_gemm_* promise: a warm-up, then the best of the repeats.
+template <typename F>
+GemmResult best_of(const GemmShape& shape, int threads, double min_seconds, int min_repeats, F&& once) {
+  const int previous_threads = openblas_get_num_threads();
+  openblas_set_num_threads(threads);
+  once();
+  GemmResult result{shape, threads, std::numeric_limits<double>::infinity(), 0, threads == 1};
+  const auto started = Clock::now();
+  while (result.repeats < min_repeats || (seconds_since(started) < min_seconds && result.repeats < 10000)) {
+    const auto t0 = Clock::now();
+    const double cpu0 = result.thread_cpu_clock ? thread_cpu_s() : 0;
+    once();
+    result.best_s = std::min(result.best_s, result.thread_cpu_clock ? thread_cpu_s() - cpu0 : seconds_since(t0));
+    ++result.repeats;
+  }
+  openblas_set_num_threads(previous_threads);
+  return result;
+}
+
+using SbgemmFunction = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint, float,
+                                const bfloat16*, blasint, const bfloat16*, blasint, float, float*, blasint);
+
+SbgemmFunction find_sbgemm() {
+  void* symbol = ::dlsym(RTLD_DEFAULT, "cblas_sbgemm");
+  SbgemmFunction function = nullptr;
+  static_assert(sizeof(function) == sizeof(symbol));
+  std::memcpy(&function, &symbol, sizeof(function));
+  return function;
+}
+
+// Round to nearest even, as cblas_sbstobf16 does (finite inputs only, which is all we make).
+bfloat16 to_bf16(float value) {
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<bfloat16>(bits >> 16);
+}
+
+blasint to_blas(std::int64_t n) { return static_cast<blasint>(n); }
+
+// Deterministic operand values in [-1, 1): the rate does not depend on them,
+// but denormals or NaNs could slow some BLAS kernels down.
+std::vector<float> operand(std::int64_t count, std::uint32_t seed) {
+  std::vector<float> values(static_cast<std::size_t>(count));
+  std::uint32_t state = seed;
+  for (auto& v : values) {
+    state = state * 1664525u + 1013904223u;  // Numerical Recipes LCG
+    v = static_cast<float>(state >> 8) / static_cast<float>(1u << 24) * 2.0f - 1.0f;
+  }
+  return values;
+}
+
+}  // namespace
+
+MachineInfo probe_machine() {
+  MachineInfo info;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const bool have_affinity = ::sched_getaffinity(0, sizeof allowed, &allowed) == 0;
+
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  long processor = -1;
+  std::string physical_id, core_id;
+  std::set<std::pair<std::string, std::string>> cores;
+  std::int64_t logical = 0;
+  bool core_ids_complete = true;
+  auto finish_block = [&]() {
+    if (processor < 0) return;
+    const bool usable = !have_affinity || CPU_ISSET(static_cast<int>(processor), &allowed);
+    if (usable) {
+      ++logical;
+      if (physical_id.empty() || core_id.empty()) core_ids_complete = false;
+      cores.insert({physical_id, core_id});
+    }
+    processor = -1;
+    physical_id.clear();
+    core_id.clear();
+  };
+  while (std::getline(cpuinfo, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) {
+      if (trim(line).empty()) finish_block();
+      continue;
+    }
+    const std::string key = trim(line.substr(0, colon));
+    const std::string value = trim(line.substr(colon + 1));
+    if (key == "processor") {
+      finish_block();
+      processor = std::strtol(value.c_str(), nullptr, 10);
+    } else if (key == "physical id") {
+      physical_id = value;
+    } else if (key == "core id") {
+      core_id = value;
+    } else if (key == "model name" && info.cpu_model.empty()) {
+      info.cpu_model = value;
+    } else if (key == "cpu MHz" && info.cpu_mhz == 0) {
+      info.cpu_mhz = std::strtod(value.c_str(), nullptr);
+    } else if (key == "flags" && info.cpu_flags.empty()) {
+      std::istringstream words(value);
+      for (std::string flag; words >> flag;) info.cpu_flags.insert(flag);
+    }
+  }
+  finish_block();
+  if (logical == 0) {
+    logical = have_affinity ? CPU_COUNT(&allowed) : static_cast<std::int64_t>(std::thread::hardware_concurrency());
+  }
+  info.logical_cpus = std::max<std::int64_t>(1, logical);
+  info.physical_cores = core_ids_complete && !cores.empty() ? static_cast<std::int64_t>(cores.size()) : info.logical_cpus;
+
+  std::ifstream meminfo("/proc/meminfo");
+  while (std::getline(meminfo, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    double kib = 0;
+    if (!(fields >> key >> kib)) continue;
+    if (key == "MemTotal:") info.memory_total_bytes = kib * 1024;
+    if (key == "MemAvailable:") info.memory_available_bytes = kib * 1024;
+  }
+  if (info.memory_total_bytes <= 0) {
+    info.memory_total_bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  }
+  if (info.memory_available_bytes <= 0) info.memory_available_bytes = info.memory_total_bytes / 2;
+
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/sys/devices/system/cpu/cpu0/cache", ec)) {
+    std::ifstream size_file(entry.path() / "size");
+    std::string size;
+    if (std::getline(size_file, size)) info.last_level_cache_bytes = std::max(info.last_level_cache_bytes, parse_cache_size(size));
+  }
+  std::ifstream loadavg("/proc/loadavg");
+  loadavg >> info.load_average_1min;
+  return info;
+}
+
+int theoretical_fp32_flops_per_cycle(const std::set<std::string>& cpu_flags) {
+  if (cpu_flags.count("avx512f")) return 64;
+  if (cpu_flags.count("avx2") && cpu_flags.count("fma")) return 32;
+  if (cpu_flags.count("avx")) return 16;
+  return 8;
+}
+
+GemmResult time_gemm_fp32(const GemmShape& shape, int threads, double min_seconds, int min_repeats) {
+  const auto in = operand(shape.rows * shape.in_features, 1);
+  const auto weight = operand(shape.out_features * shape.in_features, 2);
+  std::vector<float> out(static_cast<std::size_t>(shape.rows * shape.out_features));
+  return best_of(shape, threads, min_seconds, min_repeats, [&]() {
+    kernels::matmul_forward<float>(out.data(), in.data(), weight.data(), nullptr, shape.rows, shape.in_features,
+                                   shape.out_features);
+  });
+}
+
+bool bf16_gemm_available() { return find_sbgemm() != nullptr; }
+
+std::optional<GemmResult> time_gemm_bf16(const GemmShape& shape, int threads, double min_seconds, int min_repeats) {
+  const SbgemmFunction sbgemm = find_sbgemm();
+  if (sbgemm == nullptr) return std::nullopt;
+  auto convert = [](const std::vector<float>& values) {
+    std::vector<bfloat16> result(values.size());
+    std::transform(values.begin(), values.end(), result.begin(), to_bf16);
+    return result;
+  };
+  const auto in = convert(operand(shape.rows * shape.in_features, 1));
+  const auto weight = convert(operand(shape.out_features * shape.in_features, 2));
+  std::vector<float> out(static_cast<std::size_t>(shape.rows * shape.out_features));
+  const blasint m = to_blas(shape.rows), n = to_blas(shape.out_features), k = to_blas(shape.in_features);
+  return best_of(shape, threads, min_seconds, min_repeats, [&]() {
+    sbgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, in.data(), k, weight.data(), k, 0.0f, out.data(), n);
+  });
+}
+
+BandwidthResult measure_bandwidth(double array_bytes, int threads, int repeats) {
+  BandwidthResult result;
+  result.threads = std::max(1, threads);
+  const auto count = static_cast<std::size_t>(array_bytes / sizeof(double));
+  result.array_bytes = static_cast<double>(count * sizeof(double));
+  // Not value-initialised: each thread touches its own part first, so on a
+  // NUMA machine the pages land next to the core that streams them.
+  std::unique_ptr<double[]> a(new double[count]), b(new double[count]), c(new double[count]);
+  const auto part = [&](int t) {
+    return std::pair<std::size_t, std::size_t>{count * static_cast<std::size_t>(t) / static_cast<std::size_t>(result.threads),
+                                               count * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(result.threads)};
+  };
+  const auto on_all_threads = [&](auto&& body) {
+    std::vector<std::thread> workers;
+    const auto started = Clock::now();
+    for (int t = 0; t < result.threads; ++t) {
+      workers.emplace_back([&, t]() {
+        const auto [first, last] = part(t);
+        body(first, last);
+      });
+    }
+    for (auto& w : workers) w.join();
+    return seconds_since(started);
+  };
+  on_all_threads([&](std::size_t first, std::size_t last) {
+    for (std::size_t i = first; i < last; ++i) {
+      a[i] = 1.0;
+      b[i] = 2.0;
+      c[i] = 0.5;
+    }
+  });
+  constexpr double scalar = 3.0;
+  double best_copy = std::numeric_limits<double>::infinity();
+  double best_triad = std::numeric_limits<double>::infinity();
+  for (int r = 0; r < std::max(1, repeats); ++r) {
+    best_copy = std::min(best_copy, on_all_threads([&](std::size_t first, std::size_t last) {
+                           double* __restrict to = a.get();
+                           const double* __restrict from = b.get();
+                           for (std::size_t i = first; i < last; ++i) to[i] = from[i];
+                         }));
+    best_triad = std::min(best_triad, on_all_threads([&](std::size_t first, std::size_t last) {
+                            double* __restrict to = a.get();
+                            const double* __restrict x = b.get();
+                            const double* __restrict y = c.get();
+                            for (std::size_t i = first; i < last; ++i) to[i] = x[i] + scalar * y[i];
+                          }));
+    ++result.repeats;
+  }
+  // Read the result back so the passes cannot be optimised away.
+  volatile double sink = a[count / 2];
+  static_cast<void>(sink);
+  result.copy_bytes_per_s = 2.0 * result.array_bytes / best_copy;
+  result.triad_bytes_per_s = 3.0 * result.array_bytes / best_triad;
+  return result;
+}
+
+}  // namespace meshplan::cli
+
+namespace meshplan::cli {
+
+LinkFit fit_link(const std::vector<CollectiveSample>& samples) {
+  LinkFit fit;
+  // Rows (x1, x2) / t against 1: x1 = latency steps, x2 = S x F_bus; unknowns (alpha, 1/B).
+  struct Row {
+    double x1, x2;
+  };
+  std::vector<Row> rows;
+  for (const auto& s : samples) {
+    if (!(s.time_s > 0) || s.ranks < 2) continue;
+    rows.push_back({static_cast<double>(latency_steps(s.collective, s.ranks, CollectiveAlgorithm::ring)) / s.time_s,
+                    s.bytes * bus_bandwidth_factor(s.collective, s.ranks) / s.time_s});
+  }
+  if (rows.size() < 2) return fit;
+  double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
+  for (const auto& r : rows) {
+    a11 += r.x1 * r.x1;
+    a12 += r.x1 * r.x2;
+    a22 += r.x2 * r.x2;
+    b1 += r.x1;
+    b2 += r.x2;
+  }
+  double alpha = 0, inverse_bandwidth = 0;
+  const double det = a11 * a22 - a12 * a12;
+  if (det > 1e-12 * a11 * a22) {
+    alpha = (b1 * a22 - b2 * a12) / det;
+    inverse_bandwidth = (a11 * b2 - a12 * b1) / det;
+  }
+  // Constrained to alpha >= 0 and 1/B >= 0: the best one-unknown fit on the boundary.
+  if (!(alpha >= 0) || !(inverse_bandwidth >= 0) || !(det > 1e-12 * a11 * a22)) {
+    const double bandwidth_only = a22 > 0 ? b2 / a22 : 0;
+    const double latency_only = a11 > 0 ? b1 / a11 : 0;
+    auto residual = [&](double a, double ib) {
+      double sum = 0;
+      for (const auto& r : rows) sum += (a * r.x1 + ib * r.x2 - 1) * (a * r.x1 + ib * r.x2 - 1);
+      return sum;
+    };
+    if (residual(0, bandwidth_only) <= residual(latency_only, 0)) {
+      alpha = 0;
+      inverse_bandwidth = bandwidth_only;
+    } else {
+      alpha = latency_only;
+      inverse_bandwidth = 0;
+    }
+  }
+  if (!(inverse_bandwidth > 0)) return fit;
+  fit.ok = true;
+  fit.latency_s = alpha;
+  fit.bandwidth_bytes_per_s = 1.0 / inverse_bandwidth;
+  std::vector<double> errors;
+  for (const auto& r : rows) errors.push_back(std::abs(alpha * r.x1 + inverse_bandwidth * r.x2 - 1));
+  std::sort(errors.begin(), errors.end());
+  fit.worst_relative_error = errors.back();
+  fit.median_relative_error = errors[errors.size() / 2];
+  return fit;
+}
+
+}  // namespace meshplan::cli
