@@ -1,0 +1,381 @@
+#!/usr/bin/python3
+"""An independent reference for the executor's GPT: the same model in PyTorch.
+
+The executor's half (gpt_reference_dump.cpp) writes a checkpoint of a tiny
+GPT-2, its logits, loss and every gradient for one batch, and the loss,
+learning rate and gradient norm of ten optimizer steps of the real trainer.
+This script builds the same GPT from plain PyTorch modules (nn.Embedding,
+nn.LayerNorm, nn.Linear, a causal attention written out, GELU with
+approximate='tanh' as kernels/cpu/activation.cpp computes it, the output layer
+tied to wte), loads the weights by reading the checkpoint files as
+docs/formats.md "Checkpoints" describes them (checksums and the COMPLETE seal
+checked), redoes the batch and the ten steps with torch.optim.AdamW (weight
+decay on tensors of rank >= 2 only, clip_grad_norm_, the warmup + cosine
+learning rate of executor/train/lr_schedule.hpp), and compares.
+
+Tolerances, all fp32 (relative errors; "rel norm" is |ours - torch| / |torch|
+over a whole tensor):
+  logits       rel norm <= 1e-5
+  batch loss   rel      <= 1e-5
+  gradients    rel norm <= 1e-4 per tensor
+  10-step losses rel    <= 1e-5 per step
+  gradient norms (before clipping) rel <= 1e-4 per step
+  learning rates rel    <= 1e-12 per step (both are the same formula in double)
+The batch is also run in float64 to show how far each fp32 implementation is
+from the exact value (printed, not asserted).
+
+Exit status: 0 all within tolerance, 1 a difference beyond it or unreadable
+output, 77 PyTorch is not importable (CTest reports the test as skipped).
+Run with Debian's /usr/bin/python3 (python3-torch).
+"""
+
+import argparse
+import copy
+import json
+import math
+import shutil
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+SKIP_EXIT = 77
+
+TOLERANCES = {
+    "logits": 1e-5,
+    "batch loss": 1e-5,
+    "gradient": 1e-4,
+    "train loss": 1e-5,
+    "grad norm": 1e-4,
+    "lr": 1e-12,
+}
+
+DUMP_OUTPUTS = ["reference.json", "batch_tokens.i32", "batch_targets.i32", "logits.f32", "grads.f32",
+                "train_tokens.i32", "train_targets.i32"]
+
+
+class ReferenceError(Exception):
+    """A dump or checkpoint that cannot be read; the message names the file."""
+
+
+# ---------------------------------------------------------------- checkpoint
+
+def crc32_text(data):
+    return "crc32:%08x" % (zlib.crc32(data) & 0xFFFFFFFF)
+
+
+def read_checkpoint(directory, np):
+    """Reads `directory` (a step-NNNNNN checkpoint) as docs/formats.md describes
+    it: COMPLETE present and sealing the manifest's CRC-32, manifest version 1,
+    each tensor file of `bytes` bytes with the stated checksum, raw little-endian
+    float32 of the full shape. Returns (manifest, {name: ndarray})."""
+    directory = Path(directory)
+    complete = directory / "COMPLETE"
+    if not complete.is_file():
+        raise ReferenceError(f"{directory}: incomplete checkpoint (no COMPLETE marker)")
+    manifest_path = directory / "manifest.json"
+    manifest_bytes = manifest_path.read_bytes()
+    sealed = [line[len("manifest "):] for line in complete.read_text().splitlines() if line.startswith("manifest ")]
+    if sealed and sealed[0] != crc32_text(manifest_bytes):
+        raise ReferenceError(f"{manifest_path}: checksum {crc32_text(manifest_bytes)} does not match COMPLETE's {sealed[0]}")
+    manifest = json.loads(manifest_bytes)
+    if manifest.get("version") != 1:
+        raise ReferenceError(f"{manifest_path}: manifest version {manifest.get('version')!r}, this reader knows 1")
+    tensors = {}
+    for entry in manifest["tensors"]:
+        path = directory / entry["file"]
+        if entry["dtype"] != "float32":
+            raise ReferenceError(f"{manifest_path}: tensor {entry['name']} has dtype {entry['dtype']}")
+        count = math.prod(entry["shape"])
+        data = path.read_bytes()
+        if len(data) != entry["bytes"] or len(data) != 4 * count:
+            raise ReferenceError(f"{path}: {len(data)} bytes, manifest says {entry['bytes']} for shape {entry['shape']}")
+        if crc32_text(data) != entry["checksum"]:
+            raise ReferenceError(f"{path}: checksum {crc32_text(data)} does not match the manifest's {entry['checksum']}")
+        tensors[entry["name"]] = np.frombuffer(data, dtype="<f4").reshape(entry["shape"]).copy()
+    return manifest, tensors
+
+
+# ---------------------------------------------------------------- the model
+
+def build_model_classes(torch):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self, C, NH):
+            super().__init__()
+            self.C, self.NH = C, NH
+            self.qkv = nn.Linear(C, 3 * C)
+            self.attn_out = nn.Linear(C, C)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            HS = C // self.NH
+            q, k, v = self.qkv(x).split(C, dim=2)
+            q, k, v = (t.view(B, T, self.NH, HS).transpose(1, 2) for t in (q, k, v))  # [B, NH, T, HS]
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
+            future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+            att = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(B, T, C)
+            return self.attn_out(y)
+
+    class Block(nn.Module):
+        def __init__(self, C, NH, FF):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(C, eps=1e-5)
+            self.attn = CausalSelfAttention(C, NH)
+            self.ln2 = nn.LayerNorm(C, eps=1e-5)
+            self.fc = nn.Linear(C, FF)
+            self.fc_out = nn.Linear(FF, C)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.fc_out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class Gpt(nn.Module):
+        """GPT-2: token + learned position embeddings, pre-LN blocks, a final
+        layer norm, and the output layer tied to the token embedding."""
+
+        def __init__(self, vocab, seq_len, layers, heads, hidden, ffn):
+            super().__init__()
+            self.wte = nn.Embedding(vocab, hidden)
+            self.wpe = nn.Embedding(seq_len, hidden)
+            self.blocks = nn.ModuleList(Block(hidden, heads, ffn) for _ in range(layers))
+            self.ln_f = nn.LayerNorm(hidden, eps=1e-5)
+
+        def forward(self, tokens):
+            T = tokens.shape[1]
+            x = self.wte(tokens) + self.wpe(torch.arange(T, device=tokens.device))
+            for block in self.blocks:
+                x = block(x)
+            return F.linear(self.ln_f(x), self.wte.weight)
+
+        def by_checkpoint_name(self):
+            """Parameter for each tensor name of executor/model/parameters.hpp."""
+            named = {"wte": self.wte.weight, "wpe": self.wpe.weight}
+            for l, b in enumerate(self.blocks):
+                for short, module in (("ln1", b.ln1), ("qkv", b.attn.qkv), ("attn_out", b.attn.attn_out),
+                                      ("ln2", b.ln2), ("fc", b.fc), ("fc_out", b.fc_out)):
+                    named[f"layer{l}.{short}.w"] = module.weight
+                    named[f"layer{l}.{short}.b"] = module.bias
+            named["ln_f.w"], named["ln_f.b"] = self.ln_f.weight, self.ln_f.bias
+            return named
+
+    return Gpt
+
+
+def load_weights(model, tensors, torch):
+    named = model.by_checkpoint_name()
+    assert len({id(p) for p in named.values()}) == len(list(model.parameters())), "a parameter has no checkpoint name"
+    stored = {name for name in tensors if not name.endswith((".adam_m", ".adam_v"))}
+    if stored != set(named):
+        raise ReferenceError(f"checkpoint tensors {sorted(stored ^ set(named))} do not match the PyTorch model's")
+    with torch.no_grad():
+        for name, parameter in named.items():
+            value = torch.from_numpy(tensors[name])
+            if tuple(value.shape) != tuple(parameter.shape):
+                raise ReferenceError(f"tensor {name}: checkpoint shape {list(value.shape)}, "
+                                     f"PyTorch shape {list(parameter.shape)}")
+            parameter.copy_(value)
+            for moment in (".adam_m", ".adam_v"):  # a fresh run: AdamW state starts at zero in both
+                if tensors[name + moment].any():
+                    raise ReferenceError(f"tensor {name}{moment} is not zero at step 0")
+
+
+def learning_rate_at(step, max_lr, warmup, total, min_lr_fraction):
+    """executor/train/lr_schedule.hpp, written again from its comment."""
+    min_lr = min_lr_fraction * max_lr
+    if step < warmup:
+        return max_lr * (step + 1) / warmup
+    decay_steps = total - 1 - warmup
+    if decay_steps <= 0:
+        return min_lr if step >= total else max_lr
+    ratio = min(1.0, (step - warmup) / decay_steps)
+    return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * ratio))
+
+
+# ---------------------------------------------------------------- comparison
+
+def rel_norm(ours, reference, np):
+    ours, reference = np.asarray(ours, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    scale = np.linalg.norm(reference)
+    difference = np.linalg.norm(ours - reference)
+    return difference / scale if scale > 0 else (0.0 if difference == 0 else math.inf)
+
+
+def rel(ours, reference):
+    return abs(ours - reference) / abs(reference) if reference != 0 else (0.0 if ours == 0 else math.inf)
+
+
+def compare(work, torch, np):
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    reference = json.loads((work / "reference.json").read_text())
+    m = reference["model"]
+    B, T = reference["batch"]["samples"], reference["batch"]["seq_len"]
+    V = m["vocab"]
+    checkpoints = sorted((work / "checkpoint").glob("step-*"))
+    if len(checkpoints) != 1:
+        raise ReferenceError(f"{work / 'checkpoint'}: expected one checkpoint, found {len(checkpoints)}")
+    manifest, tensors = read_checkpoint(checkpoints[0], np)
+    if manifest["step"] != 0 or manifest["extra"]["model"] != m:
+        raise ReferenceError(f"{checkpoints[0]}: step {manifest['step']} / model {manifest['extra'].get('model')} "
+                             f"is not the dump's step 0 / {m}")
+
+    def ints(name, shape):
+        return torch.from_numpy(np.fromfile(work / name, dtype="<i4").reshape(shape).astype(np.int64))
+
+    Gpt = build_model_classes(torch)
+
+    def fresh_model(dtype):
+        model = Gpt(V, m["seq_len"], m["layers"], m["heads"], m["hidden"], m["ffn"])
+        load_weights(model, tensors, torch)
+        return model.to(dtype)
+
+    measured = []  # (quantity, measured, tolerance key)
+
+    # One batch: logits, loss, gradients; in fp32, and in fp64 for scale.
+    tokens, targets = ints("batch_tokens.i32", (B, T)), ints("batch_targets.i32", (B, T))
+    our_logits = np.fromfile(work / "logits.f32", dtype="<f4").reshape(B, T, V)
+    our_grads_flat = np.fromfile(work / "grads.f32", dtype="<f4")
+    runs = {}
+    for dtype in (torch.float32, torch.float64):
+        model = fresh_model(dtype)
+        logits = model(tokens)
+        loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+        loss.backward()
+        grads = {name: p.grad.detach().numpy().copy() for name, p in model.by_checkpoint_name().items()}
+        runs[dtype] = (logits.detach().numpy(), loss.item(), grads)
+    torch_logits, torch_loss, torch_grads = runs[torch.float32]
+    exact_logits, exact_loss, exact_grads = runs[torch.float64]
+    our_loss = reference["batch"]["loss"]
+
+    def our_grad(entry):
+        start = entry["offset"]
+        return our_grads_flat[start:start + math.prod(entry["shape"])].reshape(entry["shape"])
+
+    gradient_rows = []
+    for entry in reference["grads"]:
+        name = entry["name"]
+        ours = our_grad(entry)
+        gradient_rows.append((name, rel_norm(ours, torch_grads[name], np), rel_norm(ours, exact_grads[name], np),
+                              rel_norm(torch_grads[name], exact_grads[name], np)))
+    if {row[0] for row in gradient_rows} != set(torch_grads):
+        raise ReferenceError(f"{work / 'reference.json'}: the gradient layout does not name every parameter")
+
+    measured.append(("logits (rel norm)", rel_norm(our_logits, torch_logits, np), "logits",
+                     rel_norm(our_logits, exact_logits, np), rel_norm(torch_logits, exact_logits, np)))
+    measured.append(("batch loss (rel)", rel(our_loss, torch_loss), "batch loss",
+                     rel(our_loss, exact_loss), rel(torch_loss, exact_loss)))
+    worst = max(gradient_rows, key=lambda row: row[1])
+    measured.append((f"gradients, worst tensor {worst[0]} (rel norm)", worst[1], "gradient",
+                     max(row[2] for row in gradient_rows), max(row[3] for row in gradient_rows)))
+
+    # Ten AdamW steps on the recorded batches.
+    t = reference["train"]
+    steps, M, micro = t["steps"], t["micro_batches"], t["micro_batch"]
+    train_tokens = ints("train_tokens.i32", (steps, M, micro, T))
+    train_targets = ints("train_targets.i32", (steps, M, micro, T))
+    model = fresh_model(torch.float32)
+    named = model.by_checkpoint_name()
+    decay = [p for p in named.values() if p.dim() >= 2]
+    no_decay = [p for p in named.values() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": t["weight_decay"]},
+                                   {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=t["learning_rate"], betas=(t["beta1"], t["beta2"]), eps=t["eps"])
+    step_rows = []
+    for step in range(steps):
+        lr = learning_rate_at(step, t["learning_rate"], t["warmup_steps"], steps, t["min_lr_fraction"])
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.zero_grad(set_to_none=False)
+        loss_sum = 0.0
+        for k in range(M):
+            logits = model(train_tokens[step, k])
+            loss = F.cross_entropy(logits.reshape(-1, V), train_targets[step, k].reshape(-1))
+            (loss / M).backward()
+            loss_sum += loss.item()
+        norm = torch.nn.utils.clip_grad_norm_(list(named.values()), t["max_grad_norm"]).item()
+        optimizer.step()
+        record = t["records"][step]
+        if record["step"] != step:
+            raise ReferenceError(f"{work / 'reference.json'}: train record {step} is for step {record['step']}")
+        step_rows.append((step, record["loss"], loss_sum / M, record["lr"], lr, record["grad_norm"], norm))
+    if len(t["records"]) != steps:
+        raise ReferenceError(f"{work / 'reference.json'}: {len(t['records'])} train records for {steps} steps")
+    measured.append(("10-step losses (rel, worst step)", max(rel(r[1], r[2]) for r in step_rows), "train loss"))
+    measured.append(("gradient norms before clipping (rel)", max(rel(r[5], r[6]) for r in step_rows), "grad norm"))
+    measured.append(("learning rates (rel)", max(rel(r[3], r[4]) for r in step_rows), "lr"))
+    return measured, gradient_rows, step_rows, our_loss
+
+
+def print_report(measured, gradient_rows, step_rows, our_loss):
+    print(f"batch loss: executor {our_loss:.9g}")
+    print("\nper-tensor gradients, rel norm error: executor vs torch fp32 | executor vs fp64 | torch fp32 vs fp64")
+    for name, vs_torch, ours_exact, torch_exact in gradient_rows:
+        print(f"  {name:<22} {vs_torch:10.3e}   {ours_exact:10.3e}   {torch_exact:10.3e}")
+    clipped = sum(1 for r in step_rows if r[5] > 1.0)
+    print(f"\ntraining steps (AdamW; {clipped} of {len(step_rows)} steps clipped):")
+    print(f"  {'step':>4} {'loss executor':>15} {'loss torch':>15} {'rel':>10} {'lr':>11} {'norm executor':>14} {'norm torch':>12}")
+    for step, ours, theirs, lr, _, norm_ours, norm_theirs in step_rows:
+        print(f"  {step:>4} {ours:15.9f} {theirs:15.9f} {rel(ours, theirs):10.3e} {lr:11.4e} {norm_ours:14.7f} {norm_theirs:12.7f}")
+    print("\nmeasured maxima (executor vs PyTorch fp32; fp64 columns for scale, not asserted):")
+    print(f"  {'quantity':<52} {'measured':>10} {'tolerance':>10}  {'ok':<4} {'ours-fp64':>10} {'torch-fp64':>10}")
+    failed = []
+    for row in measured:
+        quantity, value, key = row[:3]
+        ok = value <= TOLERANCES[key]
+        extra = f"{row[3]:10.3e} {row[4]:10.3e}" if len(row) > 3 else ""
+        print(f"  {quantity:<52} {value:10.3e} {TOLERANCES[key]:10.1e}  {'yes' if ok else 'NO':<4} {extra}")
+        if not ok:
+            failed.append(quantity)
+    worst_gradients = [name for name, vs_torch, *_ in gradient_rows if vs_torch > TOLERANCES["gradient"]]
+    if worst_gradients:
+        print(f"\ngradients beyond {TOLERANCES['gradient']:g}: {', '.join(worst_gradients)}")
+    return failed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dump-program", help="gpt_reference_dump; run first, writing into --work-dir")
+    parser.add_argument("--model", help="model YAML for the dump program")
+    parser.add_argument("--work-dir", required=True, help="where the dump is (or is written)")
+    args = parser.parse_args()
+
+    try:
+        import numpy as np
+        import torch
+    except ImportError as error:
+        print(f"SKIPPED: PyTorch is not importable from {sys.executable} ({error}); "
+              "install Debian's python3-torch (scripts/install-deps.sh does)")
+        return SKIP_EXIT
+    torch.set_num_threads(1)
+
+    work = Path(args.work_dir)
+    if args.dump_program:
+        if not args.model:
+            parser.error("--dump-program needs --model")
+        shutil.rmtree(work / "checkpoint", ignore_errors=True)
+        for name in DUMP_OUTPUTS:
+            (work / name).unlink(missing_ok=True)
+        work.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([args.dump_program, args.model, str(work)])
+        if done.returncode != 0:
+            print(f"FAILED: {args.dump_program} exited with {done.returncode}")
+            return 1
+    try:
+        measured, gradient_rows, step_rows, our_loss = compare(work, torch, np)
+    except (ReferenceError, OSError, KeyError, ValueError) as error:
+        print(f"FAILED: cannot read the executor's output: {error!r}")
+        return 1
+    failed = print_report(measured, gradient_rows, step_rows, our_loss)
+    if failed:
+        print(f"\nFAILED: beyond tolerance: {'; '.join(failed)}")
+        return 1
+    print(f"\nPASSED: torch {torch.__version__}, every quantity within tolerance")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
