@@ -1,0 +1,88 @@
+// Plan details: explain_plan (model/explain.hpp) for memory and time, and
+// simulate_plan (simulator/simulate.hpp) for the step's timeline.
+#include "gui/core/plan_details.hpp"
+
+#include <cstdio>
+
+namespace meshplan::studio {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
+  return buffer;
+}
+
+Figure number(std::string name, std::string unit, double value, int decimals) {
+  return {std::move(name), std::move(unit), value, fixed(value, decimals), true};
+}
+Figure word(std::string name, std::string text) { return {std::move(name), "", 0, std::move(text), false}; }
+
+}  // namespace
+
+std::vector<Figure> plan_figures(const ModelSpec& model, const Plan& plan, const Explanation& ex) {
+  std::vector<Figure> out;
+  out.push_back(word("mesh", plan.mesh.to_string()));
+  for (Axis axis : all_axes) out.push_back(number("mesh." + to_string(axis), "", static_cast<double>(plan.mesh.size(axis)), 0));
+  out.push_back(number("micro-batch size", "", static_cast<double>(plan.micro_batch), 0));
+  out.push_back(number("micro-batches per step", "", static_cast<double>(plan.micro_batches()), 0));
+  out.push_back(number("ZeRO stage", "", plan.zero_stage, 0));
+  out.push_back(word("recompute", to_string(plan.recompute)));
+  out.push_back(word("sequence parallel", plan.sequence_parallel ? "on" : "off"));
+  out.push_back(word("schedule", to_string(plan.schedule)));
+  out.push_back(word("precision", to_string(plan.precision)));
+  out.push_back(word("feasible", ex.feasible() ? "yes" : "no"));
+  if (ex.memory) {
+    const MemoryEstimate& m = *ex.memory;
+    const MemoryBreakdown& w = m.worst().memory;
+    out.push_back(number("worst pipeline stage", "", static_cast<double>(m.worst().stage), 0));
+    out.push_back(number("parameters per device", "M", m.worst().parameters_on_device / 1e6, 1));
+    out.push_back(number("memory: parameters", "GiB", w.parameters_bytes / kGiB, 2));
+    out.push_back(number("memory: gradients", "GiB", w.gradients_bytes / kGiB, 2));
+    out.push_back(number("memory: optimizer", "GiB", w.optimizer_bytes / kGiB, 2));
+    out.push_back(number("memory: activations", "GiB", w.activations_bytes / kGiB, 2));
+    out.push_back(number("memory: buffers", "GiB", w.buffers_bytes / kGiB, 2));
+    out.push_back(number("memory: total", "GiB", w.total_bytes() / kGiB, 2));
+    out.push_back(number("memory: usable", "GiB", m.usable_bytes / kGiB, 2));
+  }
+  if (ex.time) {
+    const TimeEstimate& t = *ex.time;
+    out.push_back(number("step time", "s", t.step_s, 3));
+    out.push_back(number("compute", "s", t.compute_s, 3));
+    out.push_back(number("communication", "s", t.communication_s, 3));
+    out.push_back(number("communication exposed", "s", t.communication_exposed_s, 3));
+    for (Axis axis : all_axes) {
+      const auto a = static_cast<std::size_t>(axis);
+      out.push_back(number("communication " + to_string(axis), "s", t.axis_communication_s[a], 3));
+      out.push_back(number("exposed " + to_string(axis), "s", t.axis_exposed_s[a], 3));
+    }
+    out.push_back(number("bubble", "s", t.bubble_s, 3));
+    out.push_back(number("optimizer", "s", t.optimizer_s, 3));
+    out.push_back(number(model.kind == ModelKind::transformer ? "tokens/s" : "samples/s", "/s", t.tokens_per_s, 0));
+    out.push_back(number("MFU", "%", 100 * t.mfu, 1));
+    out.push_back(number("HFU", "%", 100 * t.hfu, 1));
+  }
+  return out;
+}
+
+PlanDetails analyse_plan(const SearchOutcome& outcome, const Plan& plan, bool simulate) {
+  PlanDetails details;
+  details.plan = plan;
+  const PlanningJob& job = outcome.job;
+  details.explanation = explain_plan(job.model, job.cluster, Deployment{job.world_size, 0}, plan);
+  details.explanation.deployment.rank = -1;  // the worst device, as `meshplan explain` reports without --rank
+  details.figures = plan_figures(job.model, plan, details.explanation);
+  if (simulate && outcome.evaluator) {
+    auto simulation = sim::simulate_plan(*outcome.evaluator, plan, sim::SimulationOptions{});
+    if (simulation.ok()) {
+      details.simulation = std::move(simulation.value);
+    } else {
+      for (const auto& p : simulation.problems) details.simulation_problem += describe(p) + "\n";
+    }
+  }
+  return details;
+}
+
+}  // namespace meshplan::studio

@@ -1,0 +1,42 @@
+// Everything the plan views show about one chosen plan: the explanation
+// (validation, per-stage memory from the graph-walking reference, time), the
+// simulated step (the Timeline view), and the plan's figures as a flat list
+// of named values, which the figures table and the Compare view both use.
+//
+// Defines: Figure, PlanDetails, plan_figures, analyse_plan.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gui/core/planner_worker.hpp"
+#include "model/explain.hpp"
+#include "simulator/simulate.hpp"
+
+namespace meshplan::studio {
+
+struct Figure {
+  std::string name;        // "step time"
+  std::string unit;        // "s", "GiB", "%", "" (text)
+  double value = 0;        // numeric figures
+  std::string text;        // as shown: "12.345" or "1f1b"
+  bool numeric = true;
+};
+
+struct PlanDetails {
+  Plan plan;
+  Explanation explanation;
+  std::optional<sim::Simulation> simulation;
+  std::string simulation_problem;  // why there is no simulation
+  std::vector<Figure> figures;
+};
+
+// Plan knobs, then memory of the worst device (GiB), then time (s), then
+// throughput; every number the Compare view sets side by side.
+std::vector<Figure> plan_figures(const ModelSpec& model, const Plan& plan, const Explanation& explanation);
+
+// Explains (and, with `simulate`, replays) `plan` for the outcome's job.
+PlanDetails analyse_plan(const SearchOutcome& outcome, const Plan& plan, bool simulate = true);
+
+}  // namespace meshplan::studio

@@ -1,0 +1,58 @@
+// plan_roofline: the ops of one layer, the embedding and the head as roofline points.
+#include "gui/core/roofline.hpp"
+
+#include <set>
+
+#include "model/compute_model.hpp"
+
+namespace meshplan::studio {
+
+Roofline plan_roofline(const Evaluator& evaluator, const Plan& plan) {
+  Roofline out;
+  const ComputeRates rates = rates_for(evaluator.cluster().device, plan.precision);
+  out.peak_flops_per_s = rates.peak_flops_per_s;
+  out.achievable_flops_per_s = rates.peak_flops_per_s * rates.gemm_efficiency;
+  out.memory_bytes_per_s = rates.memory_bytes_per_s;
+  const double act = bytes_for(plan.precision).activation_bytes_per_element;
+  const double gemm_bytes = plan.precision == Precision::fp8 ? 1.0 : act;
+  const double tp = static_cast<double>(plan.mesh.size(Axis::tp));
+  const double cp = static_cast<double>(plan.mesh.size(Axis::cp));
+  const double b = static_cast<double>(plan.micro_batch);
+
+  const LayerGraph& graph = evaluator.graph();
+  std::set<int> blocks;
+  const auto layers = graph.layer_blocks();
+  if (!layers.empty()) blocks.insert(layers.front());
+  for (std::size_t i = 0; i < graph.blocks.size(); ++i) {
+    if (graph.blocks[i].kind != BlockKind::layer) blocks.insert(static_cast<int>(i));
+  }
+  for (int block : blocks) {
+    for (OpId id : graph.blocks[static_cast<std::size_t>(block)].ops) {
+      const Op& op = graph.op(id);
+      RooflinePoint p;
+      p.name = op.name;
+      const bool gemm_like = op.kind == OpKind::gemm || op.kind == OpKind::attention_scores ||
+                             op.kind == OpKind::attention_values || op.kind == OpKind::conv;
+      if (gemm_like && op.gemm.n > 0 && op.gemm.k > 0) {
+        double m = op.gemm.rows_per_sample * b / cp, n = static_cast<double>(op.gemm.n), k = static_cast<double>(op.gemm.k);
+        double batch = static_cast<double>(op.gemm.batch);
+        if (op.tp_split == TpSplit::columns) n /= tp;
+        if (op.tp_split == TpSplit::rows) k /= tp;
+        if (op.tp_split == TpSplit::heads) batch /= tp;
+        p.gemm = true;
+        p.flops = 2 * m * n * k * batch;
+        p.bytes = (m * k + k * n + m * n) * batch * gemm_bytes;
+        p.time_s = gemm_time_s(m, n, k, batch, gemm_bytes, rates);
+      } else {
+        const double split = cp * ((op.tensor_parallel_region || plan.sequence_parallel) ? tp : 1.0);
+        p.flops = op.forward_flops_per_sample * b / split;
+        p.bytes = (op.memory_elements_per_sample * act + op.memory_fixed_bytes_per_sample) * b / split;
+        p.time_s = memory_time_s(p.bytes, rates);
+      }
+      if (p.flops > 0 && p.bytes > 0 && p.time_s > 0) out.points.push_back(p);
+    }
+  }
+  return out;
+}
+
+}  // namespace meshplan::studio

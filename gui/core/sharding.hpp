@@ -1,0 +1,88 @@
+// ShardingSpec: for one tensor of a model under a plan, which mesh axes split
+// which of its dimensions (like a JAX PartitionSpec), which pipeline stages
+// hold it, and so which block of it each device holds. DESIGN.md names this
+// as the piece the studio's sharding picture and the executor's parameter
+// layout share; model/ has none yet, so it lives here as a pure function of
+// (ModelSpec, Plan, tensor, role) with no Qt, ready to move to model/.
+//
+// Conventions (docs/cost-model.md, "Parameters" and "Model states and ZeRO";
+// docs/studio.md, "Sharding" states them with examples):
+//   * tp: Megatron-LM (Shoeybi et al. 2019, Sec. 3). Column-parallel weights
+//     (attn.qkv, mlp.w_in, even MLP linears) split their output dimension,
+//     row-parallel ones (attn.out, mlp.w_out, odd MLP linears) their input
+//     dimension, the embedding and output layer their vocabulary rows.
+//     Norm weights are whole on every tp rank.
+//   * data sharding (fsdp always; dp and, for dense weights, ep when the ZeRO
+//     stage covers the state: parameters at 3, gradients at 2, optimizer
+//     moments at 1; Rajbhandari et al. 2020) splits the first dimension tp
+//     does not split, as JAX's P('fsdp', 'tp') does for a column-parallel
+//     kernel.
+//   * ep splits a mixture-of-experts weight's expert dimension.
+//   * pp: a layer's tensors live on the stage whose chunk holds the layer
+//     (chunk c on stage c mod pp); the embedding on stage 0, the head on the
+//     last; a tied output layer also on the last stage when pp > 1.
+//   * activations of one micro-batch step: the batch dimension (micro-batch x
+//     dp x fsdp x ep sequences) split over the data-parallel axes, the
+//     sequence over cp (and tp under sequence parallelism, for the residual
+//     stream), heads / ffn / vocabulary over tp inside Megatron's regions.
+//   * several axes on one dimension nest in mesh order (outer axis major), so
+//     block numbers grow with the rank, as device order does in JAX.
+//
+// Defines: TensorRole, ShardedDim, ShardingSpec, sharding_tensors,
+// sharding_spec, block_of_device, stage_of_layer.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.hpp"
+#include "model/plan.hpp"
+#include "model/problem.hpp"
+
+namespace meshplan::studio {
+
+enum class TensorRole { parameters, gradients, optimizer_moment, activation };
+std::string to_string(TensorRole role);
+
+struct ShardedDim {
+  std::string name;          // "vocab", "hidden", "ffn", "batch", "seq"
+  std::int64_t size = 0;     // elements along it
+  std::vector<Axis> axes;    // mesh axes (size > 1) splitting it, outer first
+};
+
+struct ShardingSpec {
+  std::string tensor;                // "layer3.mlp.w_in"
+  TensorRole role = TensorRole::parameters;
+  std::vector<ShardedDim> dims;
+  std::vector<std::int64_t> stages;  // pipeline stages holding it (all when pp = 1)
+  std::vector<Axis> replicated_over; // axes of size > 1 (other than pp) along which copies repeat
+  std::string rule;                  // one line: why it is split this way
+
+  // "P('tp', 'fsdp')"-style text: one entry per dimension, None when whole.
+  std::string partition_text() const;
+  // Blocks along dimension d (the product of its axes' sizes).
+  std::int64_t splits(const Mesh& mesh, std::size_t d) const;
+};
+
+// Tensors offered for a model, with `layer` standing for the chosen layer
+// ("layer3.mlp.w_in"). Parameters first, then activations.
+struct TensorChoice {
+  std::string name;
+  bool activation = false;
+};
+std::vector<TensorChoice> sharding_tensors(const ModelSpec& model, std::int64_t layer);
+
+// The spec of `tensor` (a name from sharding_tensors) under `plan`. Problems
+// name "tensor" (unknown name, layer out of range, role not applicable).
+Loaded<ShardingSpec> sharding_spec(const ModelSpec& model, const Plan& plan, const std::string& tensor, TensorRole role);
+
+// The block of the tensor device `rank` holds (one index per dimension), or
+// nullopt when its pipeline stage does not hold the tensor.
+std::optional<std::vector<std::int64_t>> block_of_device(const ShardingSpec& spec, const Mesh& mesh, std::int64_t rank);
+
+// Pipeline stage of layer block `layer` (0-based) of `layer_count` under the plan's pp, v and stage_layers.
+std::int64_t stage_of_layer(std::int64_t layer_count, const Plan& plan, std::int64_t layer);
+
+}  // namespace meshplan::studio
