@@ -18,7 +18,10 @@ inline constexpr int exit_interrupted = 130;
 
 using Command = std::function<int()>;
 
+Command add_calibrate_command(CLI::App& app);
+Command add_commbench_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);
+Command add_launch_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
 Command add_presets_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);

@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   const Command simulate = add_simulate_command(app);
   const Command validation = add_validation_command(app);
   const Command train = add_train_command(app);
+  const Command commbench = add_commbench_command(app);
+  const Command launch = add_launch_command(app);
+  const Command calibrate = add_calibrate_command(app);
 
   // CLI11 reports a mistyped command as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
@@ -55,6 +58,9 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("simulate")) return simulate();
     if (app.got_subcommand("validation")) return validation();
     if (app.got_subcommand("train")) return train();
+    if (app.got_subcommand("commbench")) return commbench();
+    if (app.got_subcommand("launch")) return launch();
+    if (app.got_subcommand("calibrate")) return calibrate();
   } catch (const std::exception& e) {
     std::cerr << "meshplan: internal error: " << e.what() << "\n";
     return 70;

@@ -11,16 +11,11 @@
 
 #include "model/layer_graph.hpp"
 #include "model/validate.hpp"
+#include "model/text.hpp"
 
 namespace meshplan::cli {
 namespace {
 
-std::string trim(const std::string& text) {
-  std::size_t begin = 0, end = text.size();
-  while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
-  while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
-  return text.substr(begin, end - begin);
-}
 
 std::string join(const std::vector<std::string>& words, const char* separator = ",") {
   std::string out;

@@ -1,23 +1,39 @@
 // `meshplan train --plan plan.json`: trains a plan written by `explain` or
-// `plan --emit-plan`. This first version runs single-rank plans (every mesh
-// axis 1) on the CPU executor; multi-rank meshes come with the executor's
-// parallelism. Metrics go to JSON Lines, checkpoints are atomic and resumable
-// with bit-identical losses.
+// `plan --emit-plan`. Single-rank plans (every mesh axis 1) run the
+// single-rank trainer; multi-rank plans run under `mpirun -np <world size>`
+// on the parallel executor (executor/parallel/, docs/executor-parallel.md),
+// and a job whose rank count differs from the plan's world size is refused.
+// Metrics go to JSON Lines, checkpoints are atomic and resumable with
+// bit-identical losses (single rank). Every run ends with the run report,
+// measured against predicted step time and memory per rank (cli/run_report.hpp).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "cli/commands.hpp"
+#include "cli/run_report.hpp"
+#include "executor/backend/backend.hpp"
 #include "executor/checkpoint/checkpoint.hpp"
+#include "executor/comm/mesh_comms.hpp"
+#include "executor/comm/world.hpp"
 #include "executor/data/loader.hpp"
 #include "executor/metrics/metrics.hpp"
 #include "executor/model/model.hpp"
+#include "executor/parallel/parallel_checkpoint.hpp"
+#include "executor/parallel/parallel_trainer.hpp"
 #include "executor/train/trainer.hpp"
 #include "model/evaluate.hpp"
+#include "model/explain.hpp"
 #include "model/plan_file.hpp"
+#include "model/shrink.hpp"
 
 namespace meshplan::cli {
 namespace {
@@ -39,6 +55,10 @@ struct TrainFlags {
   std::int64_t eval_every = 0;
   bool skip_non_finite = false;
   std::int64_t stop_after = 0;
+  double comm_timeout_s = exec::comm::default_timeout.count();
+  std::string precision = "fp32";  // matmul arithmetic: fp32 or bf16
+  bool shrink = false;             // rehearse the plan with a model reduced to fit this machine
+  std::string report_path;         // run report JSON (default: <metrics stem>.report.json)
 };
 
 void report(const Problems& problems) {
@@ -61,7 +81,7 @@ Problems restore_blobs(exec::Parameters<float>& params, const std::vector<exec::
   for (const auto& b : blobs) by_name[b.name] = &b;
   Problems problems;
   for (const auto& t : params.layout.tensors) {
-    const std::pair<const char*, std::vector<float>*> parts[] = {
+    const std::pair<const char*, exec::TrackedVector<float>*> parts[] = {
         {"", &params.values}, {".adam_m", &params.adam_m}, {".adam_v", &params.adam_v}};
     for (const auto& [suffix, buffer] : parts) {
       auto it = by_name.find(t.name + suffix);
@@ -75,13 +95,220 @@ Problems restore_blobs(exec::Parameters<float>& params, const std::vector<exec::
   return problems;
 }
 
+// A multi-rank plan, or any job an MPI launcher started: every rank runs
+// this; world rank 0 alone prints and writes metrics. Returns -1 when the
+// job is one rank with a one-device plan (the single-rank trainer runs it).
+int run_train_parallel(const TrainFlags& f, const PlanFile& pf, const ComputeThreads& threads) {
+  auto world = exec::comm::open_world();
+  if (!world.ok()) {
+    report(world.problems);
+    return exit_bad_input;
+  }
+  exec::comm::Communicator& comm = *world.value;
+  if (comm.size() == 1 && pf.plan.mesh.world_size() == 1) return -1;
+  const bool leader = comm.rank() == 0;
+  const auto refuse = [&](const Problems& problems) {
+    if (leader) report(problems);
+    return exit_bad_input;
+  };
+  if (!(f.comm_timeout_s > 0)) return refuse({{Severity::error, "--comm-timeout", "must be positive (seconds)"}});
+  comm.set_timeout(std::chrono::duration<double>(f.comm_timeout_s));
+  auto groups = exec::comm::MeshCommunicators::create(comm, pf.plan.mesh);
+  if (!groups.ok()) return refuse(groups.problems);
+  Problems flags;
+  for (const auto& [given, flag] : {std::pair{f.eval_every > 0, "--eval-every"}, {f.precision != "fp32", "--precision"}})
+    if (given) flags.push_back({Severity::error, flag, "is not supported for multi-rank plans yet (single-rank plans only)"});
+  if (f.resume && f.checkpoint_dir.empty())
+    flags.push_back({Severity::error, "--resume", "needs --checkpoint-dir"});
+  if (has_errors(flags)) return refuse(flags);
+  const std::int64_t seq_len = pf.plan.seq_len > 0 ? pf.plan.seq_len : pf.model.default_seq_len();
+  auto loader = data::make_loader(f.data, data::Split::train, f.seed, seq_len);
+  if (!loader.ok()) return refuse(loader.problems);
+  auto model = exec::parallel::ParallelGpt::create(pf.model, pf.plan, groups.value, f.seed, seq_len);
+  if (!model.ok()) return refuse(model.problems);
+
+  exec::TrainOptions o;
+  o.micro_batch = pf.plan.micro_batch;
+  o.micro_batches = pf.plan.micro_batches();
+  o.steps = f.steps;
+  if (o.steps <= 0 && f.epochs > 0)
+    o.steps = static_cast<std::int64_t>(std::ceil(f.epochs * static_cast<double>(loader.value->samples_per_epoch()) /
+                                                  static_cast<double>(pf.plan.global_batch)));
+  if (o.steps <= 0)
+    return refuse({{Severity::error, "--steps", "--steps or --epochs: give a positive number of steps or epochs"}});
+  o.adamw.learning_rate = f.lr;
+  o.adamw.weight_decay = f.weight_decay;
+  o.warmup_steps = f.warmup;
+  o.max_grad_norm = f.clip;
+  o.on_non_finite = f.skip_non_finite ? exec::NonFiniteAction::skip : exec::NonFiniteAction::stop;
+
+  // Checkpoints hold full tensors by name (parallel_checkpoint.hpp): saved by
+  // rank 0 under this plan, loadable under any plan of the model or on one rank.
+  std::int64_t updates = 0;
+  if (f.resume) {
+    auto latest = exec::latest_checkpoint(f.checkpoint_dir);
+    if (!latest.ok()) return refuse(latest.problems);
+    if (latest.value) {
+      auto contents = exec::load_checkpoint(*latest.value);
+      if (!contents.ok()) return refuse(contents.problems);
+      Problems problems =
+          exec::parallel::restore_checkpoint_tensors(*model.value, contents.value.tensors, *latest.value);
+      const Problems data_problems = loader.value->restore(contents.value.data_state);
+      problems.insert(problems.end(), data_problems.begin(), data_problems.end());
+      if (has_errors(problems)) return refuse(problems);
+      o.first_step = contents.value.step;
+      updates = contents.value.extra.value("updates", contents.value.step);
+      o.completed_updates = updates;
+      if (leader) std::cout << "resumed from " << *latest.value << " at step " << o.first_step << "\n";
+    }
+  }
+  const nlohmann::json plan_json = nlohmann::json::parse(plan_file_to_json(pf).dump());
+  Problems run_problems;
+  auto save = [&](std::int64_t steps_done) {  // collective: every rank gathers, rank 0 writes
+    exec::CheckpointContents contents;
+    contents.step = steps_done;
+    contents.plan = plan_json;
+    contents.seed = f.seed;
+    contents.data_state = loader.value->state();
+    contents.tensors = exec::parallel::gather_checkpoint_tensors(*model.value);
+    contents.extra = {{"updates", updates}, {"total_steps", o.steps}};
+    if (!leader) return;
+    const Problems p = exec::save_checkpoint(f.checkpoint_dir, contents);
+    run_problems.insert(run_problems.end(), p.begin(), p.end());
+  };
+
+  std::unique_ptr<exec::MetricsWriter> metrics;
+  std::int32_t failed = 0;  // every rank learns whether rank 0 could open the metrics file
+  if (leader && !f.metrics_path.empty()) {
+    auto opened = exec::MetricsWriter::open(f.metrics_path, f.resume);
+    report(opened.problems);
+    if (opened.ok()) metrics = std::move(opened.value);
+    else failed = 1;
+  }
+  comm.all_reduce(&failed, 1, exec::comm::DataType::i32, exec::comm::ReduceOp::max);
+  if (failed != 0) return exit_bad_input;
+  if (leader)
+    std::cout << "training " << pf.plan.mesh.to_string() << " on " << comm.size() << " ranks ("
+              << to_string(pf.plan.schedule) << ", zero " << pf.plan.zero_stage
+              << (pf.plan.sequence_parallel ? ", sequence parallel" : "") << ")\n";
+  StepRecorder step_seconds;  // this rank's, for the run report
+  o.on_step = [&](const exec::StepReport& s) {
+    if (!s.skipped) ++updates;
+    step_seconds.record(s.step_s);
+    if (leader) {
+      exec::StepMetrics line;
+      line.step = s.step;
+      line.loss = s.loss;
+      line.learning_rate = s.lr;
+      line.grad_norm = s.grad_norm;
+      line.step_s = s.step_s;
+      line.throughput_per_s = s.items_per_s;
+      line.throughput_unit = exec::ThroughputUnit::tokens;
+      std::cout << exec::format_line(line) << "\n";
+      if (metrics) metrics->write(line);
+    }
+    const std::int64_t done = s.step + 1;
+    const bool stop = f.stop_after > 0 && done >= f.stop_after && done < o.steps;
+    const bool periodic = f.checkpoint_every > 0 && done % f.checkpoint_every == 0;
+    if (!f.checkpoint_dir.empty() && (periodic || stop)) save(done);
+    if (stop) {
+      if (leader) report(run_problems);
+      std::cout.flush();
+      std::exit(has_errors(run_problems) ? 1 : exit_ok);  // a deliberate stop, as a kill would
+    }
+  };
+  const exec::TrainResult result = exec::parallel::train_parallel(*model.value, pf.plan, *loader.value, o);
+  if (leader) report(result.problems);
+  if (!result.ok()) return 1;
+  if (!f.checkpoint_dir.empty() && (f.checkpoint_every <= 0 || o.steps % f.checkpoint_every != 0)) save(o.steps);
+  const Problems report_problems =  // collective: every rank's measurement goes to rank 0
+      write_run_report(&comm, pf, predict_on_this_machine(pf, threads.threads, Precision::fp32),
+                       measure_rank(comm.rank(), threads.threads, step_seconds, std::nullopt), threads,
+                       f.report_path.empty() ? default_report_path(f.metrics_path) : f.report_path);
+  run_problems.insert(run_problems.end(), report_problems.begin(), report_problems.end());
+  if (leader) report(run_problems);
+  return has_errors(run_problems) ? 1 : exit_ok;
+}
+
+// This process's rank as its launcher set it (0 when started alone): before
+// MPI is initialised, so that --shrink reports once.
+bool leader_by_environment() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK"})
+    if (const char* value = std::getenv(name)) return std::string(value) == "0";
+  return true;
+}
+
+// Bytes of this machine's memory (MemTotal: every rank must compute the same
+// shrunk model, so nothing that changes from moment to moment).
+double machine_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemTotal:") return kib * 1024.0;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 8.0 * 1024 * 1024 * 1024;  // no /proc: assume 8 GiB
+}
+
+// --shrink (model/shrink.hpp): replaces the plan file's model and plan by the
+// largest reduction that fits this machine, on the local-cpu preset. Budget:
+// 3/4 of the machine's memory shared by the plan's ranks; an estimated step
+// of at most 2 s at local-cpu's compute rate, shortened in proportion when
+// the ranks outnumber the hardware threads (they then share cores).
+bool shrink_for_this_machine(PlanFile& pf) {
+  const bool leader = leader_by_environment();
+  auto local = load_cluster("local-cpu");
+  if (!local.ok()) {
+    if (leader) report(local.problems);
+    return false;
+  }
+  const std::int64_t ranks = pf.plan.mesh.world_size();
+  const auto threads = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+  ShrinkBudget budget;
+  budget.cluster = local.value;
+  const double memory = machine_memory_bytes();
+  budget.memory_bytes_per_rank = 0.75 * memory / static_cast<double>(ranks);
+  budget.step_seconds = 2.0 * std::min(1.0, threads / static_cast<double>(ranks));
+  auto shrunk = shrink_plan(pf.model, pf.plan, budget);
+  if (!shrunk.ok()) {
+    if (leader) report(shrunk.problems);
+    return false;
+  }
+  const ShrinkResult& r = shrunk.value;
+  const Explanation explanation = explain_plan(r.model, r.cluster, Deployment{ranks, 0}, r.plan);
+  if (!explanation.memory) {
+    if (leader) report(explanation.problems);
+    return false;
+  }
+  if (leader) {
+    std::printf("--shrink: %s on %s (%lld ranks) rehearsed on this machine (%.0f hardware threads, %.1f GiB):\n",
+                pf.model.name.c_str(), pf.plan.mesh.to_string().c_str(), static_cast<long long>(ranks), threads,
+                memory / (1024.0 * 1024 * 1024));
+    for (const ShrinkChange& c : r.changes)
+      std::printf("  %-12s %s -> %s\n", c.field.c_str(), c.before.c_str(), c.after.c_str());
+    std::printf("  parameters   %.4g -> %.4g\n", pf.prediction.parameters, r.parameters);
+    std::printf("  why: %s\n", r.why.c_str());
+    std::fflush(stdout);
+  }
+  pf = make_plan_file(r.model, r.cluster, ranks, r.plan, explanation);
+  return true;
+}
+
 int run_train(const TrainFlags& f) {
   auto plan_file = read_plan_file(f.plan_path);
   if (!plan_file.ok()) {
     report(plan_file.problems);
     return exit_bad_input;
   }
+  if (f.shrink && !shrink_for_this_machine(plan_file.value)) return exit_bad_input;
   const PlanFile& pf = plan_file.value;
+  // BLAS and OpenMP threads per rank, before any work (run_report.hpp, "Threads").
+  const ComputeThreads threads = set_compute_threads(local_ranks_from_environment(1));
+  if (pf.plan.mesh.world_size() > 1 || exec::comm::started_by_mpi_launcher()) {
+    const int status = run_train_parallel(f, pf, threads);
+    if (status >= 0) return status;
+  }
   auto options = exec::train_options_for_plan(pf.plan);
   if (!options.ok()) {
     report(options.problems);
@@ -103,6 +330,16 @@ int run_train(const TrainFlags& f) {
     return exit_bad_input;
   }
   exec::Model<float>& net = *model.value;
+  // The plan's precision is the planner's assumption; the matmuls run in --precision (docs/formats.md, "Metrics").
+  const Precision compute = f.precision == "bf16" ? Precision::bf16 : Precision::fp32;
+  if (const Problems p = net.set_matmul_precision(compute); has_errors(p)) {
+    report(p);
+    return exit_bad_input;
+  }
+  if (pf.plan.precision != compute)
+    std::cout << "note: the plan assumes " << to_string(pf.plan.precision) << "; training computes the matmuls in "
+              << to_string(compute) << (compute == Precision::fp32 ? " (the default; --precision bf16 to match)" : "")
+              << "\n";
   data::DataLoader& loader = *train_loader.value;
   const Problems fit = net.check_data(loader.shape());
   if (has_errors(fit)) {
@@ -169,7 +406,9 @@ int run_train(const TrainFlags& f) {
   // MFU against the device preset's peak, from the cost model's FLOPs per sample.
   const Evaluator cost(pf.model, pf.cluster, 1, seq_len);
   const double flops_per_step = cost.profile().model_flops_per_sample * static_cast<double>(o.global_batch());
-  const double peak = pf.cluster.device.peak_for(gemm_dtype(Precision::fp32)).value_or(0);
+  // A local-cpu device is one core: the rank's threads are that many devices' worth of compute.
+  const double peak = pf.cluster.device.peak_for(gemm_dtype(compute)).value_or(0) *
+                      (pf.cluster.name == "local-cpu" ? threads.threads : 1);
   const bool language_model = pf.model.kind == ModelKind::transformer;
   const bool classifier = net.check_data(loader.shape()).empty() && loader.shape().classes > 0;
 
@@ -195,8 +434,10 @@ int run_train(const TrainFlags& f) {
     std::cout << exec::format_line(e) << "\n";
     if (metrics) metrics->write(e);
   };
+  StepRecorder step_seconds;  // for the run report
   o.on_step = [&](const exec::StepReport& s) {
     if (!s.skipped) ++updates;
+    step_seconds.record(s.step_s);
     exec::StepMetrics line;
     line.step = s.step;
     line.loss = s.loss;
@@ -206,6 +447,7 @@ int run_train(const TrainFlags& f) {
     line.throughput_per_s = s.items_per_s;
     line.throughput_unit = language_model ? exec::ThroughputUnit::tokens : exec::ThroughputUnit::samples;
     if (peak > 0 && s.step_s > 0) line.mfu = flops_per_step / s.step_s / peak;
+    exec::set_memory(line, exec::default_backend().ledger().snapshot());
     std::cout << exec::format_line(line) << "\n";
     if (metrics) metrics->write(line);
     const std::int64_t done = s.step + 1;
@@ -227,6 +469,13 @@ int run_train(const TrainFlags& f) {
   const exec::TrainResult result = exec::train(net, loader, o);
   report(result.problems);
   if (!result.ok()) return 1;
+  std::cout << exec::format_peak_memory(exec::default_backend().ledger().snapshot()) << "\n";
+  const Problems report_problems = write_run_report(
+      nullptr, pf, predict_on_this_machine(pf, threads.threads, compute),
+      measure_rank(0, threads.threads, step_seconds,
+                   static_cast<double>(exec::default_backend().ledger().snapshot().total.peak_bytes)),
+      threads, f.report_path.empty() ? default_report_path(f.metrics_path) : f.report_path);
+  run_problems.insert(run_problems.end(), report_problems.begin(), report_problems.end());
   if (!f.checkpoint_dir.empty()) save(o.steps);
   if (!classifier) run_eval(o.steps);
   report(run_problems);
@@ -237,9 +486,12 @@ int run_train(const TrainFlags& f) {
 }  // namespace
 
 Command add_train_command(CLI::App& app) {
-  auto* command = app.add_subcommand("train", "Train a plan file's model for real (single-rank plans on the CPU)");
+  auto* command = app.add_subcommand("train", "Train a plan file's model for real on the CPU (multi-rank plans under mpirun)");
   auto f = std::make_shared<TrainFlags>();
   command->add_option("--plan", f->plan_path, "Plan file from `explain --emit-plan` or `plan --emit-plan`")->required();
+  command->add_flag("--shrink", f->shrink,
+                    "Rehearse the plan here: the same mesh with the model's layers and width reduced to fit this "
+                    "machine (keeps every divisibility the plan relies on)");
   command->add_option("--data", f->data, "fashion-mnist[:DIR], text:PATH or synthetic")->capture_default_str();
   auto* steps = command->add_option("--steps", f->steps, "Optimizer steps");
   command->add_option("--epochs", f->epochs, "Epochs over the training split (instead of --steps)")->excludes(steps);
@@ -252,9 +504,18 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--checkpoint-every", f->checkpoint_every, "Steps between checkpoints (0: only at the end)");
   command->add_flag("--resume", f->resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
   command->add_option("--metrics", f->metrics_path, "JSON Lines file of per-step and evaluation metrics");
+  command->add_option("--report", f->report_path,
+                      "Run report JSON, measured against predicted step time and memory per rank (default: the "
+                      "--metrics file's stem + .report.json; the table is printed either way)");
   command->add_option("--eval-every", f->eval_every, "Steps between evaluations (language models)");
   command->add_flag("--skip-non-finite", f->skip_non_finite, "Skip a step whose loss or gradient is not finite");
   command->add_option("--stop-after", f->stop_after, "Stop (with a checkpoint) after this many steps, as a kill would");
+  command->add_option("--precision", f->precision, "Matmul arithmetic: fp32, or bf16 (inputs rounded, fp32 accumulate)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  command->add_option("--comm-timeout", f->comm_timeout_s,
+                      "Seconds a rank waits in a collective before the job is stopped (multi-rank plans)")
+      ->capture_default_str();
   return [f]() { return run_train(*f); };
 }
 

@@ -1,4 +1,5 @@
 #include "model/mesh.hpp"
+#include "model/text.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -35,11 +36,6 @@ void add_axis(Mesh& mesh, std::string_view name, std::int64_t size, const std::s
   mesh.axes.push_back({*axis, size});
 }
 
-std::string trim(std::string_view text) {
-  auto begin = text.find_first_not_of(" \t");
-  auto end = text.find_last_not_of(" \t");
-  return begin == std::string_view::npos ? std::string() : std::string(text.substr(begin, end - begin + 1));
-}
 
 }  // namespace
 

@@ -51,10 +51,14 @@ inline std::string read_text(const std::filesystem::path& path) {
   return text.str();
 }
 
-inline CliRun run(const std::vector<std::string>& args) {
+// Runs `prefix... meshplan args...` (e.g. prefix = mpirun -np 2); every
+// word is quoted, so no argument is expanded by the shell.
+inline CliRun run_under(const std::vector<std::string>& prefix, const std::vector<std::string>& args) {
   static int counter = 0;
   const auto err_path = temp_path("run-" + std::to_string(counter++) + ".err");
-  std::string command = shell_quote(MESHPLAN_BINARY);
+  std::string command;
+  for (const auto& p : prefix) command += shell_quote(p) + " ";
+  command += shell_quote(MESHPLAN_BINARY);
   for (const auto& a : args) command += " " + shell_quote(a);
   command += " 2>" + shell_quote(err_path.string());
   CliRun result;
@@ -69,6 +73,8 @@ inline CliRun run(const std::vector<std::string>& args) {
   std::filesystem::remove(err_path);
   return result;
 }
+
+inline CliRun run(const std::vector<std::string>& args) { return run_under({}, args); }
 
 // No crash, no C++ exception text, on either stream.
 inline void expect_no_crash_text(const CliRun& r) {

@@ -80,7 +80,8 @@ TEST(CliTrain, RefusesWhatItCannotRunYet) {
   const std::string plan = emit_plan("two-ranks.json", "dp=2", 16, 32);
   CliRun r = run({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "2"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("single-rank"), std::string::npos) << r.err;
+  // A two-rank plan in one process: refused, naming the launch that fits.
+  EXPECT_NE(r.err.find("mpirun -np 2"), std::string::npos) << r.err;
   r = run({"train", "--plan", temp_path("nope.json").string(), "--steps", "2"});
   EXPECT_EQ(r.status, 2);
   r = run({"train", "--plan", emit_plan("one.json", "dp=1", 16, 16), "--data", "nonsense", "--steps", "2"});
