@@ -28,6 +28,7 @@ struct AdamWHyperparameters {
 //   m = beta1 m + (1 - beta1) g          v = beta2 v + (1 - beta2) g^2
 //   m_hat = m / (1 - beta1^step)         v_hat = v / (1 - beta2^step)
 //   params -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * params)
+// The four buffers must not overlap.
 template <typename T>
 void adamw_update(T* params, const T* grads, T* m, T* v, std::int64_t n, std::int64_t step,
                   const AdamWHyperparameters& hp);
