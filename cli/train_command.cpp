@@ -53,6 +53,7 @@ struct TrainFlags {
   bool resume = false;
   std::string metrics_path;
   std::int64_t eval_every = 0;
+  std::int64_t eval_samples = 0;  // 0: language models 64 micro-batches, classifiers the whole test split
   bool skip_non_finite = false;
   std::int64_t stop_after = 0;
   double comm_timeout_s = exec::comm::default_timeout.count();
@@ -116,7 +117,8 @@ int run_train_parallel(const TrainFlags& f, const PlanFile& pf, const ComputeThr
   auto groups = exec::comm::MeshCommunicators::create(comm, pf.plan.mesh);
   if (!groups.ok()) return refuse(groups.problems);
   Problems flags;
-  for (const auto& [given, flag] : {std::pair{f.eval_every > 0, "--eval-every"}, {f.precision != "fp32", "--precision"}})
+  for (const auto& [given, flag] : {std::pair{f.eval_every > 0, "--eval-every"}, {f.eval_samples > 0, "--eval-samples"},
+                                   {f.precision != "fp32", "--precision"}})
     if (given) flags.push_back({Severity::error, flag, "is not supported for multi-rank plans yet (single-rank plans only)"});
   if (f.resume && f.checkpoint_dir.empty())
     flags.push_back({Severity::error, "--resume", "needs --checkpoint-dir"});
@@ -204,7 +206,7 @@ int run_train_parallel(const TrainFlags& f, const PlanFile& pf, const ComputeThr
       line.step_s = s.step_s;
       line.throughput_per_s = s.items_per_s;
       line.throughput_unit = exec::ThroughputUnit::tokens;
-      std::cout << exec::format_line(line) << "\n";
+      std::cout << exec::format_line(line) << std::endl;  // live when stdout is a pipe or a file
       if (metrics) metrics->write(line);
     }
     const std::int64_t done = s.step + 1;
@@ -428,10 +430,10 @@ int run_train(const TrainFlags& f) {
   };
   auto run_eval = [&](std::int64_t step) {
     eval_loader.value->restore(data::LoaderState{f.seed + 1, 0, 0});
-    const auto result = exec::evaluate(net, *eval_loader.value, language_model ? 64 * o.micro_batch : 0);
-    exec::EvalMetrics e{step, loader.epoch(), result.loss, std::nullopt};
+    const auto result = exec::evaluate(net, *eval_loader.value, f.eval_samples > 0 ? f.eval_samples : (language_model ? 64 * o.micro_batch : 0));
+    exec::EvalMetrics e{step, loader.epoch(), result.loss, std::nullopt, result.samples};
     if (std::isfinite(result.accuracy)) e.eval_accuracy = result.accuracy;
-    std::cout << exec::format_line(e) << "\n";
+    std::cout << exec::format_line(e) << std::endl;
     if (metrics) metrics->write(e);
   };
   StepRecorder step_seconds;  // for the run report
@@ -448,7 +450,7 @@ int run_train(const TrainFlags& f) {
     line.throughput_unit = language_model ? exec::ThroughputUnit::tokens : exec::ThroughputUnit::samples;
     if (peak > 0 && s.step_s > 0) line.mfu = flops_per_step / s.step_s / peak;
     exec::set_memory(line, exec::default_backend().ledger().snapshot());
-    std::cout << exec::format_line(line) << "\n";
+    std::cout << exec::format_line(line) << std::endl;  // live when stdout is a pipe or a file
     if (metrics) metrics->write(line);
     const std::int64_t done = s.step + 1;
     if (classifier && loader.epoch() != last_epoch) {
@@ -508,6 +510,10 @@ Command add_train_command(CLI::App& app) {
                       "Run report JSON, measured against predicted step time and memory per rank (default: the "
                       "--metrics file's stem + .report.json; the table is printed either way)");
   command->add_option("--eval-every", f->eval_every, "Steps between evaluations (language models)");
+  command->add_option("--eval-samples", f->eval_samples,
+                      "Samples (windows) per evaluation; default: 64 micro-batches for language models, "
+                      "the whole test split for classifiers")
+      ->check(CLI::PositiveNumber);
   command->add_flag("--skip-non-finite", f->skip_non_finite, "Skip a step whose loss or gradient is not finite");
   command->add_option("--stop-after", f->stop_after, "Stop (with a checkpoint) after this many steps, as a kill would");
   command->add_option("--precision", f->precision, "Matmul arithmetic: fp32, or bf16 (inputs rounded, fp32 accumulate)")

@@ -24,7 +24,7 @@ find "$fortunes" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -print0 | so
   --micro-batch 8 --global-batch 8 --precision fp32 --emit-plan "$out/plan.json" > /dev/null
 start=$(date +%s)
 "$meshplan" train --plan "$out/plan.json" --data "text:$out/corpus.txt" --steps "$steps" \
-  --lr 1e-3 --warmup 20 --eval-every 100 --metrics "$out/metrics.jsonl"
+  --lr 1e-3 --warmup 20 --eval-every 100 --eval-samples 128 --metrics "$out/metrics.jsonl"
 end=$(date +%s)
 python3 - "$out/metrics.jsonl" "$((end - start))" <<'PY'
 import json, math, sys

@@ -268,7 +268,9 @@ TEST(Metrics, JsonLinesParseAndHoldTheKeys) {
   samples.loss = std::nan("");
   EXPECT_TRUE(writer.write(sample_step()).empty());
   EXPECT_TRUE(writer.write(samples).empty());
-  EXPECT_TRUE(writer.write(EvalMetrics{.step = 120, .epoch = 2, .eval_loss = 0.4321, .eval_accuracy = 0.8456}).empty());
+  EXPECT_TRUE(writer.write(EvalMetrics{.step = 120, .epoch = 2, .eval_loss = 0.4321, .eval_accuracy = 0.8456,
+                                       .eval_samples = 10000})
+                  .empty());
 
   std::istringstream lines(out.str());
   std::vector<nlohmann::json> records;
@@ -285,10 +287,11 @@ TEST(Metrics, JsonLinesParseAndHoldTheKeys) {
   EXPECT_FALSE(records[1].contains("tokens_per_s"));
   EXPECT_TRUE(records[1]["mfu"].is_null());
   EXPECT_TRUE(records[1]["loss"].is_null());  // NaN is not JSON
-  for (const char* key : {"kind", "step", "epoch", "eval_loss", "eval_accuracy"}) {
+  for (const char* key : {"kind", "step", "epoch", "eval_loss", "eval_accuracy", "eval_samples"}) {
     EXPECT_TRUE(records[2].contains(key)) << key;
   }
   EXPECT_EQ(records[2]["kind"], "eval");
+  EXPECT_EQ(records[2]["eval_samples"], 10000);
   EXPECT_EQ(records[2]["epoch"], 2);
 }
 

@@ -90,6 +90,34 @@ TEST(CliTrain, RefusesWhatItCannotRunYet) {
   expect_no_crash_text(r);
 }
 
+// A language model's evaluation reads --eval-samples windows of the validation
+// split every --eval-every steps; a non-positive count is refused.
+TEST(CliTrain, LanguageModelEvaluationReadsEvalSamplesWindows) {
+  const auto plan = temp_path("lm-plan.json").string();
+  CliRun r = run({"explain", "--model", MESHPLAN_TEST_SOURCE "/parallel/gpt-tiny-bytes.yaml", "--cluster", "local-cpu",
+                  "--gpus", "1", "--mesh", "dp=1", "--micro-batch", "2", "--global-batch", "2", "--precision", "fp32",
+                  "--emit-plan", plan});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto metrics = temp_path("lm.jsonl");
+  r = run({"train", "--plan", plan, "--data", "text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp", "--steps", "2",
+           "--eval-every", "1", "--eval-samples", "5", "--metrics", metrics.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  int evaluations = 0;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["kind"] != "eval") continue;
+    ++evaluations;
+    EXPECT_EQ(j["eval_samples"], 5) << line;
+    EXPECT_GT(j["eval_loss"].get<double>(), 0.0) << line;
+  }
+  EXPECT_EQ(evaluations, 2);  // after steps 1 and 2
+  r = run({"train", "--plan", plan, "--data", "text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp", "--steps", "1",
+           "--eval-samples", "0"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--eval-samples"), std::string::npos) << r.err;
+}
+
 #ifdef NDEBUG
 TEST(CliTrain, FashionMnistReachesEightyFivePercentInTwoEpochs) {
   // The issue's own commands, with the default learning rate (1e-3, Adam's usual).
@@ -101,7 +129,10 @@ TEST(CliTrain, FashionMnistReachesEightyFivePercentInTwoEpochs) {
   std::ifstream in(metrics);
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "eval") accuracy = j["eval_accuracy"].get<double>();
+    if (j["kind"] == "eval") {
+      accuracy = j["eval_accuracy"].get<double>();
+      EXPECT_EQ(j["eval_samples"], 10000);  // the whole Fashion-MNIST test split
+    }
   }
   std::printf("[ fashion-mnist ] eval_accuracy after 2 epochs: %.4f\n", accuracy);
   EXPECT_GE(accuracy, 0.85);

@@ -83,7 +83,8 @@ json to_json(const EvalMetrics& metrics) {
           {"step", metrics.step},
           {"epoch", metrics.epoch},
           {"eval_loss", number_or_null(metrics.eval_loss)},
-          {"eval_accuracy", optional_or_null(metrics.eval_accuracy)}};
+          {"eval_accuracy", optional_or_null(metrics.eval_accuracy)},
+          {"eval_samples", metrics.eval_samples}};
 }
 
 std::string format_line(const StepMetrics& metrics) {

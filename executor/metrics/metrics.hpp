@@ -57,6 +57,7 @@ struct EvalMetrics {
   std::int64_t epoch = 0;
   double eval_loss = 0;
   std::optional<double> eval_accuracy;  // fraction in [0, 1]; absent for regression
+  std::int64_t eval_samples = 0;        // samples (windows for language models) evaluated
 };
 
 nlohmann::json to_json(const StepMetrics& metrics);
