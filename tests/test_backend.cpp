@@ -33,6 +33,7 @@
 #include "model/evaluate.hpp"
 #include "model/mesh.hpp"
 #include "model/presets.hpp"
+#include "tiny_gpt.hpp"
 
 namespace meshplan::exec {
 namespace {
@@ -156,26 +157,7 @@ TEST(CpuBackend, TrackedVectorKeepsItsCategoryThroughMovesAndCopies) {
 
 // ---------------------------------------------------------------- (3) training memory
 
-ModelSpec tiny_gpt() {
-  ModelSpec spec;
-  spec.name = "tiny-gpt";
-  spec.kind = ModelKind::transformer;
-  TransformerDims& t = spec.transformer;
-  t.layers = 2;
-  t.hidden = 32;
-  t.heads = 4;
-  t.kv_heads = 4;
-  t.head_dim = 8;
-  t.ffn = 128;
-  t.vocab = 256;  // byte-level text
-  t.seq_len = 16;
-  t.feed_forward = FeedForward::gelu;
-  t.norm = Norm::layernorm;
-  t.positions = Positions::learned;
-  t.bias = true;
-  t.tied_embeddings = true;
-  return spec;
-}
+ModelSpec tiny_gpt() { return testing_support::tiny_gpt_spec("tiny-gpt", 2, 32, 4, 128, 256, 16); }  // byte-level text
 
 // GPT-2 parameters written out: wte V C + wpe T C + per layer (ln1 2C, qkv 3C^2 + 3C,
 // attn_out C^2 + C, ln2 2C, fc F C + F, fc_out C F + C) + ln_f 2C.

@@ -26,6 +26,7 @@
 #include "executor/train/trainer.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "model/model_spec.hpp"
+#include "tiny_gpt.hpp"
 
 namespace meshplan::exec {
 namespace {
@@ -87,23 +88,7 @@ TEST(Bf16Training, RefusedWhereUnsupportedAndForDouble) {
 
 TEST(Bf16Training, TinyGptTracksTheFp32LossCurve) {
   if (!kernels::bf16_matmul_support().supported) GTEST_SKIP() << kernels::bf16_matmul_support().reason;
-  ModelSpec spec;
-  spec.name = "tiny-gpt";
-  spec.kind = ModelKind::transformer;
-  TransformerDims& t = spec.transformer;
-  t.layers = 2;
-  t.hidden = 64;
-  t.heads = 4;
-  t.kv_heads = 4;
-  t.head_dim = 16;
-  t.ffn = 256;
-  t.vocab = 256;
-  t.seq_len = 32;
-  t.feed_forward = FeedForward::gelu;
-  t.norm = Norm::layernorm;
-  t.positions = Positions::learned;
-  t.bias = true;
-  t.tied_embeddings = true;
+  const ModelSpec spec = testing_support::tiny_gpt_spec("tiny-gpt", 2, 64, 4, 256, 256, 32);
   const std::string phrase = "the quick brown fox jumps over the lazy dog. pack my box with five dozen jugs. ";
   std::vector<std::uint8_t> corpus;
   for (int i = 0; i < 100; ++i) corpus.insert(corpus.end(), phrase.begin(), phrase.end());

@@ -32,6 +32,7 @@
 #include "executor/parallel/parallel_gpt.hpp"
 #include "executor/parallel/parallel_trainer.hpp"
 #include "executor/train/trainer.hpp"
+#include "../tiny_gpt.hpp"
 
 namespace {
 
@@ -71,22 +72,8 @@ const std::map<std::string, MatrixPlan>& matrix_plans() {
   return plans;
 }
 
-ModelSpec matrix_model() {
-  ModelSpec spec;
-  spec.name = "gpt-matrix";
-  spec.kind = ModelKind::transformer;
-  TransformerDims& t = spec.transformer;
-  t.layers = 4;
-  t.hidden = 32;
-  t.heads = 4;
-  t.ffn = 128;
-  t.vocab = 257;
-  t.seq_len = 16;
-  t.positions = Positions::learned;
-  t.tied_embeddings = true;
-  t.bias = true;
-  return spec;
-}
+// 257 does not divide over tp = 2: the vocabulary-parallel padding is exercised.
+ModelSpec matrix_model() { return testing_support::tiny_gpt_spec("gpt-matrix", 4, 32, 4, 128, 257, 16); }
 
 // A deterministic corpus of a few kilobytes: varied enough that the loss moves.
 std::vector<std::uint8_t> matrix_corpus() {

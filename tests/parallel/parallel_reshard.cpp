@@ -21,6 +21,7 @@
 #include "executor/model/model.hpp"
 #include "executor/parallel/parallel_checkpoint.hpp"
 #include "executor/parallel/parallel_trainer.hpp"
+#include "../tiny_gpt.hpp"
 
 namespace {
 
@@ -29,21 +30,7 @@ using namespace meshplan;
 constexpr std::uint64_t seed = 11;
 constexpr std::int64_t T = 16, micro_batch = 2, global_batch = 8, steps = 10, saved_at = 5;
 
-ModelSpec reshard_model() {
-  ModelSpec spec;
-  spec.name = "gpt-reshard";
-  spec.kind = ModelKind::transformer;
-  TransformerDims& t = spec.transformer;
-  t.layers = 2;
-  t.hidden = 32;
-  t.heads = 4;
-  t.ffn = 128;
-  t.vocab = 257;
-  t.seq_len = T;
-  t.positions = Positions::learned;
-  t.tied_embeddings = true;
-  return spec;
-}
+ModelSpec reshard_model() { return testing_support::tiny_gpt_spec("gpt-reshard", 2, 32, 4, 128, 257, T); }
 
 std::unique_ptr<data::TextLoader> reshard_loader() {
   const std::string text =
