@@ -38,6 +38,20 @@
 namespace meshplan::cli {
 namespace {
 
+// The metrics line of one optimizer step, as both training paths write it
+// (mfu and memory are filled in by the path that knows them).
+exec::StepMetrics step_metrics(const exec::StepReport& s, exec::ThroughputUnit unit) {
+  exec::StepMetrics line;
+  line.step = s.step;
+  line.loss = s.loss;
+  line.learning_rate = s.lr;
+  line.grad_norm = s.grad_norm;
+  line.step_s = s.step_s;
+  line.throughput_per_s = s.items_per_s;
+  line.throughput_unit = unit;
+  return line;
+}
+
 struct TrainFlags {
   std::string plan_path;
   std::string data = "synthetic";
@@ -198,14 +212,7 @@ int run_train_parallel(const TrainFlags& f, const PlanFile& pf, const ComputeThr
     if (!s.skipped) ++updates;
     step_seconds.record(s.step_s);
     if (leader) {
-      exec::StepMetrics line;
-      line.step = s.step;
-      line.loss = s.loss;
-      line.learning_rate = s.lr;
-      line.grad_norm = s.grad_norm;
-      line.step_s = s.step_s;
-      line.throughput_per_s = s.items_per_s;
-      line.throughput_unit = exec::ThroughputUnit::tokens;
+      const exec::StepMetrics line = step_metrics(s, exec::ThroughputUnit::tokens);
       std::cout << exec::format_line(line) << std::endl;  // live when stdout is a pipe or a file
       if (metrics) metrics->write(line);
     }
@@ -440,14 +447,8 @@ int run_train(const TrainFlags& f) {
   o.on_step = [&](const exec::StepReport& s) {
     if (!s.skipped) ++updates;
     step_seconds.record(s.step_s);
-    exec::StepMetrics line;
-    line.step = s.step;
-    line.loss = s.loss;
-    line.learning_rate = s.lr;
-    line.grad_norm = s.grad_norm;
-    line.step_s = s.step_s;
-    line.throughput_per_s = s.items_per_s;
-    line.throughput_unit = language_model ? exec::ThroughputUnit::tokens : exec::ThroughputUnit::samples;
+    exec::StepMetrics line =
+        step_metrics(s, language_model ? exec::ThroughputUnit::tokens : exec::ThroughputUnit::samples);
     if (peak > 0 && s.step_s > 0) line.mfu = flops_per_step / s.step_s / peak;
     exec::set_memory(line, exec::default_backend().ledger().snapshot());
     std::cout << exec::format_line(line) << std::endl;  // live when stdout is a pipe or a file

@@ -27,6 +27,7 @@
 #include "executor/model/parameters.hpp"
 #include "executor/train/lr_schedule.hpp"
 #include "executor/train/trainer.hpp"
+#include "tiny_gpt.hpp"
 
 namespace meshplan::exec {
 namespace {
@@ -39,24 +40,7 @@ std::string messages(const Problems& problems) {
 
 ModelSpec gpt_spec(std::int64_t vocab, std::int64_t seq_len, std::int64_t hidden, std::int64_t layers,
                    std::int64_t heads) {
-  ModelSpec spec;
-  spec.name = "tiny-gpt";
-  spec.kind = ModelKind::transformer;
-  TransformerDims& t = spec.transformer;
-  t.layers = layers;
-  t.hidden = hidden;
-  t.heads = heads;
-  t.kv_heads = heads;
-  t.head_dim = hidden / heads;
-  t.ffn = 4 * hidden;
-  t.vocab = vocab;
-  t.seq_len = seq_len;
-  t.feed_forward = FeedForward::gelu;
-  t.norm = Norm::layernorm;
-  t.positions = Positions::learned;
-  t.bias = true;
-  t.tied_embeddings = true;
-  return spec;
+  return testing_support::tiny_gpt_spec("tiny-gpt", layers, hidden, heads, 4 * hidden, vocab, seq_len);
 }
 
 ModelSpec mlp_spec(std::vector<std::int64_t> sizes, const std::string& activation) {
