@@ -40,7 +40,7 @@ LayerGraph build_mlp_graph(const MlpDims& dims) {
     prev = id;
 
     if (i + 1 < linears) {
-      Op act = make_op(name + "." + dims.activation, OpKind::elementwise, block);
+      Op act = make_op(name + "." + dims.activation, dims.activation == "gelu" ? OpKind::activation : OpKind::elementwise, block);
       act.forward_flops_per_sample = dims.activation == "gelu" ? 8 * out : out;
       act.output_elements_per_sample = out;
       act.saved = {{name + " activation output", out, 0, column, false}};

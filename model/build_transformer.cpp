@@ -187,7 +187,7 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     const OpId w_in_id = g.add_op(w_in);
     g.connect(mlp_input_id, w_in_id);
 
-    Op act = make_op(p + "mlp.act", OpKind::elementwise, block);
+    Op act = make_op(p + "mlp.act", OpKind::activation, block);
     act.forward_flops_per_sample = routed * (gated ? 10 : 8) * s * f;
     act.output_elements_per_sample = routed * s * f;
     if (gated) {

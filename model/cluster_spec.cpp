@@ -40,6 +40,7 @@ Loaded<ClusterSpec> load_cluster(const std::string& name_or_path) {
         intra->number("per_direction_gb_per_s", Need::required, 1e-6, 1e6).value_or(0) * 1e9;
     cluster.intra_node.latency_s = intra->number("latency_us", Need::optional, 0, 1e6).value_or(0) * 1e-6;
     cluster.intra_node.achievable_fraction = read_achievable_fraction(*intra);
+    cluster.intra_node.overlaps_compute = intra->boolean("overlaps_compute", Need::optional).value_or(true);
     intra->finish();
   }
   if (auto inter = root.map("inter_node", Need::required)) {
@@ -49,6 +50,7 @@ Loaded<ClusterSpec> load_cluster(const std::string& name_or_path) {
         inter->number("per_nic_gbit_per_s", Need::required, 1e-6, 1e6).value_or(0) * 1e9 / 8.0;
     cluster.inter_node.latency_s = inter->number("latency_us", Need::optional, 0, 1e6).value_or(0) * 1e-6;
     cluster.inter_node.achievable_fraction = read_achievable_fraction(*inter);
+    cluster.inter_node.overlaps_compute = inter->boolean("overlaps_compute", Need::optional).value_or(true);
     inter->finish();
   }
   root.finish();

@@ -21,6 +21,12 @@ struct LinkSpec {
   // Fraction of the line rate NCCL-style collectives reach on this link (nccl-tests
   // busbw / line rate); the topology multiplies bandwidth_bytes_per_s by it. (0, 1].
   double achievable_fraction = 1.0;
+  // Whether collectives on this link can run while the devices compute. An
+  // accelerator's NCCL kernels and copy engines move data beside the compute
+  // (the overlap the model grants to bucketed dp reduction, FSDP prefetch and
+  // tp backward collectives); MPI over shared memory copies with the same CPU
+  // cores that compute, so nothing it does is hidden. `overlaps_compute: false`.
+  bool overlaps_compute = true;
 };
 
 struct ClusterSpec {

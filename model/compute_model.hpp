@@ -1,10 +1,13 @@
 // How long one op takes on one device: a roofline (Williams et al. 2009)
 // per GEMM, at the device's achievable GEMM rate, corrected for tile and wave
 // quantization (NVIDIA, "Matrix Multiplication Background User's Guide",
-// 2023, Ch. 3), and memory-bound ops at the achievable memory bandwidth.
+// 2023, Ch. 3) and, where the device carries a measured curve, for the
+// efficiency GEMMs of its arithmetic intensity reach; memory-bound ops at the
+// achievable memory bandwidth, or at their class's measured rate.
 // Formulas: docs/cost-model.md, "Compute".
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "model/device_spec.hpp"
@@ -12,11 +15,19 @@
 
 namespace meshplan {
 
+inline constexpr std::size_t kMaxGemmCurvePoints = 16;
+
 struct ComputeRates {
   double peak_flops_per_s = 0;          // dense peak at the GEMM dtype
   double gemm_efficiency = 0.8;         // large-GEMM fraction of peak
   double memory_bytes_per_s = 0;        // achievable memory bandwidth
   std::int64_t compute_units = 0;       // SMs; 0 disables wave quantization
+  // DeviceSpec::gemm_curve as ln(intensity) -> fraction; no points = 1.
+  int curve_points = 0;
+  std::array<double, kMaxGemmCurvePoints> curve_log_intensity{};
+  std::array<double, kMaxGemmCurvePoints> curve_fraction{};
+  // Bytes/s of counted traffic per StreamOp (memory_bytes_per_s where the device has no figure).
+  std::array<double, kStreamOps> stream_bytes_per_s{};
 };
 
 // Rates for GEMMs at `precision`; peak 0 when the device lacks the dtype.
@@ -26,13 +37,24 @@ ComputeRates rates_for(const DeviceSpec& device, Precision precision);
 // busy, for the best of cuBLAS's common tile shapes (in (0, 1]).
 double tile_wave_efficiency(double m, double n, double batch, std::int64_t compute_units);
 
+// The device's measured GEMM efficiency at arithmetic intensity
+// 2 m n k / (m k + k n + m n): linear in ln(intensity) between the curve's
+// points, the end values beyond them; 1 without a curve.
+double gemm_curve_fraction(double m, double n, double k, const ComputeRates& rates);
+
 // Seconds for batch x (m x k) . (k x n) with `element_bytes` operands:
-// max(compute at peak x efficiency x tile/wave, operand + result traffic at memory bandwidth).
+// max(compute at peak x efficiency x tile/wave x curve, operand + result traffic at memory bandwidth).
 double gemm_time_s(double m, double n, double k, double batch, double element_bytes, const ComputeRates& rates);
 
 // Seconds to stream `bytes` through memory.
 inline double memory_time_s(double bytes, const ComputeRates& rates) {
   return rates.memory_bytes_per_s > 0 ? bytes / rates.memory_bytes_per_s : 0;
+}
+
+// Seconds for a memory-bound op of class `op` that the cost model counts as `bytes` of traffic.
+inline double stream_time_s(double bytes, const ComputeRates& rates, StreamOp op) {
+  const double rate = rates.stream_bytes_per_s[static_cast<std::size_t>(op)];
+  return rate > 0 ? bytes / rate : 0;
 }
 
 }  // namespace meshplan

@@ -5,10 +5,76 @@
 
 namespace meshplan {
 
+namespace {
+constexpr const char* kStreamOpNames[kStreamOps] = {"activation", "norm", "softmax", "elementwise",
+                                                    "cross_entropy", "embedding", "optimizer"};
+constexpr std::size_t kMaxCurvePoints = 16;  // compute_model.hpp keeps the curve in a fixed array
+// `gemm_curve` and `op_bandwidth_gb_per_s` of an `achievable` (or `achievable.threaded`) map.
+void read_measured_rates(YamlMap& map, std::vector<GemmCurvePoint>& curve, std::array<double, kStreamOps>& ops) {
+  if (auto pairs = map.number_pairs("gemm_curve", Need::optional)) {
+    std::vector<GemmCurvePoint> read;
+    for (const auto& [intensity, fraction] : *pairs) read.push_back({intensity, fraction});
+    if (const std::string problem = gemm_curve_problem(read); !problem.empty()) {
+      map.add_problem("gemm_curve", problem);
+    } else {
+      curve = std::move(read);
+    }
+  }
+  if (auto rates = map.map("op_bandwidth_gb_per_s", Need::optional)) {
+    for (std::size_t i = 0; i < kStreamOps; ++i) {
+      if (auto gb = rates->number(kStreamOpNames[i], Need::optional, 1e-6, 1e6)) ops[i] = *gb * 1e9;
+    }
+    rates->finish();
+  }
+}
+
+}  // namespace
+
+std::string gemm_curve_problem(const std::vector<GemmCurvePoint>& curve) {
+  if (curve.size() > kMaxCurvePoints) {
+    return "has " + std::to_string(curve.size()) + " points; at most " + std::to_string(kMaxCurvePoints) + " are allowed";
+  }
+  for (std::size_t i = 0; i < curve.size(); ++i) {
+    const std::string item = "item " + std::to_string(i + 1) + ": ";
+    if (!(curve[i].intensity > 0)) return item + "arithmetic intensity must be positive";
+    if (!(curve[i].fraction > 0 && curve[i].fraction <= 1.5)) return item + "fraction must be in (0, 1.5]";
+    if (i > 0 && curve[i].intensity <= curve[i - 1].intensity) return item + "arithmetic intensities must increase strictly";
+  }
+  return "";
+}
+
+std::string to_string(StreamOp op) { return kStreamOpNames[static_cast<std::size_t>(op)]; }
+
+std::optional<StreamOp> parse_stream_op(const std::string& text) {
+  for (std::size_t i = 0; i < kStreamOps; ++i) {
+    if (text == kStreamOpNames[i]) return static_cast<StreamOp>(i);
+  }
+  return std::nullopt;
+}
+
 std::optional<double> DeviceSpec::peak_for(Dtype dtype) const {
   auto it = peak_flops_per_s.find(dtype);
   if (it == peak_flops_per_s.end()) return std::nullopt;
   return it->second;
+}
+
+DeviceSpec device_for_threads(const DeviceSpec& core, int threads, bool* used_threaded) {
+  DeviceSpec d = core;
+  const bool threaded = threads > 1 && core.threaded && core.threaded->threads == threads;
+  if (used_threaded) *used_threaded = threaded;
+  if (threads <= 1) return d;
+  if (threaded) {
+    if (!core.threaded->gemm_curve.empty()) d.gemm_curve = core.threaded->gemm_curve;
+    for (std::size_t i = 0; i < kStreamOps; ++i) {
+      if (core.threaded->op_bandwidth_bytes_per_s[i] > 0) d.op_bandwidth_bytes_per_s[i] = core.threaded->op_bandwidth_bytes_per_s[i];
+    }
+  }
+  const double t = static_cast<double>(threads);
+  for (auto& [dtype, peak] : d.peak_flops_per_s) peak *= t;
+  d.memory_bandwidth_bytes_per_s *= t;
+  for (double& rate : d.op_bandwidth_bytes_per_s) rate *= t;
+  d.threaded.reset();
+  return d;
 }
 
 Loaded<DeviceSpec> load_device(const std::string& name_or_path) {
@@ -41,6 +107,14 @@ Loaded<DeviceSpec> load_device(const std::string& name_or_path) {
     device.gemm_efficiency = achievable->number("gemm_fraction", Need::optional, 0.01, 1.0).value_or(device.gemm_efficiency);
     device.memory_efficiency =
         achievable->number("memory_bandwidth_fraction", Need::optional, 0.01, 1.0).value_or(device.memory_efficiency);
+    read_measured_rates(*achievable, device.gemm_curve, device.op_bandwidth_bytes_per_s);
+    if (auto threaded = achievable->map("threaded", Need::optional)) {
+      ThreadedRates t;
+      t.threads = static_cast<int>(threaded->integer("threads", Need::required, 2, 4096).value_or(0));
+      read_measured_rates(*threaded, t.gemm_curve, t.op_bandwidth_bytes_per_s);
+      threaded->finish();
+      if (t.threads > 0) device.threaded = std::move(t);
+    }
     achievable->finish();
   }
   device.compute_units = root.integer("compute_units", Need::optional, 1, 1 << 20).value_or(0);

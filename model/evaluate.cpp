@@ -16,6 +16,7 @@ struct Link {
   double bandwidth_bytes_per_s = kInf;
   double latency_s = 0;
   std::int64_t size = 1;
+  bool overlaps_compute = true;  // AxisPlacement::overlaps_compute: false hides nothing
 };
 
 double cost(Collective collective, double bytes, const Link& link) {
@@ -26,7 +27,8 @@ double cost(Collective collective, double bytes, const Link& link) {
 struct Links {
   Link by_axis[6];
   explicit Links(const std::vector<AxisPlacement>& placements) {
-    for (const auto& p : placements) by_axis[static_cast<int>(p.axis)] = {p.bandwidth_bytes_per_s, p.latency_s, p.size};
+    for (const auto& p : placements)
+      by_axis[static_cast<int>(p.axis)] = {p.bandwidth_bytes_per_s, p.latency_s, p.size, p.overlaps_compute};
   }
   const Link& of(Axis axis) const { return by_axis[static_cast<int>(axis)]; }
 };
@@ -60,6 +62,7 @@ Link combine(std::initializer_list<Link> links) {
     out.size *= l.size;
     out.bandwidth_bytes_per_s = std::min(out.bandwidth_bytes_per_s, l.bandwidth_bytes_per_s);
     out.latency_s = std::max(out.latency_s, l.latency_s);
+    out.overlaps_compute = out.overlaps_compute && l.overlaps_compute;
   }
   return out;
 }
@@ -127,8 +130,11 @@ std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vecto
     for (int region = 0; region < 2; ++region) {
       const double split = cp * ((region == 1 || sp) ? tp : 1.0);
       for (int core = 0; core < 2; ++core) {
-        const double traffic = (bp.memory_elements[region][core] * act + bp.memory_fixed_bytes[region][core]) * b / split;
-        const double t = memory_time_s(traffic, rates);
+        double t = 0;
+        for (std::size_t cls = 0; cls < kStreamOps; ++cls) {
+          const double bytes_per_sample = bp.memory_elements[region][core][cls] * act + bp.memory_fixed_bytes[region][core][cls];
+          if (bytes_per_sample > 0) t += stream_time_s(bytes_per_sample * b / split, rates, static_cast<StreamOp>(cls));
+        }
         c.forward_compute_s += t;
         c.backward_compute_s += 2 * t;  // gradients read the saved input and the output gradient, write the input gradient
         if (core == 1) core_forward_s += t;
@@ -151,7 +157,9 @@ std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vecto
       backward_tp_s += bp.tp_backward_collectives * cost(Collective::all_gather, each, tp_link);
     }
     c.tp_backward_total_s = backward_tp_s;
-    c.tp_backward_s = plan.overlap_tensor_parallel ? std::max(0.0, backward_tp_s - c.weight_gradient_s) : backward_tp_s;
+    c.tp_backward_s = plan.overlap_tensor_parallel && tp_link.overlaps_compute
+                          ? std::max(0.0, backward_tp_s - c.weight_gradient_s)
+                          : backward_tp_s;
     if (plan.recompute == Recompute::selective) c.backward_compute_s += core_forward_s;
     if (plan.recompute == Recompute::full && prof.kind_role[k] == BlockKind::layer) {
       c.backward_compute_s += c.forward_compute_s;
@@ -164,8 +172,9 @@ std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vecto
       const double chunk_bytes = 2 * (seq * b / cp) * static_cast<double>(prof.kv_width) / tp * act;
       const double forward_ring = (cp - 1) * cost(Collective::send_recv, chunk_bytes, cp_link);
       c.cp_s = 3 * forward_ring;  // backward moves key/value and their gradients
-      c.cp_forward_exposed_s = std::max(0.0, forward_ring - core_forward_s);
-      c.cp_backward_exposed_s = std::max(0.0, 2 * forward_ring - 2 * core_forward_s);
+      const double hidden = cp_link.overlaps_compute ? core_forward_s : 0.0;
+      c.cp_forward_exposed_s = std::max(0.0, forward_ring - hidden);
+      c.cp_backward_exposed_s = std::max(0.0, 2 * forward_ring - 2 * hidden);
     }
     // Expert parallelism: dispatch and combine all-to-all, forward and backward (Lepikhin et al. 2021).
     if (ep > 1 && bp.expert_tp_split_parameters > 0) {
@@ -357,7 +366,9 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
       const double blocks = std::max<double>(1, static_cast<double>(s.layers));
       // The first block's share cannot hide; the rest hides under the compute.
       auto exposed = [&](double comm, double compute) {
-        return plan.overlap_parameter_gather ? comm / blocks + std::max(0.0, comm * (1 - 1 / blocks) - compute) : comm;
+        return plan.overlap_parameter_gather && fsdp_group.overlaps_compute
+                   ? comm / blocks + std::max(0.0, comm * (1 - 1 / blocks) - compute)
+                   : comm;
       };
       const double forward_exposed = exposed(gather, s.forward_s);
       const double backward_exposed = exposed(gather + scatter, s.backward_s);
@@ -389,7 +400,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
                                     : cost(Collective::reduce_scatter, local_gradients, dp_group);
       if (plan.zero_stage >= 1) gather = cost(Collective::all_gather, s.parameter_bytes / fsdp, dp_group);
       const double last_bucket = local_gradients > 0 ? reduce * std::min(1.0, plan.gradient_bucket_bytes / local_gradients) : 0;
-      const double exposed = plan.overlap_gradient_reduction
+      const double exposed = plan.overlap_gradient_reduction && dp_group.overlaps_compute
                                  ? std::max(reduce - s.backward_s, last_bucket)
                                  : reduce;
       if (exposed > dp_exposed) dp_exposed = exposed;
@@ -399,7 +410,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
     const double optimizer_traffic = s.optimizer_parameters * (2 * bytes.optimizer_bytes_per_parameter +
                                                                 bytes.gradient_bytes_per_parameter +
                                                                 bytes.weight_bytes_per_parameter);
-    optimizer_s = std::max(optimizer_s, memory_time_s(optimizer_traffic, rates));
+    optimizer_s = std::max(optimizer_s, stream_time_s(optimizer_traffic, rates, StreamOp::optimizer));
     gather_after_step_s = std::max(gather_after_step_s, gather);
   }
   time.optimizer_s = optimizer_s;

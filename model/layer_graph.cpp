@@ -13,6 +13,7 @@ std::string to_string(OpKind kind) {
     case OpKind::softmax: return "softmax";
     case OpKind::norm: return "norm";
     case OpKind::elementwise: return "elementwise";
+    case OpKind::activation: return "activation";
     case OpKind::embedding: return "embedding";
     case OpKind::cross_entropy: return "cross_entropy";
     case OpKind::conv: return "conv";

@@ -27,7 +27,8 @@ enum class OpKind {
   attention_values,  // P V, batched over heads
   softmax,
   norm,
-  elementwise,       // activations, residual adds, dropout
+  elementwise,       // residual adds, dropout, ReLU, bias
+  activation,        // transcendental activations: GELU, SiLU / SwiGLU
   embedding,         // table lookup
   cross_entropy,
   conv,

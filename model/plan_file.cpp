@@ -176,6 +176,21 @@ Json link_to_json(const LinkSpec& link, bool inter_node) {
   j["bandwidth_bytes_per_s"] = link.bandwidth_bytes_per_s;
   j["latency_s"] = link.latency_s;
   j["achievable_fraction"] = link.achievable_fraction;
+  j["overlaps_compute"] = link.overlaps_compute;
+  return j;
+}
+
+// DeviceSpec's measured refinements: [[intensity, fraction], ...] and {class: bytes/s} of the set classes.
+Json curve_to_json(const std::vector<GemmCurvePoint>& curve) {
+  Json j = Json::array();
+  for (const auto& p : curve) j.push_back({p.intensity, p.fraction});
+  return j;
+}
+Json op_rates_to_json(const std::array<double, kStreamOps>& rates) {
+  Json j = Json::object();
+  for (std::size_t i = 0; i < kStreamOps; ++i) {
+    if (rates[i] > 0) j[to_string(static_cast<StreamOp>(i))] = rates[i];
+  }
   return j;
 }
 
@@ -191,6 +206,15 @@ Json device_to_json(const DeviceSpec& device) {
   j["gemm_efficiency"] = device.gemm_efficiency;
   j["memory_efficiency"] = device.memory_efficiency;
   j["compute_units"] = device.compute_units;
+  j["gemm_curve"] = curve_to_json(device.gemm_curve);
+  j["op_bandwidth_bytes_per_s"] = op_rates_to_json(device.op_bandwidth_bytes_per_s);
+  if (device.threaded) {
+    j["threaded"] = {{"threads", device.threaded->threads},
+                     {"gemm_curve", curve_to_json(device.threaded->gemm_curve)},
+                     {"op_bandwidth_bytes_per_s", op_rates_to_json(device.threaded->op_bandwidth_bytes_per_s)}};
+  } else {
+    j["threaded"] = nullptr;
+  }
   return j;
 }
 
@@ -231,7 +255,34 @@ void read_link(JsonObject& link, LinkSpec& out, bool inter_node) {
   out.bandwidth_bytes_per_s = link.number("bandwidth_bytes_per_s", Need::required, 1e-3, 1e18).value_or(0);
   out.latency_s = link.number("latency_s", Need::required, 0, 1).value_or(0);
   out.achievable_fraction = link.number("achievable_fraction", Need::required, 1e-9, 1).value_or(1);
+  out.overlaps_compute = link.boolean("overlaps_compute", Need::optional).value_or(true);  // absent before 2026-11-22
   link.finish();
+}
+
+// `gemm_curve` and `op_bandwidth_bytes_per_s` of a device (or its `threaded`) object, both optional.
+void read_measured_rates(JsonObject& object, std::vector<GemmCurvePoint>& curve, std::array<double, kStreamOps>& rates) {
+  if (const Json* node = object.find("gemm_curve", Need::optional)) {
+    std::vector<GemmCurvePoint> read;
+    bool shaped = node->is_array();
+    for (std::size_t i = 0; shaped && i < node->size(); ++i) {
+      const Json& pair = (*node)[i];
+      shaped = pair.is_array() && pair.size() == 2 && pair[0].is_number() && pair[1].is_number();
+      if (shaped) read.push_back({pair[0].get<double>(), pair[1].get<double>()});
+    }
+    if (!shaped) {
+      object.add_problem("gemm_curve", "expected an array of [intensity, fraction] pairs");
+    } else if (const std::string problem = gemm_curve_problem(read); !problem.empty()) {
+      object.add_problem("gemm_curve", problem);
+    } else {
+      curve = std::move(read);
+    }
+  }
+  if (auto ops = object.object("op_bandwidth_bytes_per_s", Need::optional)) {
+    for (std::size_t i = 0; i < kStreamOps; ++i) {
+      if (auto rate = ops->number(to_string(static_cast<StreamOp>(i)), Need::optional, 1e-3, 1e18)) rates[i] = *rate;
+    }
+    ops->finish();
+  }
 }
 
 void read_device(JsonObject& device, DeviceSpec& out) {
@@ -251,6 +302,17 @@ void read_device(JsonObject& device, DeviceSpec& out) {
   out.gemm_efficiency = device.number("gemm_efficiency", Need::required, 0.01, 1).value_or(out.gemm_efficiency);
   out.memory_efficiency = device.number("memory_efficiency", Need::required, 0.01, 1).value_or(out.memory_efficiency);
   out.compute_units = device.integer("compute_units", Need::required, 0, 1 << 20).value_or(0);
+  // Optional: files written before the measured refinements existed have none.
+  read_measured_rates(device, out.gemm_curve, out.op_bandwidth_bytes_per_s);
+  if (const Json* threaded = device.find("threaded", Need::optional); threaded && !threaded->is_null()) {
+    if (auto t = device.object("threaded", Need::optional)) {
+      ThreadedRates rates;
+      rates.threads = static_cast<int>(t->integer("threads", Need::required, 2, 4096).value_or(0));
+      read_measured_rates(*t, rates.gemm_curve, rates.op_bandwidth_bytes_per_s);
+      t->finish();
+      if (rates.threads > 0) out.threaded = std::move(rates);
+    }
+  }
   device.finish();
 }
 

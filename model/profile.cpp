@@ -19,14 +19,36 @@ bool same_2x2(const double (&a)[2][2], const double (&b)[2][2]) {
   return a[0][0] == b[0][0] && a[0][1] == b[0][1] && a[1][0] == b[1][0] && a[1][1] == b[1][1];
 }
 
+bool same_2x2xk(const double (&a)[2][2][kStreamOps], const double (&b)[2][2][kStreamOps]) {
+  for (int r = 0; r < 2; ++r) {
+    for (int c = 0; c < 2; ++c) {
+      for (std::size_t k = 0; k < kStreamOps; ++k) {
+        if (a[r][c][k] != b[r][c][k]) return false;
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
+
+StreamOp stream_op_of(OpKind kind) {
+  switch (kind) {
+    case OpKind::softmax: return StreamOp::softmax;
+    case OpKind::norm: return StreamOp::norm;
+    case OpKind::activation: return StreamOp::activation;
+    case OpKind::embedding: return StreamOp::embedding;
+    case OpKind::cross_entropy: return StreamOp::cross_entropy;
+    default: return StreamOp::elementwise;
+  }
+}
 
 bool BlockProfile::same_as(const BlockProfile& o) const {
   return tp_split_parameters == o.tp_split_parameters && replicated_parameters == o.replicated_parameters &&
          tied_parameters == o.tied_parameters && expert_tp_split_parameters == o.expert_tp_split_parameters &&
          expert_replicated_parameters == o.expert_replicated_parameters && same_2x2(saved_elements, o.saved_elements) &&
          same_2x2(saved_fixed_bytes, o.saved_fixed_bytes) && input_elements_per_sample == o.input_elements_per_sample &&
-         same_2x2(memory_elements, o.memory_elements) && same_2x2(memory_fixed_bytes, o.memory_fixed_bytes) &&
+         same_2x2xk(memory_elements, o.memory_elements) && same_2x2xk(memory_fixed_bytes, o.memory_fixed_bytes) &&
          matmul_forward_flops_per_sample == o.matmul_forward_flops_per_sample &&
          core_attention_flops_per_sample == o.core_attention_flops_per_sample &&
          tp_forward_reduce_elements == o.tp_forward_reduce_elements &&
@@ -95,8 +117,9 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
         if (op.core_attention) bp.core_attention_flops_per_sample += op.forward_flops_per_sample;
       } else {
         const int region = op.tensor_parallel_region ? 1 : 0, core = op.core_attention ? 1 : 0;
-        bp.memory_elements[region][core] += op.memory_elements_per_sample;
-        bp.memory_fixed_bytes[region][core] += op.memory_fixed_bytes_per_sample;
+        const auto cls = static_cast<std::size_t>(stream_op_of(op.kind));
+        bp.memory_elements[region][core][cls] += op.memory_elements_per_sample;
+        bp.memory_fixed_bytes[region][core][cls] += op.memory_fixed_bytes_per_sample;
         if (op.kind == OpKind::embedding && op.tp_split_parameters > 0) {
           bp.tp_forward_reduce_elements += op.output_elements_per_sample;
           ++bp.tp_forward_collectives;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/device_spec.hpp"
 #include "model/layer_graph.hpp"
 #include "model/model_spec.hpp"
 
@@ -34,8 +35,9 @@ struct BlockProfile {
   double input_elements_per_sample = 0;  // the block's input tensor (what full recompute keeps)
   // Work in the forward pass.
   std::vector<GemmWork> gemms;
-  double memory_elements[2][2] = {};     // [tensor-parallel region][core attention]
-  double memory_fixed_bytes[2][2] = {};
+  // Traffic of the memory-bound ops, [tensor-parallel region][core attention][StreamOp].
+  double memory_elements[2][2][kStreamOps] = {};
+  double memory_fixed_bytes[2][2][kStreamOps] = {};
   double matmul_forward_flops_per_sample = 0;  // GEMM-like ops: what "model FLOPs" count
   double core_attention_flops_per_sample = 0;
   // Tensor-parallel all-reduces (Megatron's g in the forward, f in the
@@ -69,6 +71,9 @@ struct ModelProfile {
 
   const BlockProfile& profile_of_block(int block) const { return kinds[static_cast<std::size_t>(block_kind[static_cast<std::size_t>(block)])]; }
 };
+
+// The class whose measured rate prices a memory-bound op (GEMM-like kinds: elementwise, unused).
+StreamOp stream_op_of(OpKind kind);
 
 ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph);
 

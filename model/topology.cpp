@@ -194,6 +194,8 @@ Topology build_topology(const ClusterSpec& cluster, std::int64_t world_size) {
       boost::add_edge(vertex, fabric, nic_to_fabric, graph);
     }
   }
+  topology.intra_node_overlaps_compute = cluster.intra_node.overlaps_compute;
+  topology.inter_node_overlaps_compute = cluster.inter_node.overlaps_compute;
   if (d > 1) topology.intra_node_path = path_between(topology, 0, 1);
   if (nodes > 1) topology.inter_node_path = path_between(topology, 0, d);
   topology.node_nic_bandwidth_bytes_per_s = node_nic_bandwidth_bytes_per_s(topology, 0);
@@ -275,6 +277,8 @@ std::vector<AxisPlacement> place_axes(const Topology& topology, const Mesh& mesh
       intra_path = topology.intra_node_path;  // nodes are alike: any intra-node pair
       placement.intra_bandwidth_bytes_per_s = intra_path.bandwidth_bytes_per_s;
     }
+    placement.overlaps_compute = (scan.most_on_a_node <= 1 || topology.intra_node_overlaps_compute) &&
+                                 (!placement.crosses_nodes || topology.inter_node_overlaps_compute);
     if (placement.crosses_nodes) {
       placement.inter_bandwidth_bytes_per_s = scan.inter_bandwidth_bytes_per_s;
       placement.latency_s = topology.inter_node_path.latency_s;

@@ -76,6 +76,9 @@ struct Topology {
   TopologyPath intra_node_path{};
   TopologyPath inter_node_path{};
   double node_nic_bandwidth_bytes_per_s = 0;
+  // LinkSpec::overlaps_compute of the intra- and inter-node links.
+  bool intra_node_overlaps_compute = true;
+  bool inter_node_overlaps_compute = true;
 
   // Vertex of device `rank`, 0 <= rank < world_size.
   TopologyGraph::vertex_descriptor device(std::int64_t rank) const;
@@ -115,6 +118,10 @@ struct AxisPlacement {
   // kind; bandwidth_with_nic_share() recombines them when axes share NICs.
   double intra_bandwidth_bytes_per_s = 0;  // B_intra
   double inter_bandwidth_bytes_per_s = 0;  // B_node m / D
+  // False when a hop the groups use cannot move data while the devices
+  // compute (LinkSpec::overlaps_compute): then none of the axis's
+  // communication is hidden.
+  bool overlaps_compute = true;
 };
 
 // One entry per mesh axis, in mesh order. Size-1 axes cost nothing

@@ -1,5 +1,6 @@
 #include "model/yaml_reader.hpp"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -184,6 +185,28 @@ std::optional<std::vector<std::int64_t>> YamlMap::integer_list(std::string_view 
       return std::nullopt;
     }
     values.push_back(value);
+  }
+  return values;
+}
+
+std::optional<std::vector<std::pair<double, double>>> YamlMap::number_pairs(std::string_view key, Need need) {
+  auto node = find(key, need);
+  if (!node) return std::nullopt;
+  if (!node->IsSequence() || node->size() == 0) {
+    add_problem(key, "expected a non-empty list of [number, number] pairs, got " + scalar_text(*node));
+    return std::nullopt;
+  }
+  std::vector<std::pair<double, double>> values;
+  for (std::size_t i = 0; i < node->size(); ++i) {
+    const YAML::Node item = (*node)[i];
+    double a = 0, b = 0;
+    if (!item.IsSequence() || item.size() != 2 || !item[0].IsScalar() || !item[1].IsScalar() ||
+        !YAML::convert<double>::decode(item[0], a) || !YAML::convert<double>::decode(item[1], b) || !std::isfinite(a) ||
+        !std::isfinite(b)) {
+      add_problem(key, "item " + std::to_string(i + 1) + ": expected a pair of numbers [a, b], got " + scalar_text(item));
+      return std::nullopt;
+    }
+    values.emplace_back(a, b);
   }
   return values;
 }

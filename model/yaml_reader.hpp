@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model/problem.hpp"
@@ -41,6 +42,9 @@ class YamlMap {
                                     const std::vector<std::string>& allowed);
   std::optional<std::vector<std::int64_t>> integer_list(std::string_view key, Need need,
                                                         std::int64_t min_value, std::int64_t max_value);
+  // A non-empty list of two-number lists, e.g. [[21.3, 0.24], [42.7, 0.47]];
+  // each number finite (range checks are the caller's: it knows the meaning).
+  std::optional<std::vector<std::pair<double, double>>> number_pairs(std::string_view key, Need need);
   // A nested map; read its keys through the returned reader, then finish() it.
   std::optional<YamlMap> map(std::string_view key, Need need);
 

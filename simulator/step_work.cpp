@@ -248,9 +248,19 @@ Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, c
   work.schedule = plan.schedule;
   work.stages = pp;
   work.micro_batches = m;
-  work.overlap_tensor_parallel = plan.overlap_tensor_parallel;
-  work.overlap_gradient_reduction = plan.overlap_gradient_reduction;
-  work.overlap_parameter_gather = plan.overlap_parameter_gather;
+  // evaluate.cpp: nothing hides on a link that cannot move data while the
+  // devices compute (LinkSpec::overlaps_compute, e.g. MPI over shared memory).
+  auto overlaps = [&](std::initializer_list<Axis> axes) {
+    for (const AxisPlacement& p : placements) {
+      if (p.size > 1 && !p.overlaps_compute && std::find(axes.begin(), axes.end(), p.axis) != axes.end()) return false;
+    }
+    return true;
+  };
+  work.overlap_tensor_parallel = plan.overlap_tensor_parallel && overlaps({Axis::tp});
+  work.overlap_gradient_reduction = plan.overlap_gradient_reduction && overlaps({Axis::dp, Axis::ep});
+  work.overlap_parameter_gather =
+      plan.overlap_parameter_gather &&
+      (plan.zero_stage >= 3 ? overlaps({Axis::fsdp, Axis::dp, Axis::ep}) : overlaps({Axis::fsdp}));
 
   for (std::int64_t r = 0; r < pp; ++r) {
     StageWork stage;
@@ -370,10 +380,10 @@ Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, c
     // gradients read, working weights written, per locally owned parameter.
     const StageMemory& sm = memory[static_cast<std::size_t>(r)];
     const double optimizer_parameters = sm.memory.optimizer_bytes / bytes.optimizer_bytes_per_parameter;
-    stage.optimizer_s = memory_time_s(optimizer_parameters * (2 * bytes.optimizer_bytes_per_parameter +
+    stage.optimizer_s = stream_time_s(optimizer_parameters * (2 * bytes.optimizer_bytes_per_parameter +
                                                               bytes.gradient_bytes_per_parameter +
                                                               bytes.weight_bytes_per_parameter),
-                                      rates);
+                                      rates, StreamOp::optimizer);
     if (reduce_over_dp && plan.zero_stage >= 1) {
       stage.parameter_gather_after_step = build.collective(
           Collective::all_gather, stage_parameters * bytes.weight_bytes_per_parameter / fsdp, dp_group, r);

@@ -63,6 +63,7 @@ void expect_same_link(const LinkSpec& a, const LinkSpec& b) {
   EXPECT_EQ(a.latency_s, b.latency_s);
   EXPECT_EQ(a.nics_per_node, b.nics_per_node);
   EXPECT_EQ(a.achievable_fraction, b.achievable_fraction);
+  EXPECT_EQ(a.overlaps_compute, b.overlaps_compute);
 }
 
 void expect_same_cluster(const ClusterSpec& a, const ClusterSpec& b) {
@@ -81,6 +82,21 @@ void expect_same_cluster(const ClusterSpec& a, const ClusterSpec& b) {
   EXPECT_EQ(d.gemm_efficiency, e.gemm_efficiency);
   EXPECT_EQ(d.memory_efficiency, e.memory_efficiency);
   EXPECT_EQ(d.compute_units, e.compute_units);
+  ASSERT_EQ(d.gemm_curve.size(), e.gemm_curve.size());
+  for (std::size_t i = 0; i < d.gemm_curve.size(); ++i) {
+    EXPECT_EQ(d.gemm_curve[i].intensity, e.gemm_curve[i].intensity);
+    EXPECT_EQ(d.gemm_curve[i].fraction, e.gemm_curve[i].fraction);
+  }
+  EXPECT_EQ(d.op_bandwidth_bytes_per_s, e.op_bandwidth_bytes_per_s);
+  ASSERT_EQ(d.threaded.has_value(), e.threaded.has_value());
+  if (d.threaded) {
+    EXPECT_EQ(d.threaded->threads, e.threaded->threads);
+    ASSERT_EQ(d.threaded->gemm_curve.size(), e.threaded->gemm_curve.size());
+    for (std::size_t i = 0; i < d.threaded->gemm_curve.size(); ++i) {
+      EXPECT_EQ(d.threaded->gemm_curve[i].fraction, e.threaded->gemm_curve[i].fraction);
+    }
+    EXPECT_EQ(d.threaded->op_bandwidth_bytes_per_s, e.threaded->op_bandwidth_bytes_per_s);
+  }
 }
 
 void expect_same_plan(const Plan& a, const Plan& b) {
@@ -188,6 +204,43 @@ TEST(PlanFile, ClusterWithNodeLimitRoundTrips) {
   expect_round_trip(made.file);
   made.file.cluster.max_nodes.reset();
   expect_round_trip(made.file);
+}
+
+// A calibrated local-cpu carries the measured refinements (GEMM curve, op-class
+// rates, threaded figures, a link that hides nothing); the plan file keeps them,
+// so the embedded prediction can be remade from the file alone. A file written
+// before they existed reads with none of them.
+TEST(PlanFile, MeasuredRefinementsRoundTripAndOlderFilesReadWithout) {
+  Made made = make({"gpt-byte-10m", "local-cpu", "dp=2", 2, 4, 8}, [](Plan& p) { p.precision = Precision::fp32; });
+  ClusterSpec& cluster = made.file.cluster;
+  EXPECT_FALSE(cluster.intra_node.overlaps_compute);
+  cluster.device.gemm_curve = {{10.6667, 0.109715}, {85.3333, 0.430421}, {1365.33, 0.963068}};
+  cluster.device.op_bandwidth_bytes_per_s[static_cast<std::size_t>(StreamOp::activation)] = 3.48e9;
+  cluster.device.op_bandwidth_bytes_per_s[static_cast<std::size_t>(StreamOp::optimizer)] = 9.66e9;
+  ThreadedRates threaded;
+  threaded.threads = 2;
+  threaded.gemm_curve = {{10.6667, 0.0523}, {1365.33, 0.955}};
+  threaded.op_bandwidth_bytes_per_s[static_cast<std::size_t>(StreamOp::norm)] = 2.39e9;
+  cluster.device.threaded = threaded;
+  expect_round_trip(made.file);
+
+  Json old = plan_file_to_json(made.file);
+  old["cluster"]["device"].erase("gemm_curve");
+  old["cluster"]["device"].erase("op_bandwidth_bytes_per_s");
+  old["cluster"]["device"].erase("threaded");
+  old["cluster"]["intra_node"].erase("overlaps_compute");
+  const auto back = parse_plan_file(old.dump(2), "old.json");
+  ASSERT_TRUE(back.ok()) << messages(back.problems);
+  EXPECT_TRUE(back.value.cluster.device.gemm_curve.empty());
+  EXPECT_EQ(back.value.cluster.device.op_bandwidth_bytes_per_s, (std::array<double, kStreamOps>{}));
+  EXPECT_FALSE(back.value.cluster.device.threaded.has_value());
+  EXPECT_TRUE(back.value.cluster.intra_node.overlaps_compute);
+
+  Json bad = plan_file_to_json(made.file);
+  bad["cluster"]["device"]["gemm_curve"] = Json::array({Json::array({100, 0.5}), Json::array({10, 0.6})});
+  const auto refused = parse_plan_file(bad.dump(2), "bad.json");
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(messages(refused.problems).find("cluster.device.gemm_curve"), std::string::npos) << messages(refused.problems);
 }
 
 TEST(PlanFile, WriteThenReadFromDisk) {

@@ -47,7 +47,7 @@ Roofline plan_roofline(const Evaluator& evaluator, const Plan& plan) {
         const double split = cp * ((op.tensor_parallel_region || plan.sequence_parallel) ? tp : 1.0);
         p.flops = op.forward_flops_per_sample * b / split;
         p.bytes = (op.memory_elements_per_sample * act + op.memory_fixed_bytes_per_sample) * b / split;
-        p.time_s = memory_time_s(p.bytes, rates);
+        p.time_s = stream_time_s(p.bytes, rates, stream_op_of(op.kind));
       }
       if (p.flops > 0 && p.bytes > 0 && p.time_s > 0) out.points.push_back(p);
     }
