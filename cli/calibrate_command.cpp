@@ -19,6 +19,15 @@
 //   bandwidth     = STREAM triad on all CPUs / cores (a rank's share when
 //                   every core streams), memory_bandwidth_fraction = 1;
 //   memory        = MemTotal / cores;  devices_per_node = physical cores.
+//   gemm_curve    = fraction of that peak each GEMM of a ladder reaches with
+//                   cold operands while every core runs one (time_gemm_cold),
+//                   by arithmetic intensity, close points merged;
+//   op_bandwidth_gb_per_s = per op class (GELU, LayerNorm, residual, the
+//                   optimizer step), the executor's kernel timed cold on every
+//                   core, as GB/s of the traffic the cost model counts.
+//   threaded      = with 2 or more cores, the same two figures measured as
+//                   one process of that many OpenBLAS/OpenMP threads, per
+//                   core (what a one-rank job on every core gets of each).
 //   intra-node link = latency and bus bandwidth fitted to all_reduce,
 //                   all_gather, reduce_scatter and send/recv timed by size
 //                   (executor/comm/collective_bench.hpp), when calibrate runs
@@ -44,9 +53,11 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/calibrate_measure.hpp"
+#include "cli/calibrate_report.hpp"
 #include "cli/commands.hpp"
 #include "cli/text_report.hpp"
 #include "executor/comm/collective_bench.hpp"
@@ -73,34 +84,14 @@ struct Settings {
   int min_repeats = 0;
   double array_bytes = 0;
   int bandwidth_repeats = 0;
+  // Cold operands, every core busy (the achievable: refinements).
+  std::vector<GemmShape> cold_shapes;
+  ColdSettings cold;
+  std::int64_t elementwise_elements = 0;  // GELU and residual
+  std::int64_t norm_rows = 0, norm_channels = 0;
+  std::int64_t optimizer_parameters = 0;
 };
 
-struct Calibration {
-  MachineInfo machine;
-  std::int64_t devices_per_node = 1;
-  std::vector<GemmResult> fp32;            // one thread: one device
-  std::optional<GemmResult> fp32_all_cores;  // every core at once, for the table
-  std::vector<GemmResult> bf16;
-  std::string bf16_note;
-  std::optional<BandwidthResult> bandwidth_one_thread;
-  std::optional<BandwidthResult> bandwidth_all_cpus;
-  std::vector<exec::comm::CollectiveTiming> collectives;  // every group size, collective and size
-  std::optional<LinkFit> intra_link;                       // fitted to `collectives`
-};
-
-// The figures written into the presets, rounded as written.
-struct PresetFigures {
-  double fp32_flops_per_s = 0;
-  std::optional<double> bf16_flops_per_s;
-  double memory_bytes = 0;
-  double memory_bandwidth_bytes_per_s = 0;
-  std::int64_t devices_per_node = 1;
-};
-
-std::string threads_text(int threads) { return std::to_string(threads) + (threads == 1 ? " thread" : " threads"); }
-
-std::string six_digits(double value) { return format("%.6g", value); }
-double as_written(double value) { return std::stod(six_digits(value)); }
 
 Settings settings_for(bool quick, const MachineInfo& machine) {
   Settings s;
@@ -130,6 +121,43 @@ Settings settings_for(bool quick, const MachineInfo& machine) {
   const double wanted = std::max(4 * machine.last_level_cache_bytes, 64 * mib);
   s.array_bytes = quick ? 32 * mib : std::min({wanted, 512 * mib, machine.memory_available_bytes / 16});
   s.bandwidth_repeats = quick ? 2 : 5;
+
+  // Intensities (2mnk / (mk + kn + mn)) from ~10 to ~1400: squares, and the
+  // skinny shapes of small models: mlp-fashion's last layer, an attention
+  // score GEMM of one head (T = 128, head size 64), and a GPT block of
+  // gpt-byte-10m at 512 rows (C = 384: qkv, MLP up and down projections).
+  const std::vector<std::int64_t> cold_squares = quick ? std::vector<std::int64_t>{16, 32, 64, 128, 256, 512}
+                                                       : std::vector<std::int64_t>{16, 32, 64, 128, 256, 512, 1024, 2048};
+  for (auto n : cold_squares) s.cold_shapes.push_back({std::to_string(n) + "x" + std::to_string(n) + "x" + std::to_string(n), n, n, n});
+  // GemmShape is {label, M = rows, K = in_features, N = out_features}; labels say M x N x K.
+  s.cold_shapes.push_back({"128x10x256", 128, 256, 10});
+  s.cold_shapes.push_back({"128x64x128", 128, 128, 64});
+  s.cold_shapes.push_back({"512x64x512", 512, 512, 64});
+  if (!quick) {
+    s.cold_shapes.push_back({"512x1152x384", 512, 384, 1152});
+    s.cold_shapes.push_back({"512x1536x384", 512, 384, 1536});
+    s.cold_shapes.push_back({"512x384x1536", 512, 1536, 384});
+  }
+  s.cold.threads = static_cast<int>(std::max<std::int64_t>(1, machine.physical_cores));
+  s.cold.evict_bytes = eviction_bytes_for(machine.last_level_cache_bytes, kEvictionCapBytes);
+  s.cold.repeats = quick ? 3 : 11;
+  s.elementwise_elements = quick ? (1 << 20) : (1 << 22);
+  s.norm_rows = quick ? 1024 : 4096;
+  s.norm_channels = 768;
+  s.optimizer_parameters = quick ? (1 << 20) : (1 << 23);
+  // Every core holds its own buffers at once: keep them all within a quarter
+  // of the free memory (a many-core machine with little memory gets smaller ones).
+  const double per_thread_bytes = machine.memory_available_bytes / 4 / s.cold.threads - s.cold.evict_bytes;
+  constexpr double kFloat = sizeof(float);
+  while (s.optimizer_parameters > (1 << 16) && 4 * kFloat * static_cast<double>(s.optimizer_parameters) > per_thread_bytes) {
+    s.optimizer_parameters /= 2;  // parameters, gradients, two moments
+  }
+  while (s.elementwise_elements > (1 << 16) && 6 * kFloat * static_cast<double>(s.elementwise_elements) > per_thread_bytes) {
+    s.elementwise_elements /= 2;  // the residual's six buffers (GELU has four)
+  }
+  while (s.norm_rows > 64 && 4 * kFloat * static_cast<double>(s.norm_rows * s.norm_channels) > per_thread_bytes) {
+    s.norm_rows /= 2;  // inp, out, dout, dinp
+  }
   return s;
 }
 
@@ -258,287 +286,49 @@ std::vector<Phase> phases() {
                format("%.1f", b->triad_bytes_per_s / 1e9) + " GB/s");
          }
        }},
+      {"cold, every core",
+       [say](bool quick, Calibration& c) {
+         const Settings s = settings_for(quick, c.machine);
+         c.cold = s.cold;
+         for (const auto& shape : s.cold_shapes) {
+           c.gemm_cold.push_back(time_gemm_cold(shape, s.cold));
+           say("cold fp32 GEMM " + shape.label + format(" (I = %.1f)", c.gemm_cold.back().intensity()) + ": " +
+               format("%.1f", c.gemm_cold.back().flops_per_s() / 1e9) + " GFLOP/s per core, " + threads_text(s.cold.threads));
+         }
+         auto keep = [&](OpClassResult r) {
+           say("cold " + to_string(r.op_class) + " (" + r.kernel + "): " + format("%.2f", r.counted_bytes_per_s() / 1e9) +
+               " GB/s counted per core");
+           c.op_classes.push_back(std::move(r));
+         };
+         keep(time_activation_cold(s.elementwise_elements, s.cold));
+         keep(time_norm_cold(s.norm_rows, s.norm_channels, s.cold));
+         keep(time_elementwise_cold(s.elementwise_elements, s.cold));
+         keep(time_optimizer_cold(s.optimizer_parameters, s.cold));
+       }},
+      {"cold, one process of every core's threads",
+       [say](bool quick, Calibration& c) {
+         const Settings s = settings_for(quick, c.machine);
+         if (s.cold.threads < 2) return;  // one core: a rank never runs several threads
+         ColdSettings threaded = s.cold;
+         threaded.one_process = true;
+         c.threaded = threaded;
+         const double cores = threaded.threads;
+         for (const auto& shape : s.cold_shapes) {
+           c.gemm_threaded.push_back(time_gemm_cold(shape, threaded));
+           say("cold fp32 GEMM " + shape.label + ", one process of " + threads_text(threaded.threads) + ": " +
+               format("%.1f", c.gemm_threaded.back().flops_per_s() / cores / 1e9) + " GFLOP/s per core");
+         }
+         auto keep = [&](OpClassResult r) {
+           say("cold " + to_string(r.op_class) + ", one process of " + threads_text(threaded.threads) + ": " +
+               format("%.2f", r.counted_bytes_per_s() / cores / 1e9) + " GB/s counted per core");
+           c.op_classes_threaded.push_back(std::move(r));
+         };
+         keep(time_activation_cold(s.elementwise_elements, threaded));
+         keep(time_norm_cold(s.norm_rows, s.norm_channels, threaded));
+         keep(time_elementwise_cold(s.elementwise_elements, threaded));
+         keep(time_optimizer_cold(s.optimizer_parameters, threaded));
+       }},
   };
-}
-
-// The shortest best repeat whose rate can set the peak. A 128^3 GEMM takes
-// about 20 us, a few ticks of a virtual machine's CPU clock, and one such
-// repeat measured short by a tick reads as 1.3x the machine's real rate
-// (205 GFLOP/s against a 166 GFLOP/s theoretical core on the development
-// machine): the best of many tiny repeats is biased upwards, not a peak.
-constexpr double kMinPeakRepeatSeconds = 1e-3;
-
-// The best rate among repeats long enough to time (all of them when none is).
-double best_rate(const std::vector<GemmResult>& results) {
-  double best = 0, best_long = 0;
-  for (const auto& r : results) {
-    best = std::max(best, r.flops_per_s());
-    if (r.best_s >= kMinPeakRepeatSeconds) best_long = std::max(best_long, r.flops_per_s());
-  }
-  return best_long > 0 ? best_long : best;
-}
-
-PresetFigures figures_of(const Calibration& c) {
-  PresetFigures f;
-  f.devices_per_node = c.devices_per_node;
-  const double cores = static_cast<double>(c.devices_per_node);
-  f.fp32_flops_per_s = as_written(best_rate(c.fp32) / 1e12) * 1e12;
-  const double bf16 = best_rate(c.bf16);
-  if (bf16 > best_rate(c.fp32)) f.bf16_flops_per_s = as_written(bf16 / 1e12) * 1e12;
-  f.memory_bytes = as_written(c.machine.memory_total_bytes / cores / (1024.0 * 1024 * 1024)) * 1024.0 * 1024 * 1024;
-  f.memory_bandwidth_bytes_per_s = as_written(c.bandwidth_all_cpus->triad_bytes_per_s / cores / 1e9) * 1e9;
-  return f;
-}
-
-double theoretical_fp32_per_core(const MachineInfo& m) {
-  return m.cpu_mhz * 1e6 * theoretical_fp32_flops_per_cycle(m.cpu_flags);
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  ::gmtime_r(&now, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M UTC", &tm);
-  return text;
-}
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "this machine";
-  return name;
-}
-
-// The measurements as a '#' comment block, so the preset carries its evidence.
-std::string measurement_comment(const Calibration& c) {
-  std::ostringstream out;
-  out << "# fp32 GEMM, kernels::matmul_forward (cblas_sgemm, out = in . weight^T), best of repeats after a warm-up\n"
-      << "# (1 thread: the thread's CPU time; more threads: wall time):\n";
-  out << "#   shape                  M x N x K               threads  GFLOP/s\n";
-  auto row = [&](const GemmResult& r, const char* dtype) {
-    out << "#   " << dtype << " " << r.shape.label << std::string(r.shape.label.size() < 18 ? 18 - r.shape.label.size() : 1, ' ')
-        << format("%6.0f", static_cast<double>(r.shape.rows)) << " x " << format("%6.0f", static_cast<double>(r.shape.out_features))
-        << " x " << format("%6.0f", static_cast<double>(r.shape.in_features)) << "  " << format("%7.0f", r.threads)
-        << "  " << format("%7.1f", r.flops_per_s() / 1e9) << "\n";
-  };
-  for (const auto& r : c.fp32) row(r, "fp32");
-  if (c.fp32_all_cores) row(*c.fp32_all_cores, "fp32");
-  for (const auto& r : c.bf16) row(r, "bf16");
-  if (!c.bf16_note.empty()) out << "# bf16 GEMM " << c.bf16_note << "\n";
-  for (const auto* b : {&c.bandwidth_one_thread, &c.bandwidth_all_cpus}) {
-    if (!*b) continue;
-    out << "# STREAM float64, " << format("%.0f", (*b)->array_bytes / 1048576.0) << " MiB arrays, "
-        << threads_text((*b)->threads) << ": copy " << format("%.1f", (*b)->copy_bytes_per_s / 1e9) << " GB/s, triad "
-        << format("%.1f", (*b)->triad_bytes_per_s / 1e9) << " GB/s\n";
-  }
-  return out.str();
-}
-
-std::string device_yaml(const Calibration& c, const PresetFigures& f, const std::string& when, bool quick) {
-  const MachineInfo& m = c.machine;
-  const double theoretical = theoretical_fp32_per_core(m);
-  std::ostringstream y;
-  y << "# This machine as one training device: one physical core per MPI rank.\n"
-    << "# Written by `meshplan calibrate" << (quick ? " --quick" : "") << "` on " << host_name() << ", " << when << ";\n"
-    << "# " << m.cpu_model << ", " << m.physical_cores << " physical cores, " << m.logical_cpus
-    << " logical CPUs; " << openblas_get_config() << ".\n"
-    << "# Load average at the start: " << format("%.2f", m.load_average_1min) << " (other work lowers every figure).\n"
-    << "# Run `meshplan calibrate` again to refresh; delete this file to go back to the built-in placeholder.\n"
-    << measurement_comment(c) << "name: local-cpu\n"
-    << "source: \"meshplan calibrate" << (quick ? " --quick" : "") << ", " << when << ", " << host_name() << "\"\n"
-    << "peak_tflops:\n"
-    << "  fp32: " << six_digits(f.fp32_flops_per_s / 1e12)
-    << "   # measured: best one-thread fp32 GEMM rate above (not a datasheet peak)";
-  if (theoretical > 0) {
-    y << "; for reference " << format("%.3f", theoretical / 1e12) << " TFLOP/s = " << format("%.0f MHz x ", m.cpu_mhz)
-      << theoretical_fp32_flops_per_cycle(m.cpu_flags) << " FLOP/cycle (assumed from the CPU flags)";
-  }
-  y << "\n";
-  if (f.bf16_flops_per_s) {
-    y << "  bf16: " << six_digits(*f.bf16_flops_per_s / 1e12) << "   # measured: best one-thread cblas_sbgemm rate above\n";
-  } else if (!c.bf16.empty()) {
-    y << "  # bf16 omitted: cblas_sbgemm measured slower than fp32 here, so plans should not pick it\n";
-  } else {
-    y << "  # bf16 omitted: " << c.bf16_note << "\n";
-  }
-  y << "memory_gib: " << six_digits(f.memory_bytes / (1024.0 * 1024 * 1024)) << "   # /proc/meminfo MemTotal "
-    << format("%.2f", m.memory_total_bytes / (1024.0 * 1024 * 1024)) << " GiB / " << f.devices_per_node << " cores\n"
-    << "memory_bandwidth_gb_per_s: " << six_digits(f.memory_bandwidth_bytes_per_s / 1e9) << "   # measured: STREAM triad on "
-    << c.bandwidth_all_cpus->threads << " threads "
-    << format("%.1f", c.bandwidth_all_cpus->triad_bytes_per_s / 1e9) << " GB/s / " << f.devices_per_node
-    << " cores (a rank's share when every core streams)\n"
-    << "achievable:\n"
-    << "  gemm_fraction: 1.0              # the peak above is itself a measured GEMM rate\n"
-    << "  memory_bandwidth_fraction: 1.0  # the bandwidth above is itself a measured streaming rate\n";
-  return y.str();
-}
-
-std::string cluster_yaml(const Calibration& c, const PresetFigures& f, const std::string& when, bool quick) {
-  std::ostringstream y;
-  const bool measured = c.intra_link && c.intra_link->ok;
-  y << "# This machine as a cluster: one node whose devices are its physical cores,\n"
-    << "# one MPI rank each, talking through shared memory.\n"
-    << "# Written by `meshplan calibrate" << (quick ? " --quick" : "") << "` on " << host_name() << ", " << when << ".\n";
-  if (measured) {
-    y << "# The intra-node link: latency and bus bandwidth fitted (least squares on relative error) to\n"
-      << "# t = latency_steps x latency + S x F_bus / bandwidth over these timings (median iteration,\n"
-      << "# slowest rank; executor/comm/collective_bench.hpp):\n"
-      << "#   collective      ranks        bytes   time us  busbw GB/s\n";
-    for (const auto& t : c.collectives) {
-      const std::string name = to_string(t.collective);
-      y << "#   " << name << std::string(name.size() < 14 ? 14 - name.size() : 1, ' ') << format("%7.0f", t.ranks)
-        << format("  %11.0f", static_cast<double>(t.bytes)) << format("  %8.1f", t.time_s * 1e6)
-        << format("  %10.2f", t.busbw_bytes_per_s / 1e9) << "\n";
-    }
-    y << "# fit: median relative error " << format("%.0f%%", 100 * c.intra_link->median_relative_error)
-      << ", worst " << format("%.0f%%", 100 * c.intra_link->worst_relative_error) << "\n";
-  } else {
-    y << "# The links were not timed (calibrate ran on one rank; `mpirun -np 2 meshplan calibrate`\n"
-      << "# times them): their figures are the built-in placeholder's.\n";
-  }
-  y << "name: local-cpu\n"
-    << "source: \"meshplan calibrate" << (quick ? " --quick" : "") << ", " << when << ", " << host_name()
-    << (measured ? "; links measured over MPI" : "; link figures are placeholders") << "\"\n"
-    << "device: local-cpu\n"
-    << "devices_per_node: " << f.devices_per_node << "   # measured: physical cores this process may run on ("
-    << c.machine.logical_cpus << " logical CPUs)\n"
-    << "intra_node:\n"
-    << "  kind: shared-memory\n";
-  if (measured) {
-    y << "  per_direction_gb_per_s: " << six_digits(c.intra_link->bandwidth_bytes_per_s / 1e9)
-      << "   # measured: bus bandwidth of the fit above\n"
-      << "  latency_us: " << six_digits(c.intra_link->latency_s * 1e6) << "   # measured: latency per step of the fit above\n"
-      << "  achievable_fraction: 1.0   # the bandwidth above is itself a measured collective rate\n";
-  } else {
-    y << "  per_direction_gb_per_s: 5      # assumption, not measured: Open MPI shared-memory copy bandwidth between two cores\n"
-      << "  latency_us: 1.0                # assumption, not measured: shared-memory message latency\n";
-  }
-  y
-    << "inter_node:\n"
-    << "  kind: ethernet\n"
-    << "  nics_per_node: 1\n"
-    << "  per_nic_gbit_per_s: 10         # assumption: one 10 GbE port, for jobs that span workstations\n"
-    << "  latency_us: 30.0               # assumption, as for ethernet-10g\n";
-  return y.str();
-}
-
-void print_table(std::ostream& out, const Calibration& c, const PresetFigures& f, const std::vector<std::string>& files) {
-  const MachineInfo& m = c.machine;
-  out << "machine: " << m.cpu_model << ", " << m.physical_cores << " physical cores, " << m.logical_cpus
-      << " logical CPUs, " << gib(m.memory_total_bytes) << " GiB" << format(", load average %.2f", m.load_average_1min)
-      << "\n\n";
-  const double best = best_rate(c.fp32);
-  out << "GEMM rate, best repeat (1 thread: the thread's CPU time; more threads: wall time)\n"
-      << "  shape                           M x      N x      K  threads  GFLOP/s  of best\n";
-  auto row = [&](const GemmResult& r, const char* dtype) {
-    std::string name = std::string(dtype) + " " + r.shape.label;
-    out << "  " << name << std::string(name.size() < 28 ? 28 - name.size() : 1, ' ')
-        << format("%6.0f", static_cast<double>(r.shape.rows)) << " x " << format("%6.0f", static_cast<double>(r.shape.out_features))
-        << " x " << format("%6.0f", static_cast<double>(r.shape.in_features)) << format("  %7.0f", r.threads)
-        << format("  %7.1f", r.flops_per_s() / 1e9) << format("  %6.1f%%", 100 * r.flops_per_s() / best) << "\n";
-  };
-  for (const auto& r : c.fp32) row(r, "fp32");
-  if (c.fp32_all_cores) row(*c.fp32_all_cores, "fp32");
-  for (const auto& r : c.bf16) row(r, "bf16");
-  if (!c.bf16_note.empty()) out << "  bf16 " << c.bf16_note << "\n";
-  out << "\nmemory bandwidth (STREAM, float64)   copy GB/s  triad GB/s\n";
-  for (const auto* b : {&c.bandwidth_one_thread, &c.bandwidth_all_cpus}) {
-    if (!*b) continue;
-    const std::string name = format("%.0f MiB arrays, ", (*b)->array_bytes / 1048576.0) + threads_text((*b)->threads);
-    out << "  " << name << std::string(name.size() < 34 ? 34 - name.size() : 1, ' ')
-        << format("%9.1f", (*b)->copy_bytes_per_s / 1e9) << format("  %10.1f", (*b)->triad_bytes_per_s / 1e9) << "\n";
-  }
-  out << "\nlocal-cpu device (one core): fp32 " << format("%.4f", f.fp32_flops_per_s / 1e12) << " TFLOP/s";
-  if (f.bf16_flops_per_s) out << ", bf16 " << format("%.4f", *f.bf16_flops_per_s / 1e12) << " TFLOP/s";
-  out << ", " << format("%.2f", f.memory_bytes / (1024.0 * 1024 * 1024)) << " GiB, "
-      << format("%.2f", f.memory_bandwidth_bytes_per_s / 1e9) << " GB/s; " << f.devices_per_node << " per node\n";
-  if (const double theoretical = theoretical_fp32_per_core(m); theoretical > 0) {
-    out << "  (best fp32 GEMM = " << format("%.0f%%", 100 * best / theoretical) << " of "
-        << format("%.1f", theoretical / 1e9) << " GFLOP/s = " << format("%.0f MHz x ", m.cpu_mhz)
-        << theoretical_fp32_flops_per_cycle(m.cpu_flags) << " FLOP/cycle, assumed from the CPU flags)\n";
-  }
-  if (c.intra_link && c.intra_link->ok) {
-    out << "intra-node link (fitted to " << c.collectives.size() << " collective timings over MPI): latency "
-        << format("%.2f", c.intra_link->latency_s * 1e6) << " us, bus bandwidth "
-        << format("%.2f", c.intra_link->bandwidth_bytes_per_s / 1e9) << " GB/s (median error "
-        << format("%.0f%%", 100 * c.intra_link->median_relative_error) << ", worst "
-        << format("%.0f%%", 100 * c.intra_link->worst_relative_error) << ")\n";
-  } else {
-    out << "intra-node link: not timed (one rank; `mpirun -np 2 meshplan calibrate` times it): placeholder figures\n";
-  }
-  for (const auto& file : files) out << "wrote " << file << "\n";
-}
-
-nlohmann::ordered_json to_json(const Calibration& c, const PresetFigures& f, const std::vector<std::string>& files) {
-  using Json = nlohmann::ordered_json;
-  const MachineInfo& m = c.machine;
-  Json j;
-  j["machine"] = {{"cpu_model", m.cpu_model},
-                  {"physical_cores", m.physical_cores},
-                  {"logical_cpus", m.logical_cpus},
-                  {"cpu_mhz", m.cpu_mhz},
-                  {"memory_total_bytes", m.memory_total_bytes},
-                  {"last_level_cache_bytes", m.last_level_cache_bytes},
-                  {"load_average_1min", m.load_average_1min},
-                  {"blas", openblas_get_config()}};
-  Json gemm = Json::array();
-  auto add = [&](const GemmResult& r, const char* dtype) {
-    gemm.push_back({{"dtype", dtype},
-                    {"label", r.shape.label},
-                    {"m", r.shape.rows},
-                    {"n", r.shape.out_features},
-                    {"k", r.shape.in_features},
-                    {"threads", r.threads},
-                    {"clock", r.thread_cpu_clock ? "thread-cpu" : "wall"},
-                    {"repeats", r.repeats},
-                    {"best_s", r.best_s},
-                    {"flops_per_s", r.flops_per_s()}});
-  };
-  for (const auto& r : c.fp32) add(r, "fp32");
-  if (c.fp32_all_cores) add(*c.fp32_all_cores, "fp32");
-  for (const auto& r : c.bf16) add(r, "bf16");
-  j["gemm"] = gemm;
-  j["bf16_note"] = c.bf16_note;
-  Json bandwidth = Json::array();
-  for (const auto* b : {&c.bandwidth_one_thread, &c.bandwidth_all_cpus}) {
-    if (!*b) continue;
-    bandwidth.push_back({{"threads", (*b)->threads},
-                         {"array_bytes", (*b)->array_bytes},
-                         {"copy_bytes_per_s", (*b)->copy_bytes_per_s},
-                         {"triad_bytes_per_s", (*b)->triad_bytes_per_s}});
-  }
-  j["memory_bandwidth"] = bandwidth;
-  Json peaks = {{"fp32", f.fp32_flops_per_s}};
-  if (f.bf16_flops_per_s) peaks["bf16"] = *f.bf16_flops_per_s;
-  j["device"] = {{"name", "local-cpu"},
-                 {"peak_flops_per_s", peaks},
-                 {"memory_bytes", f.memory_bytes},
-                 {"memory_bandwidth_bytes_per_s", f.memory_bandwidth_bytes_per_s},
-                 {"gemm_efficiency", 1.0},
-                 {"memory_efficiency", 1.0}};
-  j["cluster"] = {{"name", "local-cpu"}, {"devices_per_node", f.devices_per_node}};
-  Json collectives = Json::array();
-  for (const auto& t : c.collectives) {
-    collectives.push_back({{"collective", to_string(t.collective)},
-                           {"ranks", t.ranks},
-                           {"bytes", t.bytes},
-                           {"iterations", t.iterations},
-                           {"time_s", t.time_s},
-                           {"busbw_bytes_per_s", t.busbw_bytes_per_s},
-                           {"correct", t.correct}});
-  }
-  j["collectives"] = collectives;
-  if (c.intra_link && c.intra_link->ok) {
-    j["cluster"]["intra_node"] = {{"latency_s", c.intra_link->latency_s},
-                                  {"bandwidth_bytes_per_s", c.intra_link->bandwidth_bytes_per_s},
-                                  {"median_relative_error", c.intra_link->median_relative_error},
-                                  {"worst_relative_error", c.intra_link->worst_relative_error}};
-  } else {
-    j["cluster"]["intra_node"] = nullptr;
-  }
-  j["theoretical_fp32_flops_per_s_per_core"] = theoretical_fp32_per_core(m);
-  j["files"] = files;
-  return j;
 }
 
 // The output folder and its devices/ and clusters/ subfolders, created now so
@@ -646,8 +436,10 @@ int run_calibrate(const CalibrateFlags& flags) {
 
 Command add_calibrate_command(CLI::App& app) {
   auto* command = app.add_subcommand(
-      "calibrate", "Measure this machine (GEMM rate by size, memory bandwidth, cores, memory; under mpirun with 2 "
-                   "or more ranks also the MPI collectives) and write the device and cluster presets local-cpu");
+      "calibrate", "Measure this machine (GEMM rate by size, memory bandwidth, cores, memory; with cold operands on "
+                   "every core the GEMM efficiency by arithmetic intensity and the rates of GELU, LayerNorm, residual and "
+                   "optimizer kernels; under mpirun with 2 or more ranks also the MPI collectives) and write the device "
+                   "and cluster presets local-cpu");
   auto flags = std::make_shared<CalibrateFlags>();
   command->add_option("--out", flags->out,
                       "Presets folder to write devices/local-cpu.yaml and clusters/local-cpu.yaml into (default: "

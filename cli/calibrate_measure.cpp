@@ -6,7 +6,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <omp.h>
+
 #include <algorithm>
+#include <array>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -15,12 +19,18 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/adamw.hpp"
+#include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/residual.hpp"
+#include "model/precision.hpp"
 #include "model/text.hpp"
 
 namespace meshplan::cli {
@@ -336,6 +346,344 @@ LinkFit fit_link(const std::vector<CollectiveSample>& samples) {
   fit.worst_relative_error = errors.back();
   fit.median_relative_error = errors[errors.size() / 2];
   return fit;
+}
+
+}  // namespace meshplan::cli
+
+namespace meshplan::cli {
+namespace {
+
+// Streams through a private buffer, reading and writing one word of every
+// 64-byte line, so that whatever the thread touched before is pushed out of
+// the caches (written lines cannot be kept by a replacement policy that
+// guesses "streaming, read once").
+// Streams through a private buffer, reading and writing one word of every
+// 64-byte line, so that whatever the thread touched before is pushed out of
+// the caches (written lines cannot be kept by a replacement policy that
+// guesses "streaming, read once"). With `parallel` (one process of several
+// threads, ColdSettings::one_process) the buffer is split over the OpenMP
+// threads, so every core's caches are flushed; it also times a call by wall
+// clock then, since the work runs on other threads than the caller.
+class CacheEvictor {
+  static constexpr double kWordBytes = sizeof(std::uint64_t);
+
+ public:
+  CacheEvictor(double bytes, bool parallel)
+      : words_(static_cast<std::size_t>(std::max(bytes, 64.0) / kWordBytes), 1), parallel_(parallel) {}
+  void operator()() {
+    constexpr std::size_t kWordsPerLine = 64 / sizeof(std::uint64_t);
+    const auto lines = static_cast<std::int64_t>(words_.size() / kWordsPerLine);
+    std::uint64_t* words = words_.data();
+#pragma omp parallel for schedule(static) if (parallel_)
+    for (std::int64_t line = 0; line < lines; ++line) words[static_cast<std::size_t>(line) * kWordsPerLine] += 1;
+    sink_ = words_[words_.size() / 2];
+  }
+  // Seconds `body` takes: the calling thread's CPU time, or wall time when parallel.
+  template <typename F>
+  double time(F&& body) const {
+    if (!parallel_) {
+      const double start = thread_cpu_s();
+      body();
+      return thread_cpu_s() - start;
+    }
+    const auto start = Clock::now();
+    body();
+    return seconds_since(start);
+  }
+
+ private:
+  std::vector<std::uint64_t> words_;
+  bool parallel_ = false;
+  volatile std::uint64_t sink_ = 0;
+};
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+// Forward and backward seconds of one repeat (backward 0 when there is none).
+using PartTimes = std::array<double, 2>;
+
+// The harness of ColdSettings: `make_repeat(evict)` runs in each worker thread
+// (so its buffers are first touched there) and returns the callable that runs
+// one repeat and returns its PartTimes. One untimed warm-up repeat first.
+// With `one_process` the repeats run in the calling thread instead, with
+// OpenBLAS and OpenMP at `threads` threads, and the figure is the median repeat.
+template <typename MakeRepeat>
+PartTimes cold_median(const ColdSettings& settings, MakeRepeat&& make_repeat) {
+  const int threads = std::max(1, settings.threads);
+  const int repeats = std::max(1, settings.repeats);
+  const int previous_blas_threads = openblas_get_num_threads();
+  if (settings.one_process) {
+    const int previous_omp_threads = omp_get_max_threads();
+    openblas_set_num_threads(threads);
+    omp_set_num_threads(threads);
+    CacheEvictor evict(settings.evict_bytes * threads, true);
+    auto repeat = make_repeat(evict);
+    std::vector<double> forward, backward;
+    for (int r = -1; r < repeats; ++r) {
+      const PartTimes times = repeat(r);
+      if (r < 0) continue;
+      forward.push_back(times[0]);
+      backward.push_back(times[1]);
+    }
+    openblas_set_num_threads(previous_blas_threads);
+    omp_set_num_threads(previous_omp_threads);
+    return {median(forward), median(backward)};
+  }
+  openblas_set_num_threads(1);
+  std::barrier together(threads);
+  std::vector<PartTimes> per_thread(static_cast<std::size_t>(threads));
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t]() {
+      omp_set_num_threads(1);  // the kernels' OpenMP loops run in this thread alone
+      CacheEvictor evict(settings.evict_bytes, false);
+      auto repeat = make_repeat(evict);
+      std::vector<double> forward, backward;
+      for (int r = -1; r < repeats; ++r) {
+        together.arrive_and_wait();
+        const PartTimes times = repeat(r);
+        if (r < 0) continue;
+        forward.push_back(times[0]);
+        backward.push_back(times[1]);
+      }
+      per_thread[static_cast<std::size_t>(t)] = {median(forward), median(backward)};
+    });
+  }
+  for (auto& w : workers) w.join();
+  openblas_set_num_threads(previous_blas_threads);
+  std::vector<double> forward, backward;
+  for (const auto& p : per_thread) {
+    forward.push_back(p[0]);
+    backward.push_back(p[1]);
+  }
+  return {median(forward), median(backward)};
+}
+
+constexpr double kFloatBytes = sizeof(float);
+
+std::size_t to_size(std::int64_t n) { return static_cast<std::size_t>(std::max<std::int64_t>(n, 0)); }
+
+}  // namespace
+
+double arithmetic_intensity(const GemmShape& shape) {
+  const auto m = static_cast<double>(shape.rows), n = static_cast<double>(shape.out_features),
+             k = static_cast<double>(shape.in_features);
+  const double elements = m * k + k * n + m * n;
+  return elements > 0 ? 2 * m * n * k / elements : 0;
+}
+
+double eviction_bytes_for(double last_level_cache_bytes, double cap_bytes) {
+  return std::max(8.0 * 1024 * 1024, std::min(2 * last_level_cache_bytes, cap_bytes));
+}
+
+ColdGemmResult time_gemm_cold(const GemmShape& shape, const ColdSettings& settings) {
+  ColdGemmResult result;
+  result.shape = shape;
+  result.threads = std::max(1, settings.threads);
+  result.repeats = std::max(1, settings.repeats);
+  // Small GEMMs: enough copies for ~1e8 FLOPs per repeat (~1 ms), all of
+  // them within half the eviction buffer, so every call's operands are cold.
+  const double copy_bytes =
+      static_cast<double>(shape.rows * shape.in_features + shape.out_features * shape.in_features +
+                          shape.rows * shape.out_features) * kFloatBytes;
+  const double wanted = std::ceil(1e8 / std::max(shape.flops(), 1.0));
+  const double room = std::floor(0.5 * settings.evict_bytes / std::max(copy_bytes, 1.0));
+  result.calls_per_repeat = static_cast<std::int64_t>(std::max(1.0, std::min({wanted, room, 256.0})));
+  const std::int64_t copies = result.calls_per_repeat;
+  const PartTimes times = cold_median(settings, [&](CacheEvictor& evict) {
+    struct Operands {
+      std::vector<float> in, weight, out;
+    };
+    auto operands = std::make_shared<std::vector<Operands>>();
+    for (std::int64_t c = 0; c < copies; ++c) {
+      const auto seed = static_cast<std::uint32_t>(2 * c + 1);
+      operands->push_back({operand(shape.rows * shape.in_features, seed),
+                           operand(shape.out_features * shape.in_features, seed + 1),
+                           std::vector<float>(to_size(shape.rows * shape.out_features))});
+    }
+    return [&evict, operands, shape, copies](int) -> PartTimes {
+      evict();
+      const double t = evict.time([&]() {
+        for (auto& o : *operands) {
+          kernels::matmul_forward<float>(o.out.data(), o.in.data(), o.weight.data(), nullptr, shape.rows,
+                                         shape.in_features, shape.out_features);
+        }
+      });
+      return {t / static_cast<double>(copies), 0};
+    };
+  });
+  result.call_s = times[0];
+  return result;
+}
+
+double OpClassResult::counted_bytes_per_s() const {
+  const double seconds = forward_s + backward_s;
+  if (!(seconds > 0)) return 0;
+  return (op_class == StreamOp::optimizer ? 1.0 : 3.0) * counted_forward_bytes / seconds;
+}
+
+namespace {
+
+OpClassResult op_result(StreamOp op_class, std::string kernel, std::int64_t elements, double counted_forward_bytes,
+                        const ColdSettings& settings, const PartTimes& times) {
+  OpClassResult r;
+  r.op_class = op_class;
+  r.kernel = std::move(kernel);
+  r.elements = elements;
+  r.counted_forward_bytes = counted_forward_bytes;
+  r.threads = std::max(1, settings.threads);
+  r.repeats = std::max(1, settings.repeats);
+  r.forward_s = times[0];
+  r.backward_s = times[1];
+  return r;
+}
+
+}  // namespace
+
+OpClassResult time_activation_cold(std::int64_t n, const ColdSettings& settings) {
+  const PartTimes times = cold_median(settings, [&](CacheEvictor& evict) {
+    struct Buffers {
+      std::vector<float> inp, out, dout, dinp;
+    };
+    auto b = std::make_shared<Buffers>(Buffers{operand(n, 3), std::vector<float>(to_size(n)), operand(n, 4),
+                                               std::vector<float>(to_size(n))});
+    return [&evict, b, n](int) -> PartTimes {
+      evict();
+      const double forward = evict.time([&]() { kernels::gelu_forward(b->out.data(), b->inp.data(), n); });
+      evict();
+      const double backward =
+          evict.time([&]() { kernels::gelu_backward(b->dinp.data(), b->inp.data(), b->dout.data(), n); });
+      return {forward, backward};
+    };
+  });
+  return op_result(StreamOp::activation, "gelu_forward/backward", n, 2.0 * static_cast<double>(n) * kFloatBytes,
+                   settings, times);
+}
+
+OpClassResult time_norm_cold(std::int64_t rows, std::int64_t channels, const ColdSettings& settings) {
+  const PartTimes times = cold_median(settings, [&](CacheEvictor& evict) {
+    struct Buffers {
+      std::vector<float> inp, out, mean, rstd, weight, bias, dout, dinp, dweight, dbias;
+    };
+    const std::int64_t n = rows * channels;
+    auto b = std::make_shared<Buffers>(Buffers{operand(n, 5), std::vector<float>(to_size(n)),
+                                               std::vector<float>(to_size(rows)), std::vector<float>(to_size(rows)),
+                                               operand(channels, 6), operand(channels, 7), operand(n, 8),
+                                               std::vector<float>(to_size(n)), std::vector<float>(to_size(channels)),
+                                               std::vector<float>(to_size(channels))});
+    return [&evict, b, rows, channels](int) -> PartTimes {
+      evict();
+      const double forward = evict.time([&]() {
+        kernels::layernorm_forward(b->out.data(), b->mean.data(), b->rstd.data(), b->inp.data(), b->weight.data(),
+                                   b->bias.data(), rows, channels);
+      });
+      evict();
+      const double backward = evict.time([&]() {
+        kernels::layernorm_backward(b->dinp.data(), b->dweight.data(), b->dbias.data(), b->dout.data(), b->inp.data(),
+                                    b->weight.data(), b->mean.data(), b->rstd.data(), rows, channels);
+      });
+      return {forward, backward};
+    };
+  });
+  const std::int64_t n = rows * channels;
+  return op_result(StreamOp::norm, "layernorm_forward/backward", n, 2.0 * static_cast<double>(n) * kFloatBytes,
+                   settings, times);
+}
+
+OpClassResult time_elementwise_cold(std::int64_t n, const ColdSettings& settings) {
+  const PartTimes times = cold_median(settings, [&](CacheEvictor& evict) {
+    struct Buffers {
+      std::vector<float> inp1, inp2, out, dout, dinp1, dinp2;
+    };
+    auto b = std::make_shared<Buffers>(Buffers{operand(n, 9), operand(n, 10), std::vector<float>(to_size(n)),
+                                               operand(n, 11), std::vector<float>(to_size(n)),
+                                               std::vector<float>(to_size(n))});
+    return [&evict, b, n](int) -> PartTimes {
+      evict();
+      const double forward = evict.time(
+          [&]() { kernels::residual_forward(b->out.data(), b->inp1.data(), b->inp2.data(), n); });
+      evict();
+      const double backward = evict.time(
+          [&]() { kernels::residual_backward(b->dinp1.data(), b->dinp2.data(), b->dout.data(), n); });
+      return {forward, backward};
+    };
+  });
+  return op_result(StreamOp::elementwise, "residual_forward/backward", n, 3.0 * static_cast<double>(n) * kFloatBytes,
+                   settings, times);
+}
+
+OpClassResult time_optimizer_cold(std::int64_t p, const ColdSettings& settings) {
+  const PartTimes times = cold_median(settings, [&](CacheEvictor& evict) {
+    struct Buffers {
+      std::vector<float> params, grads, m, v;
+    };
+    auto b = std::make_shared<Buffers>(Buffers{operand(p, 12), std::vector<float>(to_size(p)), operand(p, 13),
+                                               std::vector<float>(to_size(p), 1e-6f)});
+    for (auto& m : b->m) m *= 1e-3f;
+    return [&evict, b, p](int repeat) -> PartTimes {
+      // Gradients as a backward pass leaves them (untimed), then the step.
+      std::fill(b->grads.begin(), b->grads.end(), 1e-3f);
+      evict();
+      kernels::AdamWHyperparameters hp;
+      hp.weight_decay = 0.1;
+      volatile double norm_sink = 0;
+      const double t = evict.time([&]() {
+        const std::span<const float> grads(b->grads);
+        norm_sink = kernels::global_l2_norm<float>(std::span<const std::span<const float>>(&grads, 1));
+        kernels::adamw_update(b->params.data(), b->grads.data(), b->m.data(), b->v.data(), p, repeat + 2, hp);
+        std::fill(b->grads.begin(), b->grads.end(), 0.0f);
+      });
+      static_cast<void>(norm_sink);
+      return {t, 0};
+    };
+  });
+  const PrecisionBytes bytes = bytes_for(Precision::fp32);
+  const double per_parameter =
+      2 * bytes.optimizer_bytes_per_parameter + bytes.gradient_bytes_per_parameter + bytes.weight_bytes_per_parameter;
+  return op_result(StreamOp::optimizer, "global_l2_norm + adamw_update + zero grads", p,
+                   static_cast<double>(p) * per_parameter, settings, times);
+}
+
+std::vector<GemmCurvePoint> build_gemm_curve(std::vector<GemmCurvePoint> measured, double merge_relative,
+                                             std::size_t max_points) {
+  struct Group {
+    double first_intensity = 0, intensity_sum = 0, fraction_sum = 0;
+    int count = 0;
+    double intensity() const { return intensity_sum / count; }
+  };
+  std::erase_if(measured, [](const GemmCurvePoint& p) { return !(p.intensity > 0) || !(p.fraction > 0); });
+  std::sort(measured.begin(), measured.end(),
+            [](const GemmCurvePoint& a, const GemmCurvePoint& b) { return a.intensity < b.intensity; });
+  std::vector<Group> groups;
+  for (const auto& p : measured) {
+    if (groups.empty() || p.intensity > groups.back().first_intensity * (1 + merge_relative)) {
+      groups.push_back({p.intensity, 0, 0, 0});
+    }
+    groups.back().intensity_sum += p.intensity;
+    groups.back().fraction_sum += p.fraction;
+    ++groups.back().count;
+  }
+  while (groups.size() > std::max<std::size_t>(max_points, 1)) {
+    std::size_t closest = 0;
+    for (std::size_t i = 1; i + 1 < groups.size(); ++i) {
+      if (groups[i + 1].intensity() / groups[i].intensity() <
+          groups[closest + 1].intensity() / groups[closest].intensity()) {
+        closest = i;
+      }
+    }
+    groups[closest].intensity_sum += groups[closest + 1].intensity_sum;
+    groups[closest].fraction_sum += groups[closest + 1].fraction_sum;
+    groups[closest].count += groups[closest + 1].count;
+    groups.erase(groups.begin() + static_cast<std::ptrdiff_t>(closest) + 1);
+  }
+  std::vector<GemmCurvePoint> curve;
+  for (const auto& g : groups) curve.push_back({g.intensity(), std::clamp(g.fraction_sum / g.count, 1e-3, 1.5)});
+  return curve;
 }
 
 }  // namespace meshplan::cli

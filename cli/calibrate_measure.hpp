@@ -9,9 +9,17 @@
 // run slower, never faster, so the fastest repeat is the closest to what
 // the hardware does (the convention of STREAM and of OpenBLAS's benchmarks).
 //
+// The refinements of `achievable:` (the GEMM curve by arithmetic intensity
+// and the rate of each memory-bound op class) are measured differently, as a
+// training step sees them: cold operands, every core busy, median of
+// repeats (see ColdSettings).
+//
 // Defines: MachineInfo, probe_machine, GemmShape, GemmResult, time_gemm_fp32,
 // time_gemm_bf16, bf16_gemm_available, BandwidthResult, measure_bandwidth,
-// theoretical_fp32_flops_per_cycle, CollectiveSample, LinkFit, fit_link.
+// theoretical_fp32_flops_per_cycle, CollectiveSample, LinkFit, fit_link,
+// arithmetic_intensity, ColdSettings, eviction_bytes_for, ColdGemmResult,
+// time_gemm_cold, OpClassResult, time_activation_cold, time_norm_cold,
+// time_elementwise_cold, time_optimizer_cold, build_gemm_curve.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +29,7 @@
 #include <vector>
 
 #include "model/collectives.hpp"
+#include "model/device_spec.hpp"
 
 namespace meshplan::cli {
 
@@ -117,5 +126,97 @@ struct LinkFit {
 };
 
 LinkFit fit_link(const std::vector<CollectiveSample>& samples);
+
+// ---- Cold operands, every core busy (the `achievable:` refinements) ----
+
+// I = 2 m n k / (m k + k n + m n): FLOPs per element of a GEMM's two operands
+// and its result (model/device_spec.hpp, GemmCurvePoint).
+double arithmetic_intensity(const GemmShape& shape);
+
+// How the cold measurements run. `threads` std::threads (one per physical
+// core: a local-cpu device is one core of a job where every core trains),
+// each with its own buffers, OpenBLAS and OpenMP at one thread, all released
+// together by a barrier before every repeat. Before each timed call a thread
+// streams (reads and writes) through its own `evict_bytes` buffer, so the
+// operands come from memory as they do in a training step, where each op's
+// inputs were written long before. Each call is timed by the thread's CPU
+// clock: all work runs in the calling thread, and time slices that other
+// processes take do not count. A figure is the median over threads of each
+// thread's median repeat (not the best: a cold call's time varies with what
+// the other cores do, and the median is what a step meets).
+//
+// `one_process` measures the other way a rank can use the cores: one process
+// whose OpenBLAS and OpenMP run `threads` threads (a one-rank job on a
+// several-core machine). Then each call is timed by wall clock, the eviction
+// buffer (threads x evict_bytes) is streamed by all threads, and a figure is
+// the median repeat; results stay totals for the process (a caller divides
+// by `threads` for the per-core figures of `achievable.threaded`).
+struct ColdSettings {
+  int threads = 1;
+  double evict_bytes = 0;
+  int repeats = 5;
+  bool one_process = false;
+};
+
+// 2 x the last-level cache, capped at `cap_bytes` (a VM may report the host's
+// whole L3, 480 MiB on the development machine) and at least 8 MiB.
+double eviction_bytes_for(double last_level_cache_bytes, double cap_bytes);
+
+struct ColdGemmResult {
+  GemmShape shape;
+  int threads = 1;
+  int repeats = 0;
+  std::int64_t calls_per_repeat = 1;  // distinct cold operand copies timed together (small GEMMs)
+  double call_s = 0;                  // median (threads) of median (repeats) time of one call
+  double flops_per_s() const { return call_s > 0 ? shape.flops() / call_s : 0; }
+  double intensity() const { return arithmetic_intensity(shape); }
+};
+
+// kernels::matmul_forward<float> (no bias: one cblas_sgemm) on cold operands.
+// A GEMM of less than ~1e8 FLOPs is timed as several calls on distinct copies
+// of its operands (all evicted), so one repeat is long enough to time.
+ColdGemmResult time_gemm_cold(const GemmShape& shape, const ColdSettings& settings);
+
+// One memory-bound op class: the executor's kernel timed forward and backward
+// on cold buffers; `counted_forward_bytes` is the forward traffic the cost
+// model counts for the class, and the cost model prices a backward as 2x the
+// forward, so the rate that makes forward + backward exact is
+// 3 x counted_forward_bytes / (forward_s + backward_s). The optimizer has no
+// backward (backward_s = 0) and counts its whole step: rate = bytes / forward_s.
+struct OpClassResult {
+  StreamOp op_class = StreamOp::elementwise;
+  std::string kernel;
+  std::int64_t elements = 0;  // elements of the op's input (parameters for the optimizer)
+  double forward_s = 0;
+  double backward_s = 0;
+  double counted_forward_bytes = 0;
+  int threads = 1;
+  int repeats = 0;
+  double counted_bytes_per_s() const;
+};
+
+// GELU (kernels::gelu_forward/backward) over n floats; counted 2n x 4 bytes.
+OpClassResult time_activation_cold(std::int64_t n, const ColdSettings& settings);
+// LayerNorm (kernels::layernorm_forward/backward) over rows x channels; counted 2 rows C x 4 bytes.
+OpClassResult time_norm_cold(std::int64_t rows, std::int64_t channels, const ColdSettings& settings);
+// Residual add (kernels::residual_forward/backward) of n floats; counted 3n x 4 bytes.
+OpClassResult time_elementwise_cold(std::int64_t n, const ColdSettings& settings);
+// The optimizer step of the executor (executor/train/trainer.cpp) over p fp32
+// parameters: kernels::global_l2_norm of the gradients, kernels::adamw_update,
+// and zeroing the gradients (Parameters::zero_grads); counted as the cost model
+// counts Adam (model/evaluate.cpp): p x (2 x optimizer + gradient + weight
+// bytes of bytes_for(Precision::fp32)).
+OpClassResult time_optimizer_cold(std::int64_t p, const ColdSettings& settings);
+
+// The written curve from measured (intensity, fraction) points: sorted by
+// intensity; a run of points whose intensities are within `merge_relative`
+// of the run's first becomes one point (mean intensity, mean fraction); then,
+// while more than `max_points` remain, the two neighbours closest in
+// log(intensity) are merged the same way (weighted by how many measurements
+// each holds). Fractions are kept as measured (not made monotone), clamped
+// to [1e-3, 1.5] (the range the device schema accepts); points with a
+// non-positive intensity or fraction are dropped.
+std::vector<GemmCurvePoint> build_gemm_curve(std::vector<GemmCurvePoint> measured, double merge_relative,
+                                             std::size_t max_points);
 
 }  // namespace meshplan::cli
