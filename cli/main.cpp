@@ -4,11 +4,17 @@
 
 #include <exception>
 #include <iostream>
+#include <string_view>
 
 #include "cli/commands.hpp"
+#include "cli/openmp_env.hpp"
 
 int main(int argc, char** argv) {
   using namespace meshplan::cli;
+  // The commands that run OpenMP kernels: bound libgomp's spinning first (cli/openmp_env.hpp).
+  if (argc > 1 && (std::string_view(argv[1]) == "train" || std::string_view(argv[1]) == "calibrate")) {
+    reexec_with_openmp_spin_limit(argv);
+  }
   CLI::App app{"meshplan: decide how to parallelise a training job, and check the decision"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("meshplan 0.1.0"));

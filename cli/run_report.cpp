@@ -140,14 +140,14 @@ Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int thr
     return out;
   }
   ClusterSpec cluster = local.value;
-  const double cores = static_cast<double>(std::max(1, threads_per_rank));
-  for (auto& [dtype, peak] : cluster.device.peak_flops_per_s) peak *= cores;
-  cluster.device.memory_bandwidth_bytes_per_s *= cores;
+  bool threaded = false;
+  cluster.device = device_for_threads(cluster.device, std::max(1, threads_per_rank), &threaded);
   Plan plan = plan_file.plan;
   plan.precision = compute;
   RunPrediction& p = out.value;
   p.cluster_source = cluster.source;
   p.threads_per_rank = threads_per_rank;
+  p.threaded_rates = threaded;
   p.plan_file_cluster = plan_file.cluster.name;
   if (plan_file.prediction.time) p.plan_file_step_s = plan_file.prediction.time->step_s;
   const std::int64_t world = std::max<std::int64_t>(1, plan_file.plan.mesh.world_size());
@@ -219,12 +219,20 @@ Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_
                {"global_batch", plan_file.plan.global_batch},
                {"schedule", to_string(plan_file.plan.schedule)},
                {"zero_stage", plan_file.plan.zero_stage}};
-  j["threads"] = {{"per_rank", threads.threads}, {"source", threads.source}};
+  auto environment = [](const char* name) -> Json {
+    const char* value = std::getenv(name);
+    return value ? Json(value) : Json(nullptr);
+  };
+  j["threads"] = {{"per_rank", threads.threads},
+                  {"source", threads.source},
+                  {"GOMP_SPINCOUNT", environment("GOMP_SPINCOUNT")},  // cli/openmp_env.hpp
+                  {"OMP_WAIT_POLICY", environment("OMP_WAIT_POLICY")}};
   j["load_average_1min"] = load_average_1min();
   if (priced) {
     j["prediction"] = {{"cluster", "local-cpu"},
                        {"cluster_source", p.cluster_source},
                        {"device_scaled_to_cores", p.threads_per_rank},
+                       {"threaded_rates", p.threaded_rates},
                        {"step_s", p.step_s},
                        {"compute_s", p.compute_s},
                        {"communication_exposed_s", p.communication_exposed_s},
@@ -269,6 +277,12 @@ Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_
     std::cout << format("  predicted step %.4g s = compute ", p.step_s) << format("%.4g", p.compute_s)
               << format(" + exposed communication %.4g", p.communication_exposed_s) << format(" + bubble %.4g", p.bubble_s)
               << format(" + optimizer %.4g s\n", p.optimizer_s);
+    if (p.threads_per_rank > 1) {
+      std::cout << "  each rank priced as " << p.threads_per_rank << " local-cpu cores"
+                << (p.threaded_rates ? " at the rates calibrate measured for one process of that many threads\n"
+                                     : " at one core's rates x threads (calibrate measured no rates for this thread count: "
+                                       "an optimistic price)\n");
+    }
   }
   std::cout << "  rank  stage  threads  steps  cpu share  predicted s  measured s  measured/predicted  predicted MiB  measured MiB\n";
   for (const auto& m : measured) {

@@ -84,6 +84,9 @@ struct RunPrediction {
   std::string cluster_source;            // the local-cpu preset's `source`
   std::string cluster_file_note;         // "user presets" or "built-in"
   int threads_per_rank = 1;
+  // More than one thread per rank: whether local-cpu's `achievable.threaded`
+  // figures (measured at this thread count) priced it, rather than one core's x threads.
+  bool threaded_rates = false;
   double step_s = 0;
   double compute_s = 0;
   double communication_exposed_s = 0;

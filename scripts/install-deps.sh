@@ -8,7 +8,7 @@ packages=(
   g++ cmake ninja-build pkg-config git python3
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libboost-graph-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev zlib1g-dev dataset-fashion-mnist fortunes
+  libopenblas-dev libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist fortunes
   libdnnl-dev
   qt6-base-dev qt6-charts-dev qt6-svg-dev libgl-dev xvfb xauth
   libopenmpi-dev openmpi-bin

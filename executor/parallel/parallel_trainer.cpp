@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "executor/train/lr_schedule.hpp"
 #include "kernels/cpu/adamw.hpp"
@@ -46,6 +48,10 @@ class GradientBuckets {
         at += unit->layout.elements;
       }
     }
+    // Keep the staging buffers for the next step: the same buckets recur every
+    // step, and fresh ones cost a page fault per 4 KiB (~5% of a dp=2 step).
+    if (spare_.size() < buckets_.size()) spare_.resize(buckets_.size());
+    for (std::size_t i = 0; i < buckets_.size(); ++i) spare_[i] = std::move(buckets_[i].staging);
     buckets_.clear();
   }
 
@@ -58,6 +64,8 @@ class GradientBuckets {
   void launch() {
     Bucket bucket;
     bucket.units = std::move(pending_);
+    if (buckets_.size() < spare_.size()) bucket.staging = std::move(spare_[buckets_.size()]);
+    bucket.staging.clear();
     bucket.staging.reserve(static_cast<std::size_t>(pending_elements_));
     for (Unit* unit : bucket.units)
       bucket.staging.insert(bucket.staging.end(), unit->grads.begin(), unit->grads.begin() + unit->layout.elements);
@@ -72,6 +80,7 @@ class GradientBuckets {
   std::vector<Unit*> pending_;
   std::int64_t pending_elements_ = 0;
   std::vector<Bucket> buckets_;
+  std::vector<std::vector<float>> spare_;  // staging buffers of the previous step, by bucket index
 };
 
 // The gradient this rank holds for a unit at the step end: the whole padded
@@ -164,6 +173,7 @@ TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoade
   const LrSchedule schedule{options.adamw.learning_rate, options.warmup_steps, options.steps, options.min_lr_fraction};
   std::int64_t updates = options.completed_updates;
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(M * B * T)), targets(tokens.size());
+  std::vector<std::span<const float>> norm_spans;
   for (std::int64_t step = std::max<std::int64_t>(options.first_step, 0); step < options.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     world.set_step(step);
@@ -251,16 +261,20 @@ TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoade
         }
       }
     }
-    double sums[2] = {0, holds_loss ? loss_sum / static_cast<double>(M * D) : 0.0};
+    // This rank's share of the squared gradient norm, with the vectorised
+    // kernel (a scalar running sum here cost ~4% of a dp=2 step).
+    norm_spans.clear();
     for (Unit& u : model.units()) {
       if (!u.counts_in_norm || replica != 0) continue;
       const GradView view = grad_view(u, mode);
       for (const LocalTensor& t : u.layout.tensors) {
         if (t.split == TpSplit::replicated && groups.coordinate(Axis::tp) != 0) continue;
         const std::int64_t lo = std::max(t.offset, u.optimizer_begin), hi = std::min(t.offset + t.elements(), u.optimizer_end);
-        for (std::int64_t k = lo; k < hi; ++k) sums[0] += static_cast<double>(view.at(k)) * static_cast<double>(view.at(k));
+        if (hi > lo) norm_spans.emplace_back(&view.at(lo), static_cast<std::size_t>(hi - lo));
       }
     }
+    const double local_norm = kernels::global_l2_norm<float>(norm_spans);
+    double sums[2] = {local_norm * local_norm, holds_loss ? loss_sum / static_cast<double>(M * D) : 0.0};
     world.all_reduce(sums, 2, DataType::f64, ReduceOp::sum);
     const double norm = std::sqrt(sums[0]), loss = sums[1];
     const double lr = learning_rate_at(schedule, step);
@@ -285,8 +299,11 @@ TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoade
       hp.learning_rate = lr;
       for (Unit& u : model.units()) {
         const GradView view = grad_view(u, mode);
-        if (scale != 1.0f)
-          for (std::int64_t k = u.optimizer_begin; k < u.optimizer_end; ++k) view.at(k) *= scale;
+        if (scale != 1.0f && u.optimizer_end > u.optimizer_begin) {
+          float* g = &view.at(u.optimizer_begin);
+          const std::int64_t n = u.optimizer_end - u.optimizer_begin;
+          for (std::int64_t k = 0; k < n; ++k) g[k] *= scale;
+        }
         float* values = mode == ShardMode::fsdp ? u.shard_values.data() : u.values.data();
         const std::int64_t values_base = mode == ShardMode::fsdp ? u.shard_begin : 0;
         for (const LocalTensor& t : u.layout.tensors) {

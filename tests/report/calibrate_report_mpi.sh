@@ -57,7 +57,7 @@ assert any(abs(v - lat) <= 1e-6 * lat for v in values), (text, lat)
 
 # Two ranks, no thread variables, not bound to cores: hardware threads / 2 each, and the report.
 threads=$(( $(getconf _NPROCESSORS_ONLN) / 2 )); [ "$threads" -ge 1 ] || threads=1
-env -u OPENBLAS_NUM_THREADS -u OMP_NUM_THREADS MESHPLAN_USER_PRESETS="$work/presets" \
+env -u OPENBLAS_NUM_THREADS -u OMP_NUM_THREADS -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY MESHPLAN_USER_PRESETS="$work/presets" \
   "$mpiexec" --bind-to none -np 2 "$meshplan" train --plan dp2.json --data "text:$corpus" --steps 4 --metrics dp2.jsonl > train2.out 2>&1 ||
   fail "mpirun -np 2 train: $(tail -8 train2.out)"
 cat train2.out
@@ -66,7 +66,10 @@ py "
 import json
 r = json.load(open('dp2.report.json'))
 assert r['threads']['per_rank'] == $threads, r['threads']
+# train ran itself again with libgomp's spinning bounded (cli/openmp_env.hpp): neither variable was set.
+assert r['threads']['GOMP_SPINCOUNT'] == '3000' and r['threads']['OMP_WAIT_POLICY'] is None, r['threads']
 assert r['prediction']['step_s'] > 0, r['prediction']
+assert r['prediction']['threaded_rates'] == ($threads > 1), r['prediction']
 assert [x['rank'] for x in r['ranks']] == [0, 1], r['ranks']
 for x in r['ranks']:
     assert x['threads'] == $threads and x['steps_timed'] == 3, x
@@ -79,12 +82,14 @@ for x in r['ranks']:
 # One rank, --report FILE: the ledger's peak is what is compared.
 MESHPLAN_USER_PRESETS="$work/presets" "$meshplan" explain --model "$model" --cluster local-cpu --gpus 1 \
   --mesh dp=1 --micro-batch 2 --global-batch 4 --emit-plan one.json > explain1.out 2>&1 || fail "explain dp=1"
-OPENBLAS_NUM_THREADS=1 MESHPLAN_USER_PRESETS="$work/presets" "$meshplan" train --plan one.json --data "text:$corpus" --steps 3 \
+OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive MESHPLAN_USER_PRESETS="$work/presets" "$meshplan" train --plan one.json --data "text:$corpus" --steps 3 \
   --report one-report.json > train1.out 2>&1 || fail "train one rank: $(tail -8 train1.out)"
 py "
 import json
 r = json.load(open('one-report.json'))
-assert r['threads'] == {'per_rank': 1, 'source': 'OPENBLAS_NUM_THREADS=1'}, r['threads']
+assert r['threads']['per_rank'] == 1 and r['threads']['source'] == 'OPENBLAS_NUM_THREADS=1', r['threads']
+assert r['threads']['OMP_WAIT_POLICY'] == 'passive', r['threads']  # the user's choice is kept, nothing re-set
+assert r['threads']['GOMP_SPINCOUNT'] == __import__('os').environ.get('GOMP_SPINCOUNT'), r['threads']
 [x] = r['ranks']
 assert x['steps_timed'] == 2 and x['measured_median_step_s'] > 0 and x['predicted_step_s'] > 0, x
 assert x['memory_compared'] == 'ledger' and x['measured_ledger_peak_bytes'] > 0, x
