@@ -4,7 +4,6 @@
 #include <QCheckBox>
 #include <QChart>
 #include <QChartView>
-#include <QDir>
 #include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
@@ -16,7 +15,6 @@
 #include <QRegularExpression>
 #include <QSpinBox>
 #include <QSplitter>
-#include <QStandardPaths>
 #include <QThread>
 #include <QTimer>
 #include <QValueAxis>
@@ -170,7 +168,11 @@ void LaunchPanel::start() {
   }
   LaunchRequest request;
   request.plan_path = plan_path_;
-  metrics_path_ = QDir(QStandardPaths::writableLocation(QStandardPaths::TempLocation)).filePath("meshplan-studio-metrics.jsonl");
+  if (!work_dir_.isValid()) {
+    setStatus(tr("Cannot create a temporary folder for the run's metrics: %1").arg(work_dir_.errorString()), true);
+    return;
+  }
+  metrics_path_ = work_dir_.filePath("metrics.jsonl");
   QFile::remove(metrics_path_);
   request.metrics_path = metrics_path_;
   request.steps = steps_->value();

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <QProcess>
+#include <QTemporaryDir>
 #include <QWidget>
 
 #include <memory>
@@ -83,6 +84,7 @@ class LaunchPanel : public QWidget {
   QTimer* poll_ = nullptr;
   std::unique_ptr<MetricsTail> tail_;
   QString plan_path_;
+  QTemporaryDir work_dir_;  // this panel's metrics and run report, removed with it
   QString metrics_path_;
   double predicted_step_s_ = 0;
   qint64 world_size_ = 1;

@@ -532,8 +532,8 @@ void MainWindow::showDetails(const Candidate& candidate) {
   std::shared_ptr<const sim::Simulation> simulation;
   if (d.simulation) simulation = std::make_shared<const sim::Simulation>(*d.simulation);
   timeline_->setSimulation(simulation, QString::fromStdString(d.simulation_problem));
-  if (d.explanation.memory) {
-    const QString path = QDir(QStandardPaths::writableLocation(QStandardPaths::TempLocation)).filePath("meshplan-studio-plan.json");
+  if (d.explanation.memory && work_dir_.isValid()) {
+    const QString path = work_dir_.filePath("plan.json");
     QString error;
     if (!writePlanFile(candidate.plan, path, &error).isEmpty()) {
       launch_->setPlan(path, title, d.explanation.time ? d.explanation.time->step_s : 0, candidate.plan.mesh.world_size());

@@ -9,6 +9,7 @@
 
 #include <QElapsedTimer>
 #include <QMainWindow>
+#include <QTemporaryDir>
 
 #include <memory>
 #include <optional>
@@ -89,6 +90,7 @@ class MainWindow : public QMainWindow {
   void closeEvent(QCloseEvent* event) override;
 
  private:
+  QTemporaryDir work_dir_;  // the selected plan's file for the Launch panel, removed with the window
   void buildCandidatesTab();
   void buildPlanTabs();
   void buildMenus();
