@@ -46,7 +46,9 @@ plans=(
   "gpt-byte-10m seq 128 mb 4|1|--model gpt-byte-10m --seq 128 --mesh dp=1 --micro-batch 4 --global-batch 4|text:$corpus"
   "gpt-byte-10m seq 128 mb 4, 1 thread|1|--model gpt-byte-10m --seq 128 --mesh dp=1 --micro-batch 4 --global-batch 4|text:$corpus|OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1"
   "gpt-byte-10m seq 128 dp=2|2|--model gpt-byte-10m --seq 128 --mesh dp=2 --micro-batch 4 --global-batch 8 --zero 0|text:$corpus"
+  "gpt-byte-10m seq 256 mb 2, 1 thread|1|--model gpt-byte-10m --seq 256 --mesh dp=1 --micro-batch 2 --global-batch 2|text:$corpus|OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1"
   "gpt-byte-10m seq 128 dp=2 ZeRO-1|2|--model gpt-byte-10m --seq 128 --mesh dp=2 --micro-batch 4 --global-batch 8 --zero 1|text:$corpus"
+  "gpt-byte-10m seq 128 dp=2 ZeRO-2|2|--model gpt-byte-10m --seq 128 --mesh dp=2 --micro-batch 4 --global-batch 8 --zero 2|text:$corpus"
   "gpt-byte-10m seq 128 fsdp=2|2|--model gpt-byte-10m --seq 128 --mesh fsdp=2 --micro-batch 4 --global-batch 8|text:$corpus"
   "gpt-byte-10m seq 128 tp=2|2|--model gpt-byte-10m --seq 128 --mesh tp=2 --micro-batch 4 --global-batch 4|text:$corpus"
   "gpt-byte-10m seq 128 pp=2 GPipe, 4 micro-batches|2|--model gpt-byte-10m --seq 128 --mesh pp=2 --micro-batch 1 --global-batch 4 --schedule gpipe|text:$corpus"
@@ -80,6 +82,7 @@ import json, os, sys
 work, rows = sys.argv[1], sys.argv[2:]
 print("| plan | ranks | threads/rank | predicted step (s) | measured median (s) | error | within 15% | CPU share | predicted compute / comm / bubble / optimizer (s) | load avg |")
 print("|---|---|---|---|---|---|---|---|---|---|")
+errors = []
 for row in rows:
     name, path = row.split("|")
     r = json.load(open(os.path.join(work, path)))
@@ -91,5 +94,10 @@ for row in rows:
           f"{error:+.0%} | {'yes' if abs(error) <= 0.15 else 'no'} | {share:.2f} | {p['compute_s']:.4f} / "
           f"{p['communication_exposed_s']:.4f} / {p['bubble_s']:.4f} / {p['optimizer_s']:.4f} | "
           f"{r['load_average_1min']:.2f} |")
+    errors.append(error)
+if errors:
+    within = sum(1 for e in errors if abs(e) <= 0.15)
+    print(f"\n{within} of {len(errors)} plans within 15%; mean |error| {sum(abs(e) for e in errors) / len(errors):.1%}, "
+          f"worst {max(errors, key=abs):+.1%}.")
 PY
 say "work folder: $work (plan files, run reports, calibration: calibrate.out)"
