@@ -238,7 +238,7 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
     } else {
       u.grads.assign(static_cast<std::size_t>(u.padded), 0.0f);
     }
-    if (m.mode_ == ShardMode::fsdp || m.mode_ == ShardMode::zero2) u.shard_grads.assign(static_cast<std::size_t>(u.shard_size), 0.0f);
+    if (m.mode_ != ShardMode::replicated) u.shard_grads.assign(static_cast<std::size_t>(u.shard_size), 0.0f);
   }
 
   const std::int64_t C = m.shape_.channels, BT = m.rows_;

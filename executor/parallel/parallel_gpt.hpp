@@ -75,7 +75,7 @@ struct Unit {
   std::vector<float> values;          // padded; under fsdp only while a pass uses it
   std::vector<float> grads;           // padded; under fsdp only during a backward use
   std::vector<float> shard_values;    // fsdp
-  std::vector<float> shard_grads;     // zero2, fsdp
+  std::vector<float> shard_grads;     // ZeRO 1/2, fsdp: this rank's reduced shard
   std::vector<float> adam_m, adam_v;  // optimizer range
 };
 
