@@ -252,6 +252,26 @@ TEST(SimulatedStep, DataParallelReductionIsExposedOnSlowNetworks) {
   EXPECT_EQ(exposed[static_cast<std::size_t>(Axis::tp)], 0.0);
 }
 
+// local-cpu's shared-memory link cannot move data while the cores compute
+// (overlaps_compute: false): the simulator hides no dp or fsdp communication
+// either, and agrees with the evaluator, which exposes all of it.
+TEST(SimulatedStep, NothingHidesOnALinkThatCannotOverlapCompute) {
+  for (const char* mesh : {"dp=2", "fsdp=2"}) {
+    const PlanCase c{"gpt-byte-10m", "local-cpu", 2, mesh, 4, 8, "1f1b", Recompute::none, false, 0};
+    Prepared p = prepare(c);
+    ASSERT_FALSE(p.cluster.intra_node.overlaps_compute);
+    p.plan.precision = Precision::fp32;
+    const auto sim = simulate_plan(*p.evaluator, p.plan, {false, false});
+    ASSERT_TRUE(sim.ok()) << mesh << "\n" << messages(sim.problems);
+    const auto axis = static_cast<std::size_t>(std::string(mesh) == "dp=2" ? Axis::dp : Axis::fsdp);
+    const auto& summary = sim.value.summary;
+    ASSERT_GT(summary.communication_s[axis], 0) << mesh;
+    EXPECT_NEAR(summary.exposed_communication_s[axis], summary.communication_s[axis], 1e-9 + 0.01 * summary.communication_s[axis])
+        << mesh;
+    EXPECT_NEAR(summary.step_s, sim.value.analytical.step_s, 0.05 * sim.value.analytical.step_s) << mesh;
+  }
+}
+
 TEST(SimulatedStep, EveryComputeInstructionIsTimedOnce) {
   Prepared p = prepare(kPlans[1]);  // interleaved
   const auto sim = simulate_plan(*p.evaluator, p.plan, {false, true}).value;
