@@ -134,6 +134,18 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
       out << "\n  throughput " << format("%.4g", t.tokens_per_s) << (model.kind == ModelKind::transformer ? " tokens/s" : " samples/s")
           << ", MFU " << format("%.1f", 100 * t.mfu) << "%, HFU " << format("%.1f", 100 * t.hfu) << "%, "
           << format("%.3g", t.model_flops_per_step) << " model FLOPs per step\n";
+      // The measured refinements that priced this (docs/cost-model.md, "Compute").
+      const DeviceSpec& dev = cluster.device;
+      std::string measured;
+      if (!dev.gemm_curve.empty()) measured += "GEMM efficiency curve (" + std::to_string(dev.gemm_curve.size()) + " points)";
+      int classes = 0;
+      for (double rate : dev.op_bandwidth_bytes_per_s) classes += rate > 0 ? 1 : 0;
+      if (classes > 0) measured += (measured.empty() ? "" : ", ") + std::to_string(classes) + " op-class rates";
+      if (!measured.empty()) out << "  priced with " << dev.name << "'s measured " << measured << "\n";
+      if (!cluster.intra_node.overlaps_compute || !cluster.inter_node.overlaps_compute) {
+        out << "  " << (cluster.intra_node.overlaps_compute ? "inter-node" : "intra-node")
+            << " communication cannot overlap compute on " << cluster.name << " (overlaps_compute: false): none of it is hidden\n";
+      }
     }
     if (ex.scaling && !ex.scaling->axes.empty()) {
       const ScalingDiagnostics& d = *ex.scaling;

@@ -311,6 +311,13 @@ TEST(Calibrate, ExplainAndTrainUseTheCalibratedPeak) {
   EXPECT_NEAR(implied_peak, written, written * 1e-9);
   const Json plan = Json::parse(read_text(plan_file));
   EXPECT_DOUBLE_EQ(plan["cluster"]["device"]["peak_flops_per_s"]["fp32"].get<double>(), written);
+  // The table says the measured curve and op-class rates priced the step.
+  std::vector<std::string> table = explain;
+  table.pop_back();  // no --json
+  const CliRun text = run(table);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("priced with local-cpu's measured GEMM efficiency curve ("), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("4 op-class rates"), std::string::npos) << text.out;
 
   // The trainer's mfu is against the plan's (calibrated) peak.
   if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {

@@ -30,6 +30,19 @@ TEST(Cli, DefaultExplainIsTheQuickStart) {
   }
 }
 
+// explain names what priced the step beyond the roofline: a link that hides
+// no communication (local-cpu's shared memory), and measured device curves
+// (only calibrated presets have them; the built-in ones do not).
+TEST(Cli, ExplainSaysWhenCommunicationCannotHide) {
+  const CliRun cpu = run({"explain", "--model", "gpt-byte-10m", "--cluster", "local-cpu", "--gpus", "2", "--mesh", "dp=2",
+                          "--micro-batch", "4", "--global-batch", "8", "--precision", "fp32"});
+  EXPECT_EQ(cpu.status, 0) << cpu.err;
+  EXPECT_NE(cpu.out.find("intra-node communication cannot overlap compute on local-cpu"), std::string::npos) << cpu.out;
+  const CliRun gpu = run({"explain"});
+  EXPECT_EQ(gpu.out.find("cannot overlap compute"), std::string::npos) << gpu.out;
+  EXPECT_EQ(gpu.out.find("priced with"), std::string::npos) << gpu.out;
+}
+
 TEST(Cli, JsonHasTheDocumentedKeys) {
   const CliRun r = run({"explain", "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
