@@ -120,7 +120,7 @@ std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vecto
       if (g.tp_split == TpSplit::rows) k_dim /= tp;
       if (g.tp_split == TpSplit::heads) batch /= tp;
       const double forward = gemm_time_s(rows, n, k_dim, batch, gemm_bytes, rates);
-      const double input_gradient = gemm_time_s(rows, k_dim, n, batch, gemm_bytes, rates);
+      const double input_gradient = g.needs_input_gradient ? gemm_time_s(rows, k_dim, n, batch, gemm_bytes, rates) : 0.0;
       const double weight_gradient = gemm_time_s(k_dim, n, rows, batch, gemm_bytes, rates);
       c.forward_compute_s += forward;
       c.backward_compute_s += input_gradient + weight_gradient;

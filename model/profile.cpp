@@ -8,7 +8,7 @@ bool same_gemms(const std::vector<GemmWork>& a, const std::vector<GemmWork>& b) 
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (a[i].rows_per_sample != b[i].rows_per_sample || a[i].n != b[i].n || a[i].k != b[i].k ||
         a[i].batch != b[i].batch || a[i].tp_split != b[i].tp_split || a[i].core_attention != b[i].core_attention ||
-        a[i].has_weights != b[i].has_weights) {
+        a[i].has_weights != b[i].has_weights || a[i].needs_input_gradient != b[i].needs_input_gradient) {
       return false;
     }
   }
@@ -105,6 +105,7 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
         work.tp_split = op.tp_split;
         work.core_attention = op.core_attention;
         work.has_weights = op.kind == OpKind::gemm || op.kind == OpKind::conv;
+        work.needs_input_gradient = boost::in_degree(id, graph.graph) > 0;
         if (op.tp_split == TpSplit::rows) {
           bp.tp_forward_reduce_elements += op.output_elements_per_sample;
           ++bp.tp_forward_collectives;

@@ -20,6 +20,9 @@ struct GemmWork {
   TpSplit tp_split = TpSplit::none;
   bool core_attention = false;
   bool has_weights = true;  // false for QK^T and PV: their backward has no weight-gradient half
+  // false when the GEMM reads the model's input data (an MLP's or CNN's first
+  // layer): nothing needs the gradient of the data, so no framework computes it.
+  bool needs_input_gradient = true;
 };
 
 struct BlockProfile {

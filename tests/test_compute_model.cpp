@@ -236,6 +236,40 @@ TEST(StreamOps, EvaluatorPricesEachClassAtItsRate) {
   EXPECT_DOUBLE_EQ(fast_optimizer.compute_s, base.compute_s);
 }
 
+// No framework computes the gradient of the input data: the GEMM that reads
+// it (an MLP's first layer) has no input-gradient GEMM in the backward, every
+// other GEMM has one. Memory at an unbounded rate leaves only the GEMMs.
+TEST(Backward, TheFirstLayerComputesNoGradientOfTheData) {
+  const ModelSpec mlp = must(load_model("mlp-fashion"));
+  const ModelSpec gpt = must(load_model("gpt-byte-10m"));
+  ClusterSpec cluster = must(load_cluster("local-cpu"));
+  cluster.device = curve_device();
+  cluster.device.gemm_curve.clear();
+  cluster.device.memory_bandwidth_bytes_per_s = 1e30;
+  Plan plan = plan_with("dp=1", 512, 512);
+  plan.recompute = Recompute::none;
+  plan.precision = Precision::fp32;
+
+  const Evaluator evaluator(mlp, cluster, 1, 1);
+  const ModelProfile& profile = evaluator.profile();
+  int first_layer_gemms = 0;
+  for (const BlockProfile& kind : profile.kinds) {
+    for (const GemmWork& g : kind.gemms) first_layer_gemms += g.needs_input_gradient ? 0 : 1;
+  }
+  EXPECT_EQ(first_layer_gemms, 1);
+  const auto costs = evaluator.block_costs(plan, place_axes(evaluator.topology(), plan.mesh));
+  const BlockCost& first = costs[static_cast<std::size_t>(profile.block_kind[0])];
+  EXPECT_GT(first.weight_gradient_s, 0);
+  EXPECT_DOUBLE_EQ(first.backward_compute_s, first.weight_gradient_s);
+  // 784 -> 256 at 512 rows, forward and weight gradient: 2 x 2 x 512 x 784 x 256 FLOPs at 1e11 FLOP/s.
+  EXPECT_NEAR(first.forward_compute_s + first.backward_compute_s, 4.0 * 512 * 784 * 256 / 1e11, 1e-12);
+
+  const Evaluator transformer(gpt, cluster, 1, 128);
+  for (const BlockProfile& kind : transformer.profile().kinds) {
+    for (const GemmWork& g : kind.gemms) EXPECT_TRUE(g.needs_input_gradient);
+  }
+}
+
 // A link that cannot move data while the devices compute (MPI over shared
 // memory) hides nothing: the evaluator exposes every axis's communication.
 TEST(Overlap, LinksThatCannotOverlapComputeExposeAllCommunication) {
