@@ -104,12 +104,6 @@ int transfer_tag(std::int64_t chunk, std::int64_t micro_batch, std::int64_t chun
 }
 constexpr int tied_embedding_tag = 32001;
 
-std::string format_value(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  return std::to_string(value);
-}
-
 }  // namespace
 
 TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoader& loader, const TrainOptions& options) {
@@ -287,16 +281,10 @@ TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoade
     ++result.steps;
     result.last_loss = loss;
 
-    if (!std::isfinite(loss) || !std::isfinite(norm)) {
-      const std::string what = "loss " + format_value(loss) + ", gradient norm " + format_value(norm);
-      if (options.on_non_finite == NonFiniteAction::stop) {
-        problems.push_back({Severity::error, "step " + std::to_string(step),
-                            "training stopped: " + what + " is not finite (lr " + format_value(lr) + ")"});
-        return result;
-      }
+    const StepVerdict verdict = judge_step(step, loss, norm, lr, options.on_non_finite, result);
+    if (verdict == StepVerdict::stop) return result;
+    if (verdict == StepVerdict::skip) {
       report.skipped = true;
-      ++result.skipped_steps;
-      problems.push_back({Severity::warning, "step " + std::to_string(step), "update skipped: " + what});
     } else {
       const float scale = static_cast<float>(kernels::clip_scale(norm, options.max_grad_norm));
       ++updates;

@@ -26,6 +26,21 @@ std::string format_value(double value) {
 
 }  // namespace
 
+StepVerdict judge_step(std::int64_t step, double loss, double grad_norm, double lr, NonFiniteAction action,
+                       TrainResult& result) {
+  if (std::isfinite(loss) && std::isfinite(grad_norm)) return StepVerdict::update;
+  const std::string where = "step " + std::to_string(step);
+  const std::string what = "loss " + format_value(loss) + ", gradient norm " + format_value(grad_norm);
+  if (action == NonFiniteAction::stop) {
+    result.problems.push_back(
+        option_problem(where, "training stopped: " + what + " is not finite (lr " + format_value(lr) + ")"));
+    return StepVerdict::stop;
+  }
+  ++result.skipped_steps;
+  result.problems.push_back({Severity::warning, where, "update skipped: " + what});
+  return StepVerdict::skip;
+}
+
 Loaded<TrainOptions> train_options_for_plan(const Plan& plan) {
   Loaded<TrainOptions> result;
   if (plan.mesh.world_size() != 1)
@@ -87,16 +102,10 @@ TrainResult train(Model<T>& model, data::DataLoader& loader, const TrainOptions&
     ++result.steps;
     result.last_loss = loss;
 
-    if (!std::isfinite(loss) || !std::isfinite(norm)) {
-      const std::string what = "loss " + format_value(loss) + ", gradient norm " + format_value(norm);
-      if (options.on_non_finite == NonFiniteAction::stop) {
-        problems.push_back(option_problem("step " + std::to_string(step),
-                                          "training stopped: " + what + " is not finite (lr " + format_value(lr) + ")"));
-        return result;
-      }
+    const StepVerdict verdict = judge_step(step, loss, norm, lr, options.on_non_finite, result);
+    if (verdict == StepVerdict::stop) return result;
+    if (verdict == StepVerdict::skip) {
       metrics.skipped = true;
-      ++result.skipped_steps;
-      problems.push_back({Severity::warning, "step " + std::to_string(step), "update skipped: " + what});
     } else {
       const T scale = static_cast<T>(kernels::clip_scale(norm, options.max_grad_norm));
       if (scale != T(1))

@@ -16,7 +16,7 @@
 // and layer-norm parameters are not decayed.
 // Steps count from 0 in callbacks, problems and the schedule.
 //
-// defines: StepReport, NonFiniteAction, TrainOptions, train_options_for_plan, TrainResult,
+// defines: StepReport, NonFiniteAction, TrainOptions, train_options_for_plan, TrainResult, StepVerdict, judge_step,
 //          accumulate_gradients, train, EvalResult, evaluate
 #pragma once
 
@@ -74,6 +74,15 @@ struct TrainResult {
   Problems problems;               // bad options/data, or the step whose loss or norm was not finite
   bool ok() const { return !has_errors(problems); }
 };
+
+// Whether a step whose loss and gradient norm are known may update: `update`
+// when both are finite; otherwise, by `action`, `stop` (an error naming the
+// step, the values and the learning rate, added to `result.problems`) or
+// `skip` (a warning; result.skipped_steps counted). Both trainers call it, so
+// one rank and many stop or skip alike.
+enum class StepVerdict { update, skip, stop };
+StepVerdict judge_step(std::int64_t step, double loss, double grad_norm, double lr, NonFiniteAction action,
+                       TrainResult& result);
 
 // Zeroes the gradients, then runs `micro_batches` forward/backward passes of
 // `micro_batch` samples from `loader`, each backward scaled by 1 / micro_batches;
