@@ -34,15 +34,12 @@
 #include "model/mesh.hpp"
 #include "model/presets.hpp"
 #include "tiny_gpt.hpp"
+#include "test_support.hpp"
 
 namespace meshplan::exec {
 namespace {
 
-std::string messages(const Problems& problems) {
-  std::string text;
-  for (const Problem& p : problems) text += describe(p) + "\n";
-  return text;
-}
+using testing_support::messages;
 
 // ---------------------------------------------------------------- (1) the ledger
 

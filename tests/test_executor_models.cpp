@@ -28,15 +28,12 @@
 #include "executor/train/lr_schedule.hpp"
 #include "executor/train/trainer.hpp"
 #include "tiny_gpt.hpp"
+#include "test_support.hpp"
 
 namespace meshplan::exec {
 namespace {
 
-std::string messages(const Problems& problems) {
-  std::string text;
-  for (const Problem& p : problems) text += describe(p) + "\n";
-  return text;
-}
+using testing_support::messages;
 
 ModelSpec gpt_spec(std::int64_t vocab, std::int64_t seq_len, std::int64_t hidden, std::int64_t layers,
                    std::int64_t heads) {

@@ -27,6 +27,7 @@
 #include "kernels/cpu/matmul.hpp"
 #include "model/model_spec.hpp"
 #include "tiny_gpt.hpp"
+#include "test_support.hpp"
 
 namespace meshplan::exec {
 namespace {
@@ -37,11 +38,7 @@ using testing_support::temp_path;
 
 constexpr double kLossCurveTolerance = 0.03;  // relative, per step
 
-std::string messages(const Problems& problems) {
-  std::string text;
-  for (const Problem& p : problems) text += describe(p) + "\n";
-  return text;
-}
+using testing_support::messages;
 
 // Losses of `steps` training steps of a fresh model (same seed, same data) at `precision`.
 std::vector<double> loss_curve(const ModelSpec& spec, std::int64_t seq_len, data::DataLoader& loader,

@@ -9,15 +9,12 @@
 #include "model/layer_graph.hpp"
 #include "model/model_spec.hpp"
 #include "model/presets.hpp"
+#include "test_support.hpp"
 
 namespace meshplan {
 namespace {
 
-std::string messages(const Problems& problems) {
-  std::string text;
-  for (const auto& p : problems) text += describe(p) + "\n";
-  return text;
-}
+using testing_support::messages;
 
 TEST(Presets, AllRequiredPresetsExist) {
   const std::vector<std::string> models = {
