@@ -94,15 +94,7 @@ std::unique_ptr<data::DataLoader> matrix_loader(std::uint64_t seed, std::int64_t
   return std::make_unique<data::TextLoader>(std::move(corpus), range, T, seed);
 }
 
-exec::TrainOptions matrix_options(std::int64_t steps) {
-  exec::TrainOptions o;
-  o.steps = steps;
-  o.adamw.learning_rate = 3e-3;
-  o.adamw.weight_decay = 0.1;
-  o.warmup_steps = 2;
-  o.max_grad_norm = 1.0;
-  return o;
-}
+exec::TrainOptions matrix_options(std::int64_t steps) { return testing_support::tiny_gpt_train_options(steps); }
 
 double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
 

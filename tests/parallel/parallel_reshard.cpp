@@ -45,13 +45,8 @@ std::unique_ptr<data::TextLoader> reshard_loader() {
 }
 
 exec::TrainOptions reshard_options() {
-  exec::TrainOptions o;
+  exec::TrainOptions o = testing_support::tiny_gpt_train_options(steps);
   o.micro_batch = micro_batch;
-  o.steps = steps;
-  o.adamw.learning_rate = 3e-3;
-  o.adamw.weight_decay = 0.1;
-  o.warmup_steps = 2;
-  o.max_grad_norm = 1.0;
   return o;
 }
 
