@@ -17,6 +17,21 @@
 using namespace meshplan;
 using namespace meshplan::studio;
 
+namespace {
+
+// The setup of a plan this machine trains: mlp-fashion on one local-cpu rank.
+void setUpOneRankMlp(MainWindow& window) {
+  SetupInputs in = window.setupPanel()->inputs();
+  in.model = "mlp-fashion";
+  in.cluster = "local-cpu";
+  in.devices_per_node = 1;
+  in.nodes = 1;
+  in.global_batch = 64;
+  window.setupPanel()->setInputs(in);
+}
+
+}  // namespace
+
 class StudioWindowTest : public QObject {
   Q_OBJECT
  private slots:
@@ -120,13 +135,7 @@ class StudioWindowTest : public QObject {
   void launchTrainsASmallPlanAndPlotsItsMetrics() {
     MainWindow window(false);
     window.show();
-    SetupInputs in = window.setupPanel()->inputs();
-    in.model = "mlp-fashion";
-    in.cluster = "local-cpu";
-    in.devices_per_node = 1;
-    in.nodes = 1;
-    in.global_batch = 64;
-    window.setupPanel()->setInputs(in);
+    setUpOneRankMlp(window);
     QSignalSpy shown(&window, &MainWindow::candidatesShown);
     window.runSearch();
     QVERIFY(shown.wait(60000));
@@ -159,13 +168,7 @@ class StudioWindowTest : public QObject {
     QVERIFY2(launch->statusText().contains("1024 ranks"), qPrintable(launch->statusText()));
 
     // A one-rank plan with data that does not fit it: the command exits with status 2.
-    SetupInputs in = window.setupPanel()->inputs();
-    in.model = "mlp-fashion";
-    in.cluster = "local-cpu";
-    in.devices_per_node = 1;
-    in.nodes = 1;
-    in.global_batch = 64;
-    window.setupPanel()->setInputs(in);
+    setUpOneRankMlp(window);
     window.runSearch();
     QVERIFY(shown.wait(60000));
     launch->setData("synthetic");  // 16 inputs, 4 targets: not the MLP's 784 and 10
