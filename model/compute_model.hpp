@@ -15,8 +15,6 @@
 
 namespace meshplan {
 
-inline constexpr std::size_t kMaxGemmCurvePoints = 16;
-
 struct ComputeRates {
   double peak_flops_per_s = 0;          // dense peak at the GEMM dtype
   double gemm_efficiency = 0.8;         // large-GEMM fraction of peak

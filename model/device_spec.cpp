@@ -8,7 +8,6 @@ namespace meshplan {
 namespace {
 constexpr const char* kStreamOpNames[kStreamOps] = {"activation", "norm", "softmax", "elementwise",
                                                     "cross_entropy", "embedding", "optimizer"};
-constexpr std::size_t kMaxCurvePoints = 16;  // compute_model.hpp keeps the curve in a fixed array
 // `gemm_curve` and `op_bandwidth_gb_per_s` of an `achievable` (or `achievable.threaded`) map.
 void read_measured_rates(YamlMap& map, std::vector<GemmCurvePoint>& curve, std::array<double, kStreamOps>& ops) {
   if (auto pairs = map.number_pairs("gemm_curve", Need::optional)) {
@@ -31,8 +30,8 @@ void read_measured_rates(YamlMap& map, std::vector<GemmCurvePoint>& curve, std::
 }  // namespace
 
 std::string gemm_curve_problem(const std::vector<GemmCurvePoint>& curve) {
-  if (curve.size() > kMaxCurvePoints) {
-    return "has " + std::to_string(curve.size()) + " points; at most " + std::to_string(kMaxCurvePoints) + " are allowed";
+  if (curve.size() > kMaxGemmCurvePoints) {
+    return "has " + std::to_string(curve.size()) + " points; at most " + std::to_string(kMaxGemmCurvePoints) + " are allowed";
   }
   for (std::size_t i = 0; i < curve.size(); ++i) {
     const std::string item = "item " + std::to_string(i + 1) + ": ";

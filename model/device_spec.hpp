@@ -28,6 +28,9 @@ std::optional<StreamOp> parse_stream_op(const std::string& text);
 // One measured point of the GEMM efficiency curve: a GEMM whose arithmetic
 // intensity is `intensity` = 2 m n k / (m k + k n + m n) (FLOPs per element of
 // its operands and result) reaches `fraction` of peak x gemm_efficiency.
+// The most points a curve may have (compute_model.hpp keeps it in a fixed array).
+inline constexpr std::size_t kMaxGemmCurvePoints = 16;
+
 struct GemmCurvePoint {
   double intensity = 0;
   double fraction = 1;
