@@ -9,7 +9,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libboost-graph-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist fortunes
-  libdnnl-dev
+  libdnnl-dev ocl-icd-opencl-dev
   qt6-base-dev qt6-charts-dev qt6-svg-dev libgl-dev xvfb xauth
   libopenmpi-dev openmpi-bin
   python3-torch
