@@ -53,7 +53,12 @@ void write_validation_report(std::ostream& out) {
          "`model/published_cases.cpp` (sources: `../shared/reference/validation-visible.md`).\n"
          "No constant of the cost model was fitted to these rows: device and link\n"
          "efficiencies come from the presets, each with its own source or stated\n"
-         "assumption (`presets/`), and were set before these comparisons were run.\n"
+         "assumption (`presets/`), and were set before these comparisons were run,\n"
+         "except the A100's L2 bandwidth (`l2_bandwidth_gb_per_s`), added after the\n"
+         "iteration times below had been found short on every row: it is the A100\n"
+         "whitepaper's ratio to the V100 times a published V100 measurement, not a\n"
+         "value chosen to fit, and docs/cost-model.md (\"Tile traffic\") shows how\n"
+         "the rows move with it.\n"
          "The same cases are golden tests (`tests/test_golden_*.cpp`).\n\n";
 
   out << "## Iteration time: Korthikanti et al. 2022, Table 5\n\n"

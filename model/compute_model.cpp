@@ -11,6 +11,7 @@ ComputeRates rates_for(const DeviceSpec& device, Precision precision) {
   rates.gemm_efficiency = device.gemm_efficiency;
   rates.memory_bytes_per_s = device.memory_bandwidth_bytes_per_s * device.memory_efficiency;
   rates.compute_units = device.compute_units;
+  rates.l2_bytes_per_s = device.l2_bandwidth_bytes_per_s;
   for (const GemmCurvePoint& point : device.gemm_curve) {
     if (rates.curve_points == static_cast<int>(kMaxGemmCurvePoints)) break;  // load_device allows no more
     rates.curve_log_intensity[static_cast<std::size_t>(rates.curve_points)] = std::log(point.intensity);
@@ -23,16 +24,39 @@ ComputeRates rates_for(const DeviceSpec& device, Precision precision) {
   return rates;
 }
 
-double tile_wave_efficiency(double m, double n, double batch, std::int64_t compute_units) {
-  if (compute_units <= 0 || m <= 0 || n <= 0) return 1.0;
-  // Output tile shapes cuBLAS commonly picks on Ampere/Hopper (the guide's Sec. 2.3).
-  static constexpr double tiles[][2] = {{256, 128}, {128, 256}, {128, 128}, {128, 64}, {64, 128}, {64, 64}};
-  const double units = static_cast<double>(compute_units);
+namespace {
+
+// Output tile shapes cuBLAS commonly picks on Ampere/Hopper (the guide's Sec. 2.3).
+constexpr double kTiles[][2] = {{256, 128}, {128, 256}, {128, 128}, {128, 64}, {64, 128}, {64, 64}};
+
+// L2 bytes/s x 2 / (achievable FLOP/s x element bytes): times bm bn / (bm + bn)
+// it is the fraction of the achievable rate L2 can feed; 0 = unbounded.
+double tile_feed_scale(double element_bytes, const ComputeRates& rates) {
+  const double achievable = rates.peak_flops_per_s * rates.gemm_efficiency;
+  if (rates.l2_bytes_per_s <= 0 || achievable <= 0 || element_bytes <= 0) return 0;
+  return rates.l2_bytes_per_s * 2 / (achievable * element_bytes);
+}
+
+double fed_fraction(double bm, double bn, double scale) {
+  return scale > 0 ? std::min(1.0, scale * bm * bn / (bm + bn)) : 1.0;
+}
+
+}  // namespace
+
+double tile_rate_fraction(double bm, double bn, double element_bytes, const ComputeRates& rates) {
+  return fed_fraction(bm, bn, tile_feed_scale(element_bytes, rates));
+}
+
+double tile_efficiency(double m, double n, double batch, double element_bytes, const ComputeRates& rates) {
+  if (rates.compute_units <= 0 || m <= 0 || n <= 0) return 1.0;
+  const double units = static_cast<double>(rates.compute_units);
+  const double scale = tile_feed_scale(element_bytes, rates);
   double best = 0;
-  for (const auto& tile : tiles) {
+  for (const auto& tile : kTiles) {
     const double count = std::ceil(m / tile[0]) * std::ceil(n / tile[1]) * batch;
     const double waves = std::ceil(count / units);
-    best = std::max(best, m * n * batch / (waves * units * tile[0] * tile[1]));
+    const double wave_fraction = m * n * batch / (waves * units * tile[0] * tile[1]);
+    best = std::max(best, wave_fraction * fed_fraction(tile[0], tile[1], scale));
   }
   return best;
 }
@@ -55,7 +79,7 @@ double gemm_time_s(double m, double n, double k, double batch, double element_by
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
   const double flops = 2 * m * n * k * batch;
   const double achievable =
-      rates.peak_flops_per_s * rates.gemm_efficiency * tile_wave_efficiency(m, n, batch, rates.compute_units) *
+      rates.peak_flops_per_s * rates.gemm_efficiency * tile_efficiency(m, n, batch, element_bytes, rates) *
       gemm_curve_fraction(m, n, k, rates);
   const double compute_s = achievable > 0 ? flops / achievable : 0;
   const double traffic_bytes = (m * k + k * n + m * n) * batch * element_bytes;

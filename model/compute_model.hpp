@@ -1,7 +1,8 @@
 // How long one op takes on one device: a roofline (Williams et al. 2009)
 // per GEMM, at the device's achievable GEMM rate, corrected for tile and wave
 // quantization (NVIDIA, "Matrix Multiplication Background User's Guide",
-// 2023, Ch. 3) and, where the device carries a measured curve, for the
+// 2023, Ch. 3), for the L2-to-SM operand traffic of the chosen output tile
+// where the device gives its L2 bandwidth, and, where the device carries a measured curve, for the
 // efficiency GEMMs of its arithmetic intensity reach; memory-bound ops at the
 // achievable memory bandwidth, or at their class's measured rate.
 // Formulas: docs/cost-model.md, "Compute".
@@ -20,6 +21,7 @@ struct ComputeRates {
   double gemm_efficiency = 0.8;         // large-GEMM fraction of peak
   double memory_bytes_per_s = 0;        // achievable memory bandwidth
   std::int64_t compute_units = 0;       // SMs; 0 disables wave quantization
+  double l2_bytes_per_s = 0;            // L2 -> SM bandwidth; 0 = no tile traffic bound
   // DeviceSpec::gemm_curve as ln(intensity) -> fraction; no points = 1.
   int curve_points = 0;
   std::array<double, kMaxGemmCurvePoints> curve_log_intensity{};
@@ -31,9 +33,20 @@ struct ComputeRates {
 // Rates for GEMMs at `precision`; peak 0 when the device lacks the dtype.
 ComputeRates rates_for(const DeviceSpec& device, Precision precision);
 
-// Fraction of a full wave of full tiles that an (m x n) x batch output keeps
-// busy, for the best of cuBLAS's common tile shapes (in (0, 1]).
-double tile_wave_efficiency(double m, double n, double batch, std::int64_t compute_units);
+// The fraction of the achievable GEMM rate (peak x gemm_efficiency) at which
+// the L2 cache can feed CTAs that each compute a bm x bn output tile: every
+// step along k copies (bm + bn) operand elements of `element_bytes` from L2
+// into shared memory for 2 bm bn FLOPs, so all SMs together run at most
+// l2_bytes_per_s x 2 bm bn / ((bm + bn) element_bytes) FLOP/s. In (0, 1];
+// 1 when the device gives no L2 bandwidth.
+double tile_rate_fraction(double bm, double bn, double element_bytes, const ComputeRates& rates);
+
+// For the best of cuBLAS's common output tile shapes, the fraction of a full
+// wave of full tiles that an (m x n) x batch output keeps busy (1 without
+// compute_units), times that tile's tile_rate_fraction: the best tile is the
+// one that finishes first, so a small tile that quantizes well can lose to a
+// large one that reuses more. In (0, 1].
+double tile_efficiency(double m, double n, double batch, double element_bytes, const ComputeRates& rates);
 
 // The device's measured GEMM efficiency at arithmetic intensity
 // 2 m n k / (m k + k n + m n): linear in ln(intensity) between the curve's
@@ -41,7 +54,7 @@ double tile_wave_efficiency(double m, double n, double batch, std::int64_t compu
 double gemm_curve_fraction(double m, double n, double k, const ComputeRates& rates);
 
 // Seconds for batch x (m x k) . (k x n) with `element_bytes` operands:
-// max(compute at peak x efficiency x tile/wave x curve, operand + result traffic at memory bandwidth).
+// max(compute at peak x efficiency x tile_efficiency x curve, operand + result traffic at memory bandwidth).
 double gemm_time_s(double m, double n, double k, double batch, double element_bytes, const ComputeRates& rates);
 
 // Seconds to stream `bytes` through memory.

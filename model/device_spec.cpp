@@ -117,6 +117,7 @@ Loaded<DeviceSpec> load_device(const std::string& name_or_path) {
     achievable->finish();
   }
   device.compute_units = root.integer("compute_units", Need::optional, 1, 1 << 20).value_or(0);
+  device.l2_bandwidth_bytes_per_s = root.number("l2_bandwidth_gb_per_s", Need::optional, 1e-3, 1e6).value_or(0) * 1e9;
   root.finish();
   return result;
 }

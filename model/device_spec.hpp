@@ -59,6 +59,10 @@ struct DeviceSpec {
   double gemm_efficiency = 0.8;
   double memory_efficiency = 0.85;
   std::int64_t compute_units = 0;
+  // Achievable bandwidth from the L2 cache into the SMs' shared memory, all
+  // SMs together (0 = not modelled). Bounds the rate of a GEMM by the operand
+  // traffic of its output tile (compute_model.hpp, tile_rate_fraction).
+  double l2_bandwidth_bytes_per_s = 0;
   // Optional measured refinements (`meshplan calibrate` writes them for
   // local-cpu; empty / 0 = not modelled): the GEMM efficiency curve by
   // arithmetic intensity, strictly increasing in intensity, and the achieved

@@ -206,6 +206,7 @@ Json device_to_json(const DeviceSpec& device) {
   j["gemm_efficiency"] = device.gemm_efficiency;
   j["memory_efficiency"] = device.memory_efficiency;
   j["compute_units"] = device.compute_units;
+  j["l2_bandwidth_bytes_per_s"] = device.l2_bandwidth_bytes_per_s;
   j["gemm_curve"] = curve_to_json(device.gemm_curve);
   j["op_bandwidth_bytes_per_s"] = op_rates_to_json(device.op_bandwidth_bytes_per_s);
   if (device.threaded) {
@@ -302,6 +303,8 @@ void read_device(JsonObject& device, DeviceSpec& out) {
   out.gemm_efficiency = device.number("gemm_efficiency", Need::required, 0.01, 1).value_or(out.gemm_efficiency);
   out.memory_efficiency = device.number("memory_efficiency", Need::required, 0.01, 1).value_or(out.memory_efficiency);
   out.compute_units = device.integer("compute_units", Need::required, 0, 1 << 20).value_or(0);
+  // Optional: files written before 2026-11-23 have no L2 figure (read as not modelled).
+  out.l2_bandwidth_bytes_per_s = device.number("l2_bandwidth_bytes_per_s", Need::optional, 0, 1e18).value_or(0);
   // Optional: files written before the measured refinements existed have none.
   read_measured_rates(device, out.gemm_curve, out.op_bandwidth_bytes_per_s);
   if (const Json* threaded = device.find("threaded", Need::optional); threaded && !threaded->is_null()) {

@@ -93,6 +93,69 @@ TEST(GemmCurve, GemmTimeDividesByTheFraction) {
   EXPECT_DOUBLE_EQ(gemm_time_s(1, 1, 1e6, 1, 4, rates_for(with, Precision::fp32)), traffic_s);
 }
 
+// An A100-like device: 108 SMs, 312 TFLOP/s bf16 at 80%, L2 feeding 4958 GB/s.
+DeviceSpec tiled_device(double l2_bytes_per_s) {
+  DeviceSpec d;
+  d.peak_flops_per_s[Dtype::bf16] = 312e12;
+  d.peak_flops_per_s[Dtype::fp32] = 19.5e12;
+  d.gemm_efficiency = 0.8;
+  d.memory_efficiency = 0.85;
+  d.memory_bandwidth_bytes_per_s = 2039e9;
+  d.compute_units = 108;
+  d.l2_bandwidth_bytes_per_s = l2_bytes_per_s;
+  return d;
+}
+
+TEST(TileTraffic, L2FeedsEachTileAtItsOperandReuse) {
+  const ComputeRates rates = rates_for(tiled_device(4958e9), Precision::bf16);
+  // 2 bm bn / ((bm + bn) 2 bytes) FLOP per byte: 256 x 128 reuses enough, 128 x 64 does not.
+  EXPECT_EQ(tile_rate_fraction(256, 128, 2, rates), 1.0);
+  EXPECT_NEAR(tile_rate_fraction(128, 64, 2, rates), 4958e9 * (128.0 * 64 / 192) / (312e12 * 0.8), 1e-12);
+  EXPECT_NEAR(tile_rate_fraction(128, 64, 2, rates), 0.8475, 1e-4);
+  // fp32 operands move twice the bytes for the same FLOPs.
+  EXPECT_NEAR(tile_rate_fraction(64, 64, 4, rates), tile_rate_fraction(64, 64, 2, rates) / 2, 1e-12);
+  // Without an L2 figure no tile is bound.
+  const ComputeRates unbounded = rates_for(tiled_device(0), Precision::bf16);
+  EXPECT_EQ(tile_rate_fraction(64, 64, 2, unbounded), 1.0);
+}
+
+TEST(TileTraffic, TheBestTileTradesWavesAgainstReuse) {
+  // GPT-3 175B's QKV GEMM under tp 8: 2048 x 4608. 256 x 128 tiles: 288 tiles,
+  // 3 waves of 108, 288 / 324 busy. 128 x 64 tiles: 1152 tiles, 11 waves,
+  // 1152 / 1188 busy, but fed at 0.8475 of the rate.
+  const double m = 2048, n = 4608;
+  const ComputeRates unbounded = rates_for(tiled_device(0), Precision::bf16);
+  EXPECT_NEAR(tile_efficiency(m, n, 1, 2, unbounded), 1152.0 / 1188, 1e-12);
+  const ComputeRates bounded = rates_for(tiled_device(4958e9), Precision::bf16);
+  EXPECT_NEAR(tile_efficiency(m, n, 1, 2, bounded), 288.0 / 324, 1e-12);
+  // The GEMM time follows: same FLOPs, slower tile.
+  const double k = 12288;
+  EXPECT_NEAR(gemm_time_s(m, n, k, 1, 2, bounded) / gemm_time_s(m, n, k, 1, 2, unbounded), (1152.0 / 1188) / (288.0 / 324),
+              1e-12);
+  // A shape that fills whole waves of the biggest tile loses nothing: 108 x 256 x 128.
+  EXPECT_EQ(tile_efficiency(108 * 256, 128, 1, 2, bounded), 1.0);
+  // No compute units: no tile model at all, whatever the L2.
+  DeviceSpec no_units = tiled_device(4958e9);
+  no_units.compute_units = 0;
+  EXPECT_EQ(tile_efficiency(m, n, 1, 2, rates_for(no_units, Precision::bf16)), 1.0);
+}
+
+TEST(DeviceYaml, ReadsTheL2BandwidthAndTheA100PresetsCarryIt) {
+  DeviceFile file("compute_units: 8\nl2_bandwidth_gb_per_s: 1234.5\n");
+  const auto loaded = load_device(file.path());
+  ASSERT_TRUE(loaded.ok()) << messages(loaded.problems);
+  EXPECT_DOUBLE_EQ(loaded.value.l2_bandwidth_bytes_per_s, 1234.5e9);
+  DeviceFile bad("l2_bandwidth_gb_per_s: -1\n");
+  const auto refused = load_device(bad.path());
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(messages(refused.problems).find("l2_bandwidth_gb_per_s"), std::string::npos) << messages(refused.problems);
+  for (const char* name : {"a100-80g", "a100-40g"}) {
+    const auto a100 = load_device(name);
+    ASSERT_TRUE(a100.ok()) << name;
+    EXPECT_DOUBLE_EQ(a100.value.l2_bandwidth_bytes_per_s, 4958e9) << name;
+  }
+}
+
 TEST(StreamOps, ClassRatesReplaceMemoryBandwidthOnlyWhereGiven) {
   DeviceSpec d = curve_device();
   d.memory_efficiency = 0.5;  // 5 GB/s achievable

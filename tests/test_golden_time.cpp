@@ -3,10 +3,9 @@
 // recompute and under sequence parallelism + selective recompute. Nothing in
 // the model was fitted to these eight rows (docs/validation.md).
 //
-// The target is 8% per row and 5% on average. The model currently
-// reaches 9.2% at worst and 5.7% on average (docs/validation.md lists every
-// row); the bounds below guard that accuracy against regressions and must be
-// tightened, not loosened, as the model improves.
+// The targets, 8% per row and 5% on average, are the bounds. The model
+// reaches 7.3% at worst and 3.8% on average (docs/validation.md lists every
+// row).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,8 +16,8 @@
 namespace meshplan {
 namespace {
 
-constexpr double kWorstRowBound = 0.10;
-constexpr double kMeanBound = 0.06;
+constexpr double kWorstRowBound = 0.08;
+constexpr double kMeanBound = 0.05;
 
 TEST(KorthikantiTable5, IterationTimes) {
   const auto results = predict(korthikanti_iteration_time_cases());

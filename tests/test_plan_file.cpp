@@ -82,6 +82,7 @@ void expect_same_cluster(const ClusterSpec& a, const ClusterSpec& b) {
   EXPECT_EQ(d.gemm_efficiency, e.gemm_efficiency);
   EXPECT_EQ(d.memory_efficiency, e.memory_efficiency);
   EXPECT_EQ(d.compute_units, e.compute_units);
+  EXPECT_EQ(d.l2_bandwidth_bytes_per_s, e.l2_bandwidth_bytes_per_s);
   ASSERT_EQ(d.gemm_curve.size(), e.gemm_curve.size());
   for (std::size_t i = 0; i < d.gemm_curve.size(); ++i) {
     EXPECT_EQ(d.gemm_curve[i].intensity, e.gemm_curve[i].intensity);
@@ -222,18 +223,21 @@ TEST(PlanFile, MeasuredRefinementsRoundTripAndOlderFilesReadWithout) {
   threaded.gemm_curve = {{10.6667, 0.0523}, {1365.33, 0.955}};
   threaded.op_bandwidth_bytes_per_s[static_cast<std::size_t>(StreamOp::norm)] = 2.39e9;
   cluster.device.threaded = threaded;
+  cluster.device.l2_bandwidth_bytes_per_s = 4.958e12;
   expect_round_trip(made.file);
 
   Json old = plan_file_to_json(made.file);
   old["cluster"]["device"].erase("gemm_curve");
   old["cluster"]["device"].erase("op_bandwidth_bytes_per_s");
   old["cluster"]["device"].erase("threaded");
+  old["cluster"]["device"].erase("l2_bandwidth_bytes_per_s");
   old["cluster"]["intra_node"].erase("overlaps_compute");
   const auto back = parse_plan_file(old.dump(2), "old.json");
   ASSERT_TRUE(back.ok()) << messages(back.problems);
   EXPECT_TRUE(back.value.cluster.device.gemm_curve.empty());
   EXPECT_EQ(back.value.cluster.device.op_bandwidth_bytes_per_s, (std::array<double, kStreamOps>{}));
   EXPECT_FALSE(back.value.cluster.device.threaded.has_value());
+  EXPECT_EQ(back.value.cluster.device.l2_bandwidth_bytes_per_s, 0);
   EXPECT_TRUE(back.value.cluster.intra_node.overlaps_compute);
 
   Json bad = plan_file_to_json(made.file);
