@@ -2,9 +2,10 @@
 // per GEMM, at the device's achievable GEMM rate, corrected for tile and wave
 // quantization (NVIDIA, "Matrix Multiplication Background User's Guide",
 // 2023, Ch. 3), for the L2-to-SM operand traffic of the chosen output tile
-// where the device gives its L2 bandwidth, and, where the device carries a measured curve, for the
-// efficiency GEMMs of its arithmetic intensity reach; memory-bound ops at the
-// achievable memory bandwidth, or at their class's measured rate.
+// where the device gives its L2 bandwidth, and, where the device carries a
+// measured curve, for the efficiency GEMMs of its arithmetic intensity
+// reach; memory-bound ops at the achievable memory bandwidth, or at their
+// class's measured rate.
 // Formulas: docs/cost-model.md, "Compute".
 #pragma once
 
