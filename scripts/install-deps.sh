@@ -10,7 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist fortunes
   libdnnl-dev ocl-icd-opencl-dev
-  qt6-base-dev qt6-charts-dev qt6-svg-dev libgl-dev xvfb xauth
+  qt6-base-dev libqt6opengl6-dev qt6-charts-dev qt6-svg-dev libgl-dev xvfb xauth
   libopenmpi-dev openmpi-bin
   python3-torch
 )
