@@ -1,7 +1,9 @@
 // Golden test of the time model: Korthikanti et al. 2022, Table 5, measured
 // seconds per iteration on Selene (DGX A100) for four models under full
 // recompute and under sequence parallelism + selective recompute. Nothing in
-// the model was fitted to these eight rows (docs/validation.md).
+// the model was fitted to these eight rows; the A100's L2 bandwidth, a sourced
+// figure, was added after they were found short (docs/validation.md; how the
+// rows move with it: docs/cost-model.md, "Tile traffic").
 //
 // The targets, 8% per row and 5% on average, are the bounds. The model
 // reaches 7.3% at worst and 3.8% on average (docs/validation.md lists every
