@@ -188,6 +188,7 @@ int finish_stopped_run(const TrainFlags& f, std::int64_t steps_done, std::int64_
                 << resume_command(this_command_line(), dir, ranks, std::getenv("MESHPLAN_LAUNCHED") != nullptr) << "\n";
     }
   }
+  quiet_further_interrupts();  // said all there is to say; mpirun's teardown may still signal
   if (interrupted) return exit_interrupted;
   return has_errors(save_problems) ? 1 : exit_ok;
 }
@@ -290,9 +291,17 @@ int run_train_parallel(const TrainFlags& f, const PlanFile& pf, const ComputeThr
     contents.data_state = loader.value->state();
     contents.tensors = exec::parallel::gather_checkpoint_tensors(*model.value);
     contents.extra = {{"updates", updates}, {"total_steps", o.steps}};
-    if (!leader) return;
-    const Problems p = exec::save_checkpoint(checkpoint_dir, contents);
-    run_problems.insert(run_problems.end(), p.begin(), p.end());
+    std::int32_t failed = 0;
+    if (leader) {
+      const Problems p = exec::save_checkpoint(checkpoint_dir, contents);
+      run_problems.insert(run_problems.end(), p.begin(), p.end());
+      failed = has_errors(p) ? 1 : 0;
+    }
+    // Every rank waits for rank 0's files: a rank that exited first would have
+    // mpirun end the job, rank 0's save with it; and all learn the outcome.
+    comm.all_reduce(&failed, 1, exec::comm::DataType::i32, exec::comm::ReduceOp::max);
+    if (failed != 0 && !leader)
+      run_problems.push_back({Severity::error, checkpoint_dir, "rank 0 could not save the checkpoint"});
   };
 
   std::unique_ptr<exec::MetricsWriter> metrics;

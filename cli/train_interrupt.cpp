@@ -21,8 +21,10 @@ char notice_text[notice_capacity];
 std::size_t notice_length = 0;
 
 constexpr int exit_interrupted_status = 130;  // commands.hpp's exit_interrupted, 128 + SIGINT
+std::atomic<bool> quiet{false};
 
 extern "C" void on_interrupt(int) {
+  if (quiet.load()) ::_exit(exit_interrupted_status);
   if (signals_received.fetch_add(1) == 0) {
     if (notice_length > 0) {
       const ssize_t ignored = ::write(STDERR_FILENO, notice_text, notice_length);
@@ -49,6 +51,8 @@ void install_interrupt_handlers(const std::string& notice) {
 }
 
 bool interrupt_requested() { return signals_received.load() > 0; }
+
+void quiet_further_interrupts() { quiet.store(true); }
 
 std::string shell_quoted(const std::string& arg) {
   if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
