@@ -1,5 +1,5 @@
 // `meshplan launch --plan plan.json [train flags...]`: starts as many local
-// ranks as the plan's mesh needs, by replacing this process with
+// ranks as the plan's mesh needs, by running
 //
 //   mpirun -np N [--oversubscribe] [--allow-run-as-root] [-x OMP_NUM_THREADS=T -x OPENBLAS_NUM_THREADS=T]
 //          <this meshplan> train --plan plan.json [train flags...]
@@ -17,6 +17,19 @@
 // past that the ranks would mostly wait for a core, and a cluster plan
 // belongs on its cluster. --shrink is passed to `train`, which reduces the
 // model to fit this machine (model/shrink.hpp) and prints what it changed.
+//
+// Ctrl-C: Open MPI 4's mpirun cannot forward SIGINT or SIGTERM; on either it
+// sends the ranks SIGCONT, waits odls_base_sigkill_timeout (1 s), SIGTERM,
+// waits again, then SIGKILL, too little time to finish a step and save. So
+// launch runs mpirun as a child in its own process group (the terminal's
+// Ctrl-C reaches launch alone) and turns the first SIGINT or SIGTERM into
+// SIGUSR1, which mpirun forwards to every rank at once; `train` stops after
+// the step, saves and exits 130 (cli/train_interrupt.hpp). A second one
+// becomes SIGTERM: mpirun ends the ranks within ~2 s. launch exits with
+// mpirun's status, 130 once interrupted. MESHPLAN_LAUNCHED=1 in the ranks'
+// environment makes train print `meshplan launch` as the resume command.
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,6 +80,45 @@ std::string find_program(const std::string& program) {
     start = end + 1;
   }
   return "";
+}
+
+// The running mpirun, and how many interrupts launch has relayed to it.
+volatile sig_atomic_t mpirun_pid = 0;
+volatile sig_atomic_t interrupts = 0;
+
+extern "C" void relay_interrupt(int) {
+  interrupts = interrupts + 1;
+  if (mpirun_pid > 0) ::kill(static_cast<pid_t>(mpirun_pid), interrupts == 1 ? SIGUSR1 : SIGTERM);
+}
+
+// Runs `argv` (mpirun) in its own process group, relaying interrupts as the
+// file comment says; returns its exit status (130 once interrupted).
+int run_relaying_interrupts(const std::string& program, std::vector<char*>& argv) {
+  struct sigaction action {};
+  action.sa_handler = relay_interrupt;
+  sigemptyset(&action.sa_mask);
+  for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal_number, &action, nullptr);
+  std::cout.flush();
+  const pid_t child = ::fork();
+  if (child < 0) {
+    std::cerr << "meshplan launch: could not start " << program << ": " << std::strerror(errno) << "\n";
+    return exit_bad_input;
+  }
+  if (child == 0) {
+    ::setpgid(0, 0);
+    ::execv(program.c_str(), argv.data());
+    std::cerr << "meshplan launch: could not start " << program << ": " << std::strerror(errno) << "\n";
+    ::_exit(exit_bad_input);
+  }
+  ::setpgid(child, child);  // both sides, so neither order of fork and exec races
+  mpirun_pid = child;
+  if (interrupts > 0) ::kill(child, SIGUSR1);  // one that came before mpirun had a pid
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return 1;
+  }
+  if (interrupts > 0) return exit_interrupted;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 std::string quoted(const std::string& arg) {
@@ -135,10 +187,8 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& train_a
   std::vector<char*> argv;
   for (auto& arg : command) argv.push_back(arg.data());
   argv.push_back(nullptr);
-  std::cout.flush();
-  execv(mpirun.c_str(), argv.data());
-  std::cerr << "meshplan launch: could not start " << mpirun << ": " << std::strerror(errno) << "\n";
-  return exit_bad_input;
+  ::setenv("MESHPLAN_LAUNCHED", "1", 1);  // local ranks inherit mpirun's environment
+  return run_relaying_interrupts(mpirun, argv);
 }
 
 }  // namespace

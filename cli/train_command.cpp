@@ -6,6 +6,13 @@
 // Metrics go to JSON Lines, checkpoints are atomic and resumable with
 // bit-identical losses (single rank). Every run ends with the run report,
 // measured against predicted step time and memory per rank (cli/run_report.hpp).
+//
+// Both paths share what happens around the steps, so they cannot drift
+// apart: resuming from the newest intact checkpoint (a damaged one is skipped
+// with a warning), a resumed run that is already finished (said, exit 0), one
+// decision per step to save and to stop (executor/train/run_control.hpp),
+// Ctrl-C / SIGTERM (cli/train_interrupt.hpp: stop after the step, save, print
+// the resume command, exit 130) and the screen output (cli/train_progress.hpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,8 +25,12 @@
 #include <memory>
 #include <thread>
 
+#include <unistd.h>
+
 #include "cli/commands.hpp"
 #include "cli/run_report.hpp"
+#include "cli/train_interrupt.hpp"
+#include "cli/train_progress.hpp"
 #include "executor/backend/backend.hpp"
 #include "executor/checkpoint/checkpoint.hpp"
 #include "executor/comm/mesh_comms.hpp"
@@ -29,6 +40,7 @@
 #include "executor/model/model.hpp"
 #include "executor/parallel/parallel_checkpoint.hpp"
 #include "executor/parallel/parallel_trainer.hpp"
+#include "executor/train/run_control.hpp"
 #include "executor/train/trainer.hpp"
 #include "model/evaluate.hpp"
 #include "model/explain.hpp"
@@ -74,6 +86,7 @@ struct TrainFlags {
   std::string precision = "fp32";  // matmul arithmetic: fp32 or bf16
   bool shrink = false;             // rehearse the plan with a model reduced to fit this machine
   std::string report_path;         // run report JSON (default: <metrics stem>.report.json)
+  std::int64_t log_every = default_log_every;  // full stdout lines every N steps (train_progress.hpp)
 };
 
 void report(const Problems& problems) {
@@ -110,6 +123,91 @@ Problems restore_blobs(exec::Parameters<float>& params, const std::vector<exec::
   return problems;
 }
 
+// Where a stop (Ctrl-C, SIGTERM, --stop-after) saves when --checkpoint-dir
+// was not given: "<plan file stem>-checkpoints" in the working directory,
+// beside the run's other outputs. Saving somewhere is better than losing the
+// run; the message names the folder and the resume command uses it.
+std::string default_checkpoint_dir(const std::string& plan_path) {
+  return std::filesystem::path(plan_path).stem().string() + "-checkpoints";
+}
+
+// The run's step bookkeeping, the same on every rank.
+exec::RunControl run_control(const TrainFlags& f, std::int64_t total_steps) {
+  exec::RunControl control;
+  control.total_steps = total_steps;
+  control.checkpoint_every = f.checkpoint_every;
+  control.checkpoints_on = !f.checkpoint_dir.empty();
+  control.stop_after = f.stop_after;
+  return control;
+}
+
+std::string checkpoint_dir_of(const TrainFlags& f) {
+  return f.checkpoint_dir.empty() ? default_checkpoint_dir(f.plan_path) : f.checkpoint_dir;
+}
+
+// --resume found a checkpoint at or past the run's last step: nothing to
+// train, which is success (a finished run resumed again, as a job script
+// re-run after the end would). Printed by `leader`.
+bool say_if_finished(const exec::ResumePoint& resumed, const exec::RunControl& control, bool leader) {
+  if (!exec::run_finished(control, resumed.contents.step)) return false;
+  if (leader)
+    std::cout << "training already finished: " << resumed.path << " holds step " << resumed.contents.step << " of "
+              << control.total_steps << "; nothing to do (give a larger --steps to train on)\n";
+  return true;
+}
+
+// The damaged checkpoints newer than the one resumed from, moved aside so
+// that their steps can be saved again (one process does it: rank 0).
+Problems set_damaged_aside(const exec::ResumePoint& point) {
+  Problems problems;
+  for (const std::string& path : point.damaged) {
+    const Problems p = exec::set_checkpoint_aside(path);
+    problems.insert(problems.end(), p.begin(), p.end());
+  }
+  return problems;
+}
+
+// After a run that stopped before its last step (interrupted, or
+// --stop-after): where the checkpoint is and the command that resumes.
+// Returns the exit status: 130 when interrupted, else 0 (or 1 if the save
+// failed). Prints on `leader` only.
+int finish_stopped_run(const TrainFlags& f, std::int64_t steps_done, std::int64_t total_steps, bool interrupted,
+                       const Problems& save_problems, std::int64_t ranks, bool leader) {
+  if (leader) {
+    std::cout.flush();
+    const std::string dir = checkpoint_dir_of(f);
+    const std::string why = interrupted ? "interrupted" : "stopped (--stop-after)";
+    std::cerr << "meshplan train: " << why << " after step " << steps_done << " of " << total_steps;
+    if (has_errors(save_problems)) {
+      std::cerr << "; no checkpoint was saved:\n";
+      report(save_problems);
+    } else {
+      std::cerr << "; checkpoint " << (std::filesystem::path(dir) / exec::checkpoint_directory_name(steps_done)).string()
+                << (f.checkpoint_dir.empty() ? " (no --checkpoint-dir: the default folder)" : "") << "\n"
+                << "resume with: "
+                << resume_command(this_command_line(), dir, ranks, std::getenv("MESHPLAN_LAUNCHED") != nullptr) << "\n";
+    }
+  }
+  quiet_further_interrupts();  // said all there is to say; mpirun's teardown may still signal
+  if (interrupted) return exit_interrupted;
+  return has_errors(save_problems) ? 1 : exit_ok;
+}
+
+// The first signal's note (stderr, written by the handler), from the leader only.
+std::string interrupt_notice(bool leader) {
+  return leader ? "\nmeshplan train: stopping after this step to save a checkpoint (interrupt again to stop at "
+                  "once, without saving)\n"
+                : "";
+}
+
+// Full lines and the live progress line (train_progress.hpp); a terminal only
+// when stdout is one and no MPI launcher started us (a rank's stdout is
+// mpirun's pseudo-terminal, whatever mpirun's own is).
+TrainLog make_train_log(const TrainFlags& f, std::int64_t first_step, std::int64_t total_steps, const std::string& unit) {
+  const bool terminal = ::isatty(STDOUT_FILENO) == 1 && !exec::comm::started_by_mpi_launcher();
+  return TrainLog(std::cout, terminal, first_step, total_steps, f.log_every, unit);
+}
+
 // A multi-rank plan, or any job an MPI launcher started: every rank runs
 // this; world rank 0 alone prints and writes metrics. Returns -1 when the
 // job is one rank with a one-device plan (the single-rank trainer runs it).
@@ -120,8 +218,10 @@ int run_train_parallel(const TrainFlags& f, const PlanFile& pf, const ComputeThr
     return exit_bad_input;
   }
   exec::comm::Communicator& comm = *world.value;
-  if (comm.size() == 1 && pf.plan.mesh.world_size() == 1) return -1;
   const bool leader = comm.rank() == 0;
+  // Take SIGTERM back from the communicator's note (a stop request here, as on one rank).
+  install_interrupt_handlers(interrupt_notice(leader));
+  if (comm.size() == 1 && pf.plan.mesh.world_size() == 1) return -1;
   const auto refuse = [&](const Problems& problems) {
     if (leader) report(problems);
     return exit_bad_input;
@@ -160,25 +260,28 @@ int run_train_parallel(const TrainFlags& f, const PlanFile& pf, const ComputeThr
 
   // Checkpoints hold full tensors by name (parallel_checkpoint.hpp): saved by
   // rank 0 under this plan, loadable under any plan of the model or on one rank.
+  const exec::RunControl control = run_control(f, o.steps);
   std::int64_t updates = 0;
   if (f.resume) {
-    auto latest = exec::latest_checkpoint(f.checkpoint_dir);
-    if (!latest.ok()) return refuse(latest.problems);
-    if (latest.value) {
-      auto contents = exec::load_checkpoint(*latest.value);
-      if (!contents.ok()) return refuse(contents.problems);
-      Problems problems =
-          exec::parallel::restore_checkpoint_tensors(*model.value, contents.value.tensors, *latest.value);
-      const Problems data_problems = loader.value->restore(contents.value.data_state);
+    auto resumed = exec::load_latest_checkpoint(f.checkpoint_dir);
+    if (leader) report(resumed.problems);
+    if (!resumed.ok()) return exit_bad_input;
+    if (resumed.value) {
+      const exec::ResumePoint& point = *resumed.value;
+      if (say_if_finished(point, control, leader)) return exit_ok;
+      if (leader) report(set_damaged_aside(point));
+      Problems problems = exec::parallel::restore_checkpoint_tensors(*model.value, point.contents.tensors, point.path);
+      const Problems data_problems = loader.value->restore(point.contents.data_state);
       problems.insert(problems.end(), data_problems.begin(), data_problems.end());
       if (has_errors(problems)) return refuse(problems);
-      o.first_step = contents.value.step;
-      updates = contents.value.extra.value("updates", contents.value.step);
+      o.first_step = point.contents.step;
+      updates = point.contents.extra.value("updates", point.contents.step);
       o.completed_updates = updates;
-      if (leader) std::cout << "resumed from " << *latest.value << " at step " << o.first_step << "\n";
+      if (leader) std::cout << "resumed from " << point.path << " at step " << o.first_step << "\n";
     }
   }
   const nlohmann::json plan_json = nlohmann::json::parse(plan_file_to_json(pf).dump());
+  const std::string checkpoint_dir = checkpoint_dir_of(f);
   Problems run_problems;
   auto save = [&](std::int64_t steps_done) {  // collective: every rank gathers, rank 0 writes
     exec::CheckpointContents contents;
@@ -188,9 +291,17 @@ int run_train_parallel(const TrainFlags& f, const PlanFile& pf, const ComputeThr
     contents.data_state = loader.value->state();
     contents.tensors = exec::parallel::gather_checkpoint_tensors(*model.value);
     contents.extra = {{"updates", updates}, {"total_steps", o.steps}};
-    if (!leader) return;
-    const Problems p = exec::save_checkpoint(f.checkpoint_dir, contents);
-    run_problems.insert(run_problems.end(), p.begin(), p.end());
+    std::int32_t failed = 0;
+    if (leader) {
+      const Problems p = exec::save_checkpoint(checkpoint_dir, contents);
+      run_problems.insert(run_problems.end(), p.begin(), p.end());
+      failed = has_errors(p) ? 1 : 0;
+    }
+    // Every rank waits for rank 0's files: a rank that exited first would have
+    // mpirun end the job, rank 0's save with it; and all learn the outcome.
+    comm.all_reduce(&failed, 1, exec::comm::DataType::i32, exec::comm::ReduceOp::max);
+    if (failed != 0 && !leader)
+      run_problems.push_back({Severity::error, checkpoint_dir, "rank 0 could not save the checkpoint"});
   };
 
   std::unique_ptr<exec::MetricsWriter> metrics;
@@ -207,29 +318,34 @@ int run_train_parallel(const TrainFlags& f, const PlanFile& pf, const ComputeThr
     std::cout << "training " << pf.plan.mesh.to_string() << " on " << comm.size() << " ranks ("
               << to_string(pf.plan.schedule) << ", zero " << pf.plan.zero_stage
               << (pf.plan.sequence_parallel ? ", sequence parallel" : "") << ")\n";
+  TrainLog log = make_train_log(f, o.first_step, o.steps, "tokens");
   StepRecorder step_seconds;  // this rank's, for the run report
+  bool stopping = false, interrupted = false;
+  std::int64_t steps_done = o.first_step;
   o.on_step = [&](const exec::StepReport& s) {
     if (!s.skipped) ++updates;
     step_seconds.record(s.step_s);
+    steps_done = s.step + 1;
     if (leader) {
       const exec::StepMetrics line = step_metrics(s, exec::ThroughputUnit::tokens);
-      std::cout << exec::format_line(line) << std::endl;  // live when stdout is a pipe or a file
+      log.step(s.step, s.loss, s.items_per_s, exec::format_line(line));
       if (metrics) metrics->write(line);
     }
-    const std::int64_t done = s.step + 1;
-    const bool stop = f.stop_after > 0 && done >= f.stop_after && done < o.steps;
-    const bool periodic = f.checkpoint_every > 0 && done % f.checkpoint_every == 0;
-    if (!f.checkpoint_dir.empty() && (periodic || stop)) save(done);
-    if (stop) {
-      if (leader) report(run_problems);
-      std::cout.flush();
-      std::exit(has_errors(run_problems) ? 1 : exit_ok);  // a deliberate stop, as a kill would
-    }
+    // The ranks agree on a signal that reached any of them: one small all-reduce per step.
+    std::int32_t signalled = interrupt_requested() ? 1 : 0;
+    comm.all_reduce(&signalled, 1, exec::comm::DataType::i32, exec::comm::ReduceOp::max);
+    interrupted = signalled != 0;
+    const exec::AfterStep after = exec::decide_after_step(control, steps_done, interrupted);
+    if (after.save) save(steps_done);
+    stopping = after.stop;
   };
+  o.stop_requested = [&] { return stopping; };
   const exec::TrainResult result = exec::parallel::train_parallel(*model.value, pf.plan, *loader.value, o);
+  if (leader) log.finish();
   if (leader) report(result.problems);
   if (!result.ok()) return 1;
-  if (!f.checkpoint_dir.empty() && (f.checkpoint_every <= 0 || o.steps % f.checkpoint_every != 0)) save(o.steps);
+  if (result.stopped_early)
+    return finish_stopped_run(f, steps_done, o.steps, interrupted, run_problems, comm.size(), leader);
   const Problems report_problems =  // collective: every rank's measurement goes to rank 0
       write_run_report(&comm, pf, predict_on_this_machine(pf, threads.threads, Precision::fp32),
                        measure_rank(comm.rank(), threads.threads, step_seconds, std::nullopt), threads,
@@ -305,6 +421,7 @@ bool shrink_for_this_machine(PlanFile& pf) {
 }
 
 int run_train(const TrainFlags& f) {
+  install_interrupt_handlers(interrupt_notice(leader_by_environment()));
   auto plan_file = read_plan_file(f.plan_path);
   if (!plan_file.ok()) {
     report(plan_file.problems);
@@ -374,32 +491,31 @@ int run_train(const TrainFlags& f) {
   o.on_non_finite = f.skip_non_finite ? exec::NonFiniteAction::skip : exec::NonFiniteAction::stop;
 
   const nlohmann::json plan_json = nlohmann::json::parse(plan_file_to_json(pf).dump());
+  const exec::RunControl control = run_control(f, o.steps);
   std::int64_t updates = 0;
   if (f.resume) {
     if (f.checkpoint_dir.empty()) {
       std::cerr << "meshplan train: --resume needs --checkpoint-dir\n";
       return exit_bad_input;
     }
-    auto latest = exec::latest_checkpoint(f.checkpoint_dir);
-    report(latest.problems);
-    if (!latest.ok()) return exit_bad_input;
-    if (latest.value) {
-      auto contents = exec::load_checkpoint(*latest.value);
-      if (!contents.ok()) {
-        report(contents.problems);
-        return exit_bad_input;
-      }
-      Problems problems = restore_blobs(net.parameters(), contents.value.tensors, *latest.value);
-      const Problems data_problems = loader.restore(contents.value.data_state);
+    auto resumed = exec::load_latest_checkpoint(f.checkpoint_dir);
+    report(resumed.problems);
+    if (!resumed.ok()) return exit_bad_input;
+    if (resumed.value) {
+      const exec::ResumePoint& point = *resumed.value;
+      if (say_if_finished(point, control, true)) return exit_ok;
+      report(set_damaged_aside(point));
+      Problems problems = restore_blobs(net.parameters(), point.contents.tensors, point.path);
+      const Problems data_problems = loader.restore(point.contents.data_state);
       problems.insert(problems.end(), data_problems.begin(), data_problems.end());
       if (has_errors(problems)) {
         report(problems);
         return exit_bad_input;
       }
-      o.first_step = contents.value.step;
-      updates = contents.value.extra.value("updates", contents.value.step);
+      o.first_step = point.contents.step;
+      updates = point.contents.extra.value("updates", point.contents.step);
       o.completed_updates = updates;
-      std::cout << "resumed from " << *latest.value << " at step " << o.first_step << "\n";
+      std::cout << "resumed from " << point.path << " at step " << o.first_step << "\n";
     }
   }
 
@@ -421,9 +537,9 @@ int run_train(const TrainFlags& f) {
   const bool language_model = pf.model.kind == ModelKind::transformer;
   const bool classifier = net.check_data(loader.shape()).empty() && loader.shape().classes > 0;
 
+  const std::string checkpoint_dir = checkpoint_dir_of(f);
   Problems run_problems;
   std::int64_t last_epoch = loader.epoch();
-  bool stopped_early = false;
   auto save = [&](std::int64_t steps_done) {
     exec::CheckpointContents contents;
     contents.step = steps_done;
@@ -432,46 +548,49 @@ int run_train(const TrainFlags& f) {
     contents.data_state = loader.state();
     contents.tensors = blobs_of(net.parameters());
     contents.extra = {{"updates", updates}, {"total_steps", o.steps}};
-    const Problems p = exec::save_checkpoint(f.checkpoint_dir, contents);
+    const Problems p = exec::save_checkpoint(checkpoint_dir, contents);
     run_problems.insert(run_problems.end(), p.begin(), p.end());
   };
+  TrainLog log = make_train_log(f, o.first_step, o.steps, language_model ? "tokens" : "samples");
   auto run_eval = [&](std::int64_t step) {
     eval_loader.value->restore(data::LoaderState{f.seed + 1, 0, 0});
     const auto result = exec::evaluate(net, *eval_loader.value, f.eval_samples > 0 ? f.eval_samples : (language_model ? 64 * o.micro_batch : 0));
     exec::EvalMetrics e{step, loader.epoch(), result.loss, std::nullopt, result.samples};
     if (std::isfinite(result.accuracy)) e.eval_accuracy = result.accuracy;
-    std::cout << exec::format_line(e) << std::endl;
+    log.line(exec::format_line(e));
     if (metrics) metrics->write(e);
   };
   StepRecorder step_seconds;  // for the run report
+  bool stopping = false, interrupted = false;
+  std::int64_t steps_done = o.first_step;
   o.on_step = [&](const exec::StepReport& s) {
     if (!s.skipped) ++updates;
     step_seconds.record(s.step_s);
+    steps_done = s.step + 1;
     exec::StepMetrics line =
         step_metrics(s, language_model ? exec::ThroughputUnit::tokens : exec::ThroughputUnit::samples);
     if (peak > 0 && s.step_s > 0) line.mfu = flops_per_step / s.step_s / peak;
     exec::set_memory(line, exec::default_backend().ledger().snapshot());
-    std::cout << exec::format_line(line) << std::endl;  // live when stdout is a pipe or a file
+    log.step(s.step, s.loss, s.items_per_s, exec::format_line(line));
     if (metrics) metrics->write(line);
-    const std::int64_t done = s.step + 1;
     if (classifier && loader.epoch() != last_epoch) {
       last_epoch = loader.epoch();
-      run_eval(done);
-    } else if (f.eval_every > 0 && done % f.eval_every == 0) {
-      run_eval(done);
+      run_eval(steps_done);
+    } else if (f.eval_every > 0 && steps_done % f.eval_every == 0) {
+      run_eval(steps_done);
     }
-    if (!f.checkpoint_dir.empty() && f.checkpoint_every > 0 && done % f.checkpoint_every == 0) save(done);
-    if (f.stop_after > 0 && done >= f.stop_after && done < o.steps) {
-      if (!f.checkpoint_dir.empty() && (f.checkpoint_every <= 0 || done % f.checkpoint_every != 0)) save(done);
-      stopped_early = true;
-      std::cout.flush();
-      std::exit(exit_ok);  // a deliberate stop, as a kill would: the checkpoint on disk is what resumes
-    }
+    interrupted = interrupt_requested();
+    const exec::AfterStep after = exec::decide_after_step(control, steps_done, interrupted);
+    if (after.save) save(steps_done);
+    stopping = after.stop;
   };
+  o.stop_requested = [&] { return stopping; };
 
   const exec::TrainResult result = exec::train(net, loader, o);
+  log.finish();
   report(result.problems);
   if (!result.ok()) return 1;
+  if (result.stopped_early) return finish_stopped_run(f, steps_done, o.steps, interrupted, run_problems, 1, true);
   std::cout << exec::format_peak_memory(exec::default_backend().ledger().snapshot()) << "\n";
   const Problems report_problems = write_run_report(
       nullptr, pf, predict_on_this_machine(pf, threads.threads, compute),
@@ -479,10 +598,8 @@ int run_train(const TrainFlags& f) {
                    static_cast<double>(exec::default_backend().ledger().snapshot().total.peak_bytes)),
       threads, f.report_path.empty() ? default_report_path(f.metrics_path) : f.report_path);
   run_problems.insert(run_problems.end(), report_problems.begin(), report_problems.end());
-  if (!f.checkpoint_dir.empty()) save(o.steps);
   if (!classifier) run_eval(o.steps);
   report(run_problems);
-  (void)stopped_early;
   return has_errors(run_problems) ? 1 : exit_ok;
 }
 
@@ -503,9 +620,11 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--clip", f->clip, "Global gradient-norm clipping (<= 0: off)")->capture_default_str();
   command->add_option("--weight-decay", f->weight_decay, "AdamW weight decay on matrices")->capture_default_str();
   command->add_option("--seed", f->seed, "Seed of initialisation and data order")->capture_default_str();
-  command->add_option("--checkpoint-dir", f->checkpoint_dir, "Where checkpoints are written");
+  command->add_option("--checkpoint-dir", f->checkpoint_dir,
+                      "Where checkpoints are written (a stop by Ctrl-C or --stop-after without it: "
+                      "<plan stem>-checkpoints)");
   command->add_option("--checkpoint-every", f->checkpoint_every, "Steps between checkpoints (0: only at the end)");
-  command->add_flag("--resume", f->resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
+  command->add_flag("--resume", f->resume, "Continue from the newest intact checkpoint in --checkpoint-dir");
   command->add_option("--metrics", f->metrics_path, "JSON Lines file of per-step and evaluation metrics");
   command->add_option("--report", f->report_path,
                       "Run report JSON, measured against predicted step time and memory per rank (default: the "
@@ -516,7 +635,13 @@ Command add_train_command(CLI::App& app) {
                       "the whole test split for classifiers")
       ->check(CLI::PositiveNumber);
   command->add_flag("--skip-non-finite", f->skip_non_finite, "Skip a step whose loss or gradient is not finite");
-  command->add_option("--stop-after", f->stop_after, "Stop (with a checkpoint) after this many steps, as a kill would");
+  command->add_option("--stop-after", f->stop_after,
+                      "Stop after this many steps with a checkpoint, as Ctrl-C would (exit 0)");
+  command->add_option("--log-every", f->log_every,
+                      "Print the full metrics line every N steps (and the first and last; on a terminal a live "
+                      "progress line in between; the --metrics file gets every step)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   command->add_option("--precision", f->precision, "Matmul arithmetic: fp32, or bf16 (inputs rounded, fp32 accumulate)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();

@@ -15,6 +15,7 @@
 #include "executor/checkpoint/checkpoint.hpp"
 #include "executor/checkpoint/checksum.hpp"
 #include "executor/metrics/metrics.hpp"
+#include "executor/train/run_control.hpp"
 
 namespace meshplan::exec {
 namespace {
@@ -245,6 +246,91 @@ TEST_F(CheckpointTest, LatestSkipsIncompleteNewerOnes) {
     EXPECT_NE(problem.message.find("incomplete"), std::string::npos);
   }
   EXPECT_TRUE(load_checkpoint(*latest.value).ok());
+}
+
+// --resume: a damaged newest checkpoint (a flipped byte; a manifest that no
+// longer matches its seal) is skipped, with a warning naming it and why, for
+// the newest one that loads.
+TEST_F(CheckpointTest, ResumeFallsBackOverDamagedNewerOnes) {
+  EXPECT_FALSE(load_latest_checkpoint(root() + "/nothing-here").value.has_value());
+  for (const std::int64_t step : {10, 20, 30, 40}) ASSERT_TRUE(save_checkpoint(root(), sample_contents(step)).empty());
+  {
+    std::fstream io(checkpoint_path(40) / "params.w.f32", std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(3);
+    io.put('\x5a');
+  }
+  std::ofstream(checkpoint_path(30) / "manifest.json", std::ios::app) << " ";
+  fs::remove(checkpoint_path(20) / "COMPLETE");  // incomplete: skipped as latest_checkpoint skips it
+
+  const Loaded<std::optional<ResumePoint>> resumed = load_latest_checkpoint(root());
+  ASSERT_TRUE(resumed.ok()) << all_messages(resumed.problems);
+  ASSERT_TRUE(resumed.value.has_value());
+  EXPECT_EQ(resumed.value->path, checkpoint_path(10).string());
+  EXPECT_EQ(resumed.value->contents.step, 10);
+  EXPECT_EQ(resumed.value->contents.tensors.size(), sample_contents(10).tensors.size());
+  const std::string messages = all_messages(resumed.problems);
+  ASSERT_EQ(resumed.problems.size(), 3u) << messages;
+  for (const Problem& problem : resumed.problems) EXPECT_EQ(problem.severity, Severity::warning) << messages;
+  EXPECT_NE(messages.find(checkpoint_path(40).string() + ": skipped"), std::string::npos) << messages;
+  EXPECT_NE(messages.find("checksum"), std::string::npos) << messages;
+  EXPECT_NE(messages.find(checkpoint_path(30).string() + ": skipped"), std::string::npos) << messages;
+  EXPECT_NE(messages.find("recorded in COMPLETE"), std::string::npos) << messages;
+  EXPECT_NE(messages.find("no COMPLETE marker"), std::string::npos) << messages;
+  EXPECT_EQ(resumed.value->damaged, (std::vector<std::string>{checkpoint_path(40).string(), checkpoint_path(30).string()}));
+
+  // Training on from step 10 saves steps 20, 30 and 40 again: the incomplete
+  // one is replaced, the damaged ones are first moved aside (and kept).
+  ASSERT_TRUE(save_checkpoint(root(), sample_contents(20)).empty());
+  EXPECT_FALSE(save_checkpoint(root(), sample_contents(30)).empty());  // complete: never overwritten
+  for (const std::string& path : resumed.value->damaged) {
+    const Problems aside = set_checkpoint_aside(path);
+    ASSERT_EQ(aside.size(), 1u);
+    EXPECT_EQ(aside[0].severity, Severity::warning) << describe(aside[0]);
+    EXPECT_TRUE(fs::exists(path + ".damaged"));
+  }
+  for (const std::int64_t step : {30, 40}) EXPECT_TRUE(save_checkpoint(root(), sample_contents(step)).empty());
+  const Loaded<std::optional<ResumePoint>> again = load_latest_checkpoint(root());
+  ASSERT_TRUE(again.ok() && again.value) << all_messages(again.problems);
+  EXPECT_EQ(again.value->contents.step, 40);
+  EXPECT_TRUE(again.problems.empty()) << all_messages(again.problems);  // the .damaged folders are not checkpoints
+}
+
+TEST_F(CheckpointTest, ResumeRefusesWhenEveryCheckpointIsDamaged) {
+  ASSERT_TRUE(save_checkpoint(root(), sample_contents(7)).empty());
+  fs::remove(checkpoint_path(7) / "adam_v.w.f32");
+  const Loaded<std::optional<ResumePoint>> resumed = load_latest_checkpoint(root());
+  EXPECT_FALSE(resumed.ok());
+  const std::string messages = all_messages(resumed.problems);
+  EXPECT_NE(messages.find("missing tensor file"), std::string::npos) << messages;
+  EXPECT_NE(messages.find("no checkpoint here loads"), std::string::npos) << messages;
+}
+
+// One decision per step for both training paths (run_control.hpp).
+TEST(RunControl, SavesEachStepAtMostOnceAndStopsOnlyBeforeTheEnd) {
+  RunControl control{.total_steps = 500, .checkpoint_every = 100, .checkpoints_on = true, .stop_after = 0};
+  int saves = 0;
+  for (std::int64_t done = 1; done <= 500; ++done) {
+    const AfterStep after = decide_after_step(control, done, false);
+    EXPECT_FALSE(after.stop) << done;
+    saves += after.save ? 1 : 0;
+  }
+  EXPECT_EQ(saves, 5);  // 100 .. 500: the last one is periodic and final at once, saved once
+  control.checkpoint_every = 0;
+  EXPECT_TRUE(decide_after_step(control, 500, false).save);  // the final save
+  EXPECT_FALSE(decide_after_step(control, 499, false).save);
+  // Interrupted: stop and save (even with no checkpoint directory: the default one), except after the last step.
+  control.checkpoints_on = false;
+  EXPECT_TRUE(decide_after_step(control, 137, true).stop);
+  EXPECT_TRUE(decide_after_step(control, 137, true).save);
+  EXPECT_FALSE(decide_after_step(control, 500, true).stop);
+  EXPECT_FALSE(decide_after_step(control, 500, true).save);
+  control.stop_after = 3;
+  EXPECT_FALSE(decide_after_step(control, 2, false).stop);
+  EXPECT_TRUE(decide_after_step(control, 3, false).stop);
+  EXPECT_TRUE(decide_after_step(control, 3, false).save);
+  EXPECT_TRUE(run_finished(control, 500));
+  EXPECT_TRUE(run_finished(control, 600));
+  EXPECT_FALSE(run_finished(control, 499));
 }
 
 StepMetrics sample_step() {

@@ -1,12 +1,22 @@
 // `meshplan train` as a user runs it: a plan file from explain, metrics as
-// JSON Lines, resume after a stop with bit-identical losses, damaged
-// checkpoints refused, multi-rank plans refused with a reason.
+// JSON Lines, resume after a stop with bit-identical losses, a damaged newest
+// checkpoint skipped for an older one, a finished run resumed again, Ctrl-C
+// (save, the resume command, exit 130; twice: at once), the lines printed per
+// step, multi-rank plans refused with a reason. The progress line and the
+// resume command's text are tested directly.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <signal.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
 
+#include "cli/train_interrupt.hpp"
+#include "cli/train_progress.hpp"
 #include "cli_runner.hpp"
 
 namespace {
@@ -58,21 +68,69 @@ TEST(CliTrain, MetricsAndBitIdenticalResume) {
   EXPECT_EQ(losses(parts), expected);  // bit-identical, not just close
 }
 
-TEST(CliTrain, DamagedCheckpointIsRefused) {
+// A damaged newest checkpoint does not block --resume: the newest intact one
+// is used, the damaged one is named with the reason and moved aside so that
+// its step is saved again. Only when none loads is --resume refused.
+TEST(CliTrain, DamagedNewestCheckpointFallsBackToAnOlderOne) {
   const std::string plan = emit_plan("damage-plan.json", "dp=1", 16, 16);
   const auto dir = temp_path("damaged");
-  CliRun r = run({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "2", "--checkpoint-dir", dir.string()});
+  CliRun r = run({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "4", "--checkpoint-dir", dir.string(),
+                  "--checkpoint-every", "2"});
   ASSERT_EQ(r.status, 0) << r.err;
-  const auto tensor = dir / "step-000002" / "linear0.weight.f32";
+  const auto tensor = dir / "step-000004" / "linear0.weight.f32";
   ASSERT_TRUE(std::filesystem::exists(tensor));
   {
     std::fstream file(tensor, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(100);
+    const char byte = static_cast<char>(file.get());
     file.seekp(100);
-    file.put('\x7f');
+    file.put(static_cast<char>(byte ^ 0x10));
   }
-  r = run({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "4", "--checkpoint-dir", dir.string(), "--resume"});
-  EXPECT_EQ(r.status, 2);
+  r = run({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "6", "--checkpoint-dir", dir.string(),
+           "--checkpoint-every", "2", "--resume"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find((dir / "step-000004").string() + ": skipped"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("checksum"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("warning"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("resumed from " + (dir / "step-000002").string() + " at step 2"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(dir / "step-000004" / "COMPLETE"));  // saved again
+  EXPECT_TRUE(std::filesystem::exists(dir / "step-000004.damaged"));      // kept for inspection
+  expect_no_crash_text(r);
+
+  // A removed completion marker: skipped the same way (step 4 is the newest complete one).
+  std::filesystem::remove(dir / "step-000006" / "COMPLETE");
+  r = run({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "6", "--checkpoint-dir", dir.string(), "--resume"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("no COMPLETE marker"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("resumed from " + (dir / "step-000004").string() + " at step 4"), std::string::npos) << r.out;
+
+  // Every checkpoint damaged: refused, naming the file.
+  const auto only = temp_path("damaged-only");
+  ASSERT_EQ(run({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "2", "--checkpoint-dir", only.string()}).status, 0);
+  std::filesystem::remove(only / "step-000002" / "linear0.bias.f32");
+  r = run({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "4", "--checkpoint-dir", only.string(), "--resume"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("linear0.bias.f32"), std::string::npos) << r.err;
+  expect_no_crash_text(r);
+}
+
+// The README's command: --steps a multiple of --checkpoint-every, --resume on
+// an empty folder. The final save used to collide with the periodic one
+// (exit 1); resuming the finished run says so and exits 0.
+TEST(CliTrain, ReadmeResumeCommandRunsAndAFinishedRunSaysSo) {
+  const std::string plan = emit_plan("readme-plan.json", "dp=1", 16, 16);
+  const auto dir = temp_path("readme-ck");
+  const std::vector<std::string> args = {"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "4",
+                                         "--checkpoint-dir", dir.string(), "--checkpoint-every", "2", "--resume"};
+  CliRun r = run(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "step-000002" / "COMPLETE"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "step-000004" / "COMPLETE"));
+  r = run(args);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("training already finished: " + (dir / "step-000004").string() + " holds step 4 of 4"),
+            std::string::npos)
+      << r.out << r.err;
   expect_no_crash_text(r);
 }
 
@@ -138,5 +196,184 @@ TEST(CliTrain, FashionMnistReachesEightyFivePercentInTwoEpochs) {
   EXPECT_GE(accuracy, 0.85);
 }
 #endif
+
+// A `meshplan train` started in `cwd` with stdout and stderr to files, for signals.
+struct Spawned {
+  pid_t pid = -1;
+  std::filesystem::path out, err;
+};
+
+Spawned spawn_train(const std::vector<std::string>& args, const std::filesystem::path& cwd, const std::string& name) {
+  Spawned s{-1, temp_path(name + ".out"), temp_path(name + ".err")};
+  std::vector<std::string> words = {MESHPLAN_BINARY};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  s.pid = ::fork();
+  if (s.pid == 0) {
+    std::FILE* out = std::freopen(s.out.c_str(), "w", stdout);
+    std::FILE* err = std::freopen(s.err.c_str(), "w", stderr);
+    if (out && err && ::chdir(cwd.c_str()) == 0) ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return s;
+}
+
+std::size_t line_count(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+// Waits until `metrics` holds `lines` lines (the run is in its steps), at most 60 s.
+bool wait_for_lines(const std::filesystem::path& metrics, std::size_t lines) {
+  for (int i = 0; i < 1200; ++i) {
+    if (line_count(metrics) >= lines) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+int exit_status(pid_t pid) {
+  int raw = 0;
+  if (::waitpid(pid, &raw, 0) != pid) return -1;
+  return WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+}
+
+// Ctrl-C mid-run with no --checkpoint-dir: the step finishes, a checkpoint
+// goes to the default folder, the message names it and the command that
+// resumes; that command, run as printed, ends on the uninterrupted run's
+// losses, bit for bit.
+TEST(CliTrain, CtrlCSavesAndPrintsTheCommandThatResumes) {
+  const std::string plan = emit_plan("ctrl-c.json", "dp=1", 16, 16);
+  const std::string steps = "600";
+  const auto reference = temp_path("ctrl-c-reference.jsonl");
+  CliRun r = run({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", steps, "--metrics", reference.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  const auto work = temp_path("ctrl-c-work");
+  std::filesystem::create_directories(work);
+  const auto metrics = work / "run.jsonl";
+  const Spawned child =
+      spawn_train({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", steps, "--metrics", "run.jsonl"},
+                  work, "ctrl-c");
+  ASSERT_GT(child.pid, 0);
+  ASSERT_TRUE(wait_for_lines(metrics, 20)) << read_text(child.err);
+  ASSERT_EQ(::kill(child.pid, SIGINT), 0);
+  const int status = exit_status(child.pid);
+  const std::string err = read_text(child.err);
+  ASSERT_EQ(status, 130) << "the run ended before the signal? make it longer\n" << err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(err, m, std::regex("interrupted after step (\\d+) of " + steps + "; checkpoint (\\S+)")))
+      << err;
+  const std::string step = m[1];
+  EXPECT_EQ(m[2].str(), "ctrl-c-checkpoints/step-" + std::string(6 - step.size(), '0') + step);
+  EXPECT_TRUE(std::filesystem::exists(work / m[2].str() / "COMPLETE")) << err;
+  EXPECT_EQ(line_count(metrics), std::stoul(step));  // every step it finished, no more
+  ASSERT_TRUE(std::regex_search(err, m, std::regex("resume with: (.*)\n"))) << err;
+  const std::string command = m[1];
+  EXPECT_NE(command.find("--checkpoint-dir ctrl-c-checkpoints --resume"), std::string::npos) << command;
+
+  r = run_under({"sh", "-c", "cd " + shell_quote(work.string()) + " && exec " + command, "sh"}, {"--version"});
+  // (run_under appends the binary and --version as the shell's $1 $2: ignored by the command)
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("resumed from ctrl-c-checkpoints/step-"), std::string::npos) << r.out;
+  EXPECT_EQ(losses(metrics), losses(reference));
+}
+
+// A second signal stops at once: exit 130, nothing saved.
+TEST(CliTrain, SecondInterruptStopsAtOnce) {
+  const std::string plan = emit_plan("twice.json", "dp=1", 16, 16);
+  const auto work = temp_path("twice-work");
+  std::filesystem::create_directories(work);
+  const Spawned child = spawn_train(
+      {"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "100000", "--metrics", "run.jsonl"}, work, "twice");
+  ASSERT_GT(child.pid, 0);
+  ASSERT_TRUE(wait_for_lines(work / "run.jsonl", 5)) << read_text(child.err);
+  // Two different signals are both delivered (two of one kind may merge into one).
+  ASSERT_EQ(::kill(child.pid, SIGINT), 0);
+  ASSERT_EQ(::kill(child.pid, SIGTERM), 0);
+  EXPECT_EQ(exit_status(child.pid), 130);
+  const std::string err = read_text(child.err);
+  EXPECT_NE(err.find("stopped at once"), std::string::npos) << err;
+  EXPECT_EQ(err.find("resume with"), std::string::npos) << err;
+}
+
+// Off a terminal, the full line every --log-every steps, the first and the
+// last; the metrics file still gets every step.
+TEST(CliTrain, PrintsALineEveryLogEverySteps) {
+  const std::string plan = emit_plan("log-every.json", "dp=1", 16, 16);
+  const auto metrics = temp_path("log-every.jsonl");
+  const auto step_lines = [](const std::string& out) {
+    std::vector<std::string> steps;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("step ", 0) == 0) steps.push_back(line.substr(0, line.find(' ', 5)));
+    return steps;
+  };
+  CliRun r = run({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "8", "--log-every", "3", "--metrics",
+                  metrics.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(step_lines(r.out), (std::vector<std::string>{"step 0", "step 3", "step 6", "step 7"})) << r.out;
+  EXPECT_EQ(losses(metrics).size(), 8u);
+  EXPECT_EQ(r.out.find('\r'), std::string::npos);  // no live line in a pipe
+  r = run({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "8", "--log-every", "1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(step_lines(r.out).size(), 8u) << r.out;
+  r = run({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "8", "--log-every", "0"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--log-every"), std::string::npos) << r.err;
+}
+
+TEST(TrainProgress, LinesPerEpochAndLiveText) {
+  using meshplan::cli::log_line_due;
+  int lines = 0;
+  for (std::int64_t step = 0; step < 469; ++step) lines += log_line_due(step, 0, 469, meshplan::cli::default_log_every);
+  EXPECT_EQ(lines, 25);  // steps 0, 20, ..., 460 and the last, 468: tens of lines per Fashion-MNIST epoch
+  EXPECT_TRUE(log_line_due(137, 137, 469, 20));  // the first step of a resumed run
+  EXPECT_EQ(meshplan::cli::format_live_progress(120, 469, 0.51234, 23456.4, "samples", 4.2),
+            "[120/469] loss 0.5123 | 23456 samples/s | ETA 4 s");
+  EXPECT_EQ(meshplan::cli::format_live_progress(1, 10, 2, 5, "tokens", NAN), "[1/10] loss 2.0000 | 5 tokens/s");
+  EXPECT_NE(meshplan::cli::format_live_progress(1, 469, 2, 5, "samples", 3725).find("ETA 1 h 02 min"), std::string::npos);
+}
+
+TEST(TrainProgress, TerminalRedrawsOneLineAtMostTenTimesASecond) {
+  using namespace std::chrono_literals;
+  const auto t0 = meshplan::cli::TrainLog::Clock::time_point{} + 1h;
+  std::ostringstream terminal, log;
+  meshplan::cli::TrainLog live(terminal, true, 0, 1000, 500, "samples", t0), plain(log, false, 0, 1000, 500, "samples", t0);
+  for (int step = 0; step < 1000; ++step) {  // a step every millisecond for a second
+    const auto now = t0 + std::chrono::milliseconds(step + 1);
+    const std::string full = "step " + std::to_string(step) + " | full";
+    live.step(step, 1.0, 100.0, full, now);
+    plain.step(step, 1.0, 100.0, full, now);
+  }
+  live.finish();
+  EXPECT_EQ(log.str(), "step 0 | full\nstep 500 | full\nstep 999 | full\n");
+  const std::string text = terminal.str();
+  int redraws = 0;  // in place every 0.1 s, and under each full line
+  for (std::size_t at = text.find("] loss"); at != std::string::npos; at = text.find("] loss", at + 1)) ++redraws;
+  EXPECT_GE(redraws, 10);
+  EXPECT_LE(redraws, 13);
+  EXPECT_TRUE(text.starts_with("step 0 | full\n[1/1000] loss")) << text.substr(0, 80);
+  for (const char* full : {"\r\x1b[Kstep 500 | full\n[501/1000]", "\r\x1b[Kstep 999 | full\n[1000/1000]"})
+    EXPECT_NE(text.find(full), std::string::npos) << full;
+  EXPECT_NE(text.find("[1000/1000] loss 1.0000 | 100 samples/s | ETA 0 s"), std::string::npos);
+  EXPECT_TRUE(text.ends_with("\r\x1b[K"));  // finish() leaves a clean line for the summary
+}
+
+TEST(TrainInterrupt, ResumeCommandKeepsTheRunsFlags) {
+  using meshplan::cli::resume_command;
+  const std::vector<std::string> args = {"/opt/bin/meshplan", "train", "--plan", "p.json", "--steps", "500",
+                                         "--stop-after", "3", "--metrics", "my run.jsonl"};
+  EXPECT_EQ(resume_command(args, "p-checkpoints", 1, false),
+            "/opt/bin/meshplan train --plan p.json --steps 500 --metrics 'my run.jsonl' --checkpoint-dir p-checkpoints "
+            "--resume");
+  std::vector<std::string> with_dir = {"meshplan", "train", "--plan", "p.json", "--checkpoint-dir", "ck", "--resume"};
+  EXPECT_EQ(resume_command(with_dir, "ck", 4, false), "mpirun -np 4 meshplan train --plan p.json --checkpoint-dir ck --resume");
+  EXPECT_EQ(resume_command(with_dir, "ck", 4, true), "meshplan launch --plan p.json --checkpoint-dir ck --resume");
+}
 
 }  // namespace

@@ -205,6 +205,29 @@ TEST(ExecutorTrainer, RerunsAreBitIdentical) {
   for (std::size_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i], d[i]) << "MLP step " << i;
 }
 
+// stop_requested ends the run after the step it answers true for (Ctrl-C,
+// --stop-after); answering true after the last step is not an early stop.
+TEST(ExecutorTrainer, StopRequestedEndsTheRunAfterThatStep) {
+  const ModelSpec mlp = mlp_spec({16, 32, 4}, "relu");
+  auto model = must_model<float>(mlp, 1234, 4);
+  data::ShuffledLoader loader(data::make_synthetic_regression({}, data::Split::train), 5);
+  TrainOptions options;
+  options.micro_batch = 4;
+  options.steps = 10;
+  std::int64_t last_step = -1;
+  options.on_step = [&](const StepReport& m) { last_step = m.step; };
+  options.stop_requested = [&] { return last_step == 3; };
+  TrainResult result = train(*model, loader, options);
+  EXPECT_TRUE(result.ok()) << messages(result.problems);
+  EXPECT_TRUE(result.stopped_early);
+  EXPECT_EQ(result.steps, 4);
+  EXPECT_EQ(last_step, 3);
+  options.stop_requested = [&] { return last_step == 9; };
+  result = train(*model, loader, options);
+  EXPECT_FALSE(result.stopped_early);
+  EXPECT_EQ(result.steps, 10);
+}
+
 double max_abs(std::span<const double> values) {
   double m = 0;
   for (const double v : values) m = std::max(m, std::abs(v));

@@ -310,10 +310,11 @@ Problems save_checkpoint(const std::string& dir, const CheckpointContents& conte
   std::error_code error;
   fs::create_directories(dir, error);
   if (error) return {{Severity::error, dir, "cannot create the checkpoint directory: " + error.message()}};
-  if (fs::exists(final_path, error)) {
+  if (fs::exists(final_path / complete_file_name, error)) {
     return {{Severity::error, final_path.string(),
              "a checkpoint for step " + std::to_string(contents.step) + " already exists; remove it first"}};
   }
+  fs::remove_all(final_path, error);  // without COMPLETE: a save of the same step interrupted after its rename
   fs::remove_all(temporary_path, error);  // left over from an interrupted save of the same step
   fs::create_directory(temporary_path, error);
   if (error) {
@@ -483,8 +484,11 @@ Loaded<CheckpointContents> load_checkpoint(const std::string& path) {
   return result;
 }
 
-Loaded<std::optional<std::string>> latest_checkpoint(const std::string& dir) {
-  Loaded<std::optional<std::string>> result;
+namespace {
+
+// The complete checkpoints of `dir`, newest (highest step) first; warnings for incomplete ones.
+Loaded<std::vector<fs::path>> complete_checkpoints(const std::string& dir) {
+  Loaded<std::vector<fs::path>> result;
   std::error_code error;
   if (!fs::exists(dir, error)) return result;
   fs::directory_iterator entries(dir, error);
@@ -498,7 +502,7 @@ Loaded<std::optional<std::string>> latest_checkpoint(const std::string& dir) {
     if (entry.is_directory(error)) directories.push_back(entry.path());
   }
   std::sort(directories.begin(), directories.end());
-  std::int64_t newest_step = -1;
+  std::vector<std::pair<std::int64_t, fs::path>> complete;
   for (const fs::path& directory : directories) {
     bool temporary = false;
     const std::optional<std::int64_t> step = parse_directory_name(directory.filename().string(), temporary);
@@ -513,12 +517,56 @@ Loaded<std::optional<std::string>> latest_checkpoint(const std::string& dir) {
           {Severity::warning, directory.string(), "incomplete checkpoint: no COMPLETE marker, ignored"});
       continue;
     }
-    if (*step > newest_step) {
-      newest_step = *step;
-      result.value = directory.string();
+    complete.emplace_back(*step, directory);
+  }
+  std::stable_sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (auto& [step, directory] : complete) result.value.push_back(std::move(directory));
+  return result;
+}
+
+}  // namespace
+
+Loaded<std::optional<std::string>> latest_checkpoint(const std::string& dir) {
+  Loaded<std::vector<fs::path>> found = complete_checkpoints(dir);
+  Loaded<std::optional<std::string>> result;
+  result.problems = std::move(found.problems);
+  if (!found.value.empty()) result.value = found.value.front().string();
+  return result;
+}
+
+Loaded<std::optional<ResumePoint>> load_latest_checkpoint(const std::string& dir) {
+  Loaded<std::vector<fs::path>> found = complete_checkpoints(dir);
+  Loaded<std::optional<ResumePoint>> result;
+  result.problems = std::move(found.problems);
+  if (!result.ok()) return result;
+  std::vector<std::string> damaged;
+  for (const fs::path& directory : found.value) {
+    Loaded<CheckpointContents> loaded = load_checkpoint(directory.string());
+    if (loaded.ok()) {
+      result.value = ResumePoint{directory.string(), std::move(loaded.value), std::move(damaged)};
+      return result;
     }
+    const auto first_error = std::find_if(loaded.problems.begin(), loaded.problems.end(),
+                                          [](const Problem& p) { return p.severity == Severity::error; });
+    result.problems.push_back({Severity::warning, directory.string(),
+                               "skipped, an older checkpoint is tried instead: " + describe(*first_error)});
+    damaged.push_back(directory.string());
+  }
+  if (!found.value.empty()) {
+    result.problems.push_back({Severity::error, dir,
+                               "no checkpoint here loads (" + std::to_string(found.value.size()) +
+                                   " complete, every one damaged; see the warnings above)"});
   }
   return result;
+}
+
+Problems set_checkpoint_aside(const std::string& path) {
+  std::error_code error;
+  std::string target = path + ".damaged";
+  for (int n = 2; fs::exists(target, error); ++n) target = path + ".damaged-" + std::to_string(n);
+  fs::rename(path, target, error);
+  if (error) return {{Severity::error, path, "cannot move the damaged checkpoint aside: " + error.message()}};
+  return {{Severity::warning, path, "damaged: moved aside to " + target + " (its step will be saved again)"}};
 }
 
 }  // namespace meshplan::exec

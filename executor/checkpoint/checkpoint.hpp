@@ -27,7 +27,7 @@
 //
 // defines: TensorBlob, CheckpointContents, checkpoint_manifest_version,
 //          checkpoint_directory_name, save_checkpoint, load_checkpoint,
-//          latest_checkpoint
+//          latest_checkpoint, ResumePoint, load_latest_checkpoint, set_checkpoint_aside
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -68,8 +68,9 @@ std::string checkpoint_directory_name(std::int64_t step);
 
 // Writes `<dir>/<checkpoint_directory_name(step)>/`, creating `dir` if
 // needed. Problems name the directory or file: invalid or duplicate tensor
-// names, a data size that does not match the shape, an existing checkpoint
-// for the same step, I/O failures.
+// names, a data size that does not match the shape, an existing complete
+// checkpoint for the same step, I/O failures. An incomplete one of the same
+// step (no COMPLETE: its save was interrupted) is replaced.
 Problems save_checkpoint(const std::string& dir, const CheckpointContents& contents);
 
 // Reads and verifies one checkpoint directory. Refuses (every problem names
@@ -84,5 +85,27 @@ Loaded<CheckpointContents> load_checkpoint(const std::string& path);
 // checkpoints (no COMPLETE, or a leftover `.tmp` directory) are skipped with
 // a warning each; an unreadable `dir` is an error.
 Loaded<std::optional<std::string>> latest_checkpoint(const std::string& dir);
+
+// What `--resume` continues from: a checkpoint that loaded and verified.
+struct ResumePoint {
+  std::string path;  // "<dir>/step-000123"
+  CheckpointContents contents;
+  std::vector<std::string> damaged;  // newer complete checkpoints that did not load, newest first
+};
+
+// The newest checkpoint in `dir` that loads and verifies (load_checkpoint),
+// or nullopt when `dir` holds no complete checkpoint. A damaged one (a file
+// missing, a size or checksum that does not match) is skipped for the next
+// older one with a warning that names it and says why, so that one bad save
+// does not cost the run; incomplete ones are skipped as latest_checkpoint
+// does. An error when complete checkpoints exist but none loads, or `dir`
+// cannot be read.
+Loaded<std::optional<ResumePoint>> load_latest_checkpoint(const std::string& dir);
+
+// Renames a damaged checkpoint `<dir>/step-000123` to `step-000123.damaged`
+// (`.damaged-2`, ... when taken), which readers ignore, so that a run resumed
+// from an older checkpoint can save that step again while the damaged files
+// stay for inspection. A warning says where it went; an error if the rename fails.
+Problems set_checkpoint_aside(const std::string& path);
 
 }  // namespace meshplan::exec

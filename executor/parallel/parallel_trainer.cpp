@@ -315,6 +315,10 @@ TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoade
     report.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     report.items_per_s = report.step_s > 0 ? static_cast<double>(B * M * D * T) / report.step_s : 0;
     if (options.on_step) options.on_step(report);
+    if (options.stop_requested && options.stop_requested()) {
+      result.stopped_early = step + 1 < options.steps;
+      break;
+    }
   }
   return result;
 }

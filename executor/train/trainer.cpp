@@ -126,6 +126,10 @@ TrainResult train(Model<T>& model, data::DataLoader& loader, const TrainOptions&
                                                    metrics.step_s
                                              : 0;
     if (options.on_step) options.on_step(metrics);
+    if (options.stop_requested && options.stop_requested()) {
+      result.stopped_early = step + 1 < steps;
+      break;
+    }
   }
   return result;
 }

@@ -59,6 +59,9 @@ struct TrainOptions {
   std::int64_t first_step = 0;
   std::int64_t completed_updates = 0;
   std::function<void(const StepReport&)> on_step;  // called after every step (also skipped ones)
+  // Asked after on_step; true ends the run after this step (TrainResult::stopped_early).
+  // On N ranks it must answer alike on every rank (run_control.hpp).
+  std::function<bool()> stop_requested;
 
   std::int64_t global_batch() const { return micro_batch * micro_batches; }
 };
@@ -70,6 +73,7 @@ Loaded<TrainOptions> train_options_for_plan(const Plan& plan);
 struct TrainResult {
   std::int64_t steps = 0;          // steps run (including skipped ones)
   std::int64_t skipped_steps = 0;
+  bool stopped_early = false;      // stop_requested said so before the last step
   double last_loss = std::numeric_limits<double>::quiet_NaN();
   Problems problems;               // bad options/data, or the step whose loss or norm was not finite
   bool ok() const { return !has_errors(problems); }

@@ -22,7 +22,7 @@ emit one 1 dp=1 --zero 0
 emit four 4 dp=2,tp=2 --zero 1
 emit eight 8 dp=2,pp=2,tp=2 --zero 1 --sequence-parallel --schedule interleaved:2
 
-train=(train --data "text:$corpus" --steps 6)
+train=(train --data "text:$corpus" --steps 6 --log-every 1)
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 compare() {  # reference.jsonl other.jsonl label
   local n_ref n_other
