@@ -50,7 +50,8 @@ Command add_explain_command(CLI::App& app) {
       "searched with the plan flags given held fixed. Without --global-batch: GPT-3's batch in tokens for the\n"
       "nearest GPT-3 size (Brown et al. 2020, Table 2.1) / the sequence length (1536 for GPT-3 175B), 256 samples\n"
       "for MLPs and CNNs, at least one per device. With --mesh: micro-batch 1, selective recompute, sequence\n"
-      "parallelism when tp > 1, 1F1B, bf16, ZeRO-1 when dp > 1. Both defaults are named on stderr.\n"
+      "parallelism when tp > 1, 1F1B, bf16 where the device has it, ZeRO-1 when dp x ep > 1. Both defaults\n"
+      "are named on stderr.\n"
       "Exit status: 0 fits, 1 valid but does not fit in memory, 2 bad input or invalid plan.");
   auto flags = std::make_shared<PlanFlags>();
   auto json = std::make_shared<bool>(false);
