@@ -2,7 +2,9 @@
 // the best ones, the trade-off between speed and memory, why the rest were
 // turned down, and the seeds' decision guide; or (--json) the top plans as
 // the objects `meshplan explain --json` prints; or (--emit-plan) write the
-// chosen plan as a plan file for `meshplan train`.
+// chosen plan as a plan file for `meshplan train`. When no plan fits, it
+// says how much memory a device would need and the fewest devices that fit
+// (model/fit_search.hpp).
 //
 // The ranking comes from the fast evaluator inside search(); the JSON and
 // the plan file come from explain_plan() on those few plans, so they carry
@@ -19,6 +21,7 @@
 #include "cli/search_options.hpp"
 #include "cli/text_report.hpp"
 #include "model/explain.hpp"
+#include "model/fit_search.hpp"
 #include "model/plan_file.hpp"
 #include "model/report_json.hpp"
 #include "model/search.hpp"
@@ -225,6 +228,12 @@ int run_plan(const PlanCommandFlags& f) {
     return exit_bad_input;
   }
 
+  // Nothing fits: how much memory a device would need here, and how many devices would do.
+  std::optional<WhatWouldFit> fit;
+  if (result.ranked.empty() && result.stats.plans > 0) {
+    fit = what_would_fit(job.model, job.cluster, job.world_size, job.seq_len, job.global_batch, job.space, options.threads);
+  }
+
   if (f.json) {
     nlohmann::ordered_json array = nlohmann::ordered_json::array();
     for (std::size_t i = 0; i < std::min(top, result.ranked.size()); ++i) {
@@ -236,6 +245,7 @@ int run_plan(const PlanCommandFlags& f) {
     print_header(std::cout, job);
     if (result.ranked.empty()) {
       std::cout << "\nno feasible plan: " << rejection_summary(job, result.stats, ";\n  ") << "\n";
+      if (fit) print_what_would_fit(std::cout, job.cluster, job.space, *fit);
     } else {
       print_ranked(std::cout, job, result, top);
       print_pareto(std::cout, result);
@@ -249,6 +259,14 @@ int run_plan(const PlanCommandFlags& f) {
 
   if (result.ranked.empty()) {
     std::cerr << "meshplan plan: no feasible plan: " << rejection_summary(job, result.stats, "; ") << "\n";
+    if (fit && fit->here.smallest_peak) {
+      std::cerr << "meshplan plan: the least memory a plan needs at " << job.world_size << " devices is "
+                << gib(fit->here.smallest_peak->estimate.worst_memory.total_bytes()) << " GiB per device";
+      if (fit->more && fit->more->world_size) {
+        std::cerr << "; the fewest devices that fit: " << *fit->more->world_size << " (" << fit->more->below << " do not)";
+      }
+      std::cerr << "\n";
+    }
     if (!f.emit_plan.empty()) std::cerr << "meshplan plan: --emit-plan: nothing written\n";
     return exit_does_not_fit;
   }

@@ -3,6 +3,13 @@
 #include <algorithm>
 #include <cctype>
 
+#include <cstdio>
+
+#include "cli/text_report.hpp"
+#include "model/default_batch.hpp"
+#include "model/evaluate.hpp"
+#include "model/fit_search.hpp"
+#include "model/layer_graph.hpp"
 #include "model/mesh.hpp"
 
 namespace meshplan::cli {
@@ -14,27 +21,30 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--gpus", f.gpus, "Devices in the job (world size)")->capture_default_str();
   auto* mesh = command.add_option("--mesh", f.mesh,
                                   "Mesh axes outermost first, e.g. dp=16,pp=8,tp=8 (axes dp fsdp tp pp cp ep; "
-                                  "the last axis varies fastest and stays inside a node)")
-                   ->capture_default_str();
+                                  "the last axis varies fastest and stays inside a node). Default: the plan the "
+                                  "search ranks first (meshplan plan), with the other plan flags given held fixed");
   command.add_option("--mesh-shape", f.mesh_shape, "Mesh as the seeds write it: '[[4,2],[\"fsdp\",\"tp\"]]'")
       ->excludes(mesh);
-  command.add_option("--micro-batch", f.micro_batch, "Sequences per micro-batch per data-parallel rank")
-      ->capture_default_str();
-  command.add_option("--global-batch", f.global_batch, "Sequences per optimizer step across all ranks")
-      ->capture_default_str();
+  command.add_option("--micro-batch", f.micro_batch,
+                     "Sequences per micro-batch per data-parallel rank (default: 1 with --mesh, else searched)");
+  command.add_option("--global-batch", f.global_batch,
+                     "Sequences per optimizer step across all ranks (default: GPT-3's batch in tokens for the "
+                     "nearest GPT-3 size / the sequence length, 256 samples for MLPs and CNNs, at least one per "
+                     "device)");
   command.add_option("--seq", f.seq, "Training sequence length (default: the model's seq_len)");
-  command.add_option("--zero", f.zero, "ZeRO stage on dp: 0-3, or auto (1 when dp x ep > 1, else 0)")->capture_default_str();
-  command.add_option("--recompute", f.recompute, "Activation recomputation: none, selective, full")
-      ->capture_default_str();
+  command.add_option("--zero", f.zero, "ZeRO stage on dp: 0-3, or auto (with --mesh: 1 when dp x ep > 1, else 0; "
+                                       "without: searched)")->capture_default_str();
+  command.add_option("--recompute", f.recompute,
+                     "Activation recomputation: none, selective, full (default: selective with --mesh, else searched)");
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
                               "Sequence parallelism in tp regions (default: on for transformers with tp > 1)");
   command.add_flag("--no-sequence-parallel", f.no_sequence_parallel, "Turn sequence parallelism off")->excludes(sp);
-  command.add_option("--schedule", f.schedule, "Pipeline schedule: gpipe, 1f1b, interleaved:<v>, zb-h1")
-      ->capture_default_str();
+  command.add_option("--schedule", f.schedule,
+                     "Pipeline schedule: gpipe, 1f1b, interleaved:<v>, zb-h1 (default: 1f1b with --mesh, else searched)");
   command.add_option("--precision", f.precision, "fp32, bf16, fp16, fp8, or auto (bf16 where the device has it)")
       ->capture_default_str();
   command.add_option("--stage-layers", f.stage_layers,
-                     "Layers per pipeline chunk when uneven, e.g. 13,12,12,11 (pp x v entries)");
+                     "Layers per pipeline chunk when uneven, e.g. 13,12,12,11 (pp x v entries; needs --mesh)");
   command.add_option("--headroom", f.headroom, "Fraction of device memory kept free")->capture_default_str();
   command.add_option("--rank", f.rank, "Report this rank's device instead of the worst one");
 }
@@ -62,6 +72,62 @@ void add_problems(Problems& into, const Problems& from, const std::string& flag)
   }
 }
 
+std::string gib_text(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / (1024.0 * 1024 * 1024));
+  return text;
+}
+
+// The world size, sequence and precision rules of validate_plan, checked on a
+// one-axis probe plan before the search builds a topology for --gpus devices
+// (as `meshplan plan` checks a job, cli/search_options.cpp).
+Problems plannable(const ModelSpec& model, const ClusterSpec& cluster, const PlanFlags& f, Precision precision) {
+  Plan probe;
+  probe.mesh.axes = {{Axis::dp, f.gpus}};
+  probe.global_batch = f.gpus;
+  probe.seq_len = f.seq;
+  probe.precision = precision;
+  const std::int64_t seq_len = f.seq > 0 ? f.seq : model.default_seq_len();
+  Problems problems;
+  for (auto& p : validate_plan(model, build_layer_graph(model, seq_len), cluster, Deployment{f.gpus, 0}, probe)) {
+    if (p.severity != Severity::error) continue;
+    if (p.where == "world_size" || p.where == "seq_len" || p.where == "precision") {
+      p.where = flag_for_field(p.where);
+      problems.push_back(std::move(p));
+    }
+  }
+  return problems;
+}
+
+// No --mesh: the plan the search ranks first, or (when none fits) the
+// candidate needing the least memory, so that explain shows how far it is.
+void search_default_plan(PlanInputs& in, Problems& problems, const PlanFlags& f) {
+  const std::int64_t seq_len = f.seq > 0 ? f.seq : in.model.default_seq_len();
+  const Evaluator evaluator(in.model, in.cluster, f.gpus, seq_len);
+  const BestPlans best = best_plans(evaluator, in.plan.global_batch, in.space);
+  const Candidate* chosen = best.fastest ? &*best.fastest : best.smallest_peak ? &*best.smallest_peak : nullptr;
+  if (!chosen) {
+    problems.push_back({Severity::error, "--mesh",
+                        "not given, and no plan the search tries (axes dp,fsdp,tp,pp) is valid for " +
+                            std::to_string(f.gpus) + " devices and global batch " +
+                            std::to_string(in.plan.global_batch) + "; give --mesh or another --global-batch"});
+    return;
+  }
+  const std::vector<std::int64_t> stage_layers = in.plan.stage_layers;
+  in.plan = chosen->plan;
+  in.plan.seq_len = f.seq;
+  in.plan.stage_layers = stage_layers;
+  in.mesh_searched = true;
+  if (best.fastest) {
+    in.notes.push_back("no --mesh: using the plan the search ranks first of " + std::to_string(best.stats.feasible) +
+                       " that fit (" + describe_plan_briefly(in.plan) + "); give --mesh to explain another");
+  } else {
+    in.notes.push_back("no --mesh: no plan the search tries fits; showing the one that needs the least memory (" +
+                       gib_text(chosen->estimate.worst_memory.total_bytes()) + " per device: " + describe_plan_briefly(in.plan) +
+                       ")");
+  }
+}
+
 }  // namespace
 
 Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
@@ -81,32 +147,50 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
   if (f.gpus < 1) problems.push_back({Severity::error, "--gpus", "must be at least 1, got " + std::to_string(f.gpus)});
 
   Plan& plan = in.plan;
-  auto mesh = f.mesh_shape.empty() ? parse_mesh(f.mesh, "--mesh") : parse_mesh_shape(f.mesh_shape, "--mesh-shape");
-  problems.insert(problems.end(), mesh.problems.begin(), mesh.problems.end());
-  plan.mesh = mesh.value;
-  plan.micro_batch = f.micro_batch;
-  plan.global_batch = f.global_batch;
+  SearchSpace& space = in.space;
+  const bool search_mesh = !f.mesh && f.mesh_shape.empty();
+  if (!search_mesh) {
+    auto mesh = f.mesh_shape.empty() ? parse_mesh(*f.mesh, "--mesh") : parse_mesh_shape(f.mesh_shape, "--mesh-shape");
+    problems.insert(problems.end(), mesh.problems.begin(), mesh.problems.end());
+    plan.mesh = mesh.value;
+  }
+  plan.micro_batch = f.micro_batch.value_or(1);
+  if (f.micro_batch) {
+    space.micro_batches = {*f.micro_batch};
+    if (search_mesh && *f.micro_batch < 1) {
+      problems.push_back({Severity::error, "--micro-batch", "must be at least 1, got " + std::to_string(*f.micro_batch)});
+    }
+  }
   plan.seq_len = f.seq;
   if (f.seq < 0) problems.push_back({Severity::error, "--seq", "must be positive"});
 
-  if (f.zero == "auto") {
-    plan.zero_stage = plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) > 1 ? 1 : 0;
-  } else if (f.zero.size() == 1 && f.zero[0] >= '0' && f.zero[0] <= '3') {
-    plan.zero_stage = f.zero[0] - '0';
-  } else {
+  std::optional<int> zero;
+  if (f.zero.size() == 1 && f.zero[0] >= '0' && f.zero[0] <= '3') {
+    zero = f.zero[0] - '0';
+    space.zero_stages = {*zero};
+    // dp with ZeRO-3 is what fsdp is: the search leaves fsdp out so as not to try each plan twice.
+    if (*zero == 3) std::erase(space.axes, Axis::fsdp);
+  } else if (f.zero != "auto") {
     problems.push_back({Severity::error, "--zero", "'" + f.zero + "' is not one of: 0, 1, 2, 3, auto"});
   }
-  if (auto r = parse_recompute(f.recompute)) {
+  const std::string recompute = f.recompute.value_or("selective");
+  if (auto r = parse_recompute(recompute)) {
     plan.recompute = *r;
+    if (f.recompute) space.recomputes = {*r};
   } else {
     problems.push_back({Severity::error, "--recompute",
-                        "'" + f.recompute + "' is not one of: " + std::string(recompute_choices)});
+                        "'" + recompute + "' is not one of: " + std::string(recompute_choices)});
   }
-  if (auto s = parse_schedule(f.schedule)) {
+  const std::string schedule = f.schedule.value_or("1f1b");
+  if (auto s = parse_schedule(schedule)) {
     plan.schedule = *s;
+    if (f.schedule) {
+      space.schedules = {s->kind};
+      if (s->kind == ScheduleKind::interleaved) space.interleave = {s->virtual_stages};
+    }
   } else {
     problems.push_back({Severity::error, "--schedule",
-                        "'" + f.schedule + "' is not one of: " + std::string(schedule_choices)});
+                        "'" + schedule + "' is not one of: " + std::string(schedule_choices)});
   }
   if (f.precision == "auto") {
     plan.precision = cluster.ok() && cluster.value.device.peak_for(Dtype::bf16) ? Precision::bf16 : Precision::fp32;
@@ -116,11 +200,8 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
     problems.push_back({Severity::error, "--precision",
                         "'" + f.precision + "' is not one of: " + std::string(precision_choices) + ", auto"});
   }
-  if (f.sequence_parallel) {
-    plan.sequence_parallel = true;
-  } else if (!f.no_sequence_parallel) {
-    plan.sequence_parallel = model.ok() && in.model.kind == ModelKind::transformer && plan.mesh.size(Axis::tp) > 1;
-  }
+  space.precisions = {plan.precision};
+  if (f.sequence_parallel || f.no_sequence_parallel) space.sequence_parallel = {f.sequence_parallel};
   if (!f.stage_layers.empty()) {
     std::string text = f.stage_layers;
     std::replace(text.begin(), text.end(), ',', ' ');
@@ -138,10 +219,44 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
       plan.stage_layers.push_back(std::stoll(text.substr(pos, end - pos)));
       pos = end;
     }
+    if (search_mesh) {
+      problems.push_back({Severity::error, "--stage-layers", "needs --mesh (uneven stages are laid out over its pp)"});
+    }
   }
   plan.memory_headroom = f.headroom;
+  space.memory_headroom = f.headroom;
   if (!(f.headroom >= 0 && f.headroom < 1)) {
     problems.push_back({Severity::error, "--headroom", "must be a fraction in [0, 1)"});
+  }
+
+  if (f.global_batch) {
+    plan.global_batch = *f.global_batch;
+  } else if (model.ok() && f.seq >= 0) {
+    const std::int64_t seq_len = f.seq > 0 ? f.seq : in.model.default_seq_len();
+    const DefaultBatch batch = default_global_batch(
+        in.model, build_layer_graph(in.model, seq_len).parameter_count(), seq_len, std::max<std::int64_t>(f.gpus, 1));
+    plan.global_batch = batch.sequences;
+    in.notes.push_back("no --global-batch: using " + std::to_string(batch.sequences) + " (" + batch.rule + ")");
+  }
+
+  if (search_mesh && !has_errors(problems)) {
+    const Problems unplannable = plannable(in.model, in.cluster, f, plan.precision);
+    problems.insert(problems.end(), unplannable.begin(), unplannable.end());
+    if (!has_errors(problems)) {
+      if (plan.global_batch < 1) {
+        problems.push_back({Severity::error, "--global-batch", "must be at least 1, got " + std::to_string(plan.global_batch)});
+      } else {
+        search_default_plan(in, problems, f);
+      }
+    }
+  }
+  if (!search_mesh) {
+    plan.zero_stage = zero ? *zero : (plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) > 1 ? 1 : 0);
+    if (f.sequence_parallel) {
+      plan.sequence_parallel = true;
+    } else if (!f.no_sequence_parallel) {
+      plan.sequence_parallel = model.ok() && in.model.kind == ModelKind::transformer && plan.mesh.size(Axis::tp) > 1;
+    }
   }
   return result;
 }

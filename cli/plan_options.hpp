@@ -1,17 +1,27 @@
-// The model / cluster / plan flags shared by `explain` (and later `plan`,
-// `simulate`): registered on a CLI11 subcommand, then turned into loaded
-// specs and a Plan, with every problem naming its flag.
+// The model / cluster / plan flags shared by `explain` and `simulate`:
+// registered on a CLI11 subcommand, then turned into loaded specs and a Plan,
+// with every problem naming its flag.
+//
+// Without --mesh the plan is the one the planner's search ranks first for
+// this model, cluster and device count (model/fit_search.hpp), searched with
+// the plan flags the user did give held fixed; without --global-batch the
+// batch follows a stated rule (model/default_batch.hpp). Both are said in
+// PlanInputs::notes, because a default a user did not see is a trap: GPT-3's
+// mesh and batch used to stand in for every model.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "model/cluster_spec.hpp"
 #include "model/model_spec.hpp"
 #include "model/plan.hpp"
 #include "model/problem.hpp"
+#include "model/search.hpp"
 #include "model/validate.hpp"
 
 namespace meshplan::cli {
@@ -20,16 +30,17 @@ struct PlanFlags {
   std::string model = "gpt3-175b";
   std::string cluster = "dgx-a100";
   std::int64_t gpus = 1024;
-  std::string mesh = "dp=16,pp=8,tp=8";
+  // Unset: searched without --mesh; with --mesh the values in the comments.
+  std::optional<std::string> mesh;
   std::string mesh_shape;
-  std::int64_t micro_batch = 1;
-  std::int64_t global_batch = 1536;
+  std::optional<std::int64_t> micro_batch;   // 1
+  std::optional<std::int64_t> global_batch;  // default_global_batch()
   std::int64_t seq = 0;
   std::string zero = "auto";
-  std::string recompute = "selective";
+  std::optional<std::string> recompute;      // selective
   bool sequence_parallel = false;
   bool no_sequence_parallel = false;
-  std::string schedule = "1f1b";
+  std::optional<std::string> schedule;       // 1f1b
   std::string precision = "auto";
   std::string stage_layers;
   double headroom = 0.05;
@@ -43,6 +54,13 @@ struct PlanInputs {
   ClusterSpec cluster;
   Deployment deployment;
   Plan plan;
+  // The search space the flags leave open: the default axes, with every plan
+  // flag the user gave held fixed. What the default plan and "what would fit"
+  // search.
+  SearchSpace space;
+  bool mesh_searched = false;  // no --mesh: `plan` came from the search
+  // Defaults chosen for the user, one sentence each ("no --mesh: ...").
+  std::vector<std::string> notes;
 };
 
 // Loads presets and parses flags; problems name the flag (e.g. "--mesh").

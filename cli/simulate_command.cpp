@@ -124,6 +124,7 @@ Loaded<Job> load_job(const SimulateFlags& flags, const CLI::App& command) {
   auto inputs = resolve_plan_flags(flags.plan);
   result.problems = inputs.problems;
   if (!result.ok()) return result;
+  for (const auto& note : inputs.value.notes) std::cerr << "meshplan simulate: note: " << note << "\n";
   result.value = {inputs.value.model, inputs.value.cluster, inputs.value.deployment.world_size, inputs.value.plan};
   // Validate before building the cluster's topology for the world size.
   const std::int64_t seq_len = result.value.plan.seq_len > 0 ? result.value.plan.seq_len : result.value.model.default_seq_len();
@@ -142,8 +143,9 @@ Command add_simulate_command(CLI::App& app) {
   auto* command = app.add_subcommand(
       "simulate", "Replay one training step of a plan as a timeline of compute and communication");
   command->footer(
-      "Takes the plan flags of `meshplan explain` (same defaults), or a plan file (--plan). One device per\n"
-      "pipeline stage is simulated (its replicas run the same events); see docs/simulator.md.\n"
+      "Takes the plan flags of `meshplan explain` (same defaults: without --mesh, the search's first plan),\n"
+      "or a plan file (--plan). One device per pipeline stage is simulated (its replicas run the same events);\n"
+      "see docs/simulator.md.\n"
       "Exit status: 0 simulated, 2 bad input or invalid plan.");
   auto flags = std::make_shared<SimulateFlags>();
   add_plan_flags(*command, flags->plan);

@@ -39,6 +39,20 @@ std::string describe_model(const ModelSpec& model, std::int64_t seq_len) {
   return "";
 }
 
+// Which link each axis rides (model/axis_links.hpp): the numbers place_axes()
+// gave the evaluator, so the table and the step time agree.
+void print_axis_links(std::ostream& out, const std::vector<AxisLink>& links) {
+  out << "\n  links per axis (bandwidth per device and direction, with every group of the axis communicating):\n";
+  out << "    " << pad("axis", 6) << lpad("size", 5) << lpad("stride", 8) << lpad("per node", 10) << lpad("nodes", 7)
+      << "  " << pad("link", 26) << lpad("GB/s", 8) << lpad("latency us", 12) << "\n";
+  for (const auto& l : links) {
+    const std::string link = link_display_name(l.link_kind) + (l.crosses_nodes ? " (across nodes)" : " (inside a node)");
+    out << "    " << pad(to_string(l.axis), 6) << lpad(std::to_string(l.size), 5) << lpad(std::to_string(l.stride), 8)
+        << lpad(std::to_string(l.members_per_node), 10) << lpad(std::to_string(l.nodes_spanned), 7) << "  " << pad(link, 26)
+        << lpad(format("%.1f", l.bandwidth_bytes_per_s / 1e9), 8) << lpad(format("%.1f", l.latency_s * 1e6), 12) << "\n";
+  }
+}
+
 }  // namespace
 
 std::string format(const char* fmt, double value) {
@@ -147,6 +161,7 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
             << " communication cannot overlap compute on " << cluster.name << " (overlaps_compute: false): none of it is hidden\n";
       }
     }
+    if (!ex.axis_links.empty()) print_axis_links(out, ex.axis_links);
     if (ex.scaling && !ex.scaling->axes.empty()) {
       const ScalingDiagnostics& d = *ex.scaling;
       out << "\n  How to Scale Your Model checks (C = device peak, W = the axis's bandwidth per device):\n";
@@ -186,6 +201,49 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
     }
     out << "  - " << (p.severity == Severity::warning ? "warning: " : "") << flag_for_field(p.where) << ": "
         << p.message << "\n";
+  }
+}
+
+std::string describe_plan_briefly(const Plan& plan) {
+  return plan.mesh.to_string() + ", micro-batch " + std::to_string(plan.micro_batch) + " x " +
+         std::to_string(plan.micro_batches()) + ", ZeRO-" + std::to_string(plan.zero_stage) + ", " +
+         "recompute " + to_string(plan.recompute) + ", sp " + (plan.sequence_parallel ? "on" : "off") + ", " +
+         to_string(plan.schedule);
+}
+
+void print_what_would_fit(std::ostream& out, const ClusterSpec& cluster, const SearchSpace& space,
+                          const WhatWouldFit& fit) {
+  std::string axes;
+  for (Axis a : space.axes) axes += (axes.empty() ? "" : ",") + to_string(a);
+  const double usable = cluster.device.memory_bytes * (1 - space.memory_headroom);
+  out << "\nwhat would fit (the search over axes " << axes << " with the plan flags given; global batch "
+      << fit.global_batch << "):\n";
+  auto plan_line = [&](const Candidate& c) {
+    return describe_plan_briefly(c.plan) + "; " + gib(c.estimate.worst_memory.total_bytes()) + " GiB per device, step " +
+           format("%.4g", c.estimate.time.step_s) + " s";
+  };
+  const BestPlans& here = fit.here;
+  if (here.fastest) {
+    out << "  at " << fit.world_size << " devices " << here.stats.feasible << " of " << here.stats.plans
+        << " plans fit; the fastest: " << plan_line(*here.fastest) << "\n";
+    return;
+  }
+  if (here.smallest_peak) {
+    out << "  at " << fit.world_size << " devices no plan fits: the least memory any of the " << here.stats.evaluated
+        << " evaluated needs is " << gib(here.smallest_peak->estimate.worst_memory.total_bytes()) << " GiB per device ("
+        << describe_plan_briefly(here.smallest_peak->plan) << "); " << gib(usable) << " GiB usable\n";
+  } else {
+    out << "  at " << fit.world_size << " devices no plan the search tries is valid for this global batch\n";
+  }
+  if (!fit.more) return;
+  const FitCount& more = *fit.more;
+  if (more.world_size) {
+    out << "  the fewest devices that fit: " << *more.world_size << " (" << more.below << " do not)";
+    if (more.fastest) out << "; fastest there: " << plan_line(*more.fastest);
+    out << "\n";
+  } else {
+    out << "  no device count up to " << more.limit << " fits (whole nodes, doubling; " << more.searches
+        << " searches)\n";
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include "model/cluster_spec.hpp"
 #include "model/explain.hpp"
+#include "model/fit_search.hpp"
 #include "model/model_spec.hpp"
 #include "model/plan.hpp"
 
@@ -12,6 +13,14 @@ namespace meshplan::cli {
 
 void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
                        const Explanation& explanation);
+
+// "what would fit": the fastest plan at this count, or the least memory any
+// searched plan needs here and the fewest devices at which one fits.
+void print_what_would_fit(std::ostream& out, const ClusterSpec& cluster, const SearchSpace& space,
+                          const WhatWouldFit& fit);
+
+// "pp=8,dp=16,tp=8, micro-batch 1 x 96, ZeRO-1, selective recompute, sp on, 1f1b"
+std::string describe_plan_briefly(const Plan& plan);
 
 // printf-style formatting of one number ("%.3g").
 std::string format(const char* fmt, double value);

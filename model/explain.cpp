@@ -41,6 +41,9 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
       const auto placements = place_axes(evaluator.topology(), plan.mesh);
       ex.time = evaluator.evaluate(plan, placements).time;
       ex.scaling = scaling_diagnostics(model, cluster, plan, ex.seq_len, placements);
+      ex.axis_links = axis_links(cluster, placements);
+      ex.reordering = find_reordering(evaluator, plan, ex.time->step_s);
+      if (ex.reordering) ex.problems.push_back(reordering_warning(cluster, ex.axis_links, *ex.reordering));
     }
     const StageMemory& worst = ex.memory->worst();
     if (!ex.memory->fits()) {

@@ -1,11 +1,15 @@
 // One plan, fully explained: validation problems, parameter count, the
 // per-device memory of every pipeline stage (from the graph-walking
 // reference, memory_model.hpp) and, for a valid plan, the step time of the
-// fast evaluator. What `meshplan explain` prints.
+// fast evaluator, the link each mesh axis rides, and a warning when another
+// order of the axes keeps tp / cp / ep inside a node and is faster
+// (axis_links.hpp). What `meshplan explain` prints.
 #pragma once
 
 #include <optional>
+#include <vector>
 
+#include "model/axis_links.hpp"
 #include "model/cluster_spec.hpp"
 #include "model/evaluate.hpp"
 #include "model/memory_model.hpp"
@@ -27,6 +31,8 @@ struct Explanation {
   std::int64_t rank_stage = 0;          // pipeline stage of deployment.rank
   std::optional<TimeEstimate> time;     // present for valid plans
   std::optional<ScalingDiagnostics> scaling;  // present for valid plans
+  std::vector<AxisLink> axis_links;     // valid plans: every axis of size > 1, in mesh order
+  std::optional<MeshReordering> reordering;  // a faster order keeping tp / cp / ep inside (also a warning in problems)
 
   bool fits_memory() const { return memory && memory->fits(); }
   bool feasible() const { return valid && fits_memory(); }

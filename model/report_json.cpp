@@ -110,6 +110,24 @@ nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const Cluster
     j["memory_bytes"] = nullptr;
   }
   if (ex.time) add_time_to_json(j, *ex.time);
+  if (ex.valid) {  // which link each axis rides (axis_links.hpp)
+    nlohmann::ordered_json links = nlohmann::ordered_json::array();
+    for (const auto& l : ex.axis_links) {
+      links.push_back({{"axis", to_string(l.axis)}, {"size", l.size}, {"stride", l.stride},
+                       {"members_per_node", l.members_per_node}, {"nodes_spanned", l.nodes_spanned},
+                       {"crosses_nodes", l.crosses_nodes}, {"link", l.link_kind},
+                       {"bandwidth_bytes_per_s", l.bandwidth_bytes_per_s}, {"latency_s", l.latency_s}});
+    }
+    j["axis_links"] = links;
+    if (ex.reordering) {
+      nlohmann::ordered_json brought = nlohmann::ordered_json::array();
+      for (Axis axis : ex.reordering->brought_inside) brought.push_back(to_string(axis));
+      j["mesh_reordering"] = {{"mesh", ex.reordering->mesh.to_string()}, {"brings_inside", brought},
+                              {"step_s", ex.reordering->step_s}, {"reordered_step_s", ex.reordering->reordered_step_s}};
+    } else {
+      j["mesh_reordering"] = nullptr;
+    }
+  }
   if (ex.scaling) {
     nlohmann::ordered_json scaling;
     nlohmann::ordered_json axes = nlohmann::ordered_json::array();

@@ -19,8 +19,12 @@ using namespace meshplan::testing_support;
 
 const std::string data = MESHPLAN_TEST_DATA;
 
-TEST(Cli, DefaultExplainIsTheQuickStart) {
-  const CliRun r = run({"explain"});
+// scripts/quickstart.sh's flags: GPT-3 175B on 1024 A100s, dp=16,pp=8,tp=8.
+const std::vector<std::string> kQuickStart = {"explain", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "1024",
+                                              "--mesh", "dp=16,pp=8,tp=8", "--global-batch", "1536"};
+
+TEST(Cli, QuickStartExplainsGpt3) {
+  const CliRun r = run(kQuickStart);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("gpt3-175b on 1024 x a100-80g"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("mesh dp=16,pp=8,tp=8"), std::string::npos);
@@ -44,7 +48,9 @@ TEST(Cli, ExplainSaysWhenCommunicationCannotHide) {
 }
 
 TEST(Cli, JsonHasTheDocumentedKeys) {
-  const CliRun r = run({"explain", "--json"});
+  std::vector<std::string> args = kQuickStart;
+  args.push_back("--json");
+  const CliRun r = run(args);
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_NEAR(j["parameters"].get<double>(), 174.6e9, 0.1e9);
@@ -129,7 +135,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"tp_heads", {"explain", "--gpus", "64", "--mesh", "tp=64", "--global-batch", "1"}, {"--mesh", "attention heads (96)"}},
         BadInput{"unknown_axis", {"explain", "--mesh", "dp=16,pp=8,qq=8"}, {"--mesh", "unknown mesh axis 'qq'"}},
         BadInput{"schedule", {"explain", "--schedule", "interleaved"}, {"--schedule", "interleaved:<v>"}},
-        BadInput{"global_batch", {"explain", "--global-batch", "1000"}, {"--global-batch", "not a multiple"}},
+        BadInput{"global_batch", {"explain", "--mesh", "dp=16,pp=8,tp=8", "--global-batch", "1000"}, {"--global-batch", "not a multiple"}},
+        BadInput{"global_batch_searched", {"explain", "--global-batch", "7"}, {"--mesh", "not given", "--global-batch"}},
+        BadInput{"stage_layers_searched", {"explain", "--stage-layers", "12,12"}, {"--stage-layers", "needs --mesh"}},
         BadInput{"precision", {"explain", "--precision", "fp8"}, {"--precision", "no fp8 support"}},
         BadInput{"gpus_not_number", {"explain", "--gpus", "abc"}, {"--gpus"}},
         BadInput{"unknown_flag", {"explain", "--meshh", "dp=2"}, {"--meshh"}},

@@ -192,6 +192,157 @@ TEST(CliPlan, NoFeasiblePlanExitsOneAndSaysWhy) {
   EXPECT_EQ(nlohmann::json::parse(json.out).size(), 0u);
 }
 
+// Issue 13, item 4: explain prints which link each axis rides, and warns
+// when tp leaves the node although another order of the same axes keeps it
+// inside, naming that order and both predicted step times.
+TEST(CliExplain, WarnsWhenTensorParallelismLeavesTheNode) {
+  const std::vector<std::string> job = {"explain", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "64",
+                                        "--global-batch", "512"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = job;
+    args.insert(args.end(), more.begin(), more.end());
+    return run(args);
+  };
+  const CliRun text = with({"--mesh", "tp=8,dp=8"});
+  ASSERT_LE(text.status, 1) << text.err;
+  EXPECT_NE(text.out.find("links per axis"), std::string::npos) << text.out;
+  std::smatch row;
+  ASSERT_TRUE(std::regex_search(text.out, row, std::regex("\n +tp +8 +8 +1 +8 +InfiniBand \\(across nodes\\)")))
+      << text.out;
+  ASSERT_TRUE(std::regex_search(text.out, row, std::regex("\n +dp +8 +1 +8 +1 +NVLink \\(inside a node\\)")))
+      << text.out;
+  EXPECT_NE(text.out.find("warning: --mesh: tp=8 crosses nodes"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("Use --mesh dp=8,tp=8 to keep it inside a node"), std::string::npos) << text.out;
+
+  const CliRun crossing = with({"--mesh", "tp=8,dp=8", "--json"});
+  const CliRun inside = with({"--mesh", "dp=8,tp=8", "--json"});
+  ASSERT_LE(crossing.status, 1) << crossing.err;
+  ASSERT_EQ(inside.status, crossing.status) << inside.err;
+  const auto c = nlohmann::json::parse(crossing.out), i = nlohmann::json::parse(inside.out);
+  ASSERT_EQ(c["axis_links"].size(), 2u);
+  EXPECT_EQ(c["axis_links"][0]["axis"], "tp");
+  EXPECT_TRUE(c["axis_links"][0]["crosses_nodes"].get<bool>());
+  EXPECT_EQ(c["axis_links"][0]["link"], "infiniband");
+  EXPECT_EQ(c["axis_links"][0]["members_per_node"], 1);
+  EXPECT_EQ(c["axis_links"][0]["nodes_spanned"], 8);
+  EXPECT_EQ(i["axis_links"][1]["axis"], "tp");
+  EXPECT_FALSE(i["axis_links"][1]["crosses_nodes"].get<bool>());
+  EXPECT_EQ(i["axis_links"][1]["link"], "nvlink");
+  EXPECT_GT(i["axis_links"][1]["bandwidth_bytes_per_s"].get<double>(), c["axis_links"][0]["bandwidth_bytes_per_s"].get<double>());
+  // The warning is a warning (exit status unchanged), and its step times are the two plans' own.
+  ASSERT_EQ(c["warnings"].size(), 1u);
+  EXPECT_NE(c["warnings"][0].get<std::string>().find("--mesh dp=8,tp=8"), std::string::npos);
+  EXPECT_EQ(c["mesh_reordering"]["mesh"], "dp=8,tp=8");
+  EXPECT_DOUBLE_EQ(c["mesh_reordering"]["step_s"].get<double>(), c["time_s"]["step"].get<double>());
+  EXPECT_DOUBLE_EQ(c["mesh_reordering"]["reordered_step_s"].get<double>(), i["time_s"]["step"].get<double>());
+  EXPECT_LT(i["time_s"]["step"].get<double>(), c["time_s"]["step"].get<double>());
+  EXPECT_TRUE(i["mesh_reordering"].is_null());
+  EXPECT_EQ(i["warnings"].size(), 0u);
+}
+
+// Issue 13, item 5: without --mesh, explain (and simulate) use the plan the
+// search ranks first for this model, cluster and device count, and say so;
+// without --global-batch, a stated rule instead of GPT-3's 1536 for all.
+TEST(CliExplain, WithoutMeshUsesTheSearchsFirstPlan) {
+  const std::vector<std::string> job = {"--model", "llama2-7b", "--cluster", "dgx-a100", "--gpus", "16"};
+  std::vector<std::string> args = {"explain", "--json"};
+  args.insert(args.end(), job.begin(), job.end());
+  const CliRun explained = run(args);
+  ASSERT_EQ(explained.status, 0) << explained.err;
+  // GPT-3's 2M-token batch for its 6.7B size (nearest llama2-7b's 6.74B), over 4096-token sequences.
+  EXPECT_NE(explained.err.find("no --global-batch: using 512"), std::string::npos) << explained.err;
+  EXPECT_NE(explained.err.find("no --mesh: using the plan the search ranks first"), std::string::npos) << explained.err;
+  const auto e = nlohmann::json::parse(explained.out);
+  EXPECT_TRUE(e["mesh_searched"].get<bool>());
+  EXPECT_EQ(e["plan"]["global_batch"], 512);
+
+  std::vector<std::string> plan_args = {"plan", "--json", "--top", "1", "--global-batch", "512"};
+  plan_args.insert(plan_args.end(), job.begin(), job.end());
+  const CliRun planned = run(plan_args);
+  ASSERT_EQ(planned.status, 0) << planned.err;
+  const auto first = nlohmann::json::parse(planned.out).at(0);
+  EXPECT_EQ(e["plan"].dump(), first["plan"].dump());
+  EXPECT_DOUBLE_EQ(e["time_s"]["step"].get<double>(), first["time_s"]["step"].get<double>());
+
+  // The mesh explain chose is named on stderr, and simulate chooses the same.
+  std::string mesh;
+  for (const auto& [axis, size] : e["plan"]["mesh"].items()) mesh += (mesh.empty() ? "" : ",") + axis + "=" + size.dump();
+  std::vector<std::string> sim_args = {"simulate"};
+  sim_args.insert(sim_args.end(), job.begin(), job.end());
+  const CliRun simulated = run(sim_args);
+  ASSERT_EQ(simulated.status, 0) << simulated.err;
+  EXPECT_NE(simulated.err.find("no --mesh"), std::string::npos) << simulated.err;
+  std::smatch chosen;
+  ASSERT_TRUE(std::regex_search(simulated.out, chosen, std::regex("mesh ([a-z]+=[0-9]+(,[a-z]+=[0-9]+)*)"))) << simulated.out;
+  EXPECT_NE(explained.err.find("(" + chosen[1].str() + ","), std::string::npos) << chosen[1] << "\n" << explained.err;
+
+  // Flags that are given hold: the search keeps full recompute.
+  args.insert(args.end(), {"--recompute", "full"});
+  const CliRun full = run(args);
+  ASSERT_EQ(full.status, 0) << full.err;
+  EXPECT_EQ(nlohmann::json::parse(full.out)["plan"]["recompute"], "full");
+
+  // The quick start's plan is still there when asked for by name.
+  const CliRun gpt3 = run({"explain", "--mesh", "dp=16,pp=8,tp=8"});
+  EXPECT_EQ(gpt3.status, 0) << gpt3.err;
+  EXPECT_NE(gpt3.out.find("mesh dp=16,pp=8,tp=8; micro-batch 1 x 96 micro-batches x 16 data-parallel = global batch 1536"),
+            std::string::npos) << gpt3.out;
+  EXPECT_NE(gpt3.err.find("no --global-batch: using 1536"), std::string::npos) << gpt3.err;
+}
+
+// "meshplan plan ... --gpus N" and what it finds: exit 0 when a plan fits.
+int plan_status(const std::string& model, std::int64_t gpus, std::int64_t global_batch) {
+  return run({"plan", "--model", model, "--cluster", "dgx-a100", "--gpus", std::to_string(gpus), "--global-batch",
+              std::to_string(global_batch), "--top", "1"})
+      .status;
+}
+
+// Issue 13, item 7: when nothing fits, say the fewest devices that would do
+// (checked here by planning at that count and at the one below it) and the
+// memory a device would need at this count.
+TEST(CliPlan, WhenNothingFitsSaysTheFewestDevicesThatWould) {
+  const CliRun r = run({"plan", "--model", "llama3-70b", "--cluster", "dgx-a100", "--gpus", "8", "--global-batch", "64"});
+  ASSERT_EQ(r.status, 1) << r.err;
+  std::smatch fewest;
+  ASSERT_TRUE(std::regex_search(r.out, fewest, std::regex("the fewest devices that fit: ([0-9]+) \\(([0-9]+) do not\\)")))
+      << r.out;
+  const std::int64_t fits_at = std::stoll(fewest[1]), not_at = std::stoll(fewest[2]);
+  EXPECT_GT(fits_at, 8);
+  EXPECT_EQ(fits_at % 8, 0);
+  EXPECT_EQ(not_at, fits_at - 8);  // one node fewer
+  EXPECT_EQ(plan_status("llama3-70b", fits_at, 64), 0);
+  EXPECT_EQ(plan_status("llama3-70b", not_at, 64), 1);
+  EXPECT_NE(r.err.find("the fewest devices that fit: " + fewest[1].str()), std::string::npos) << r.err;
+  std::smatch peak;
+  ASSERT_TRUE(std::regex_search(r.out, peak, std::regex("at 8 devices no plan fits: the least memory any of the [0-9]+ "
+                                                        "evaluated needs is ([0-9.]+) GiB per device")))
+      << r.out;
+  EXPECT_GT(std::stod(peak[1]), 76.0);  // more than an A100 80GB's usable 76 GiB
+
+  // explain on a plan that does not fit says the same, in text and JSON.
+  const std::vector<std::string> explain = {"explain", "--model", "llama3-70b", "--cluster", "dgx-a100", "--gpus", "8",
+                                            "--mesh", "fsdp=8", "--global-batch", "64"};
+  const CliRun text = run(explain);
+  EXPECT_EQ(text.status, 1) << text.err;
+  EXPECT_NE(text.out.find("the fewest devices that fit: " + fewest[1].str() + " (" + fewest[2].str() + " do not)"),
+            std::string::npos) << text.out;
+  std::vector<std::string> json_args = explain;
+  json_args.push_back("--json");
+  const CliRun json = run(json_args);
+  EXPECT_EQ(json.status, 1) << json.err;
+  const auto fit = nlohmann::json::parse(json.out)["what_would_fit"];
+  EXPECT_EQ(fit["smallest_fitting_world_size"], fits_at);
+  EXPECT_EQ(fit["largest_not_fitting_world_size"], not_at);
+  EXPECT_EQ(fit["plans_that_fit"], 0);
+  EXPECT_NEAR(fit["smallest_peak"]["memory_bytes"].get<double>() / (1024.0 * 1024 * 1024), std::stod(peak[1]), 0.006);
+
+  // A plan that fits has nothing to add.
+  const CliRun fine = run({"explain", "--json", "--model", "llama3-70b", "--cluster", "dgx-a100", "--gpus",
+                           std::to_string(fits_at), "--global-batch", "64"});
+  EXPECT_EQ(fine.status, 0) << fine.err;
+  EXPECT_TRUE(nlohmann::json::parse(fine.out)["what_would_fit"].is_null());
+}
+
 TEST(CliPlan, GuideOnly) {
   const CliRun big = run({"plan", "--guide-only"});
   ASSERT_EQ(big.status, 0) << big.err;

@@ -47,6 +47,17 @@ std::vector<Figure> plan_figures(const ModelSpec& model, const Plan& plan, const
     out.push_back(number("memory: total", "GiB", w.total_bytes() / kGiB, 2));
     out.push_back(number("memory: usable", "GiB", m.usable_bytes / kGiB, 2));
   }
+  // Which link each axis rides, as `meshplan explain` prints it (model/axis_links.hpp).
+  for (const AxisLink& l : ex.axis_links) {
+    const std::string axis = to_string(l.axis);
+    out.push_back(word("link " + axis, link_display_name(l.link_kind) +
+                                           (l.crosses_nodes ? " across " + std::to_string(l.nodes_spanned) + " nodes, "
+                                                            : std::string(" inside a node, ")) +
+                                           std::to_string(l.members_per_node) + " per node"));
+    out.push_back(number("link " + axis + " bandwidth", "GB/s", l.bandwidth_bytes_per_s / 1e9, 1));
+    out.push_back(number("link " + axis + " latency", "us", l.latency_s * 1e6, 1));
+  }
+  if (ex.reordering) out.push_back(word("faster mesh order", ex.reordering->mesh.to_string()));
   if (ex.time) {
     const TimeEstimate& t = *ex.time;
     out.push_back(number("step time", "s", t.step_s, 3));

@@ -32,8 +32,9 @@ struct PlanDetails {
   std::vector<Figure> figures;
 };
 
-// Plan knobs, then memory of the worst device (GiB), then time (s), then
-// throughput; every number the Compare view sets side by side.
+// Plan knobs, then memory of the worst device (GiB), then the link each axis
+// rides (and a faster mesh order, when one keeps tp / cp / ep inside a node),
+// then time (s), then throughput; every number the Compare view sets side by side.
 std::vector<Figure> plan_figures(const ModelSpec& model, const Plan& plan, const Explanation& explanation);
 
 // Explains (and, with `simulate`, replays) `plan` for the outcome's job.

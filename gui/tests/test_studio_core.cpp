@@ -208,6 +208,48 @@ class StudioCoreTest : public QObject {
     QCOMPARE(stage_ranks(parse_mesh("dp=2,pp=2,tp=2", "t").value, 1), (std::vector<std::int64_t>{2, 3, 6, 7}));
   }
 
+  // Issue 13, item 4: the plan details say which link each axis rides, and
+  // warn (with the faster order) when tp leaves the node for no reason.
+  void planDetailsShowTheLinkEachAxisRides() {
+    SetupInputs in;
+    in.model = "gpt2-124m";
+    in.nodes = 2;
+    in.global_batch = 64;
+    in.threads = 1;
+    auto job = resolve_setup(in);
+    QVERIFY(job.ok());
+    auto outcome = std::make_shared<SearchOutcome>();
+    outcome->job = job.value;
+    Plan crossing = plan_of("tp=4,dp=4", 1, 64, 1);  // gpt2-124m has 12 heads: tp 4
+    crossing.sequence_parallel = true;
+    const PlanDetails details = analyse_plan(*outcome, crossing, false);
+    QVERIFY(details.explanation.valid);
+    auto figure = [&](const std::string& name) -> const Figure* {
+      for (const auto& f : details.figures) {
+        if (f.name == name) return &f;
+      }
+      return nullptr;
+    };
+    QVERIFY(figure("link tp") && figure("link dp"));
+    QCOMPARE(figure("link tp")->text, std::string("InfiniBand across 2 nodes, 2 per node"));
+    QCOMPARE(figure("link dp")->text, std::string("NVLink inside a node, 4 per node"));
+    QVERIFY(figure("link tp bandwidth")->value < figure("link dp bandwidth")->value);
+    QVERIFY(figure("faster mesh order"));
+    QCOMPARE(figure("faster mesh order")->text, std::string("dp=4,tp=4"));
+    const auto& problems = details.explanation.problems;
+    QVERIFY(std::any_of(problems.begin(), problems.end(), [](const Problem& p) {
+      return p.severity == Severity::warning && p.where == "mesh" && p.message.find("--mesh dp=4,tp=4") != std::string::npos;
+    }));
+
+    // The order the warning names keeps tp inside a node, and is not warned about.
+    Plan inside = crossing;
+    inside.mesh = parse_mesh("dp=4,tp=4", "test").value;
+    const PlanDetails better = analyse_plan(*outcome, inside, false);
+    QVERIFY(!better.explanation.reordering);
+    QVERIFY(better.explanation.time->step_s < details.explanation.time->step_s);
+    QCOMPARE(better.explanation.time->step_s, details.explanation.reordering->reordered_step_s);
+  }
+
   void shardingOfAColumnParallelWeight() {
     // GPT-3 175B, dp=16,pp=8,tp=8: layer 3 is on stage 0 (96 layers, 12 per stage).
     const ModelSpec gpt3 = load("gpt3-175b");

@@ -1,0 +1,70 @@
+// Which link each mesh axis rides, and whether reordering the mesh would keep
+// a latency-sensitive axis (tp, cp, ep) inside a node.
+//
+// Why: axis order decides placement (the last axis varies fastest and lands
+// inside a node, mesh.hpp), and an order that pushes tp across nodes prices
+// every tensor-parallel collective at the NIC's share instead of NVLink's,
+// with nothing in the plan looking wrong. The numbers here are the ones the
+// evaluator already uses (place_axes, topology.hpp): nothing is re-derived.
+// The reordering is found by trying every order of the same axes and
+// evaluating the plan under each, so its step time is the evaluator's, not a
+// rule of thumb.
+//
+// Defines: AxisLink, axis_links, link_display_name, MeshReordering,
+// find_reordering, reordering_warning.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/cluster_spec.hpp"
+#include "model/evaluate.hpp"
+#include "model/plan.hpp"
+#include "model/problem.hpp"
+#include "model/topology.hpp"
+
+namespace meshplan {
+
+// One mesh axis of size > 1 on the topology.
+struct AxisLink {
+  Axis axis = Axis::dp;
+  std::int64_t size = 1;
+  std::int64_t stride = 1;            // ranks between neighbours of one group
+  std::int64_t members_per_node = 1;  // devices of one group inside one node (the fewest)
+  std::int64_t nodes_spanned = 1;     // nodes one group touches (the most)
+  bool crosses_nodes = false;
+  std::string link_kind;              // the slowest hop's kind: the cluster's inter_node.kind if it crosses, else intra_node.kind
+  double bandwidth_bytes_per_s = 0;   // per device, per direction, all groups at once (AxisPlacement::bandwidth_bytes_per_s)
+  double latency_s = 0;               // one step (AxisPlacement::latency_s)
+};
+
+// The axes of size > 1, in mesh order.
+std::vector<AxisLink> axis_links(const ClusterSpec& cluster, const std::vector<AxisPlacement>& placements);
+
+// "nvlink" -> "NVLink", "infiniband" -> "InfiniBand"; unknown kinds as written.
+std::string link_display_name(const std::string& kind);
+
+// A reordering of the same axes that keeps more of tp, cp and ep inside a
+// node, and is predicted faster.
+struct MeshReordering {
+  Mesh mesh;                            // the reordered mesh
+  std::vector<Axis> brought_inside;     // tp / cp / ep axes that cross nodes now and not after
+  double step_s = 0;                    // the current plan's predicted step time
+  double reordered_step_s = 0;          // the reordered plan's
+};
+
+// Tries every order of `plan.mesh`'s axes; among the orders that bring at
+// least one tp / cp / ep axis that crosses nodes now inside a node, the one
+// the evaluator predicts fastest. Nothing when no order brings one inside or
+// none is faster than now.
+// `plan` must be valid (the evaluator's precondition); `step_s` is its step time.
+std::optional<MeshReordering> find_reordering(const Evaluator& evaluator, const Plan& plan, double step_s);
+
+// The warning for --mesh: which axis crosses, on what link, the mesh to use
+// instead and both predicted step times.
+Problem reordering_warning(const ClusterSpec& cluster, const std::vector<AxisLink>& links,
+                           const MeshReordering& reordering);
+
+}  // namespace meshplan
