@@ -285,8 +285,8 @@ Command add_sweep_command(CLI::App& app) {
       "sweep", "Search plans for every combination of models, clusters, GPU counts and batches; one row per candidate");
   command->footer(
       "Example: meshplan sweep --model gpt3-175b,llama2-70b --gpus 512,1024 --global-batch 1024,1536 --out sweep.csv\n"
-      "Rejected candidates are about half the rows: --feasible-only leaves them out, and --out sweep.csv.gz\n"
-      "(or .jsonl.gz) compresses the file with gzip.\n"
+      "Most rows are rejected candidates: --feasible-only leaves them out. --out sweep.csv.gz (or .jsonl.gz)\n"
+      "writes gzip (the README's two-model sweep: 137 MB of CSV, 28 MB feasible only, 12 MB gzipped, 4.4 MB both).\n"
       "Ctrl-C stops early and keeps every row written so far (exit status 130).\n"
       "Exit status: 0 done, 2 bad input, 130 interrupted.");
   auto flags = std::make_shared<SweepFlags>();
