@@ -98,7 +98,7 @@ TEST(PlotChart, SvgWhenTheNameSaysSo) {
   ASSERT_TRUE(render_run_chart(sample_run(), path.string(), {900, 700}).empty());
   const std::string svg = read_text(path);
   EXPECT_NE(svg.find("<svg"), std::string::npos);
-  EXPECT_NE(svg.find("width=\"900"), std::string::npos) << svg.substr(0, 600);
+  EXPECT_NE(svg.find("viewBox=\"0 0 900 700\""), std::string::npos) << svg.substr(0, 600);
   EXPECT_NE(svg.find(QColor(kPredictedColor).name().toStdString()), std::string::npos);
 }
 
