@@ -52,6 +52,28 @@ TEST(PlotSeries, MetricsBecomeOneSeriesPerMetric) {
   EXPECT_EQ(s.eval_accuracy[0].value, 0.625);
 }
 
+// `train --resume` appends: steps 2 and 3, run before a kill and again after
+// the resume from the step-1 checkpoint, are drawn once, as rerun.
+TEST(PlotSeries, AResumedRunKeepsEachStepsLastRecord) {
+  std::istringstream in(R"({"kind":"train","step":1,"loss":3.0,"step_s":0.1})" "\n"
+                        R"({"kind":"train","step":2,"loss":2.0,"step_s":0.1})" "\n"
+                        R"({"kind":"train","step":3,"loss":1.0,"step_s":0.1})" "\n"
+                        R"({"kind":"train","step":2,"loss":2.5,"step_s":0.2})" "\n"
+                        R"({"kind":"train","step":3,"loss":1.5,"step_s":0.2})" "\n"
+                        R"({"kind":"train","step":4,"loss":0.5,"step_s":0.2})" "\n");
+  const auto parsed = parse_metrics(in, "m.jsonl");
+  ASSERT_TRUE(parsed.ok()) << text_of(parsed.problems);
+  const auto& loss = parsed.value.train_loss;
+  ASSERT_EQ(loss.size(), 4u);
+  const double expected_steps[] = {1, 2, 3, 4}, expected_losses[] = {3.0, 2.5, 1.5, 0.5};
+  for (std::size_t i = 0; i < loss.size(); ++i) {
+    EXPECT_EQ(loss[i].step, expected_steps[i]) << i;
+    EXPECT_EQ(loss[i].value, expected_losses[i]) << i;
+  }
+  ASSERT_EQ(parsed.value.step_s.size(), 4u);
+  EXPECT_EQ(parsed.value.step_s[1].value, 0.2);
+}
+
 struct BadLine {
   const char* name;
   std::string line;       // written as line 3, after two good lines and a blank one

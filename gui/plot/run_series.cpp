@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <filesystem>
@@ -42,6 +43,19 @@ std::string parse_error_text(const json::parse_error& e) {
   const std::string what = e.what();
   const auto tag_end = what.find("] ");
   return tag_end == std::string::npos ? what : what.substr(tag_end + 2);
+}
+
+// A resumed run (`train --resume`) appends to its metrics file, so the steps
+// between the last checkpoint and the stop come twice: keep each step's last
+// record, in step order.
+void keep_last_per_step(std::vector<StepPoint>& points) {
+  std::stable_sort(points.begin(), points.end(), [](const StepPoint& a, const StepPoint& b) { return a.step < b.step; });
+  std::vector<StepPoint> kept;
+  for (const StepPoint& p : points) {
+    if (!kept.empty() && kept.back().step == p.step) kept.back() = p;
+    else kept.push_back(p);
+  }
+  points = std::move(kept);
 }
 
 std::string plural(std::int64_t count, const char* noun) {
@@ -99,6 +113,7 @@ Loaded<MetricsSeries> parse_metrics(std::istream& in, const std::string& display
     }
   }
   if (in.bad()) result.problems.push_back({Severity::error, display_name, "read failed"});
+  for (auto* series : {&s.train_loss, &s.step_s, &s.memory_peak_bytes, &s.eval_loss, &s.eval_accuracy}) keep_last_per_step(*series);
   for (const auto& [kind, count] : other_kinds) {
     result.problems.push_back({Severity::warning, display_name,
                                plural(count, "record") + " of kind \"" + kind + "\" skipped (not \"train\" or \"eval\")"});

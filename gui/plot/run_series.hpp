@@ -30,8 +30,9 @@ struct StepPoint {
   double value = 0;
 };
 
-// One series per metric, in file order. Null values (a diverged loss, an
-// unknown memory) are left out of their series.
+// One series per metric, in step order. Null values (a diverged loss, an
+// unknown memory) are left out of their series. A step recorded twice (a
+// resumed run appends to the file) keeps its last record.
 struct MetricsSeries {
   std::vector<StepPoint> train_loss;
   std::vector<StepPoint> step_s;               // wall-clock seconds of each step
