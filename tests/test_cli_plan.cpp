@@ -422,6 +422,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"sweep_out_extension", {"sweep", "--out", "sweep.txt"}, {"--out", ".csv or .jsonl"}},
         BadInput{"sweep_out_gz_extension", {"sweep", "--out", "sweep.txt.gz"}, {"--out", "'sweep.txt.gz'", ".gz"}},
         BadInput{"sweep_out_dir", {"sweep", "--gpus", "8", "--model", "gpt2-124m", "--out", kNoDir + "/s.csv"}, {"--out", kNoDir}},
+        BadInput{"sweep_out_gz_dir", {"sweep", "--gpus", "8", "--model", "gpt2-124m", "--out", kNoDir + "/s.csv.gz"},
+                 {"--out", kNoDir, "cannot open for writing"}},
         BadInput{"sweep_gpus_empty_item", {"sweep", "--gpus", "8,,16"}, {"--gpus", "empty item"}},
         BadInput{"sweep_model_list", {"sweep", "--model", "gpt2-124m,nope"}, {"--model nope", "unknown model preset"}},
         BadInput{"sweep_batch", {"sweep", "--global-batch", "0"}, {"--global-batch", "'0'"}},
