@@ -23,6 +23,7 @@ Command add_commbench_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);
 Command add_launch_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
+Command add_plot_command(CLI::App& app);
 Command add_presets_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);
 Command add_sweep_command(CLI::App& app);

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   const Command commbench = add_commbench_command(app);
   const Command launch = add_launch_command(app);
   const Command calibrate = add_calibrate_command(app);
+  const Command plot = add_plot_command(app);
 
   // CLI11 reports a mistyped command as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("commbench")) return commbench();
     if (app.got_subcommand("launch")) return launch();
     if (app.got_subcommand("calibrate")) return calibrate();
+    if (app.got_subcommand("plot")) return plot();
   } catch (const std::exception& e) {
     std::cerr << "meshplan: internal error: " << e.what() << "\n";
     return 70;

@@ -1,17 +1,21 @@
 // `meshplan plan` and `meshplan sweep` as a user runs them: the table, the
 // JSON, plan files that `meshplan explain` reproduces, sweep files whose rows
-// match the search's candidates, precise messages for bad flags, and Ctrl-C
-// that leaves a complete file behind. No timing assertions.
+// match the search's candidates (all of them, or --feasible-only), gzip
+// output that inflates to the same text, precise messages for bad flags, and
+// Ctrl-C that leaves a complete file (and a complete gzip stream) behind. No
+// timing assertions.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -431,6 +435,93 @@ TEST(CliSweep, JsonLinesParseLineByLine) {
   EXPECT_NE(r.err.find(std::to_string(lines) + " rows"), std::string::npos) << r.err;
 }
 
+// The bytes of a whole gzip stream (RFC 1952), inflated by zlib; nullopt when
+// the file is not gzip, is damaged, or ends before the stream's trailer.
+std::optional<std::string> gunzip(const std::filesystem::path& path) {
+  const std::string packed = read_text(path);
+  z_stream stream{};
+  if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK) return std::nullopt;  // 16+: gzip framing only
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(packed.data()));
+  stream.avail_in = static_cast<uInt>(packed.size());
+  std::string text;
+  int status = Z_OK;
+  char buffer[1 << 16];
+  while (status == Z_OK) {
+    stream.next_out = reinterpret_cast<Bytef*>(buffer);
+    stream.avail_out = sizeof buffer;
+    status = inflate(&stream, Z_NO_FLUSH);
+    text.append(buffer, sizeof buffer - stream.avail_out);
+  }
+  const bool whole = status == Z_STREAM_END && stream.avail_in == 0;
+  inflateEnd(&stream);
+  if (!whole) return std::nullopt;
+  return text;
+}
+
+// --feasible-only writes exactly the feasible rows of the full sweep, in the
+// same order, and the count the search reports as feasible.
+TEST(CliSweep, FeasibleOnlyKeepsExactlyTheFeasibleRows) {
+  const auto all_path = temp_path("all.csv"), feasible_path = temp_path("feasible.csv");
+  const CliRun all = run(small_job("sweep", {"--out", all_path.string(), "--no-progress"}));
+  ASSERT_EQ(all.status, 0) << all.err;
+  const CliRun only = run(small_job("sweep", {"--out", feasible_path.string(), "--feasible-only", "--no-progress"}));
+  ASSERT_EQ(only.status, 0) << only.err;
+  const CliRun plan = run(small_job("plan"));
+  ASSERT_EQ(plan.status, 0) << plan.err;
+
+  const Csv full = parse_csv(read_text(all_path));
+  const std::string feasible_text = read_text(feasible_path);
+  const Csv kept = parse_csv(feasible_text);
+  ASSERT_TRUE(full.complete);
+  ASSERT_TRUE(kept.complete);
+  ASSERT_FALSE(kept.records.empty());
+  EXPECT_EQ(kept.records.front(), kSweepColumns);
+  std::vector<std::vector<std::string>> expected;
+  for (std::size_t i = 1; i < full.records.size(); ++i) {
+    if (full.records[i].at(18) == "true") expected.push_back(full.records[i]);
+  }
+  const std::vector<std::vector<std::string>> rows(kept.records.begin() + 1, kept.records.end());
+  for (const auto& row : rows) ASSERT_EQ(row.at(18), "true");
+  EXPECT_EQ(rows, expected);
+  const auto feasible = static_cast<std::int64_t>(rows.size());
+  const auto candidates = static_cast<std::int64_t>(full.records.size()) - 1;
+  EXPECT_GT(feasible, 0);
+  EXPECT_LT(feasible, candidates);
+  EXPECT_NE(plan.out.find(std::to_string(feasible) + " feasible of " + std::to_string(candidates) + " candidates"),
+            std::string::npos) << plan.out;
+  EXPECT_NE(only.err.find(std::to_string(feasible) + " rows (" + std::to_string(feasible) + " feasible of " +
+                          std::to_string(candidates) + " candidates"), std::string::npos) << only.err;
+  EXPECT_NE(all.err.find(std::to_string(candidates) + " rows (" + std::to_string(feasible) + " feasible"),
+            std::string::npos) << all.err;
+  EXPECT_LT(feasible_text.size(), read_text(all_path).size());
+}
+
+// sweep.csv.gz and sweep.jsonl.gz are gzip streams of exactly the text that
+// sweep.csv and sweep.jsonl hold, with or without --feasible-only.
+TEST(CliSweep, GzipOutputInflatesToThePlainOutput) {
+  for (const std::string extension : {".csv", ".jsonl"}) {
+    for (const bool feasible_only : {false, true}) {
+      SCOPED_TRACE(extension + (feasible_only ? " --feasible-only" : ""));
+      const auto plain_path = temp_path("plain" + extension), packed_path = temp_path("packed" + extension + ".gz");
+      std::vector<std::string> more = {"--no-progress"};
+      if (feasible_only) more.push_back("--feasible-only");
+      auto plain_args = more, packed_args = more;
+      plain_args.insert(plain_args.end(), {"--out", plain_path.string()});
+      packed_args.insert(packed_args.end(), {"--out", packed_path.string()});
+      const CliRun plain = run(small_job("sweep", plain_args));
+      ASSERT_EQ(plain.status, 0) << plain.err;
+      const CliRun packed = run(small_job("sweep", packed_args));
+      ASSERT_EQ(packed.status, 0) << packed.err;
+      const std::string text = read_text(plain_path);
+      const auto inflated = gunzip(packed_path);
+      ASSERT_TRUE(inflated.has_value()) << packed_path << " is not a whole gzip stream";
+      EXPECT_EQ(*inflated, text);
+      EXPECT_LT(std::filesystem::file_size(packed_path) * 4, text.size());  // repetitive text: deflate packs it
+      EXPECT_NE(packed.err.find(packed_path.string()), std::string::npos) << packed.err;
+    }
+  }
+}
+
 struct BadInput {
   const char* name;
   std::vector<std::string> args;
@@ -480,7 +571,10 @@ INSTANTIATE_TEST_SUITE_P(
                                    kNoDir + "/plan.json"},
                  {"--emit-plan", kNoDir}},
         BadInput{"sweep_out_extension", {"sweep", "--out", "sweep.txt"}, {"--out", ".csv or .jsonl"}},
+        BadInput{"sweep_out_gz_extension", {"sweep", "--out", "sweep.txt.gz"}, {"--out", "'sweep.txt.gz'", ".gz"}},
         BadInput{"sweep_out_dir", {"sweep", "--gpus", "8", "--model", "gpt2-124m", "--out", kNoDir + "/s.csv"}, {"--out", kNoDir}},
+        BadInput{"sweep_out_gz_dir", {"sweep", "--gpus", "8", "--model", "gpt2-124m", "--out", kNoDir + "/s.csv.gz"},
+                 {"--out", kNoDir, "cannot open for writing"}},
         BadInput{"sweep_gpus_empty_item", {"sweep", "--gpus", "8,,16"}, {"--gpus", "empty item"}},
         BadInput{"sweep_model_list", {"sweep", "--model", "gpt2-124m,nope"}, {"--model nope", "unknown model preset"}},
         BadInput{"sweep_batch", {"sweep", "--global-batch", "0"}, {"--global-batch", "'0'"}},
@@ -543,39 +637,43 @@ TEST(CliPlan, FuzzedFlagsNeverCrash) {
   }
 }
 
-// A sweep big enough to take several seconds, stopped with SIGINT: exit 130,
-// and the CSV holds exactly the rows it reports, each complete.
-TEST(CliSweep, CtrlCKeepsEveryRowWritten) {
-  const auto csv_path = temp_path("interrupted.csv");
+// A sweep big enough to take several seconds, to `path`, stopped with SIGINT
+// once the file has some bytes; returns stderr. Exit status 130 is asserted.
+std::string interrupted_sweep(const std::filesystem::path& path) {
   const auto err_path = temp_path("interrupted.err");
-  std::filesystem::remove(csv_path);
+  std::filesystem::remove(path);
   const std::vector<std::string> args = {MESHPLAN_BINARY, "sweep", "--model", "gpt3-175b,llama3-405b,llama2-70b,llama3-70b",
                                          "--gpus", "1024,2048,4096", "--global-batch", "1536,3072", "--axes",
-                                         "dp,fsdp,tp,pp,cp", "--out", csv_path.string()};
+                                         "dp,fsdp,tp,pp,cp", "--out", path.string()};
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
+  EXPECT_GE(child, 0);
+  if (child < 0) return {};
   if (child == 0) {
     std::FILE* err = std::freopen(err_path.c_str(), "w", stderr);
     std::FILE* out = std::freopen("/dev/null", "w", stdout);
     if (err && out) ::execv(argv[0], argv.data());
     ::_exit(127);
   }
-  // The handler is installed before the file is opened: wait for the header, then let it run a little.
-  for (int i = 0; i < 200 && (!std::filesystem::exists(csv_path) || std::filesystem::file_size(csv_path) == 0); ++i) {
+  // The handler is installed before the file is opened: wait for the first
+  // bytes (a gzip file gets them once zlib's buffer fills), then let it run a little.
+  for (int i = 0; i < 200 && (!std::filesystem::exists(path) || std::filesystem::file_size(path) == 0); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  ASSERT_EQ(::kill(child, SIGINT), 0);
+  EXPECT_EQ(::kill(child, SIGINT), 0);
   int raw = 0;
-  ASSERT_EQ(::waitpid(child, &raw, 0), child);
-  ASSERT_TRUE(WIFEXITED(raw)) << "killed by signal " << WTERMSIG(raw);
+  EXPECT_EQ(::waitpid(child, &raw, 0), child);
   const std::string err = read_text(err_path);
-  ASSERT_EQ(WEXITSTATUS(raw), 130) << "the sweep finished before it was interrupted; make it bigger\n" << err;
+  EXPECT_TRUE(WIFEXITED(raw)) << "killed by signal " << WTERMSIG(raw);
+  EXPECT_EQ(WEXITSTATUS(raw), 130) << "the sweep finished before it was interrupted; make it bigger\n" << err;
+  return err;
+}
 
-  const std::string text = read_text(csv_path);
+// The CSV text of an interrupted sweep holds exactly the rows it reports, each complete.
+void expect_whole_rows(const std::string& text, const std::string& err) {
   ASSERT_FALSE(text.empty());
   EXPECT_EQ(text.back(), '\n');
   const Csv csv = parse_csv(text);
@@ -585,7 +683,26 @@ TEST(CliSweep, CtrlCKeepsEveryRowWritten) {
   for (std::size_t i = 1; i < csv.records.size(); ++i) ASSERT_EQ(csv.records[i].size(), kSweepColumns.size()) << "row " << i;
   const std::string kept = "interrupted; kept " + std::to_string(csv.records.size() - 1) + " rows";
   EXPECT_NE(err.find(kept), std::string::npos) << err;
+}
+
+TEST(CliSweep, CtrlCKeepsEveryRowWritten) {
+  const auto csv_path = temp_path("interrupted.csv");
+  const std::string err = interrupted_sweep(csv_path);
+  if (HasFailure()) return;
+  expect_whole_rows(read_text(csv_path), err);
   std::filesystem::remove(csv_path);
+}
+
+// Stopped with Ctrl-C, a .gz sweep is still one whole gzip stream (the
+// trailer written on the way out) of whole rows.
+TEST(CliSweep, CtrlCLeavesAWholeGzipStream) {
+  const auto gz_path = temp_path("interrupted.csv.gz");
+  const std::string err = interrupted_sweep(gz_path);
+  if (HasFailure()) return;
+  const auto text = gunzip(gz_path);
+  ASSERT_TRUE(text.has_value()) << gz_path << " is not a whole gzip stream after Ctrl-C";
+  expect_whole_rows(*text, err);
+  std::filesystem::remove(gz_path);
 }
 
 TEST(Progress, TextSaysShareRateAndTimeLeft) {
