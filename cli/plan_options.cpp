@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "model/mesh.hpp"
+#include "model/suggest.hpp"
 
 namespace meshplan::cli {
 
@@ -100,13 +101,15 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
     plan.recompute = *r;
   } else {
     problems.push_back({Severity::error, "--recompute",
-                        "'" + f.recompute + "' is not one of: " + std::string(recompute_choices)});
+                        "'" + f.recompute + "' is not one of: " + std::string(recompute_choices) +
+                            did_you_mean(f.recompute, choice_words(recompute_choices))});
   }
   if (auto s = parse_schedule(f.schedule)) {
     plan.schedule = *s;
   } else {
     problems.push_back({Severity::error, "--schedule",
-                        "'" + f.schedule + "' is not one of: " + std::string(schedule_choices)});
+                        "'" + f.schedule + "' is not one of: " + std::string(schedule_choices) +
+                            did_you_mean(f.schedule, choice_words(schedule_choices))});
   }
   if (f.precision == "auto") {
     plan.precision = cluster.ok() && cluster.value.device.peak_for(Dtype::bf16) ? Precision::bf16 : Precision::fp32;
@@ -114,7 +117,8 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
     plan.precision = *p;
   } else {
     problems.push_back({Severity::error, "--precision",
-                        "'" + f.precision + "' is not one of: " + std::string(precision_choices) + ", auto"});
+                        "'" + f.precision + "' is not one of: " + std::string(precision_choices) + ", auto" +
+                            did_you_mean(f.precision, choice_words(std::string(precision_choices) + ", auto"))});
   }
   if (f.sequence_parallel) {
     plan.sequence_parallel = true;
