@@ -28,7 +28,7 @@ struct SweepFlags {
   JobFlags job;
   SearchFlags search;
   std::string out = "-";
-  bool progress = true;
+  bool no_progress = false;  // --no-progress (a plain flag: CLI11's "!--no-progress" shows as --no-progress{false} in --help)
 };
 
 // Set by SIGINT; read by the search between meshes.
@@ -221,7 +221,7 @@ int run_sweep(const SweepFlags& f) {
       ++rows;
       if (candidate.rejection == Rejection::none) ++feasible;
     };
-    if (f.progress) {
+    if (!f.no_progress) {
       options.on_progress = [&](std::int64_t plans, std::int64_t meshes_done, std::int64_t) {
         const double fraction = meshes_total > 0 ? static_cast<double>(meshes_before + meshes_done) / static_cast<double>(meshes_total) : 1;
         progress.update(fraction, plans_before + plans);
@@ -262,7 +262,7 @@ Command add_sweep_command(CLI::App& app) {
   add_job_flags(*command, flags->job, true);
   add_search_flags(*command, flags->search);
   command->add_option("--out", flags->out, "Output file: .csv or .jsonl, or - for CSV on stdout")->capture_default_str();
-  command->add_flag("!--no-progress", flags->progress, "Do not show the progress line on stderr");
+  command->add_flag("--no-progress", flags->no_progress, "Do not show the progress line on stderr");
   return [flags]() { return run_sweep(*flags); };
 }
 
