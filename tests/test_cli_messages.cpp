@@ -56,7 +56,10 @@ INSTANTIATE_TEST_SUITE_P(
         Mistyped{"cluster", {"explain", "--cluster", "dgx-a10"}, "--cluster dgx-a10: unknown cluster preset; did you mean dgx-a100?"},
         Mistyped{"precision", {"explain", "--precision", "bf61"}, "--precision: 'bf61' is not one of: fp32, bf16, fp16, fp8, auto (did you mean bf16?)"},
         Mistyped{"recompute", {"explain", "--recompute", "selectve"}, "(did you mean selective?)"},
-        Mistyped{"sweep_precision", {"sweep", "--precision", "fp23"}, "(did you mean fp32?)"}),
+        Mistyped{"sweep_precision", {"sweep", "--precision", "fp23"}, "(did you mean fp32?)"},
+        Mistyped{"presets_kind", {"presets", "model"},
+                 "meshplan presets: kind: 'model' is not one of: all, models, devices, clusters (did you mean models?); "
+                 "see meshplan presets --help\n"}),
     [](const auto& test_info) { return std::string(test_info.param.name); });
 
 TEST(CliMessages, HelpShowsNoFlagDefaultsInBraces) {
@@ -95,6 +98,21 @@ TEST(CliMessages, SmallSizesShowInAUnitThatShowsThem) {
   EXPECT_NE(m[2], "GiB") << m[0];
   // The table's rows too: no row of zeros where the memory is not zero.
   EXPECT_EQ(out.find("  total                         0.00"), std::string::npos) << out;
+}
+
+// plan's search line and decision guide, simulate's header, on the same tiny job.
+TEST(CliMessages, PlanAndSimulateCountAndSizeInWordsThatFit) {
+  const CliRun plan = run({"plan", "--model", "mlp-fashion", "--cluster", "local-cpu", "--gpus", "1", "--global-batch",
+                           "128", "--precision", "fp32"});
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  EXPECT_NE(plan.out.find("search: 1 mesh, "), std::string::npos) << plan.out;
+  EXPECT_EQ(plan.out.find("0.00 GiB"), std::string::npos) << plan.out;   // the guide's sizes show their digits
+  EXPECT_NE(plan.out.find(" MiB needed, "), std::string::npos) << plan.out;
+  const CliRun simulate = run({"simulate", "--model", "mlp-fashion", "--cluster", "local-cpu", "--gpus", "1", "--mesh", "dp=1",
+                               "--micro-batch", "128", "--global-batch", "128", "--precision", "fp32"});
+  ASSERT_EQ(simulate.status, 0) << simulate.err;
+  EXPECT_NE(simulate.out.find(", 1 micro-batch per step"), std::string::npos) << simulate.out;
+  EXPECT_EQ(simulate.out.find("0.00 GiB"), std::string::npos) << simulate.out;
 }
 
 TEST(CliMessages, JsonCountsAreWholeNumbers) {
