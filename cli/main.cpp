@@ -83,6 +83,12 @@ int main(int argc, char** argv) {
       return exit_bad_input;
     }
     chosen_name = "meshplan " + chosen->get_name();
+  } else if (const auto flag = first_unknown_flag(app, argc, argv, 1); flag && argc > 1 && argv[1] == *flag) {
+    // Before a command: CLI11 would only say that a subcommand is required.
+    const auto near = meshplan::nearest_name(flag->substr(flag->find_first_not_of('-')), long_option_names(app));
+    std::cerr << "meshplan: unknown flag " << *flag << (near ? " (did you mean --" + *near + "?)" : std::string())
+              << "; see meshplan --help\n";
+    return exit_bad_input;
   }
 
   try {

@@ -1,5 +1,6 @@
 #include "cli/text_report.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -80,7 +81,8 @@ std::string human_bytes(double bytes) {
 }
 
 std::string count_of(double count, const std::string& singular, const std::string& plural) {
-  return format("%.4g", count) + " " + (count == 1 ? singular : plural);
+  const bool whole = count == std::floor(count) && std::fabs(count) < 1e15;  // 90291, not 9.029e+04
+  return format(whole ? "%.0f" : "%.4g", count) + " " + (count == 1 ? singular : plural);
 }
 
 void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,

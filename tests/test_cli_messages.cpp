@@ -51,6 +51,7 @@ INSTANTIATE_TEST_SUITE_P(
         Mistyped{"far_flag", {"explain", "--frobnicate", "1"},
                  "meshplan explain: unknown flag --frobnicate; see meshplan explain --help\n"},
         Mistyped{"command", {"expalin"}, "meshplan: unknown command 'expalin' (did you mean explain?); commands: "},
+        Mistyped{"top_level_flag", {"--verison"}, "meshplan: unknown flag --verison (did you mean --version?); see meshplan --help\n"},
         Mistyped{"model", {"explain", "--model", "llama3-8B"},
                  "--model llama3-8B: unknown model preset; did you mean llama3-8b? (known: "},
         Mistyped{"cluster", {"explain", "--cluster", "dgx-a10"}, "--cluster dgx-a10: unknown cluster preset; did you mean dgx-a100?"},
