@@ -13,9 +13,12 @@
 //   gemm_fraction = 1, so peak x fraction (what the planner divides GEMM
 //                   FLOPs by) is exactly the measured rate, and mfu is the
 //                   share of that rate a training step reaches;
-//   bf16          = the same for cblas_sbgemm, written only when the BLAS has
-//                   it and it beats fp32 (`--precision auto` picks bf16 when
-//                   a device lists it);
+//   bf16          = the same for kernels::matmul_forward_bf16 (oneDNN, the
+//                   matmul `train --precision bf16` runs, operand rounding
+//                   included), written only when this build and CPU have it
+//                   and it beats fp32 (`--precision auto` picks bf16 when a
+//                   device lists it); the CPU's native bf16 flags
+//                   (avx512_bf16, amx_bf16) are recorded beside it;
 //   bandwidth     = STREAM triad on all CPUs / cores (a rank's share when
 //                   every core streams), memory_bandwidth_fraction = 1;
 //   memory        = MemTotal / cores;  devices_per_node = physical cores.
@@ -261,8 +264,10 @@ std::vector<Phase> phases() {
        }},
       {"gemm-bf16",
        [say](bool quick, Calibration& c) {
-         if (!bf16_gemm_available()) {
-           c.bf16_note = "not measured: this OpenBLAS does not export cblas_sbgemm (built without BUILD_BFLOAT16)";
+         c.bf16_native_flags = native_bf16_flags(c.machine.cpu_flags);
+         say("native bf16 instructions: " + native_bf16_text(c.bf16_native_flags));
+         if (const std::string reason = bf16_gemm_unavailable_reason(); !reason.empty()) {
+           c.bf16_note = "not measured: " + reason;
            say("bf16 GEMM " + c.bf16_note);
            return;
          }
@@ -271,7 +276,7 @@ std::vector<Phase> phases() {
            if (shape.label.rfind("square", 0) != 0) continue;
            if (auto r = time_gemm_bf16(shape, 1, s.min_seconds, s.min_repeats)) {
              c.bf16.push_back(*r);
-             say("bf16 GEMM " + shape.label + ": " + format("%.1f", r->flops_per_s() / 1e9) + " GFLOP/s (1 thread)");
+             say("bf16 GEMM " + shape.label + ": " + format("%.1f", r->flops_per_s() / 1e9) + " GFLOP/s (1 thread, oneDNN)");
            }
          }
        }},

@@ -1,7 +1,6 @@
 #include "cli/calibrate_measure.hpp"
 
 #include <cblas.h>
-#include <dlfcn.h>
 #include <sched.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,27 +78,6 @@ GemmResult best_of(const GemmShape& shape, int threads, double min_seconds, int 
   openblas_set_num_threads(previous_threads);
   return result;
 }
-
-using SbgemmFunction = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint, float,
-                                const bfloat16*, blasint, const bfloat16*, blasint, float, float*, blasint);
-
-SbgemmFunction find_sbgemm() {
-  void* symbol = ::dlsym(RTLD_DEFAULT, "cblas_sbgemm");
-  SbgemmFunction function = nullptr;
-  static_assert(sizeof(function) == sizeof(symbol));
-  std::memcpy(&function, &symbol, sizeof(function));
-  return function;
-}
-
-// Round to nearest even, as cblas_sbstobf16 does (finite inputs only, which is all we make).
-bfloat16 to_bf16(float value) {
-  std::uint32_t bits = 0;
-  std::memcpy(&bits, &value, sizeof bits);
-  bits += 0x7FFFu + ((bits >> 16) & 1u);
-  return static_cast<bfloat16>(bits >> 16);
-}
-
-blasint to_blas(std::int64_t n) { return static_cast<blasint>(n); }
 
 // Deterministic operand values in [-1, 1): the rate does not depend on them,
 // but denormals or NaNs could slow some BLAS kernels down.
@@ -213,23 +191,36 @@ GemmResult time_gemm_fp32(const GemmShape& shape, int threads, double min_second
   });
 }
 
-bool bf16_gemm_available() { return find_sbgemm() != nullptr; }
+std::vector<std::string> native_bf16_flags(const std::set<std::string>& cpu_flags) {
+  std::vector<std::string> found;
+  for (const char* flag : {"avx512_bf16", "amx_bf16"}) {
+    if (cpu_flags.count(flag)) found.emplace_back(flag);
+  }
+  return found;
+}
+
+std::string bf16_gemm_unavailable_reason() {
+  const auto& support = kernels::bf16_matmul_support();
+  return support.supported ? std::string() : support.reason;
+}
 
 std::optional<GemmResult> time_gemm_bf16(const GemmShape& shape, int threads, double min_seconds, int min_repeats) {
-  const SbgemmFunction sbgemm = find_sbgemm();
-  if (sbgemm == nullptr) return std::nullopt;
-  auto convert = [](const std::vector<float>& values) {
-    std::vector<bfloat16> result(values.size());
-    std::transform(values.begin(), values.end(), result.begin(), to_bf16);
-    return result;
-  };
-  const auto in = convert(operand(shape.rows * shape.in_features, 1));
-  const auto weight = convert(operand(shape.out_features * shape.in_features, 2));
+  if (!kernels::bf16_matmul_support().supported) return std::nullopt;
+  const auto in = operand(shape.rows * shape.in_features, 1);
+  const auto weight = operand(shape.out_features * shape.in_features, 2);
   std::vector<float> out(static_cast<std::size_t>(shape.rows * shape.out_features));
-  const blasint m = to_blas(shape.rows), n = to_blas(shape.out_features), k = to_blas(shape.in_features);
-  return best_of(shape, threads, min_seconds, min_repeats, [&]() {
-    sbgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, in.data(), k, weight.data(), k, 0.0f, out.data(), n);
+  std::vector<kernels::Bf16Bits> workspace(static_cast<std::size_t>(
+      kernels::matmul_bf16_workspace_elements(shape.rows, shape.in_features, shape.out_features)));
+  // oneDNN runs on OpenMP's threads: as many as the BLAS gets, so that one
+  // thread runs in the caller and its CPU clock times it.
+  const int previous_omp_threads = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  const GemmResult result = best_of(shape, threads, min_seconds, min_repeats, [&]() {
+    kernels::matmul_forward_bf16(out.data(), in.data(), weight.data(), nullptr, shape.rows, shape.in_features,
+                                 shape.out_features, workspace.data());
   });
+  omp_set_num_threads(previous_omp_threads);
+  return result;
 }
 
 BandwidthResult measure_bandwidth(double array_bytes, int threads, int repeats) {

@@ -1,8 +1,9 @@
 // What `meshplan calibrate` measures on this machine, as plain functions
 // that return numbers: the machine's description (/proc/cpuinfo,
 // /proc/meminfo, sysfs), the GEMM rate of kernels::matmul_forward by shape,
-// the bf16 GEMM rate when the BLAS exports cblas_sbgemm, and STREAM-style
-// memory bandwidth. calibrate_command.cpp turns them into presets.
+// the bf16 GEMM rate of kernels::matmul_forward_bf16 (oneDNN, the path
+// `meshplan train --precision bf16` runs) where this build and CPU have it,
+// and STREAM-style memory bandwidth. calibrate_command.cpp turns them into presets.
 //
 // Why timings are "best of several after a warm-up": the first call pays for
 // page faults and BLAS buffer set-up, and other processes can only make a
@@ -15,7 +16,7 @@
 // repeats (see ColdSettings).
 //
 // Defines: MachineInfo, probe_machine, GemmShape, GemmResult, time_gemm_fp32,
-// time_gemm_bf16, bf16_gemm_available, BandwidthResult, measure_bandwidth,
+// time_gemm_bf16, native_bf16_flags, bf16_gemm_unavailable_reason, BandwidthResult, measure_bandwidth,
 // theoretical_fp32_flops_per_cycle, CollectiveSample, LinkFit, fit_link,
 // arithmetic_intensity, ColdSettings, eviction_bytes_for, ColdGemmResult,
 // time_gemm_cold, OpClassResult, time_activation_cold, time_norm_cold,
@@ -79,11 +80,20 @@ struct GemmResult {
 // busy machine's preemptions do not count; more threads by wall time.
 GemmResult time_gemm_fp32(const GemmShape& shape, int threads, double min_seconds, int min_repeats);
 
-// Whether the linked OpenBLAS exports cblas_sbgemm (Debian's 0.3.21 declares
-// it in cblas.h but is built without BUILD_BFLOAT16, so it is looked up at run time).
-bool bf16_gemm_available();
+// The CPU flags among `cpu_flags` (/proc/cpuinfo) that give native bf16
+// arithmetic: avx512_bf16 (VDPBF16PS, Cooper Lake, Sapphire Rapids, Zen 4)
+// and amx_bf16 (AMX tiles, Sapphire Rapids). Empty: none.
+std::vector<std::string> native_bf16_flags(const std::set<std::string>& cpu_flags);
 
-// The same with bf16 operands and fp32 output through cblas_sbgemm; nullopt when unavailable.
+// Why this build or CPU has no bf16 GEMM (kernels::bf16_matmul_support()),
+// or "" when it has one. Debian's OpenBLAS has no bf16 GEMM (cblas_sbgemm is
+// declared but not exported), so the bf16 path is oneDNN's.
+std::string bf16_gemm_unavailable_reason();
+
+// The same as time_gemm_fp32 through kernels::matmul_forward_bf16: the float
+// operands rounded to bf16 on every call, then oneDNN's bf16 matmul with
+// fp32 accumulation, as a training step pays it; oneDNN's OpenMP threads set
+// to `threads` for the call. nullopt when bf16_gemm_unavailable_reason() is not "".
 std::optional<GemmResult> time_gemm_bf16(const GemmShape& shape, int threads, double min_seconds, int min_repeats);
 
 struct BandwidthResult {

@@ -14,6 +14,13 @@ namespace meshplan::cli {
 
 std::string threads_text(int threads) { return std::to_string(threads) + (threads == 1 ? " thread" : " threads"); }
 
+std::string native_bf16_text(const std::vector<std::string>& flags) {
+  if (flags.empty()) return "none (no avx512_bf16 or amx_bf16 in /proc/cpuinfo)";
+  std::string text;
+  for (const auto& flag : flags) text += (text.empty() ? "" : ", ") + flag;
+  return text;
+}
+
 std::string six_digits(double value) { return format("%.6g", value); }
 double as_written(double value) { return std::stod(six_digits(value)); }
 
@@ -102,7 +109,12 @@ static std::string measurement_comment(const Calibration& c) {
   };
   for (const auto& r : c.fp32) row(r, "fp32");
   if (c.fp32_all_cores) row(*c.fp32_all_cores, "fp32");
+  if (!c.bf16.empty()) {
+    out << "# bf16 GEMM, kernels::matmul_forward_bf16 (operands rounded to bf16 each call, then oneDNN's bf16 matmul\n"
+        << "# with fp32 accumulation: what `meshplan train --precision bf16` runs), 1 thread:\n";
+  }
   for (const auto& r : c.bf16) row(r, "bf16");
+  out << "# native bf16 instructions: " << native_bf16_text(c.bf16_native_flags) << "\n";
   if (!c.bf16_note.empty()) out << "# bf16 GEMM " << c.bf16_note << "\n";
   for (const auto* b : {&c.bandwidth_one_thread, &c.bandwidth_all_cpus}) {
     if (!*b) continue;
@@ -171,9 +183,12 @@ std::string device_yaml(const Calibration& c, const PresetFigures& f, const std:
   }
   y << "\n";
   if (f.bf16_flops_per_s) {
-    y << "  bf16: " << six_digits(*f.bf16_flops_per_s / 1e12) << "   # measured: best one-thread cblas_sbgemm rate above\n";
+    y << "  bf16: " << six_digits(*f.bf16_flops_per_s / 1e12)
+      << "   # measured: best one-thread oneDNN bf16 GEMM rate above (native: " << native_bf16_text(c.bf16_native_flags)
+      << ")\n";
   } else if (!c.bf16.empty()) {
-    y << "  # bf16 omitted: cblas_sbgemm measured slower than fp32 here, so plans should not pick it\n";
+    y << "  # bf16 omitted: oneDNN's bf16 GEMM measured " << format("%.4f", best_rate(c.bf16) / 1e12)
+      << " TFLOP/s, slower than fp32 here, so plans should not pick it\n";
   } else {
     y << "  # bf16 omitted: " << c.bf16_note << "\n";
   }
@@ -289,6 +304,7 @@ void print_table(std::ostream& out, const Calibration& c, const PresetFigures& f
   if (c.fp32_all_cores) row(*c.fp32_all_cores, "fp32");
   for (const auto& r : c.bf16) row(r, "bf16");
   if (!c.bf16_note.empty()) out << "  bf16 " << c.bf16_note << "\n";
+  out << "  native bf16 instructions: " << native_bf16_text(c.bf16_native_flags) << "\n";
   out << "\nmemory bandwidth (STREAM, float64)   copy GB/s  triad GB/s\n";
   for (const auto* b : {&c.bandwidth_one_thread, &c.bandwidth_all_cpus}) {
     if (!*b) continue;
@@ -380,6 +396,7 @@ nlohmann::ordered_json to_json(const Calibration& c, const PresetFigures& f, con
   for (const auto& r : c.bf16) add(r, "bf16");
   j["gemm"] = gemm;
   j["bf16_note"] = c.bf16_note;
+  j["bf16_native_flags"] = c.bf16_native_flags;
   Json bandwidth = Json::array();
   for (const auto* b : {&c.bandwidth_one_thread, &c.bandwidth_all_cpus}) {
     if (!*b) continue;

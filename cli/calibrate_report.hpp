@@ -5,7 +5,7 @@
 //
 // Defines: kEvictionCapBytes, kCurveMergeRelative, kCurveMaxPoints, Calibration, PresetFigures,
 // figures_of, device_yaml, cluster_yaml, print_table, to_json, utc_now,
-// threads_text, six_digits, as_written.
+// threads_text, six_digits, as_written, native_bf16_text.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +37,9 @@ struct Calibration {
   std::int64_t devices_per_node = 1;
   std::vector<GemmResult> fp32;            // one thread: one device
   std::optional<GemmResult> fp32_all_cores;  // every core at once, for the table
-  std::vector<GemmResult> bf16;
-  std::string bf16_note;
+  std::vector<GemmResult> bf16;         // kernels::matmul_forward_bf16 (oneDNN), one thread
+  std::string bf16_note;                // why bf16 was not measured, "" when it was
+  std::vector<std::string> bf16_native_flags;  // avx512_bf16, amx_bf16 among /proc/cpuinfo's flags
   std::optional<BandwidthResult> bandwidth_one_thread;
   std::optional<BandwidthResult> bandwidth_all_cpus;
   std::vector<exec::comm::CollectiveTiming> collectives;  // every group size, collective and size
@@ -80,6 +81,8 @@ nlohmann::ordered_json to_json(const Calibration& c, const PresetFigures& f, con
 
 std::string utc_now();                   // "2026-11-22 05:29 UTC"
 std::string threads_text(int threads);   // "1 thread", "2 threads"
+// "avx512_bf16, amx_bf16", or "none (no avx512_bf16 or amx_bf16 in /proc/cpuinfo)".
+std::string native_bf16_text(const std::vector<std::string>& flags);
 std::string six_digits(double value);    // %.6g, as the presets are written
 double as_written(double value);         // value read back from six_digits(value)
 

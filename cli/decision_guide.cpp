@@ -79,10 +79,10 @@ struct Asker {
     const double states = worst.memory.parameters_bytes + worst.memory.gradients_bytes + worst.memory.optimizer_bytes;
     const double per_parameter = worst.parameters_on_device > 0 ? states / worst.parameters_on_device : 0;
     q.detail = q.mesh + (batch != global_batch ? " (global batch " + std::to_string(batch) + ")" : "") +
-               ": model states " + gib(states) + " GiB (" + format("%.0f", per_parameter) + " B x " +
+               ": model states " + human_bytes(states) + " (" + format("%.0f", per_parameter) + " B x " +
                human_count(worst.parameters_on_device) + " parameters held) + activations " +
-               gib(worst.memory.activations_bytes) + " GiB + buffers " + gib(worst.memory.buffers_bytes) + " GiB = " +
-               gib(worst.memory.total_bytes()) + " GiB needed, " + gib(q.usable_bytes) + " GiB usable";
+               human_bytes(worst.memory.activations_bytes) + " + buffers " + human_bytes(worst.memory.buffers_bytes) +
+               " = " + human_bytes(worst.memory.total_bytes()) + " needed, " + human_bytes(q.usable_bytes) + " usable";
     return true;
   }
 };

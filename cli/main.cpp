@@ -2,12 +2,47 @@
 // jobs. main() only composes the subcommands and decides the exit status.
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <exception>
 #include <iostream>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/openmp_env.hpp"
+#include "model/suggest.hpp"
+
+namespace {
+
+// The long option names of `command`, without the dashes ("micro-batch").
+std::vector<std::string> long_option_names(const CLI::App& command) {
+  std::vector<std::string> names;
+  for (const CLI::Option* option : command.get_options()) {
+    for (const auto& name : option->get_lnames()) names.push_back(name);
+  }
+  return names;
+}
+
+// The first argument from argv[first] on that is written as a flag (-x,
+// --name, --name=value) and that `command` does not know; nullopt when
+// there is none (the unexpected argument was a value). After "--" every
+// argument is positional.
+std::optional<std::string> first_unknown_flag(const CLI::App& command, int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    const bool looks_like_flag = arg.size() >= 2 && arg[0] == '-' && (std::isalpha(static_cast<unsigned char>(arg[1])) ||
+                                                                       (arg[1] == '-' && arg.size() > 2));
+    if (!looks_like_flag) continue;
+    const std::string name(arg.substr(0, arg.find('=')));
+    if (command.get_option_no_throw(name) == nullptr) return name;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace meshplan::cli;
@@ -31,17 +66,30 @@ int main(int argc, char** argv) {
   const Command plot = add_plot_command(app);
 
   // CLI11 reports a mistyped command as "a subcommand is required"; name it instead.
+  CLI::App* chosen = &app;
+  std::string chosen_name = "meshplan";
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
-    bool found = false;
-    for (const auto* sub : app.get_subcommands({})) {
+    std::vector<std::string> names;
+    for (auto* sub : app.get_subcommands({})) {
       known += (known.empty() ? "" : ", ") + sub->get_name();
-      found = found || sub->get_name() == argv[1];
+      names.push_back(sub->get_name());
+      if (sub->get_name() == argv[1]) chosen = sub;
     }
-    if (!found) {
-      std::cerr << "meshplan: unknown command '" << argv[1] << "' (commands: " << known << "; see meshplan --help)\n";
+    if (chosen == &app) {
+      const auto near = meshplan::nearest_name(argv[1], names);
+      std::cerr << "meshplan: unknown command '" << argv[1] << "'"
+                << (near ? " (did you mean " + *near + "?)" : std::string()) << "; commands: " << known
+                << "; see meshplan --help\n";
       return exit_bad_input;
     }
+    chosen_name = "meshplan " + chosen->get_name();
+  } else if (const auto flag = first_unknown_flag(app, argc, argv, 1); flag && argc > 1 && argv[1] == *flag) {
+    // Before a command: CLI11 would only say that a subcommand is required.
+    const auto near = meshplan::nearest_name(flag->substr(flag->find_first_not_of('-')), long_option_names(app));
+    std::cerr << "meshplan: unknown flag " << *flag << (near ? " (did you mean --" + *near + "?)" : std::string())
+              << "; see meshplan --help\n";
+    return exit_bad_input;
   }
 
   try {
@@ -52,8 +100,20 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    // CLI11 says "The following arguments were not expected: 2 --microbatch":
+    // name the command and the flag, and suggest the nearest one it has.
+    if (const auto flag = first_unknown_flag(*chosen, argc, argv, chosen == &app ? 1 : 2)) {
+      const std::string bare = flag->substr(flag->find_first_not_of('-'));
+      const auto near = meshplan::nearest_name(bare, long_option_names(*chosen));
+      std::cerr << chosen_name << ": unknown flag " << *flag << (near ? " (did you mean --" + *near + "?)" : std::string())
+                << "; see " << chosen_name << " --help\n";
+    } else {
+      std::cerr << chosen_name << ": " << e.what() << "; see " << chosen_name << " --help\n";
+    }
+    return exit_bad_input;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "meshplan: " << e.what() << "\n(run with --help for usage)\n";
+    std::cerr << chosen_name << ": " << e.what() << "; see " << chosen_name << " --help\n";
     return exit_bad_input;
   }
 

@@ -174,15 +174,17 @@ void print_pareto(std::ostream& out, const SearchResult& result) {
                c.plan.mesh.to_string(), batch_split(c.plan), std::to_string(c.plan.zero_stage), to_string(c.plan.recompute),
                to_string(c.plan.schedule)});
   }
-  out << "\nPareto front, step time vs memory per device (" << result.pareto.size()
-      << " plans no other plan beats on both";
+  out << "\nPareto front, step time vs memory per device ("
+      << (result.pareto.size() == 1 ? std::string("1 plan no other plan beats on both")
+                                     : std::to_string(result.pareto.size()) + " plans no other plan beats on both");
   if (shown.size() < result.pareto.size()) out << "; " << shown.size() << " shown";
   out << ")\n";
   table.print(out, "  ");
 }
 
 void print_stats(std::ostream& out, const SearchStats& stats, int threads) {
-  out << "\nsearch: " << stats.meshes << " meshes, " << stats.plans << " candidates, " << stats.evaluated
+  out << "\nsearch: " << count_of(static_cast<double>(stats.meshes), "mesh", "meshes") << ", "
+      << count_of(static_cast<double>(stats.plans), "candidate", "candidates") << ", " << stats.evaluated
       << " evaluated in " << format("%.3f", stats.wall_s) << " s (" << format("%.0f", stats.wall_s > 0 ? static_cast<double>(stats.evaluated) / stats.wall_s : 0)
       << " evaluations/s, " << threads << (threads == 1 ? " thread" : " threads") << ")\n";
 }

@@ -11,6 +11,7 @@
 #include "model/fit_search.hpp"
 #include "model/layer_graph.hpp"
 #include "model/mesh.hpp"
+#include "model/suggest.hpp"
 
 namespace meshplan::cli {
 
@@ -179,7 +180,8 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
     if (f.recompute) space.recomputes = {*r};
   } else {
     problems.push_back({Severity::error, "--recompute",
-                        "'" + recompute + "' is not one of: " + std::string(recompute_choices)});
+                        "'" + recompute + "' is not one of: " + std::string(recompute_choices) +
+                            did_you_mean(recompute, choice_words(recompute_choices))});
   }
   const std::string schedule = f.schedule.value_or("1f1b");
   if (auto s = parse_schedule(schedule)) {
@@ -190,7 +192,8 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
     }
   } else {
     problems.push_back({Severity::error, "--schedule",
-                        "'" + schedule + "' is not one of: " + std::string(schedule_choices)});
+                        "'" + schedule + "' is not one of: " + std::string(schedule_choices) +
+                            did_you_mean(schedule, choice_words(schedule_choices))});
   }
   if (f.precision == "auto") {
     plan.precision = cluster.ok() && cluster.value.device.peak_for(Dtype::bf16) ? Precision::bf16 : Precision::fp32;
@@ -198,7 +201,8 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
     plan.precision = *p;
   } else {
     problems.push_back({Severity::error, "--precision",
-                        "'" + f.precision + "' is not one of: " + std::string(precision_choices) + ", auto"});
+                        "'" + f.precision + "' is not one of: " + std::string(precision_choices) + ", auto" +
+                            did_you_mean(f.precision, choice_words(std::string(precision_choices) + ", auto"))});
   }
   space.precisions = {plan.precision};
   if (f.sequence_parallel || f.no_sequence_parallel) space.sequence_parallel = {f.sequence_parallel};

@@ -3,9 +3,11 @@
 // Presets from the user's folder (where `meshplan calibrate` writes
 // local-cpu) override built-in ones of the same name and are marked with
 // the file they come from.
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/text_report.hpp"
@@ -14,6 +16,7 @@
 #include "model/layer_graph.hpp"
 #include "model/model_spec.hpp"
 #include "model/presets.hpp"
+#include "model/suggest.hpp"
 
 namespace meshplan::cli {
 namespace {
@@ -36,7 +39,13 @@ Command add_presets_command(CLI::App& app) {
   auto* command = app.add_subcommand("presets", "List the model, device and cluster presets (built-in and the user's)");
   auto kind = std::make_shared<std::string>("all");
   command->add_option("kind", *kind, "models, devices, clusters or all")
-      ->check(CLI::IsMember({"all", "models", "devices", "clusters"}))
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            static const std::vector<std::string> kinds = {"all", "models", "devices", "clusters"};
+            if (std::find(kinds.begin(), kinds.end(), value) != kinds.end()) return std::string();
+            return "'" + value + "' is not one of: all, models, devices, clusters" + did_you_mean(value, kinds);
+          },
+          "KIND"))
       ->capture_default_str();
 
   return [kind]() {

@@ -11,6 +11,7 @@
 
 #include "model/layer_graph.hpp"
 #include "model/validate.hpp"
+#include "model/suggest.hpp"
 #include "model/text.hpp"
 
 namespace meshplan::cli {
@@ -40,7 +41,7 @@ std::vector<T> parse_words(const std::string& text, const std::string& flag, con
     if (auto value = parse(word)) {
       if (std::find(out.begin(), out.end(), *value) == out.end()) out.push_back(*value);
     } else {
-      problems.push_back({Severity::error, flag, "'" + word + "' is not one of: " + allowed});
+      problems.push_back({Severity::error, flag, "'" + word + "' is not one of: " + allowed + did_you_mean(word, choice_words(allowed))});
     }
   }
   return out;

@@ -63,7 +63,7 @@ void print_summary(std::ostream& out, const Job& job, const sim::Simulation& sim
   const TimeEstimate& a = sim.analytical;
   out << "meshplan simulate: " << job.model.name << " on " << job.world_size << " x " << job.cluster.device.name << " ("
       << job.cluster.name << "), mesh " << job.plan.mesh.to_string() << ", " << to_string(job.plan.schedule) << ", "
-      << sim.work.micro_batches << " micro-batches per step\n\n";
+      << count_of(static_cast<double>(sim.work.micro_batches), "micro-batch", "micro-batches") << " per step\n\n";
   out << "step            " << seconds(s.step_s);
   if (sim.options.zero_communication) {
     out << "   (communication priced at zero; analytical, with communication: " << seconds(a.step_s) << ")\n";
@@ -88,7 +88,7 @@ void print_summary(std::ostream& out, const Job& job, const sim::Simulation& sim
   const auto peak = std::max_element(
       s.stages.begin(), s.stages.end(),
       [](const sim::StageSummary& x, const sim::StageSummary& y) { return x.peak_activation_bytes < y.peak_activation_bytes; });
-  out << "activations     peak " << gib(peak->peak_activation_bytes) << " GiB per device (stage " << peak->stage << ")\n";
+  out << "activations     peak " << human_bytes(peak->peak_activation_bytes) << " per device (stage " << peak->stage << ")\n";
   out << "simulated       " << s.timeline_events << " events in " << seconds(wall_s) << " ("
       << format("%.2f", static_cast<double>(s.timeline_events) / std::max(wall_s, 1e-9) / 1e6) << " M events/s), "
       << (sim.options.zero_communication ? "communication free"

@@ -33,7 +33,7 @@ struct SweepFlags {
   SearchFlags search;
   std::string out = "-";
   bool feasible_only = false;
-  bool progress = true;
+  bool no_progress = false;  // --no-progress (a plain flag: CLI11's "!--no-progress" shows as --no-progress{false} in --help)
 };
 
 // Set by SIGINT; read by the search between meshes.
@@ -248,7 +248,7 @@ int run_sweep(const SweepFlags& f) {
       writer.write(row_cells(job, candidate, usable));
       ++rows;
     };
-    if (f.progress) {
+    if (!f.no_progress) {
       options.on_progress = [&](std::int64_t plans, std::int64_t meshes_done, std::int64_t) {
         const double fraction = meshes_total > 0 ? static_cast<double>(meshes_before + meshes_done) / static_cast<double>(meshes_total) : 1;
         progress.update(fraction, plans_before + plans);
@@ -296,7 +296,7 @@ Command add_sweep_command(CLI::App& app) {
       ->capture_default_str();
   command->add_flag("--feasible-only", flags->feasible_only,
                     "Write only the candidates that fit (the summary still counts every candidate)");
-  command->add_flag("!--no-progress", flags->progress, "Do not show the progress line on stderr");
+  command->add_flag("--no-progress", flags->no_progress, "Do not show the progress line on stderr");
   return [flags]() { return run_sweep(*flags); };
 }
 

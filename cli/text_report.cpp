@@ -1,5 +1,6 @@
 #include "cli/text_report.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -14,6 +15,20 @@ std::string pad(const std::string& text, std::size_t width) {
 
 std::string lpad(const std::string& text, std::size_t width) {
   return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
+}
+
+// The unit of a table of byte counts whose largest entry is `largest`: GiB,
+// MiB below half a GiB, KiB below half a MiB, so that the rows show digits.
+struct ByteUnit {
+  const char* name;
+  double bytes;
+};
+
+ByteUnit unit_for(double largest) {
+  constexpr double kib = 1024.0, mib = kib * 1024, gib_bytes = mib * 1024;
+  if (largest >= 0.5 * gib_bytes) return {"GiB", gib_bytes};
+  if (largest >= 0.5 * mib) return {"MiB", mib};
+  return {"KiB", kib};
 }
 
 std::string describe_model(const ModelSpec& model, std::int64_t seq_len) {
@@ -71,6 +86,19 @@ std::string human_count(double count) {
 
 std::string gib(double bytes) { return format("%.2f", bytes / (1024.0 * 1024 * 1024)); }
 
+std::string human_bytes(double bytes) {
+  constexpr double kib = 1024.0, mib = kib * 1024, gib_bytes = mib * 1024;
+  if (bytes >= gib_bytes) return format("%.2f GiB", bytes / gib_bytes);
+  if (bytes >= mib) return format("%.2f MiB", bytes / mib);
+  if (bytes >= kib) return format("%.2f KiB", bytes / kib);
+  return format("%.0f B", bytes);
+}
+
+std::string count_of(double count, const std::string& singular, const std::string& plural) {
+  const bool whole = count == std::floor(count) && std::fabs(count) < 1e15;  // 90291, not 9.029e+04
+  return format(whole ? "%.0f" : "%.4g", count) + " " + (count == 1 ? singular : plural);
+}
+
 void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
                        const Explanation& ex) {
   const std::int64_t world = ex.deployment.world_size;
@@ -81,7 +109,7 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
   out << "model   " << model.name << " (" << to_string(model.kind) << "): " << human_count(ex.parameter_count)
       << " parameters; " << describe_model(model, ex.seq_len) << "\n";
   out << "plan    mesh " << plan.mesh.to_string() << "; micro-batch " << plan.micro_batch << " x "
-      << ex.micro_batches << " micro-batches x " << plan.mesh.data_parallel_size()
+      << count_of(static_cast<double>(ex.micro_batches), "micro-batch", "micro-batches") << " x " << plan.mesh.data_parallel_size()
       << " data-parallel = global batch " << plan.global_batch << "\n";
   out << "        zero " << plan.zero_stage << ", recompute " << to_string(plan.recompute) << ", sequence parallel "
       << (plan.sequence_parallel ? "on" : "off") << ", schedule " << to_string(plan.schedule) << ", precision "
@@ -92,19 +120,20 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
     const bool chosen = ex.deployment.rank >= 0 && ex.valid && ex.rank_stage != static_cast<std::int64_t>(mem.worst_stage);
     const StageMemory& shown = chosen ? mem.stages.at(static_cast<std::size_t>(ex.rank_stage)) : mem.worst();
     out << "device  " << (chosen ? "rank " + std::to_string(ex.deployment.rank) + ": " : std::string("worst: "))
-        << "pipeline stage " << shown.stage << " of " << mem.stages.size() << " (" << shown.layers << " layers, "
-        << format("%.4g", shown.in_flight_micro_batches) << " micro-batches in flight), "
+        << "pipeline stage " << shown.stage << " of " << mem.stages.size() << " ("
+        << count_of(static_cast<double>(shown.layers), "layer", "layers") << ", "
+        << count_of(shown.in_flight_micro_batches, "micro-batch", "micro-batches") << " in flight), "
         << human_count(shown.parameters_on_device) << " parameters held\n\n";
 
     const double total = shown.memory.total_bytes();
-    // Small models read better in MiB.
-    const bool mib = total < 0.5 * 1024 * 1024 * 1024;
-    auto in_unit = [&](double bytes) { return format("%.2f", bytes / (mib ? 1024.0 * 1024 : 1024.0 * 1024 * 1024)); };
+    // Small models read better in MiB, tiny ones in KiB.
+    const ByteUnit unit = unit_for(total);
+    auto in_unit = [&](double bytes) { return format("%.2f", bytes / unit.bytes); };
     auto row = [&](const char* name, double bytes) {
       out << "  " << pad(name, 24) << lpad(in_unit(bytes), 10)
           << lpad(format("%.1f", total > 0 ? 100 * bytes / total : 0), 8) << "\n";
     };
-    out << "  " << pad("memory per device", 24) << lpad(mib ? "MiB" : "GiB", 10) << lpad("%", 8) << "\n";
+    out << "  " << pad("memory per device", 24) << lpad(unit.name, 10) << lpad("%", 8) << "\n";
     row("parameters", shown.memory.parameters_bytes);
     row("gradients", shown.memory.gradients_bytes);
     row("optimizer state", shown.memory.optimizer_bytes);
@@ -116,13 +145,15 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
         << "% headroom)\n";
 
     if (mem.stages.size() > 1) {
-      out << "\n  stage  layers  in-flight   params    grads    optim     acts  buffers    total  (GiB)\n";
+      const ByteUnit stage_unit = unit_for(mem.worst().memory.total_bytes());
+      auto in_stage_unit = [&](double bytes) { return format("%.2f", bytes / stage_unit.bytes); };
+      out << "\n  stage  layers  in-flight   params    grads    optim     acts  buffers    total  (" << stage_unit.name << ")\n";
       for (const auto& s : mem.stages) {
         out << "  " << lpad(std::to_string(s.stage), 5) << lpad(std::to_string(s.layers), 8)
-            << lpad(format("%.4g", s.in_flight_micro_batches), 11) << lpad(gib(s.memory.parameters_bytes), 9)
-            << lpad(gib(s.memory.gradients_bytes), 9) << lpad(gib(s.memory.optimizer_bytes), 9)
-            << lpad(gib(s.memory.activations_bytes), 9) << lpad(gib(s.memory.buffers_bytes), 9)
-            << lpad(gib(s.memory.total_bytes()), 9) << (s.stage == mem.worst().stage ? "  <- worst" : "") << "\n";
+            << lpad(format("%.4g", s.in_flight_micro_batches), 11) << lpad(in_stage_unit(s.memory.parameters_bytes), 9)
+            << lpad(in_stage_unit(s.memory.gradients_bytes), 9) << lpad(in_stage_unit(s.memory.optimizer_bytes), 9)
+            << lpad(in_stage_unit(s.memory.activations_bytes), 9) << lpad(in_stage_unit(s.memory.buffers_bytes), 9)
+            << lpad(in_stage_unit(s.memory.total_bytes()), 9) << (s.stage == mem.worst().stage ? "  <- worst" : "") << "\n";
       }
     }
     if (ex.time) {
@@ -182,11 +213,12 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
     if (!ex.valid) {
       out << "verdict: INVALID plan (see problems below)\n";
     } else if (ex.fits_memory()) {
-      out << "verdict: fits: " << gib(worst_total) << " of " << gib(mem.usable_bytes) << " GiB usable ("
-          << format("%.0f", 100 * worst_total / mem.usable_bytes) << "%)\n";
+      const double percent = 100 * worst_total / mem.usable_bytes;
+      out << "verdict: fits: " << human_bytes(worst_total) << " of " << human_bytes(mem.usable_bytes) << " usable ("
+          << format(percent < 1 ? "%.2g" : "%.0f", percent) << "%)\n";
     } else {
-      out << "verdict: DOES NOT FIT: " << gib(worst_total) << " GiB needed, " << gib(mem.usable_bytes)
-          << " GiB usable\n";
+      out << "verdict: DOES NOT FIT: " << human_bytes(worst_total) << " needed, " << human_bytes(mem.usable_bytes)
+          << " usable\n";
     }
   } else {
     out << "\nverdict: INVALID plan: the layers cannot be laid out (see problems below)\n";

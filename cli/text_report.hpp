@@ -28,5 +28,10 @@ std::string format(const char* fmt, double value);
 std::string human_count(double count);
 // Bytes as GiB with two decimals.
 std::string gib(double bytes);
+// Bytes in the unit that shows them: "11.40 GiB", "3.21 MiB", "812.00 KiB", "96 B".
+std::string human_bytes(double bytes);
+// "1 micro-batch", "90291 candidates", "1.5 micro-batches": `count` (whole
+// numbers in full, others to 4 digits) and the word, plural unless count is 1.
+std::string count_of(double count, const std::string& singular, const std::string& plural);
 
 }  // namespace meshplan::cli

@@ -466,6 +466,10 @@ int run_train(const TrainFlags& f) {
     std::cout << "note: the plan assumes " << to_string(pf.plan.precision) << "; training computes the matmuls in "
               << to_string(compute) << (compute == Precision::fp32 ? " (the default; --precision bf16 to match)" : "")
               << "\n";
+  // The planner priced this plan from its device's figures; say when bf16 had none to price (one truth: the preset).
+  if (compute == Precision::bf16 && !pf.cluster.device.peak_for(Dtype::bf16))
+    std::cout << "note: " << missing_peak_message(pf.cluster.device, Dtype::bf16)
+              << "; plan and explain cannot price bf16 for it until it has one\n";
   data::DataLoader& loader = *train_loader.value;
   const Problems fit = net.check_data(loader.shape());
   if (has_errors(fit)) {

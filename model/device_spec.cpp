@@ -1,6 +1,7 @@
 #include "model/device_spec.hpp"
 
 #include "model/presets.hpp"
+#include "model/text.hpp"
 #include "model/yaml_reader.hpp"
 
 namespace meshplan {
@@ -21,7 +22,7 @@ void read_measured_rates(YamlMap& map, std::vector<GemmCurvePoint>& curve, std::
   }
   if (auto rates = map.map("op_bandwidth_gb_per_s", Need::optional)) {
     for (std::size_t i = 0; i < kStreamOps; ++i) {
-      if (auto gb = rates->number(kStreamOpNames[i], Need::optional, 1e-6, 1e6)) ops[i] = *gb * 1e9;
+      if (auto gb = rates->number(kStreamOpNames[i], Need::optional, 1e-6, 1e6)) ops[i] = scale_decimal(*gb, 9);
     }
     rates->finish();
   }
@@ -55,6 +56,22 @@ std::optional<double> DeviceSpec::peak_for(Dtype dtype) const {
   auto it = peak_flops_per_s.find(dtype);
   if (it == peak_flops_per_s.end()) return std::nullopt;
   return it->second;
+}
+
+std::string missing_peak_message(const DeviceSpec& device, Dtype dtype) {
+  std::string listed;
+  for (const auto& [d, _] : device.peak_flops_per_s) listed += (listed.empty() ? "" : ", ") + to_string(d);
+  const std::string name = to_string(dtype);
+  if (device.name != "local-cpu" || dtype != Dtype::bf16) {
+    return device.name + " has no " + name + " support (it has: " + listed + ")";
+  }
+  if (device.source.starts_with("meshplan calibrate")) {
+    return "the local-cpu preset written by `meshplan calibrate` has no bf16 figure (peak_tflops lists: " + listed +
+           "); the comments in that file say why calibrate wrote none";
+  }
+  return "the local-cpu preset is the built-in placeholder, which has no bf16 figure (peak_tflops lists: " + listed +
+         "); `meshplan calibrate` measures this CPU's bf16 GEMM rate (oneDNN, as `meshplan train --precision bf16` "
+         "runs it) and writes it";
 }
 
 DeviceSpec device_for_threads(const DeviceSpec& core, int threads, bool* used_threaded) {
@@ -91,7 +108,7 @@ Loaded<DeviceSpec> load_device(const std::string& name_or_path) {
   if (auto peaks = root.map("peak_tflops", Need::required)) {
     for (Dtype dtype : {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8}) {
       if (auto tflops = peaks->number(to_string(dtype), Need::optional, 1e-6, 1e6)) {
-        device.peak_flops_per_s[dtype] = *tflops * 1e12;
+        device.peak_flops_per_s[dtype] = scale_decimal(*tflops, 12);
       }
     }
     peaks->finish();
@@ -101,7 +118,7 @@ Loaded<DeviceSpec> load_device(const std::string& name_or_path) {
   }
   device.memory_bytes = root.number("memory_gib", Need::required, 1e-3, 1e6).value_or(0) * 1024.0 * 1024 * 1024;
   device.memory_bandwidth_bytes_per_s =
-      root.number("memory_bandwidth_gb_per_s", Need::required, 1e-3, 1e6).value_or(0) * 1e9;
+      scale_decimal(root.number("memory_bandwidth_gb_per_s", Need::required, 1e-3, 1e6).value_or(0), 9);
   if (auto achievable = root.map("achievable", Need::optional)) {
     device.gemm_efficiency = achievable->number("gemm_fraction", Need::optional, 0.01, 1.0).value_or(device.gemm_efficiency);
     device.memory_efficiency =
@@ -117,7 +134,7 @@ Loaded<DeviceSpec> load_device(const std::string& name_or_path) {
     achievable->finish();
   }
   device.compute_units = root.integer("compute_units", Need::optional, 1, 1 << 20).value_or(0);
-  device.l2_bandwidth_bytes_per_s = root.number("l2_bandwidth_gb_per_s", Need::optional, 1e-3, 1e6).value_or(0) * 1e9;
+  device.l2_bandwidth_bytes_per_s = scale_decimal(root.number("l2_bandwidth_gb_per_s", Need::optional, 1e-3, 1e6).value_or(0), 9);
   root.finish();
   return result;
 }

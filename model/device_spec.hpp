@@ -86,6 +86,16 @@ std::string gemm_curve_problem(const std::vector<GemmCurvePoint>& curve);
 // measured at this thread count (`used_threaded` says whether it was).
 DeviceSpec device_for_threads(const DeviceSpec& core, int threads, bool* used_threaded = nullptr);
 
+// Why a plan in `dtype` has no price on `device` (its preset lists no peak
+// for it), for plan validation and `train`'s note. For an accelerator the
+// preset lists what its datasheet gives: "a100-40g has no fp8 support (it
+// has: ...)". For local-cpu and bf16 the preset is the answer, not the
+// hardware: the built-in placeholder has no bf16 figure (not every AVX-512
+// core has bf16) and `meshplan calibrate` measures the CPU's rate through
+// the oneDNN path `train --precision bf16` runs and writes it; a calibrated
+// preset without one says in its comments why calibrate wrote none.
+std::string missing_peak_message(const DeviceSpec& device, Dtype dtype);
+
 // `name_or_path` as in find_preset().
 Loaded<DeviceSpec> load_device(const std::string& name_or_path);
 

@@ -573,9 +573,9 @@ nlohmann::ordered_json plan_file_to_json(const PlanFile& file) {
   const PlanPrediction& p = file.prediction;
   Json prediction;
   prediction["fits_memory"] = p.fits_memory;
-  prediction["parameters"] = p.parameters;
+  prediction["parameters"] = whole_count(p.parameters);
   prediction["worst_stage"] = p.worst_stage;
-  prediction["parameters_per_device"] = p.parameters_per_device;
+  prediction["parameters_per_device"] = whole_count(p.parameters_per_device);
   prediction["memory_bytes"] = memory_to_json(p.memory);
   prediction["capacity_bytes"] = p.capacity_bytes;
   prediction["usable_bytes"] = p.usable_bytes;

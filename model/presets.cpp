@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "model/suggest.hpp"
+
 namespace meshplan {
 namespace fs = std::filesystem;
 namespace {
@@ -96,12 +98,14 @@ Loaded<PresetFile> find_preset(PresetKind kind, const std::string& name_or_path)
       return result;
     }
   }
+  const std::vector<std::string> names = list_presets(kind);
   std::string known;
-  for (const auto& name : list_presets(kind)) known += (known.empty() ? "" : ", ") + name;
-  std::string kind_word = kind_folder.substr(0, kind_folder.size() - 1);
+  for (const auto& name : names) known += (known.empty() ? "" : ", ") + name;
+  const std::string kind_word = kind_folder.substr(0, kind_folder.size() - 1);
+  const auto near = nearest_name(name_or_path, names);
   result.problems.push_back(
       {Severity::error, name_or_path,
-       "unknown " + kind_word + " preset" +
+       "unknown " + kind_word + " preset" + (near ? "; did you mean " + *near + "?" : std::string()) +
            (known.empty() ? std::string(" (no presets folder found; set MESHPLAN_PRESETS)")
                           : " (known: " + known + "; or give a path to a .yaml file)")});
   return result;

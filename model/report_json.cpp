@@ -1,6 +1,10 @@
 #include "model/report_json.hpp"
 
+#include <cmath>
+
 namespace meshplan {
+
+std::int64_t whole_count(double count) { return std::llround(count); }
 
 nlohmann::ordered_json plan_to_json(const Plan& plan) {
   nlohmann::ordered_json mesh = nlohmann::ordered_json::object();
@@ -67,7 +71,7 @@ nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const Cluster
   j["cluster"] = cluster.name;
   j["device_type"] = cluster.device.name;
   j["world_size"] = ex.deployment.world_size;
-  j["parameters"] = ex.parameter_count;
+  j["parameters"] = whole_count(ex.parameter_count);
   j["feasible"] = ex.feasible();
   j["valid"] = ex.valid;
   j["fits_memory"] = ex.fits_memory();
@@ -94,14 +98,14 @@ nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const Cluster
     j["memory_bytes"] = memory_to_json(shown.memory);
     j["capacity_bytes"] = mem.capacity_bytes;
     j["usable_bytes"] = mem.usable_bytes;
-    j["parameters_per_device"] = shown.parameters_on_device;
+    j["parameters_per_device"] = whole_count(shown.parameters_on_device);
     nlohmann::ordered_json stages = nlohmann::ordered_json::array();
     for (const auto& stage : mem.stages) {
       nlohmann::ordered_json s;
       s["stage"] = stage.stage;
       s["layers"] = stage.layers;
       s["in_flight_micro_batches"] = stage.in_flight_micro_batches;
-      s["parameters_per_device"] = stage.parameters_on_device;
+      s["parameters_per_device"] = whole_count(stage.parameters_on_device);
       s["memory_bytes"] = memory_to_json(stage.memory);
       stages.push_back(s);
     }

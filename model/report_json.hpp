@@ -3,6 +3,7 @@
 // docs/formats.md; memory is in bytes, times in seconds.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "model/cluster_spec.hpp"
@@ -11,6 +12,10 @@
 #include "model/plan.hpp"
 
 namespace meshplan {
+
+// A count the model computes in double (parameters, per device after
+// sharding) as the whole number JSON should carry: 7241732096, not 7241732096.0.
+std::int64_t whole_count(double count);
 
 nlohmann::ordered_json plan_to_json(const Plan& plan);
 nlohmann::ordered_json memory_to_json(const MemoryBreakdown& memory);

@@ -1,7 +1,7 @@
 // Pipeline schedules as data: for every pipeline stage, the ordered list of
 // instructions one training step runs on it. The simulator times these lists
 // and the executor runs them, so a simulated timeline and a measured one are
-// the same program (DESIGN.md, "Data flow"). Pure: no durations here.
+// the same program (docs/architecture.md, "Data flow"). Pure: no durations here.
 //
 // Semantics the lists assume (and the simulator replays):
 //   * a stage runs its list in order; data-parallel, tensor-parallel and

@@ -1,11 +1,14 @@
 // Small text helpers shared by the parsers of flags, presets and /proc files.
 //
-// defines: trim
+// defines: trim, scale_decimal
 #pragma once
 
 #include <cctype>
+#include <charconv>
+#include <cmath>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 namespace meshplan {
 
@@ -15,6 +18,25 @@ inline std::string trim(std::string_view text) {
   while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
   while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
   return std::string(text.substr(begin, end - begin));
+}
+
+// `value` x 10^power as the decimal a person wrote: a preset's latency_us 5
+// is 5e-06 s, where 5 * 1e-6 is 4.9999999999999996e-06 (1e-6 has no exact
+// double) and plan files would carry that. The shortest decimal that reads
+// back as `value` gets its exponent shifted and is read again; from_chars and
+// to_chars, so no locale's decimal comma interferes.
+inline double scale_decimal(double value, int power) {
+  char text[64];
+  const auto written = std::to_chars(text, text + sizeof text, value, std::chars_format::scientific);
+  const std::string_view shortest(text, written.ptr - text);
+  const auto e = shortest.find('e');
+  if (written.ec != std::errc() || e == std::string_view::npos) return value * std::pow(10.0, power);  // inf, nan
+  int exponent = 0;
+  std::from_chars(shortest.data() + e + 1 + (shortest[e + 1] == '+' ? 1 : 0), shortest.data() + shortest.size(), exponent);
+  const std::string shifted = std::string(shortest.substr(0, e + 1)) + std::to_string(exponent + power);
+  double result = value;
+  std::from_chars(shifted.data(), shifted.data() + shifted.size(), result);
+  return result;
 }
 
 }  // namespace meshplan

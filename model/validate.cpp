@@ -150,11 +150,7 @@ void check_schedule(Checker& check, const Plan& plan) {
 
 void check_precision(Checker& check, const ClusterSpec& cluster, const Plan& plan) {
   const Dtype dtype = gemm_dtype(plan.precision);
-  if (!cluster.device.peak_for(dtype)) {
-    std::string supported;
-    for (const auto& [d, _] : cluster.device.peak_flops_per_s) supported += (supported.empty() ? "" : ", ") + to_string(d);
-    check.error("precision", cluster.device.name + " has no " + to_string(dtype) + " support (it has: " + supported + ")");
-  }
+  if (!cluster.device.peak_for(dtype)) check.error("precision", missing_peak_message(cluster.device, dtype));
 }
 
 }  // namespace

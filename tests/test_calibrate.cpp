@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -344,6 +345,72 @@ TEST(Calibrate, ExplainAndTrainUseTheCalibratedPeak) {
     }
     EXPECT_EQ(lines, 3);
   }
+}
+
+// The CPU's native bf16 flags, as /proc/cpuinfo lists them for the first CPU.
+std::set<std::string> native_bf16_flags_of_this_cpu() {
+  std::ifstream in("/proc/cpuinfo");
+  std::set<std::string> found;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    for (std::string flag; words >> flag;) {
+      if (flag == "avx512_bf16" || flag == "amx_bf16") found.insert(flag);
+    }
+    break;
+  }
+  return found;
+}
+
+// bf16 has one answer (issue 13, item 8): calibrate times the oneDNN matmul
+// `train --precision bf16` runs, records the CPU's native bf16 flags, and
+// writes a bf16 figure when that rate beats fp32; explain then plans bf16
+// exactly when the written preset has the figure.
+TEST(Calibrate, Bf16IsMeasuredAsTrainRunsItAndThePresetAnswersForPlans) {
+  const fs::path folder = calibrated_folder();
+  const Json& j = calibrated(folder);
+  ASSERT_TRUE(j.contains("bf16_native_flags")) << j.dump(2).substr(0, 2000);
+  std::set<std::string> recorded;
+  for (const auto& flag : j["bf16_native_flags"]) recorded.insert(flag.get<std::string>());
+  const std::set<std::string> native = native_bf16_flags_of_this_cpu();
+  EXPECT_EQ(recorded, native);
+
+  double best_bf16 = 0, best_fp32 = 0;
+  for (const auto& g : j["gemm"]) {
+    if (g["threads"] != 1 || g["best_s"].get<double>() < 1e-3) continue;
+    double& best = g["dtype"] == "bf16" ? best_bf16 : best_fp32;
+    best = std::max(best, g["flops_per_s"].get<double>());
+  }
+  const std::string text = read_text(folder / "devices" / "local-cpu.yaml");
+  if (native.empty()) {
+    // train refuses bf16 here, and calibrate says why it measured none.
+    EXPECT_NE(j["bf16_note"].get<std::string>().find("not measured"), std::string::npos) << j["bf16_note"];
+    EXPECT_EQ(best_bf16, 0);
+  } else {
+    EXPECT_EQ(j["bf16_note"], "") << "this CPU has native bf16 and the ci build has oneDNN";
+    EXPECT_GT(best_bf16, 0);
+    EXPECT_NE(text.find("kernels::matmul_forward_bf16"), std::string::npos) << text;
+  }
+  EXPECT_NE(text.find("# native bf16 instructions: "), std::string::npos) << text;
+
+  const bool written = j["device"]["peak_flops_per_s"].contains("bf16");
+  EXPECT_EQ(written, best_bf16 > best_fp32);
+  if (written) {
+    EXPECT_NEAR(j["device"]["peak_flops_per_s"]["bf16"].get<double>(), best_bf16, best_bf16 * 1e-5);
+  }
+  const UserPresets user(folder);
+  const CliRun r = run({"explain", "--model", "mlp-fashion", "--cluster", "local-cpu", "--gpus", "1", "--mesh", "dp=1",
+                        "--micro-batch", "128", "--global-batch", "128", "--precision", "bf16"});
+  if (written) {
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("precision bf16"), std::string::npos) << r.out;
+  } else {
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.err.find("the local-cpu preset written by `meshplan calibrate` has no bf16 figure"), std::string::npos)
+        << r.err;
+    EXPECT_NE(text.find("# bf16 omitted: "), std::string::npos) << text;
+  }
+  EXPECT_EQ(r.err.find("no bf16 support"), std::string::npos) << r.err;
 }
 
 TEST(Calibrate, BadOutIsAClearErrorBeforeMeasuring) {

@@ -1,7 +1,7 @@
 // Checkpoints: one directory per saved step, written so that a crash at any
 // moment leaves either a complete, verifiable checkpoint or one that readers
-// recognise as incomplete and skip (DESIGN.md, Executor: "atomic (write,
-// fsync, rename, then a completion marker), checksummed").
+// recognise as incomplete and skip: written, fsynced and renamed, then sealed
+// by a completion marker, and checksummed (docs/architecture.md, "File formats").
 //
 // Layout of `<dir>/step-000123/` (docs/formats.md, "Checkpoints"):
 //   <tensor>.f32    one per tensor: raw float32, little-endian, row-major,

@@ -1,7 +1,7 @@
 // The one interface the trainer sees for training data, whatever the source
 // (`--data fashion-mnist[:DIR]`, `--data text:PATH`, `--data synthetic`).
 // Two promises matter more than speed here, because the correctness ladder
-// (DESIGN.md) asks for bit-identical reruns and resumes:
+// (docs/architecture.md) asks for bit-identical reruns and resumes:
 //  - determinism: a loader's batches depend only on the data, the split, the
 //    seed and how many samples were taken before (never on the platform:
 //    see random.hpp);

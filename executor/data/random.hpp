@@ -2,7 +2,7 @@
 // sequence is fixed by the C++ standard, but std::shuffle,
 // std::uniform_int_distribution and std::normal_distribution are not: libstdc++
 // and libc++ give different results from the same engine. Reruns and resumes
-// must be bit-identical on every platform (DESIGN.md, correctness ladder step
+// must be bit-identical on every platform (docs/architecture.md, correctness ladder step
 // 2), so everything drawn from an engine goes through these few functions.
 //
 // defines: derive_seed, uniform_below, uniform_unit, standard_normal, fisher_yates_shuffle

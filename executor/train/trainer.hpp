@@ -1,5 +1,5 @@
 // Single-rank training: the loop every plan's loss curve is compared against
-// (DESIGN.md correctness ladder, step 3), so it is deliberately plain:
+// (docs/architecture.md, correctness ladder step 3), so it is deliberately plain:
 //
 //   for each step:
 //     zero grads; for each of M micro-batches: loss += forward / M; backward(1 / M)

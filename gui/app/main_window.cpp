@@ -361,7 +361,9 @@ void MainWindow::runSearch() {
   auto job = resolve_setup(setup_->inputs());
   if (!job.ok()) {
     const int shown = setup_->showProblems(job.problems);
-    setStatus(tr("%n problem(s) in the setup: see the fields marked in red.", nullptr, shown));
+    // Spelled out: without a translation file, Qt's %n keeps a "(s)" as written.
+    setStatus(shown == 1 ? tr("1 problem in the setup: see the field marked in red.")
+                         : tr("%n problems in the setup: see the fields marked in red.", nullptr, shown));
     return;
   }
   setup_->showProblems(job.problems);  // warnings, if any

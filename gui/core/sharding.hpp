@@ -1,6 +1,6 @@
 // ShardingSpec: for one tensor of a model under a plan, which mesh axes split
 // which of its dimensions (like a JAX PartitionSpec), which pipeline stages
-// hold it, and so which block of it each device holds. DESIGN.md names this
+// hold it, and so which block of it each device holds. docs/architecture.md names this
 // as the piece the studio's sharding picture and the executor's parameter
 // layout share; model/ has none yet, so it lives here as a pure function of
 // (ModelSpec, Plan, tensor, role) with no Qt, ready to move to model/.

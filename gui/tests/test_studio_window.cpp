@@ -1,7 +1,9 @@
 // The main window offscreen: a setup problem is shown at its field (no exit,
 // no search), the GPT-3 175B / 1024 A100 search fills the table, and the
 // table, the Pareto chart and the plan views follow one selection.
+#include <QLabel>
 #include <QSettings>
+#include <QStatusBar>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTableView>
@@ -45,6 +47,10 @@ class StudioWindowTest : public QObject {
     QVERIFY(!window.worker()->isRunning());
     QVERIFY(window.setupPanel()->problemText("hidden").contains("multiple of heads"));
     QVERIFY(window.setupPanel()->problemText("nodes").isEmpty());
+    // The status line counts the problem in words, not "1 problem(s)".
+    QStringList status;
+    for (const QLabel* label : window.statusBar()->findChildren<QLabel*>()) status << label->text();
+    QVERIFY2(status.join("\n").contains("1 problem in the setup: see the field marked in red."), qPrintable(status.join("\n")));
   }
 
   void gpt3SearchFillsTheTableAndSelectionIsLinked() {
