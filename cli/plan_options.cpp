@@ -26,6 +26,9 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--zero", f.zero, "ZeRO stage on dp: 0-3, or auto (1 when dp x ep > 1, else 0)")->capture_default_str();
   command.add_option("--recompute", f.recompute, "Activation recomputation: none, selective, full")
       ->capture_default_str();
+  command.add_option("--attention", f.attention,
+                     "Attention kernels: fused (FlashAttention / cuDNN / SDPA: no s x s tensors) or unfused")
+      ->capture_default_str();
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
                               "Sequence parallelism in tp regions (default: on for transformers with tp > 1)");
   command.add_flag("--no-sequence-parallel", f.no_sequence_parallel, "Turn sequence parallelism off")->excludes(sp);
@@ -46,6 +49,7 @@ std::string flag_for_field(const std::string& field) {
       {"zero", "--zero"},                 {"recompute", "--recompute"},       {"schedule", "--schedule"},
       {"precision", "--precision"},       {"stage_layers", "--stage-layers"}, {"memory_headroom", "--headroom"},
       {"rank", "--rank"},                 {"world_size", "--gpus"},           {"sequence_parallel", "--sequence-parallel"},
+      {"attention", "--attention"},
   };
   for (const auto& [name, flag] : table) {
     if (field == name) return flag;
@@ -101,6 +105,12 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
   } else {
     problems.push_back({Severity::error, "--recompute",
                         "'" + f.recompute + "' is not one of: " + std::string(recompute_choices)});
+  }
+  if (auto a = parse_attention(f.attention)) {
+    plan.attention = *a;
+  } else {
+    problems.push_back({Severity::error, "--attention",
+                        "'" + f.attention + "' is not one of: " + std::string(attention_choices)});
   }
   if (auto s = parse_schedule(f.schedule)) {
     plan.schedule = *s;
