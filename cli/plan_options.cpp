@@ -37,6 +37,9 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
                                        "without: searched)")->capture_default_str();
   command.add_option("--recompute", f.recompute,
                      "Activation recomputation: none, selective, full (default: selective with --mesh, else searched)");
+  command.add_option("--attention", f.attention,
+                     "Attention kernels: fused (FlashAttention / cuDNN / SDPA: no s x s tensors) or unfused")
+      ->capture_default_str();
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
                               "Sequence parallelism in tp regions (default: on for transformers with tp > 1)");
   command.add_flag("--no-sequence-parallel", f.no_sequence_parallel, "Turn sequence parallelism off")->excludes(sp);
@@ -57,6 +60,7 @@ std::string flag_for_field(const std::string& field) {
       {"zero", "--zero"},                 {"recompute", "--recompute"},       {"schedule", "--schedule"},
       {"precision", "--precision"},       {"stage_layers", "--stage-layers"}, {"memory_headroom", "--headroom"},
       {"rank", "--rank"},                 {"world_size", "--gpus"},           {"sequence_parallel", "--sequence-parallel"},
+      {"attention", "--attention"},
   };
   for (const auto& [name, flag] : table) {
     if (field == name) return flag;
@@ -182,6 +186,14 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
     problems.push_back({Severity::error, "--recompute",
                         "'" + recompute + "' is not one of: " + std::string(recompute_choices) +
                             did_you_mean(recompute, choice_words(recompute_choices))});
+  }
+  if (auto a = parse_attention(f.attention)) {
+    plan.attention = *a;
+    space.attentions = {*a};
+  } else {
+    problems.push_back({Severity::error, "--attention",
+                        "'" + f.attention + "' is not one of: " + std::string(attention_choices) +
+                            did_you_mean(f.attention, choice_words(attention_choices))});
   }
   const std::string schedule = f.schedule.value_or("1f1b");
   if (auto s = parse_schedule(schedule)) {

@@ -38,6 +38,7 @@ struct PlanFlags {
   std::int64_t seq = 0;
   std::string zero = "auto";
   std::optional<std::string> recompute;      // selective
+  std::string attention = "fused";
   bool sequence_parallel = false;
   bool no_sequence_parallel = false;
   std::optional<std::string> schedule;       // 1f1b

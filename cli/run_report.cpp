@@ -144,6 +144,7 @@ Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int thr
   cluster.device = device_for_threads(cluster.device, std::max(1, threads_per_rank), &threaded);
   Plan plan = plan_file.plan;
   plan.precision = compute;
+  plan.attention = Attention::unfused;  // the CPU executor's attention (llm.c's) stores the s x s scores
   RunPrediction& p = out.value;
   p.cluster_source = cluster.source;
   p.threads_per_rank = threads_per_rank;

@@ -75,6 +75,8 @@ Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
 
   space.recomputes = parse_words<Recompute>(f.recompute, "--recompute", std::string(recompute_choices),
                                             [](const std::string& w) { return parse_recompute(w); }, problems);
+  space.attentions = parse_words<Attention>(f.attention, "--attention", std::string(attention_choices),
+                                            [](const std::string& w) { return parse_attention(w); }, problems);
 
   space.schedules.clear();
   auto schedules = split_list(f.schedules, "--schedules");
@@ -171,6 +173,7 @@ void add_search_flags(CLI::App& command, SearchFlags& f) {
                      "Micro-batch sizes to try, e.g. 1,2,4 (default: 1, 2, 4, ... 64 that fit the batch)");
   command.add_option("--zero", f.zero, "ZeRO stages on dp to try (0-3)")->capture_default_str();
   command.add_option("--recompute", f.recompute, "Recompute modes to try: none, selective, full")->capture_default_str();
+  command.add_option("--attention", f.attention, "Attention kernels to try: fused, unfused")->capture_default_str();
   command.add_option("--schedules", f.schedules, "Pipeline schedules to try: gpipe, 1f1b, interleaved, zb-h1")
       ->capture_default_str();
   command.add_option("--interleave", f.interleave, "Model chunks per device (v) for the interleaved schedule")
@@ -278,7 +281,8 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
 }
 
 std::string describe_space(const SearchSpace& space) {
-  std::vector<std::string> axes, zero, recompute, schedules, precisions;
+  std::vector<std::string> axes, zero, recompute, schedules, precisions, attentions;
+  for (Attention a : space.attentions) attentions.push_back(to_string(a));
   for (Axis a : space.axes) axes.push_back(to_string(a));
   for (int z : space.zero_stages) zero.push_back(std::to_string(z));
   for (Recompute r : space.recomputes) recompute.push_back(to_string(r));
@@ -302,7 +306,8 @@ std::string describe_space(const SearchSpace& space) {
   if (space.max_tp > 0) limits += ", tp <= " + std::to_string(space.max_tp);
   if (space.max_pp > 0) limits += ", pp <= " + std::to_string(space.max_pp);
   return "axes " + join(axes) + limits + "; micro-batch " + micro + "; zero " + join(zero) + "; recompute " +
-         join(recompute) + "; schedules " + join(schedules) + "; precision " + join(precisions);
+         join(recompute) + "; attention " + join(attentions) + "; schedules " + join(schedules) + "; precision " +
+         join(precisions);
 }
 
 }  // namespace meshplan::cli

@@ -42,6 +42,7 @@ struct SearchFlags {
   std::string micro_batches;  // empty: 1, 2, 4, ... 64 where they divide the batch
   std::string zero = "0,1,2,3";
   std::string recompute = "none,selective,full";
+  std::string attention = "fused";
   std::string schedules = "gpipe,1f1b,interleaved,zb-h1";
   std::string interleave = "2,3,4";
   std::string precision = "auto";

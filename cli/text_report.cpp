@@ -113,7 +113,7 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
       << " data-parallel = global batch " << plan.global_batch << "\n";
   out << "        zero " << plan.zero_stage << ", recompute " << to_string(plan.recompute) << ", sequence parallel "
       << (plan.sequence_parallel ? "on" : "off") << ", schedule " << to_string(plan.schedule) << ", precision "
-      << to_string(plan.precision) << "\n";
+      << to_string(plan.precision) << ", attention " << to_string(plan.attention) << "\n";
 
   if (ex.memory) {
     const MemoryEstimate& mem = *ex.memory;
@@ -138,7 +138,22 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
     row("gradients", shown.memory.gradients_bytes);
     row("optimizer state", shown.memory.optimizer_bytes);
     row("activations", shown.memory.activations_bytes);
+    // The model's `dropout` field: its masks are worth a line once they are a visible share.
+    if (shown.memory.dropout_mask_bytes >= 0.05 * total) row("  of which dropout masks", shown.memory.dropout_mask_bytes);
     row("communication buffers", shown.memory.buffers_bytes);
+    // Peak transients: the loss backward's and a layer backward's do not
+    // coexist, so the total counts the larger (memory_model.hpp).
+    const MemoryBreakdown& m = shown.memory;
+    const bool loss_peak = m.loss_transient_bytes >= m.activation_gradient_bytes;
+    auto transient = [&](const char* name, double bytes, bool counted) {
+      if (counted) return row(name, bytes);
+      out << "  " << pad(name, 24) << lpad(in_unit(bytes), 10) << lpad("-", 8) << "   (not at the peak; not in the total)\n";
+    };
+    if (m.loss_transient_bytes > 0) transient("loss logits + gradients", m.loss_transient_bytes, loss_peak);
+    if (m.activation_gradient_bytes > 0) transient("activation gradients", m.activation_gradient_bytes, !loss_peak);
+    if (m.workspace_bytes > 0) row("library workspaces", m.workspace_bytes);
+    if (m.runtime_context_bytes > 0) row("CUDA context", m.runtime_context_bytes);
+    if (m.allocator_reserve_bytes > 0) row("allocator reserve", m.allocator_reserve_bytes);
     out << "  " << pad("total", 24) << lpad(in_unit(total), 10) << "\n";
     out << "  " << pad("usable", 24) << lpad(in_unit(mem.usable_bytes), 10) << "   (" << gib(mem.capacity_bytes)
         << " GiB " << cluster.device.name << " less " << format("%.0f", plan.memory_headroom * 100)

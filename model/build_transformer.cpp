@@ -8,7 +8,11 @@
 // vocabulary-parallel. Saved activations per layer reproduce Korthikanti et
 // al. 2022, Sec. 4.1: with 16-bit activations, dropout, ffn = 4h and
 // kv_heads = heads, they add up to s b h (34 + 5 a s / h) bytes, of which
-// s b h (24 + 5 a s / h) sit in tensor-parallel regions.
+// s b h (24 + 5 a s / h) sit in tensor-parallel regions. The 5 a s / h
+// terms (softmax output, dropout mask and output) are kept only by unfused
+// attention; fused attention (FlashAttention-2, Dao 2023, Sec. 3.1) keeps the
+// per-row log-sum-exp in fp32 instead (4 a s bytes per sample) and
+// regenerates its dropout mask from the RNG state.
 #include "model/layer_graph.hpp"
 
 namespace meshplan {
@@ -90,7 +94,11 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     Op scores = make_op(p + "attn.scores", OpKind::attention_scores, block);
     scores.forward_flops_per_sample = 2 * s * s * q;
     scores.output_elements_per_sample = a * s * s;
-    scores.saved = {{"query", s * q, 0, true, false}, {"key", s * kv, 0, true, false}};
+    scores.saved = {{"query", s * q, 0, true, false},
+                    {"key", s * kv, 0, true, false},
+                    {"softmax statistics (fp32 log-sum-exp)", a * s, 4, true, false, KeptBy::fused_attention}};
+    scores.attention_heads = t.heads;
+    scores.head_dim = t.head_dim;
     scores.gemm = {s, seq_len, t.head_dim, t.heads};
     scores.tp_split = TpSplit::heads;
     scores.core_attention = true;
@@ -100,7 +108,7 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     Op softmax = make_op(p + "attn.softmax", OpKind::softmax, block);
     softmax.forward_flops_per_sample = 5 * a * s * s;
     softmax.output_elements_per_sample = a * s * s;
-    softmax.saved = {{"softmax output", a * s * s, 0, true, true}};
+    softmax.saved = {{"softmax output", a * s * s, 0, true, true, KeptBy::unfused_attention}};
     softmax.memory_elements_per_sample = 2 * a * s * s;  // fused scale + mask + softmax
     softmax.tensor_parallel_region = true;
     softmax.core_attention = true;
@@ -111,7 +119,7 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
       Op drop = make_op(p + "attn.dropout", OpKind::elementwise, block);
       drop.forward_flops_per_sample = a * s * s;
       drop.output_elements_per_sample = a * s * s;
-      drop.saved = {{"attention dropout mask", a * s * s, 1, true, true}};
+      drop.saved = {{"attention dropout mask", a * s * s, 1, true, true, KeptBy::unfused_attention}};
       drop.memory_elements_per_sample = 2 * a * s * s;
       drop.memory_fixed_bytes_per_sample = a * s * s;
       drop.tensor_parallel_region = true;
@@ -126,7 +134,7 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     values.output_elements_per_sample = s * q;
     values.saved = {{"value", s * kv, 0, true, false}};
     // Without dropout the probabilities P V reads are the softmax output already saved.
-    if (dropout) values.saved.push_back({"attention dropout output", a * s * s, 0, true, true});
+    if (dropout) values.saved.push_back({"attention dropout output", a * s * s, 0, true, true, KeptBy::unfused_attention});
     values.gemm = {s, t.head_dim, seq_len, t.heads};
     values.tp_split = TpSplit::heads;
     values.core_attention = true;

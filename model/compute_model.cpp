@@ -18,6 +18,16 @@ ComputeRates rates_for(const DeviceSpec& device, Precision precision) {
     rates.curve_fraction[static_cast<std::size_t>(rates.curve_points)] = point.fraction;
     ++rates.curve_points;
   }
+  const std::vector<AttentionRatePoint>* curves[2] = {&device.attention_forward_curve, &device.attention_backward_curve};
+  for (int c = 0; c < 2; ++c) {
+    for (const AttentionRatePoint& point : *curves[c]) {
+      if (rates.attention_points[c] == static_cast<int>(kMaxGemmCurvePoints)) break;  // load_device allows no more
+      const auto i = static_cast<std::size_t>(rates.attention_points[c]++);
+      rates.attention_log_flops[c][i] = std::log(point.forward_flops);
+      rates.attention_flops_per_s[c][i] = point.flops_per_s;
+    }
+  }
+  rates.launch_overhead_s = device.launch_overhead_s;
   for (std::size_t i = 0; i < kStreamOps; ++i) {
     rates.stream_bytes_per_s[i] = device.op_bandwidth_bytes_per_s[i] > 0 ? device.op_bandwidth_bytes_per_s[i] : rates.memory_bytes_per_s;
   }
@@ -73,6 +83,37 @@ double gemm_curve_fraction(double m, double n, double k, const ComputeRates& rat
   const double x0 = rates.curve_log_intensity[i - 1], x1 = rates.curve_log_intensity[i];
   const double f0 = rates.curve_fraction[i - 1], f1 = rates.curve_fraction[i];
   return f0 + (f1 - f0) * (x - x0) / (x1 - x0);
+}
+
+namespace {
+
+// Linear in x between points, the end values beyond them.
+double interpolate(double x, const double* xs, const double* ys, int points) {
+  if (points == 1 || x <= xs[0]) return ys[0];
+  const auto last = static_cast<std::size_t>(points - 1);
+  if (x >= xs[last]) return ys[last];
+  std::size_t i = 1;
+  while (x > xs[i]) ++i;
+  return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1]);
+}
+
+}  // namespace
+
+AttentionTime fused_attention_time_s(double forward_flops, double unfused_gemms_forward_s, const ComputeRates& rates) {
+  AttentionTime t;
+  if (forward_flops <= 0) return t;
+  constexpr double kBackwardFlopsPerForward = 2.5;
+  if (rates.attention_points[0] == 0 || rates.attention_points[1] == 0) {
+    t.forward_s = 0.5 * unfused_gemms_forward_s;
+    t.backward_s = kBackwardFlopsPerForward * t.forward_s;
+    return t;
+  }
+  const double x = std::log(forward_flops);
+  const double forward_rate = interpolate(x, rates.attention_log_flops[0].data(), rates.attention_flops_per_s[0].data(), rates.attention_points[0]);
+  const double backward_rate = interpolate(x, rates.attention_log_flops[1].data(), rates.attention_flops_per_s[1].data(), rates.attention_points[1]);
+  t.forward_s = forward_flops / forward_rate;
+  t.backward_s = kBackwardFlopsPerForward * forward_flops / backward_rate;
+  return t;
 }
 
 double gemm_time_s(double m, double n, double k, double batch, double element_bytes, const ComputeRates& rates) {

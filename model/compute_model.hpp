@@ -5,7 +5,9 @@
 // where the device gives its L2 bandwidth, and, where the device carries a
 // measured curve, for the efficiency GEMMs of its arithmetic intensity
 // reach; memory-bound ops at the achievable memory bandwidth, or at their
-// class's measured rate.
+// class's measured rate; fused attention at the device's measured
+// fused-attention rates; and a launch floor: a run of kernels takes at least
+// its kernel count x the host's time to issue one.
 // Formulas: docs/cost-model.md, "Compute".
 #pragma once
 
@@ -29,7 +31,35 @@ struct ComputeRates {
   std::array<double, kMaxGemmCurvePoints> curve_fraction{};
   // Bytes/s of counted traffic per StreamOp (memory_bytes_per_s where the device has no figure).
   std::array<double, kStreamOps> stream_bytes_per_s{};
+  // DeviceSpec::attention_{forward,backward}_curve as ln(forward FLOPs) -> FLOP/s; no points = fallback.
+  int attention_points[2] = {0, 0};  // [forward, backward]
+  std::array<double, kMaxGemmCurvePoints> attention_log_flops[2]{};
+  std::array<double, kMaxGemmCurvePoints> attention_flops_per_s[2]{};
+  double launch_overhead_s = 0;     // host time per kernel (0 = no floor)
 };
+
+struct AttentionTime {
+  double forward_s = 0;
+  double backward_s = 0;
+};
+
+// Seconds of one causal fused-attention call whose forward does
+// `forward_flops` = 2 b heads s^2 head_dim FLOPs (the causal half of Q K^T
+// and P V), forward and backward (2.5x the forward FLOPs: FlashAttention-2
+// recomputes Q K^T and runs four more matmuls, Dao 2023, Sec. 3.1.2), at the
+// device's measured rates, linear in ln(FLOPs) between points and the end
+// rates beyond them. Without a measured curve: the causal half of the
+// unfused Q K^T and P V GEMM time, `unfused_gemms_forward_s`, and 2.5x that
+// backward, with no memory-bound softmax or dropout passes.
+AttentionTime fused_attention_time_s(double forward_flops, double unfused_gemms_forward_s, const ComputeRates& rates);
+
+// `kernels` kernels that together take `device_s` on the device take at
+// least kernels x launch_overhead_s: the host issues them one by one and
+// runs ahead only while the device is busier than it.
+inline double launch_floor_s(double device_s, double kernels, const ComputeRates& rates) {
+  const double host_s = kernels * rates.launch_overhead_s;
+  return device_s > host_s ? device_s : host_s;
+}
 
 // Rates for GEMMs at `precision`; peak 0 when the device lacks the dtype.
 ComputeRates rates_for(const DeviceSpec& device, Precision precision);

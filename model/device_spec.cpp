@@ -28,7 +28,33 @@ void read_measured_rates(YamlMap& map, std::vector<GemmCurvePoint>& curve, std::
   }
 }
 
+// `attention_forward_curve` / `attention_backward_curve`: [[GFLOP per call, TFLOP/s], ...].
+void read_attention_curve(YamlMap& map, const char* key, std::vector<AttentionRatePoint>& curve) {
+  auto pairs = map.number_pairs(key, Need::optional);
+  if (!pairs) return;
+  std::vector<AttentionRatePoint> read;
+  for (const auto& [gflop, tflops] : *pairs) read.push_back({gflop * 1e9, tflops * 1e12});
+  if (const std::string problem = attention_curve_problem(read); !problem.empty()) {
+    map.add_problem(key, problem);
+  } else {
+    curve = std::move(read);
+  }
+}
+
 }  // namespace
+
+std::string attention_curve_problem(const std::vector<AttentionRatePoint>& curve) {
+  if (curve.size() > kMaxGemmCurvePoints) {
+    return "has " + std::to_string(curve.size()) + " points; at most " + std::to_string(kMaxGemmCurvePoints) + " are allowed";
+  }
+  for (std::size_t i = 0; i < curve.size(); ++i) {
+    const std::string item = "item " + std::to_string(i + 1) + ": ";
+    if (!(curve[i].forward_flops > 0)) return item + "GFLOP per call must be positive";
+    if (!(curve[i].flops_per_s > 0)) return item + "TFLOP/s must be positive";
+    if (i > 0 && curve[i].forward_flops <= curve[i - 1].forward_flops) return item + "GFLOP per call must increase strictly";
+  }
+  return "";
+}
 
 std::string gemm_curve_problem(const std::vector<GemmCurvePoint>& curve) {
   if (curve.size() > kMaxGemmCurvePoints) {
@@ -124,6 +150,8 @@ Loaded<DeviceSpec> load_device(const std::string& name_or_path) {
     device.memory_efficiency =
         achievable->number("memory_bandwidth_fraction", Need::optional, 0.01, 1.0).value_or(device.memory_efficiency);
     read_measured_rates(*achievable, device.gemm_curve, device.op_bandwidth_bytes_per_s);
+    read_attention_curve(*achievable, "attention_forward_curve", device.attention_forward_curve);
+    read_attention_curve(*achievable, "attention_backward_curve", device.attention_backward_curve);
     if (auto threaded = achievable->map("threaded", Need::optional)) {
       ThreadedRates t;
       t.threads = static_cast<int>(threaded->integer("threads", Need::required, 2, 4096).value_or(0));
@@ -135,6 +163,13 @@ Loaded<DeviceSpec> load_device(const std::string& name_or_path) {
   }
   device.compute_units = root.integer("compute_units", Need::optional, 1, 1 << 20).value_or(0);
   device.l2_bandwidth_bytes_per_s = scale_decimal(root.number("l2_bandwidth_gb_per_s", Need::optional, 1e-3, 1e6).value_or(0), 9);
+  if (auto runtime = root.map("runtime", Need::optional)) {
+    device.launch_overhead_s = scale_decimal(runtime->number("launch_overhead_us", Need::optional, 0, 1e6).value_or(0), -6);
+    device.context_bytes = runtime->number("context_mib", Need::optional, 0, 1e7).value_or(0) * 1024.0 * 1024;
+    device.workspace_bytes = runtime->number("workspace_mib", Need::optional, 0, 1e7).value_or(0) * 1024.0 * 1024;
+    device.allocator_reserve_fraction = runtime->number("allocator_reserve_fraction", Need::optional, 0, 1).value_or(0);
+    runtime->finish();
+  }
   root.finish();
   return result;
 }

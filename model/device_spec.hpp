@@ -36,6 +36,15 @@ struct GemmCurvePoint {
   double fraction = 1;
 };
 
+// One measured point of a fused-attention rate curve: a causal fused
+// attention call (FlashAttention-2 / cuDNN / SDPA) of `forward_flops` FLOPs
+// (2 b heads s^2 head_dim: the causal half of Q K^T and P V) runs at
+// `flops_per_s`; its backward (2.5x the forward FLOPs) at its own curve.
+struct AttentionRatePoint {
+  double forward_flops = 0;
+  double flops_per_s = 0;
+};
+
 // The same measured figures for one process running `threads` threads (one
 // per core), per core: what a rank of that many threads reaches of each core.
 // The CPU executor's small GEMMs and element-wise ops do not speed up by the
@@ -71,6 +80,17 @@ struct DeviceSpec {
   std::vector<GemmCurvePoint> gemm_curve;
   std::array<double, kStreamOps> op_bandwidth_bytes_per_s{};
   std::optional<ThreadedRates> threaded;  // `achievable.threaded`
+  // Fused attention by forward FLOPs per call, strictly increasing (empty =
+  // the fallback of compute_model.hpp, fused_attention_time_s).
+  std::vector<AttentionRatePoint> attention_forward_curve;
+  std::vector<AttentionRatePoint> attention_backward_curve;
+
+  // The software stack on the device (`runtime:`; docs/cost-model.md, "Peak
+  // memory" and "Launch floor"; 0 = not modelled, as on a CPU):
+  double launch_overhead_s = 0;            // host time per kernel: a block's kernels take at least count x this
+  double context_bytes = 0;                // CUDA context and loaded modules, outside the caching allocator
+  double workspace_bytes = 0;              // cuBLAS(Lt) / cuDNN workspaces held by the stack
+  double allocator_reserve_fraction = 0;   // caching allocator: reserved beyond the allocated peak, as a fraction of it
 
   std::optional<double> peak_for(Dtype dtype) const;
 };
@@ -79,6 +99,8 @@ struct DeviceSpec {
 // points, intensities positive and strictly increasing, fractions in
 // (0, 1.5]): "item 3: ..." for the first bad point, "" when it is good.
 std::string gemm_curve_problem(const std::vector<GemmCurvePoint>& curve);
+// The same for an attention curve (FLOPs positive and strictly increasing, rates positive).
+std::string attention_curve_problem(const std::vector<AttentionRatePoint>& curve);
 
 // The device a process running `threads` threads on as many cores is, for a
 // one-core device (local-cpu): peaks, memory bandwidth and op-class rates x

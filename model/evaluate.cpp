@@ -103,23 +103,37 @@ std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vecto
     c.dense_parameters = bp.tp_split_parameters / tp + bp.replicated_parameters;
     c.expert_parameters = (bp.expert_tp_split_parameters / tp + bp.expert_replicated_parameters) / ep;
     c.tied_parameters = bp.tied_parameters / tp;
+    const std::size_t a = attention_index(plan.attention);
+    const bool fused = plan.attention == Attention::fused;
     for (int region = 0; region < 2; ++region) {
       const double split = cp * ((region == 1 || sp) ? tp : 1.0);
       for (int selective = 0; selective < 2; ++selective) {
-        const double saved = (bp.saved_elements[region][selective] * act + bp.saved_fixed_bytes[region][selective]) * b / split;
+        const double saved = (bp.saved_elements[a][region][selective] * act + bp.saved_fixed_bytes[a][region][selective]) * b / split;
         c.full_activation_bytes += saved;
         if (!(selective == 1 && plan.recompute == Recompute::selective)) c.activation_bytes += saved;
       }
     }
     c.input_bytes = bp.input_elements_per_sample * act * b / (cp * (sp ? tp : 1.0));
+    // Peak transients (memory_model.cpp, add_peak_memory; the same rules).
+    const double sequence_split = cp * (sp ? tp : 1.0);
+    if (prof.kind_role[k] == BlockKind::layer) {
+      c.gradient_elements = b * (prof.residual_elements_per_sample / sequence_split +
+                                 std::max(bp.largest_output_elements[a][0] / sequence_split, bp.largest_output_elements[a][1] / (cp * tp)));
+    }
+    c.loss_logits = b * (bp.loss_logit_elements[0] / sequence_split + bp.loss_logit_elements[1] / (cp * tp));
 
     double core_forward_s = 0;
+    double unfused_attention_gemms_s = 0;  // fused attention's fallback price
     for (const GemmWork& g : bp.gemms) {
       double rows = g.rows_per_sample * b / cp, n = g.n, k_dim = g.k, batch = g.batch;
       if (g.tp_split == TpSplit::columns) n /= tp;
       if (g.tp_split == TpSplit::rows) k_dim /= tp;
       if (g.tp_split == TpSplit::heads) batch /= tp;
       const double forward = gemm_time_s(rows, n, k_dim, batch, gemm_bytes, rates);
+      if (fused && g.core_attention) {  // priced as one fused kernel below
+        unfused_attention_gemms_s += forward;
+        continue;
+      }
       const double input_gradient = g.needs_input_gradient ? gemm_time_s(rows, k_dim, n, batch, gemm_bytes, rates) : 0.0;
       const double weight_gradient = gemm_time_s(k_dim, n, rows, batch, gemm_bytes, rates);
       c.forward_compute_s += forward;
@@ -129,7 +143,7 @@ std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vecto
     }
     for (int region = 0; region < 2; ++region) {
       const double split = cp * ((region == 1 || sp) ? tp : 1.0);
-      for (int core = 0; core < 2; ++core) {
+      for (int core = 0; core < (fused ? 1 : 2); ++core) {  // fused attention has no softmax / dropout passes of its own
         double t = 0;
         for (std::size_t cls = 0; cls < kStreamOps; ++cls) {
           const double bytes_per_sample = bp.memory_elements[region][core][cls] * act + bp.memory_fixed_bytes[region][core][cls];
@@ -140,6 +154,16 @@ std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vecto
         if (core == 1) core_forward_s += t;
       }
     }
+    if (fused && bp.fused_attention_flops_per_sample > 0) {
+      const AttentionTime attention =
+          fused_attention_time_s(bp.fused_attention_flops_per_sample * b / (cp * tp), unfused_attention_gemms_s, rates);
+      c.forward_compute_s += attention.forward_s;
+      c.backward_compute_s += attention.backward_s;
+      core_forward_s += attention.forward_s;
+    }
+    // Launch floor: the host issues each kernel (one per op forward, two backward).
+    c.forward_compute_s = launch_floor_s(c.forward_compute_s, bp.forward_kernels[a], rates);
+    c.backward_compute_s = launch_floor_s(c.backward_compute_s, 2 * bp.forward_kernels[a], rates);
     // Tensor-parallel all-reduces (reduce-scatter + all-gather under sequence parallelism: the same volume).
     auto tp_time = [&](double elements, int collectives) {
       if (collectives == 0) return 0.0;
@@ -160,7 +184,8 @@ std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vecto
     c.tp_backward_s = plan.overlap_tensor_parallel && tp_link.overlaps_compute
                           ? std::max(0.0, backward_tp_s - c.weight_gradient_s)
                           : backward_tp_s;
-    if (plan.recompute == Recompute::selective) c.backward_compute_s += core_forward_s;
+    // Selective recompute drops the s x s tensors; fused attention keeps none to drop.
+    if (plan.recompute == Recompute::selective && !fused) c.backward_compute_s += core_forward_s;
     if (plan.recompute == Recompute::full && prof.kind_role[k] == BlockKind::layer) {
       c.backward_compute_s += c.forward_compute_s;
       c.tp_backward_s += c.tp_forward_s;  // the recomputed forward communicates again
@@ -215,7 +240,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   const std::int64_t chunks = pp * v;
   struct StageSum {
     double dense = 0, expert = 0, largest_block = 0;
-    double chunk_activation_bytes = 0, largest_layer_bytes = 0;
+    double chunk_activation_bytes = 0, largest_layer_bytes = 0, gradient_elements = 0, loss_logits = 0;
     double forward_s = 0, backward_s = 0, weight_gradient_s = 0, compute_s = 0;
     double tp_s = 0, tp_exposed_s = 0, cp_s = 0, cp_exposed_s = 0, ep_s = 0;
     std::int64_t layers = 0;
@@ -233,6 +258,8 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
     s.expert += count * c.expert_parameters;
     s.largest_block = std::max(s.largest_block, c.dense_parameters + c.expert_parameters);
     if (c.dense_parameters + c.expert_parameters > 0) s.blocks_with_parameters += count;
+    s.gradient_elements = std::max(s.gradient_elements, c.gradient_elements);
+    s.loss_logits += c.loss_logits;
     if (in_chunk) {
       s.chunk_activation_bytes += count * (plan.recompute == Recompute::full ? c.input_bytes : c.activation_bytes);
       s.largest_layer_bytes = std::max(s.largest_layer_bytes, c.full_activation_bytes);
@@ -335,6 +362,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
       if (ep > 1) buffers += 2 * tokens * static_cast<double>(prof.top_k * prof.hidden) * act;
     }
     mem.buffers_bytes = buffers;
+    add_peak_memory(mem, s.loss_logits, s.layers > 0 ? s.gradient_elements : 0.0, act, cluster_.device);
     if (mem.total_bytes() > worst_total) {
       worst_total = mem.total_bytes();
       estimate.worst_stage = r;
@@ -445,7 +473,9 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   for (std::size_t block = 0; block < prof.block_kind.size(); ++block) {
     if (prof.block_role[block] != BlockKind::layer) continue;
     const BlockProfile& bp = prof.kinds[static_cast<std::size_t>(prof.block_kind[block])];
-    if (plan.recompute == Recompute::selective) recompute_flops_per_sample += bp.core_attention_flops_per_sample;
+    const bool fused = plan.attention == Attention::fused;
+    if (plan.recompute == Recompute::selective && !fused) recompute_flops_per_sample += bp.core_attention_flops_per_sample;
+    if (fused) recompute_flops_per_sample += bp.attention_scores_flops_per_sample;  // the backward recomputes Q K^T
     if (plan.recompute == Recompute::full) recompute_flops_per_sample += bp.matmul_forward_flops_per_sample;
   }
   time.hardware_flops_per_step = time.model_flops_per_step + recompute_flops_per_sample * global;

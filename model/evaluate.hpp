@@ -50,13 +50,15 @@ struct PlanEstimate {
 };
 
 // One block of one kind, per micro-batch, on one device.
-struct BlockCost {  // depends only on micro-batch, tp, cp, ep, sequence parallel, recompute, precision
+struct BlockCost {  // depends only on micro-batch, tp, cp, ep, sequence parallel, recompute, precision, attention
   double dense_parameters = 0;   // after tp split
   double expert_parameters = 0;  // after tp and ep split
   double tied_parameters = 0;    // after tp split
   double activation_bytes = 0;   // saved for backward under the plan's recompute (none/selective)
   double full_activation_bytes = 0;  // with no recompute (full recompute's transient)
   double input_bytes = 0;        // what full recompute keeps
+  double gradient_elements = 0;  // activation-gradient elements in flight in this block's backward (layers)
+  double loss_logits = 0;        // logits its loss reads (head)
   double forward_compute_s = 0;
   double backward_compute_s = 0;     // including recomputation
   double weight_gradient_s = 0;
@@ -80,7 +82,7 @@ class Evaluator {
                         std::vector<StageMemory>* stages = nullptr) const;
   PlanEstimate evaluate(const Plan& plan, std::vector<StageMemory>* stages = nullptr) const;
   // The two halves, for the search to reuse block costs across plans that
-  // share micro-batch, tp, cp, ep, sequence parallelism, recompute and precision.
+  // share micro-batch, tp, cp, ep, sequence parallelism, recompute, precision and attention.
   std::vector<BlockCost> block_costs(const Plan& plan, const std::vector<AxisPlacement>& placements) const;
   PlanEstimate evaluate(const Plan& plan, const std::vector<AxisPlacement>& placements,
                         const std::vector<BlockCost>& costs, std::vector<StageMemory>* stages = nullptr) const;

@@ -8,7 +8,9 @@
 // Saved tensors follow Korthikanti et al. 2022, Sec. 4.1 and Table 2 (Sec. 5): every
 // tensor is either inside a tensor-parallel region (split over tp) or in the
 // region that only sequence parallelism splits; those recomputed by
-// "selective" recompute (attention softmax/dropout) are flagged.
+// "selective" recompute (attention softmax/dropout) are flagged. The s x s
+// tensors exist only under unfused attention; fused attention keeps per-row
+// softmax statistics instead (plan.hpp, Attention).
 #pragma once
 
 #include <boost/graph/adjacency_list.hpp>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "model/model_spec.hpp"
+#include "model/plan.hpp"
 
 namespace meshplan {
 
@@ -37,12 +40,16 @@ enum class OpKind {
 
 std::string to_string(OpKind kind);
 
+// Which attention implementation keeps a saved tensor.
+enum class KeptBy { both, unfused_attention, fused_attention };
+
 struct SavedTensor {
   std::string what;                 // "softmax output"
   double elements_per_sample = 0;   // at the full sequence length, before any sharding
   double fixed_bytes_per_element = 0;  // 0: the activation dtype; 1: dropout mask; 4: fp32 logits
   bool tensor_parallel = false;     // split over tp; otherwise split only by sequence parallelism
   bool selective = false;           // not stored under selective recompute (recomputed)
+  KeptBy kept_by = KeptBy::both;
 };
 
 struct GemmShape {  // per sample: rows scale with the sample's tokens
@@ -79,6 +86,9 @@ struct Op {
   // data (1-byte dropout masks, fp32 logits).
   double memory_elements_per_sample = 0;
   double memory_fixed_bytes_per_sample = 0;
+  // Attention geometry for core-attention ops (the fused kernel's shape).
+  std::int64_t attention_heads = 0;
+  std::int64_t head_dim = 0;
 };
 
 inline Op make_op(std::string name, OpKind kind, int block, bool expert = false) {
@@ -128,6 +138,19 @@ struct LayerGraph {
   OpId add_op(Op op);
   void connect(OpId from, OpId to);  // the producer's output feeds the consumer
 };
+
+// Whether attention `attention` keeps saved tensor `t` (plan.hpp, Attention).
+inline bool kept_by(const SavedTensor& t, Attention attention) {
+  if (t.kept_by == KeptBy::both) return true;
+  return (t.kept_by == KeptBy::fused_attention) == (attention == Attention::fused);
+}
+
+// Whether tensor parallelism splits `op`'s output: column-parallel and
+// head-parallel GEMMs, ops inside Megatron's tensor-parallel region.
+inline bool output_split_by_tp(const Op& op) {
+  if (op.tp_split == TpSplit::columns || op.tp_split == TpSplit::heads) return true;
+  return op.tp_split == TpSplit::none && op.tensor_parallel_region;
+}
 
 // Builds the graph for a sequence length (ignored by MLPs and CNNs).
 LayerGraph build_layer_graph(const ModelSpec& model, std::int64_t seq_len);

@@ -43,6 +43,17 @@ double block_saved_bytes(const LayerGraph& graph, int block, const ActivationSha
   return bytes;
 }
 
+// The part of block_saved_bytes that is 1-byte dropout masks.
+double block_mask_bytes(const LayerGraph& graph, int block, const ActivationSharding& sharding) {
+  double bytes = 0;
+  for (OpId id : graph.blocks[static_cast<std::size_t>(block)].ops) {
+    Op masks = graph.op(id);
+    std::erase_if(masks.saved, [](const SavedTensor& t) { return t.fixed_bytes_per_element != 1; });
+    bytes += saved_bytes_per_sample(masks, sharding);
+  }
+  return bytes;
+}
+
 // Bytes of a block's input tensor per sample (what full recompute keeps).
 double block_input_bytes(const LayerGraph& graph, int block, const ActivationSharding& sharding) {
   const double split = static_cast<double>(sharding.cp) *
@@ -55,6 +66,7 @@ double block_input_bytes(const LayerGraph& graph, int block, const ActivationSha
 double saved_bytes_per_sample(const Op& op, const ActivationSharding& sharding) {
   double bytes = 0;
   for (const SavedTensor& t : op.saved) {
+    if (!kept_by(t, sharding.attention)) continue;
     if (t.selective && sharding.recompute == Recompute::selective) continue;
     const double per_element = t.fixed_bytes_per_element > 0 ? t.fixed_bytes_per_element
                                                              : sharding.activation_bytes_per_element;
@@ -63,6 +75,21 @@ double saved_bytes_per_sample(const Op& op, const ActivationSharding& sharding) 
     bytes += t.elements_per_sample * per_element / split;
   }
   return bytes;
+}
+
+void add_peak_memory(MemoryBreakdown& memory, double loss_logits, double gradient_elements,
+                     double activation_bytes_per_element, const DeviceSpec& device) {
+  // The loss backward holds the output logits (activation dtype), the fp32
+  // gradient of the log-probabilities and the fp32 gradient of the logits
+  // (PyTorch's log_softmax / nll_loss backward; the saved fp32 log-
+  // probabilities are already an activation); the forward's fp32 upcast
+  // (logits + upcast, 4 bytes) is smaller and freed by then.
+  constexpr double kFp32 = 4;
+  memory.loss_transient_bytes = loss_logits * (activation_bytes_per_element + 2 * kFp32);
+  memory.activation_gradient_bytes = gradient_elements * activation_bytes_per_element;
+  memory.workspace_bytes = device.workspace_bytes;
+  memory.runtime_context_bytes = device.context_bytes;
+  memory.allocator_reserve_bytes = device.allocator_reserve_fraction * memory.allocated_peak_bytes();
 }
 
 double in_flight_chunk_micro_batches(const Schedule& schedule, std::int64_t pp, std::int64_t stage,
@@ -100,7 +127,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
   const double tp = static_cast<double>(mesh.size(Axis::tp));
   const double cp = static_cast<double>(mesh.size(Axis::cp));
   const ActivationSharding sharding{mesh.size(Axis::tp), mesh.size(Axis::cp), plan.sequence_parallel,
-                                    plan.recompute, bytes.activation_bytes_per_element};
+                                    plan.recompute, bytes.activation_bytes_per_element, plan.attention};
+  const double sequence_split = cp * (plan.sequence_parallel ? tp : 1.0);
 
   // ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 shards optimizer state,
   // 2 also gradients, 3 also parameters, over the dp group; fsdp is stage 3
@@ -125,18 +153,23 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
 
     // Activations of the layer chunks: per chunk-micro-batch bytes x how many are in flight.
     const double in_flight = in_flight_chunk_micro_batches(plan.schedule, pp, stage, m);
-    double chunk_bytes_sum = 0;
-    double largest_layer_bytes = 0;
+    double chunk_bytes_sum = 0, chunk_mask_sum = 0;
+    double largest_layer_bytes = 0, largest_layer_masks = 0;
     std::int64_t chunks_here = 0;
     for (std::int64_t c = stage; c < partition.chunk_count(); c += pp, ++chunks_here) {
       for (int b : partition.chunk_blocks[static_cast<std::size_t>(c)]) {
         const double full = block_saved_bytes(graph, b, sharding);
+        const double masks = block_mask_bytes(graph, b, sharding);
+        if (full > largest_layer_bytes) largest_layer_masks = masks;
         largest_layer_bytes = std::max(largest_layer_bytes, full);
         chunk_bytes_sum += plan.recompute == Recompute::full ? block_input_bytes(graph, b, sharding) : full;
+        if (plan.recompute != Recompute::full) chunk_mask_sum += masks;
       }
     }
     const double mean_chunk_bytes = chunks_here > 0 ? chunk_bytes_sum / static_cast<double>(chunks_here) : 0;
     double activations_per_sample = mean_chunk_bytes * in_flight;
+    double masks_per_sample = (chunks_here > 0 ? chunk_mask_sum / static_cast<double>(chunks_here) : 0) * in_flight;
+    if (plan.recompute == Recompute::full) masks_per_sample += largest_layer_masks;
     // Full recompute rebuilds one layer's activations at a time during the backward pass.
     if (plan.recompute == Recompute::full) activations_per_sample += largest_layer_bytes;
     sm.in_flight_micro_batches = in_flight / static_cast<double>(partition.chunks_per_stage);
@@ -150,10 +183,17 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
         pipelined && plan.schedule.kind == ScheduleKind::gpipe ? static_cast<double>(std::max<std::int64_t>(m, 1)) : 1;
     for (int b : blocks) {
       const auto kind = graph.blocks[static_cast<std::size_t>(b)].kind;
-      if (kind == BlockKind::embedding) activations_per_sample += embedding_in_flight * block_saved_bytes(graph, b, sharding);
-      if (kind == BlockKind::head) activations_per_sample += head_in_flight * block_saved_bytes(graph, b, sharding);
+      if (kind == BlockKind::embedding) {
+        activations_per_sample += embedding_in_flight * block_saved_bytes(graph, b, sharding);
+        masks_per_sample += embedding_in_flight * block_mask_bytes(graph, b, sharding);
+      }
+      if (kind == BlockKind::head) {
+        activations_per_sample += head_in_flight * block_saved_bytes(graph, b, sharding);
+        masks_per_sample += head_in_flight * block_mask_bytes(graph, b, sharding);
+      }
     }
     mem.activations_bytes = activations_per_sample * micro_batch;
+    mem.dropout_mask_bytes = masks_per_sample * micro_batch;
 
     // Communication buffers (docs/cost-model.md, "Communication buffers").
     double buffers = 0;
@@ -168,7 +208,6 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
       buffers += std::min(2 * plan.gradient_bucket_bytes, all_gradients);
     }
     const double boundary = graph.largest_stage_boundary_elements_per_sample();
-    const double sequence_split = cp * (plan.sequence_parallel ? tp : 1.0);
     if (pp > 1) {
       // Send and receive, activations forward and gradients backward.
       buffers += 4 * boundary * micro_batch * bytes.activation_bytes_per_element / sequence_split;
@@ -189,6 +228,25 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
       }
     }
     mem.buffers_bytes = buffers;
+
+    // Peak transients (docs/cost-model.md, "Peak memory").
+    double loss_logits = 0, widest_output = 0;
+    bool has_layers = false;
+    for (int b : blocks) {
+      const Block& block = graph.blocks[static_cast<std::size_t>(b)];
+      has_layers = has_layers || block.kind == BlockKind::layer;
+      for (OpId id : block.ops) {
+        const Op& op = graph.op(id);
+        if (op.kind == OpKind::cross_entropy) {  // the logits it saves are the logits it reads
+          for (const SavedTensor& t : op.saved) loss_logits += t.elements_per_sample / (t.tensor_parallel ? cp * tp : sequence_split);
+        }
+        if (block.kind != BlockKind::layer || (plan.attention == Attention::fused && op.core_attention)) continue;
+        widest_output = std::max(widest_output, op.output_elements_per_sample / (output_split_by_tp(op) ? cp * tp : sequence_split));
+      }
+    }
+    const double gradient_elements = has_layers ? boundary / sequence_split + widest_output : 0.0;
+    add_peak_memory(mem, loss_logits * micro_batch, gradient_elements * micro_batch, bytes.activation_bytes_per_element,
+                    cluster.device);
     estimate.stages.push_back(sm);
   }
 

@@ -1,6 +1,9 @@
 // Per-device memory of a plan: parameters, gradients, optimizer state,
 // activations and communication buffers, for every pipeline stage (devices
-// of one stage hold the same amounts). Formulas and sources: docs/cost-model.md.
+// of one stage hold the same amounts), and what makes the step's peak higher
+// than their sum: the loss's and the backward's transients, the stack's
+// workspaces, its context and its allocator's reserve. Formulas and sources:
+// docs/cost-model.md, "Memory" and "Peak memory".
 #pragma once
 
 #include <cstdint>
@@ -20,10 +23,37 @@ struct MemoryBreakdown {
   double optimizer_bytes = 0;
   double activations_bytes = 0;
   double buffers_bytes = 0;
-  double total_bytes() const {
+  // Of activations_bytes, the 1-byte dropout masks (the model's `dropout` > 0).
+  // Informative: set by estimate_memory (explain), 0 from the fast evaluator.
+  double dropout_mask_bytes = 0;
+  // Transients of the step's peak. The loss's (on the last pipeline stage)
+  // and a layer backward's do not coexist: the peak takes the larger.
+  double loss_transient_bytes = 0;        // output logits + the loss's fp32 gradients, at the loss backward
+  double activation_gradient_bytes = 0;   // residual-stream gradient + the widest op's output gradient
+  double workspace_bytes = 0;             // cuBLAS(Lt) / cuDNN workspaces
+  // Outside what the framework allocates: nvidia-smi sees it, max_memory_allocated() does not.
+  double runtime_context_bytes = 0;       // CUDA context and loaded modules
+  double allocator_reserve_bytes = 0;     // caching allocator: reserved beyond the allocated peak
+
+  // The sum of the steady states (what the model kept before peaks were modelled).
+  double steady_bytes() const {
     return parameters_bytes + gradients_bytes + optimizer_bytes + activations_bytes + buffers_bytes;
   }
+  double transient_bytes() const {
+    return (loss_transient_bytes > activation_gradient_bytes ? loss_transient_bytes : activation_gradient_bytes) + workspace_bytes;
+  }
+  // What the framework's allocator hands out at the peak (torch.cuda.max_memory_allocated()).
+  double allocated_peak_bytes() const { return steady_bytes() + transient_bytes(); }
+  // The device memory the process holds at the peak: what must fit.
+  double total_bytes() const { return allocated_peak_bytes() + runtime_context_bytes + allocator_reserve_bytes; }
 };
+
+// Fills the peak rows of `memory` (its steady rows already set) from
+// `loss_logits` (logits the loss of this device's micro-batch reads: 0 off
+// the last stage) and `gradient_elements` (activation-gradient elements in
+// flight), with the device's stack figures (DeviceSpec `runtime:`).
+void add_peak_memory(MemoryBreakdown& memory, double loss_logits, double gradient_elements,
+                     double activation_bytes_per_element, const DeviceSpec& device);
 
 struct StageMemory {
   std::int64_t stage = 0;
@@ -49,10 +79,12 @@ struct ActivationSharding {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
   double activation_bytes_per_element = 2;
+  Attention attention = Attention::unfused;
 };
 
 // Bytes `op` keeps for the backward pass, per sample, on one device
-// (Korthikanti et al. 2022, Table 2, generalised to any op list).
+// (Korthikanti et al. 2022, Table 2, generalised to any op list; under fused
+// attention without the s x s tensors, with the softmax statistics).
 // Full recompute is applied per layer, not here: this honours only "selective".
 double saved_bytes_per_sample(const Op& op, const ActivationSharding& sharding);
 

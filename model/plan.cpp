@@ -14,6 +14,16 @@ std::string to_string(Recompute recompute) {
   return "?";
 }
 
+std::string to_string(Attention attention) {
+  return attention == Attention::fused ? "fused" : "unfused";
+}
+
+std::optional<Attention> parse_attention(std::string_view text) {
+  if (text == "fused") return Attention::fused;
+  if (text == "unfused") return Attention::unfused;
+  return std::nullopt;
+}
+
 std::string to_string(const Schedule& schedule) {
   switch (schedule.kind) {
     case ScheduleKind::gpipe: return "gpipe";

@@ -16,6 +16,13 @@ namespace meshplan {
 
 enum class Recompute { none, selective, full };
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
+// How attention runs. `fused`: one kernel (FlashAttention-2/3, cuDNN, PyTorch
+// scaled_dot_product_attention) that keeps no s x s tensor, only per-row
+// softmax statistics, and recomputes the scores in its backward (Dao 2023,
+// FlashAttention-2, Sec. 3.1). `unfused`: Q K^T, softmax, dropout and P V as
+// separate ops that store the s x s scores (Korthikanti et al. 2022, Sec.
+// 4.1): Megatron-LM in 2021-22, what the published validation rows ran.
+enum class Attention { fused, unfused };
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::one_f_one_b;
@@ -24,10 +31,13 @@ struct Schedule {
 
 std::string to_string(Recompute recompute);
 std::string to_string(const Schedule& schedule);  // "1f1b", "interleaved:3"
+std::string to_string(Attention attention);
 std::optional<Recompute> parse_recompute(std::string_view text);
+std::optional<Attention> parse_attention(std::string_view text);
 // gpipe | 1f1b | interleaved:<v> | zb-h1; nullopt when malformed.
 std::optional<Schedule> parse_schedule(std::string_view text);
 inline constexpr std::string_view recompute_choices = "none, selective, full";
+inline constexpr std::string_view attention_choices = "fused, unfused";
 inline constexpr std::string_view schedule_choices = "gpipe, 1f1b, interleaved:<v> (v >= 2), zb-h1";
 
 struct Plan {
@@ -38,6 +48,10 @@ struct Plan {
   int zero_stage = 0;               // ZeRO stage on the dp axis (0..3); fsdp is always stage 3
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;   // Korthikanti et al. 2022 sequence parallelism within tp
+  // New plans default to fused attention (what current stacks run); plan
+  // files written before the field existed read as unfused, the semantics
+  // they were computed with (plan_file.cpp).
+  Attention attention = Attention::fused;
   Schedule schedule;
   Precision precision = Precision::bf16;
   // Layers per pipeline chunk (pp x v entries, in chunk order) when not even.

@@ -209,6 +209,17 @@ Json device_to_json(const DeviceSpec& device) {
   j["l2_bandwidth_bytes_per_s"] = device.l2_bandwidth_bytes_per_s;
   j["gemm_curve"] = curve_to_json(device.gemm_curve);
   j["op_bandwidth_bytes_per_s"] = op_rates_to_json(device.op_bandwidth_bytes_per_s);
+  auto attention_curve = [](const std::vector<AttentionRatePoint>& curve) {
+    Json c = Json::array();
+    for (const auto& p : curve) c.push_back({p.forward_flops, p.flops_per_s});
+    return c;
+  };
+  j["attention_forward_curve"] = attention_curve(device.attention_forward_curve);
+  j["attention_backward_curve"] = attention_curve(device.attention_backward_curve);
+  j["runtime"] = {{"launch_overhead_s", device.launch_overhead_s},
+                  {"context_bytes", device.context_bytes},
+                  {"workspace_bytes", device.workspace_bytes},
+                  {"allocator_reserve_fraction", device.allocator_reserve_fraction}};
   if (device.threaded) {
     j["threaded"] = {{"threads", device.threaded->threads},
                      {"gemm_curve", curve_to_json(device.threaded->gemm_curve)},
@@ -286,6 +297,26 @@ void read_measured_rates(JsonObject& object, std::vector<GemmCurvePoint>& curve,
   }
 }
 
+// `attention_forward_curve` / `attention_backward_curve`: [[forward FLOPs, FLOP/s], ...], optional.
+void read_attention_curve(JsonObject& object, const char* key, std::vector<AttentionRatePoint>& curve) {
+  const Json* node = object.find(key, Need::optional);
+  if (!node) return;
+  std::vector<AttentionRatePoint> read;
+  bool shaped = node->is_array();
+  for (std::size_t i = 0; shaped && i < node->size(); ++i) {
+    const Json& pair = (*node)[i];
+    shaped = pair.is_array() && pair.size() == 2 && pair[0].is_number() && pair[1].is_number();
+    if (shaped) read.push_back({pair[0].get<double>(), pair[1].get<double>()});
+  }
+  if (!shaped) {
+    object.add_problem(key, "expected an array of [forward FLOPs, FLOP/s] pairs");
+  } else if (const std::string problem = attention_curve_problem(read); !problem.empty()) {
+    object.add_problem(key, problem);
+  } else {
+    curve = std::move(read);
+  }
+}
+
 void read_device(JsonObject& device, DeviceSpec& out) {
   out.name = device.text("name", Need::required).value_or("");
   out.source = device.text("source", Need::required).value_or("");
@@ -307,6 +338,16 @@ void read_device(JsonObject& device, DeviceSpec& out) {
   out.l2_bandwidth_bytes_per_s = device.number("l2_bandwidth_bytes_per_s", Need::optional, 0, 1e18).value_or(0);
   // Optional: files written before the measured refinements existed have none.
   read_measured_rates(device, out.gemm_curve, out.op_bandwidth_bytes_per_s);
+  // Optional: files written before fused attention and the stack's figures were modelled have none.
+  read_attention_curve(device, "attention_forward_curve", out.attention_forward_curve);
+  read_attention_curve(device, "attention_backward_curve", out.attention_backward_curve);
+  if (auto runtime = device.object("runtime", Need::optional)) {
+    out.launch_overhead_s = runtime->number("launch_overhead_s", Need::optional, 0, 1).value_or(0);
+    out.context_bytes = runtime->number("context_bytes", Need::optional, 0, 1e18).value_or(0);
+    out.workspace_bytes = runtime->number("workspace_bytes", Need::optional, 0, 1e18).value_or(0);
+    out.allocator_reserve_fraction = runtime->number("allocator_reserve_fraction", Need::optional, 0, 1).value_or(0);
+    runtime->finish();
+  }
   if (const Json* threaded = device.find("threaded", Need::optional); threaded && !threaded->is_null()) {
     if (auto t = device.object("threaded", Need::optional)) {
       ThreadedRates rates;
@@ -373,6 +414,10 @@ Plan read_plan_object(JsonObject& root) {
   plan.zero_stage = static_cast<int>(p->integer("zero", Need::required, 0, 3).value_or(0));
   if (auto r = p->choice("recompute", Need::required, {"none", "selective", "full"})) plan.recompute = *parse_recompute(*r);
   plan.sequence_parallel = p->boolean("sequence_parallel", Need::required).value_or(false);
+  // Absent in files written before attention was part of the plan: those
+  // were computed with the s x s scores stored, i.e. unfused.
+  plan.attention = Attention::unfused;
+  if (auto a = p->choice("attention", Need::optional, {"fused", "unfused"})) plan.attention = *parse_attention(*a);
   if (auto s = p->text("schedule", Need::required)) {
     if (auto schedule = parse_schedule(*s)) {
       plan.schedule = *schedule;
@@ -425,6 +470,13 @@ void read_memory(JsonObject& memory, MemoryBreakdown& out) {
   out.optimizer_bytes = memory.number("optimizer", Need::required, 0, 1e30).value_or(0);
   out.activations_bytes = memory.number("activations", Need::required, 0, 1e30).value_or(0);
   out.buffers_bytes = memory.number("buffers", Need::required, 0, 1e30).value_or(0);
+  // Peak transients and runtime reserves: absent in files from before they were modelled.
+  out.loss_transient_bytes = memory.number("loss_transient", Need::optional, 0, 1e30).value_or(0);
+  out.activation_gradient_bytes = memory.number("activation_gradients", Need::optional, 0, 1e30).value_or(0);
+  out.workspace_bytes = memory.number("workspaces", Need::optional, 0, 1e30).value_or(0);
+  out.runtime_context_bytes = memory.number("runtime_context", Need::optional, 0, 1e30).value_or(0);
+  out.allocator_reserve_bytes = memory.number("allocator_reserve", Need::optional, 0, 1e30).value_or(0);
+  memory.number("allocated_peak", Need::optional, 0, 1e30);  // recomputed
   memory.number("total", Need::optional, 0, 1e30);  // the sum; recomputed
 }
 

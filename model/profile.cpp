@@ -1,5 +1,7 @@
 #include "model/profile.hpp"
 
+#include <algorithm>
+
 namespace meshplan {
 namespace {
 
@@ -17,6 +19,13 @@ bool same_gemms(const std::vector<GemmWork>& a, const std::vector<GemmWork>& b) 
 
 bool same_2x2(const double (&a)[2][2], const double (&b)[2][2]) {
   return a[0][0] == b[0][0] && a[0][1] == b[0][1] && a[1][0] == b[1][0] && a[1][1] == b[1][1];
+}
+
+bool same_2x2x2(const double (&a)[2][2][2], const double (&b)[2][2][2]) {
+  for (int i = 0; i < 2; ++i) {
+    if (!same_2x2(a[i], b[i])) return false;
+  }
+  return true;
 }
 
 bool same_2x2xk(const double (&a)[2][2][kStreamOps], const double (&b)[2][2][kStreamOps]) {
@@ -46,11 +55,16 @@ StreamOp stream_op_of(OpKind kind) {
 bool BlockProfile::same_as(const BlockProfile& o) const {
   return tp_split_parameters == o.tp_split_parameters && replicated_parameters == o.replicated_parameters &&
          tied_parameters == o.tied_parameters && expert_tp_split_parameters == o.expert_tp_split_parameters &&
-         expert_replicated_parameters == o.expert_replicated_parameters && same_2x2(saved_elements, o.saved_elements) &&
-         same_2x2(saved_fixed_bytes, o.saved_fixed_bytes) && input_elements_per_sample == o.input_elements_per_sample &&
+         expert_replicated_parameters == o.expert_replicated_parameters && same_2x2x2(saved_elements, o.saved_elements) &&
+         same_2x2x2(saved_fixed_bytes, o.saved_fixed_bytes) && input_elements_per_sample == o.input_elements_per_sample &&
          same_2x2xk(memory_elements, o.memory_elements) && same_2x2xk(memory_fixed_bytes, o.memory_fixed_bytes) &&
          matmul_forward_flops_per_sample == o.matmul_forward_flops_per_sample &&
          core_attention_flops_per_sample == o.core_attention_flops_per_sample &&
+         attention_scores_flops_per_sample == o.attention_scores_flops_per_sample &&
+         fused_attention_flops_per_sample == o.fused_attention_flops_per_sample &&
+         forward_kernels[0] == o.forward_kernels[0] && forward_kernels[1] == o.forward_kernels[1] &&
+         same_2x2(largest_output_elements, o.largest_output_elements) &&
+         loss_logit_elements[0] == o.loss_logit_elements[0] && loss_logit_elements[1] == o.loss_logit_elements[1] &&
          tp_forward_reduce_elements == o.tp_forward_reduce_elements &&
          tp_backward_reduce_elements == o.tp_backward_reduce_elements &&
          tp_forward_collectives == o.tp_forward_collectives && tp_backward_collectives == o.tp_backward_collectives &&
@@ -86,13 +100,27 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
         bp.replicated_parameters += op.replicated_parameters;
       }
       bp.tied_parameters += op.tied_parameters;
-      for (const SavedTensor& t : op.saved) {
-        const int region = t.tensor_parallel ? 1 : 0, selective = t.selective ? 1 : 0;
-        if (t.fixed_bytes_per_element > 0) {
-          bp.saved_fixed_bytes[region][selective] += t.elements_per_sample * t.fixed_bytes_per_element;
-        } else {
-          bp.saved_elements[region][selective] += t.elements_per_sample;
+      for (Attention attention : {Attention::fused, Attention::unfused}) {
+        const std::size_t a = attention_index(attention);
+        for (const SavedTensor& t : op.saved) {
+          if (!kept_by(t, attention)) continue;
+          const int region = t.tensor_parallel ? 1 : 0, selective = t.selective ? 1 : 0;
+          if (t.fixed_bytes_per_element > 0) {
+            bp.saved_fixed_bytes[a][region][selective] += t.elements_per_sample * t.fixed_bytes_per_element;
+          } else {
+            bp.saved_elements[a][region][selective] += t.elements_per_sample;
+          }
         }
+        // Fused attention runs Q K^T, softmax, dropout and P V as one kernel, after P V.
+        const bool fused_away = attention == Attention::fused && op.core_attention;
+        if (!fused_away || op.kind == OpKind::attention_values) bp.forward_kernels[a] += 1;
+        if (!fused_away && op.kind != OpKind::cross_entropy) {
+          double& largest = bp.largest_output_elements[a][output_split_by_tp(op) ? 1 : 0];
+          largest = std::max(largest, op.output_elements_per_sample);
+        }
+      }
+      if (op.kind == OpKind::cross_entropy) {
+        for (const SavedTensor& t : op.saved) bp.loss_logit_elements[t.tensor_parallel ? 1 : 0] += t.elements_per_sample;
       }
       const bool gemm_like = op.kind == OpKind::gemm || op.kind == OpKind::attention_scores ||
                              op.kind == OpKind::attention_values || op.kind == OpKind::conv;
@@ -115,7 +143,11 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
         }
         bp.gemms.push_back(work);
         bp.matmul_forward_flops_per_sample += op.forward_flops_per_sample;
-        if (op.core_attention) bp.core_attention_flops_per_sample += op.forward_flops_per_sample;
+        if (op.core_attention) {
+          bp.core_attention_flops_per_sample += op.forward_flops_per_sample;
+          bp.fused_attention_flops_per_sample += op.forward_flops_per_sample / 2;  // causal: half the score matrix
+        }
+        if (op.kind == OpKind::attention_scores) bp.attention_scores_flops_per_sample += op.forward_flops_per_sample;
       } else {
         const int region = op.tensor_parallel_region ? 1 : 0, core = op.core_attention ? 1 : 0;
         const auto cls = static_cast<std::size_t>(stream_op_of(op.kind));

@@ -11,6 +11,7 @@
 #include "model/device_spec.hpp"
 #include "model/layer_graph.hpp"
 #include "model/model_spec.hpp"
+#include "model/plan.hpp"
 
 namespace meshplan {
 
@@ -32,9 +33,9 @@ struct BlockProfile {
   double tied_parameters = 0;
   double expert_tp_split_parameters = 0;
   double expert_replicated_parameters = 0;
-  // Saved activations per sample, [tensor-parallel region][dropped by selective recompute].
-  double saved_elements[2][2] = {};      // at the activation dtype
-  double saved_fixed_bytes[2][2] = {};   // masks and fp32 tensors
+  // Saved activations per sample, [Attention][tensor-parallel region][dropped by selective recompute].
+  double saved_elements[2][2][2] = {};      // at the activation dtype
+  double saved_fixed_bytes[2][2][2] = {};   // masks and fp32 tensors
   double input_elements_per_sample = 0;  // the block's input tensor (what full recompute keeps)
   // Work in the forward pass.
   std::vector<GemmWork> gemms;
@@ -43,6 +44,18 @@ struct BlockProfile {
   double memory_fixed_bytes[2][2][kStreamOps] = {};
   double matmul_forward_flops_per_sample = 0;  // GEMM-like ops: what "model FLOPs" count
   double core_attention_flops_per_sample = 0;
+  // Q K^T's forward FLOPs (fused attention's backward recomputes them).
+  double attention_scores_flops_per_sample = 0;
+  // A fused attention call's forward FLOPs: the causal half of Q K^T and P V.
+  double fused_attention_flops_per_sample = 0;
+  // Kernels the forward pass launches, [Attention]: one per op, the core
+  // attention ops (Q K^T, softmax, dropout, P V) one together when fused.
+  double forward_kernels[2] = {};
+  // The largest tensor an op of the block outputs, per sample, [Attention]
+  // [split by tp]: its gradient is the largest in flight in the backward.
+  double largest_output_elements[2][2] = {};
+  // Logits the loss reads per sample (tokens x vocab), [split by tp].
+  double loss_logit_elements[2] = {};
   // Tensor-parallel all-reduces (Megatron's g in the forward, f in the
   // backward): a row-parallel GEMM sums its output, a column-parallel GEMM
   // sums its input gradient, a vocabulary-parallel embedding its output, a
@@ -74,6 +87,8 @@ struct ModelProfile {
 
   const BlockProfile& profile_of_block(int block) const { return kinds[static_cast<std::size_t>(block_kind[static_cast<std::size_t>(block)])]; }
 };
+
+inline std::size_t attention_index(Attention attention) { return attention == Attention::fused ? 0 : 1; }
 
 // The class whose measured rate prices a memory-bound op (GEMM-like kinds: elementwise, unused).
 StreamOp stream_op_of(OpKind kind);

@@ -37,6 +37,7 @@ PublishedCase korthikanti_case(const KorthikantiRow& row, Recompute recompute, b
   plan.global_batch = row.global_batch;
   plan.recompute = recompute;
   plan.sequence_parallel = sequence_parallel;
+  plan.attention = Attention::unfused;  // Megatron-LM in 2022 had no fused attention: s x s scores stored
   plan.schedule = row.interleave > 1 ? Schedule{ScheduleKind::interleaved, row.interleave} : Schedule{};
   plan.precision = Precision::bf16;
   return c;

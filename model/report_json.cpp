@@ -18,6 +18,7 @@ nlohmann::ordered_json plan_to_json(const Plan& plan) {
   j["zero"] = plan.zero_stage;
   j["recompute"] = to_string(plan.recompute);
   j["sequence_parallel"] = plan.sequence_parallel;
+  j["attention"] = to_string(plan.attention);
   j["schedule"] = to_string(plan.schedule);
   j["precision"] = to_string(plan.precision);
   if (!plan.stage_layers.empty()) j["stage_layers"] = plan.stage_layers;
@@ -36,6 +37,12 @@ nlohmann::ordered_json memory_to_json(const MemoryBreakdown& memory) {
   j["optimizer"] = memory.optimizer_bytes;
   j["activations"] = memory.activations_bytes;
   j["buffers"] = memory.buffers_bytes;
+  j["loss_transient"] = memory.loss_transient_bytes;
+  j["activation_gradients"] = memory.activation_gradient_bytes;
+  j["workspaces"] = memory.workspace_bytes;
+  j["runtime_context"] = memory.runtime_context_bytes;
+  j["allocator_reserve"] = memory.allocator_reserve_bytes;
+  j["allocated_peak"] = memory.allocated_peak_bytes();  // what torch.cuda.max_memory_allocated() reports
   j["total"] = memory.total_bytes();
   return j;
 }

@@ -33,9 +33,10 @@ struct CostKey {
   bool sequence_parallel;
   Recompute recompute;
   Precision precision;
+  Attention attention;
   bool operator<(const CostKey& o) const {
-    return std::tie(tp, cp, ep, micro_batch, sequence_parallel, recompute, precision) <
-           std::tie(o.tp, o.cp, o.ep, o.micro_batch, o.sequence_parallel, o.recompute, o.precision);
+    return std::tie(tp, cp, ep, micro_batch, sequence_parallel, recompute, precision, attention) <
+           std::tie(o.tp, o.cp, o.ep, o.micro_batch, o.sequence_parallel, o.recompute, o.precision, o.attention);
   }
 };
 
@@ -44,9 +45,9 @@ bool faster(const Candidate& a, const Candidate& b) {
   const double ma = a.estimate.worst_memory.total_bytes(), mb = b.estimate.worst_memory.total_bytes();
   if (ma != mb) return ma < mb;
   return std::make_tuple(a.plan.mesh.to_string(), a.plan.micro_batch, a.plan.zero_stage, to_string(a.plan.recompute),
-                         a.plan.sequence_parallel, to_string(a.plan.schedule)) <
+                         a.plan.sequence_parallel, to_string(a.plan.schedule), to_string(a.plan.attention)) <
          std::make_tuple(b.plan.mesh.to_string(), b.plan.micro_batch, b.plan.zero_stage, to_string(b.plan.recompute),
-                         b.plan.sequence_parallel, to_string(b.plan.schedule));
+                         b.plan.sequence_parallel, to_string(b.plan.schedule), to_string(b.plan.attention));
 }
 
 }  // namespace
@@ -218,38 +219,43 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
             for (bool sp : space.sequence_parallel) {
               if (sp && (tp == 1 || !transformer)) continue;
               plan.sequence_parallel = sp;
-              const std::vector<BlockCost>* costs = nullptr;
-              for (int zero : space.zero_stages) {
-                if (zero > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) continue;  // the same plan as ZeRO 0
-                // With fsdp in the space, dp x ZeRO-3 duplicates an fsdp mesh the search also visits.
-                if (zero == 3 && fsdp_enabled) continue;
-                plan.zero_stage = zero;
-                for (ScheduleKind kind : space.schedules) {
-                  const bool pipelined = pp > 1 && model.kind != ModelKind::cnn;
-                  if (!pipelined && kind != ScheduleKind::one_f_one_b) continue;
-                  std::vector<std::int64_t> vs = {1};
-                  if (kind == ScheduleKind::interleaved) vs = space.interleave;
-                  for (std::int64_t v : vs) {
-                    plan.schedule = {kind, v};
-                    Candidate candidate;
-                    candidate.rejection = quick_check(evaluator, plan);
-                    ++local.stats.plans;
-                    if (candidate.rejection == Rejection::none) {
-                      if (!costs) {
-                        const CostKey key{tp, mesh.size(Axis::cp), mesh.size(Axis::ep), b, sp, recompute, precision};
-                        auto it = cost_cache.find(key);
-                        if (it == cost_cache.end()) it = cost_cache.emplace(key, evaluator.block_costs(plan, placements)).first;
-                        costs = &it->second;
+              for (std::size_t ai = 0; ai < space.attentions.size(); ++ai) {
+                if (ai > 0 && !transformer) break;  // no attention: one pass
+                const Attention attention = space.attentions[ai];
+                plan.attention = attention;
+                const std::vector<BlockCost>* costs = nullptr;
+                for (int zero : space.zero_stages) {
+                  if (zero > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) continue;  // the same plan as ZeRO 0
+                  // With fsdp in the space, dp x ZeRO-3 duplicates an fsdp mesh the search also visits.
+                  if (zero == 3 && fsdp_enabled) continue;
+                  plan.zero_stage = zero;
+                  for (ScheduleKind kind : space.schedules) {
+                    const bool pipelined = pp > 1 && model.kind != ModelKind::cnn;
+                    if (!pipelined && kind != ScheduleKind::one_f_one_b) continue;
+                    std::vector<std::int64_t> vs = {1};
+                    if (kind == ScheduleKind::interleaved) vs = space.interleave;
+                    for (std::int64_t v : vs) {
+                      plan.schedule = {kind, v};
+                      Candidate candidate;
+                      candidate.rejection = quick_check(evaluator, plan);
+                      ++local.stats.plans;
+                      if (candidate.rejection == Rejection::none) {
+                        if (!costs) {
+                          const CostKey key{tp, mesh.size(Axis::cp), mesh.size(Axis::ep), b, sp, recompute, precision, attention};
+                          auto it = cost_cache.find(key);
+                          if (it == cost_cache.end()) it = cost_cache.emplace(key, evaluator.block_costs(plan, placements)).first;
+                          costs = &it->second;
+                        }
+                        candidate.estimate = evaluator.evaluate(plan, placements, *costs);
+                        ++local.stats.evaluated;
+                        if (!candidate.estimate.fits) candidate.rejection = Rejection::out_of_memory;
                       }
-                      candidate.estimate = evaluator.evaluate(plan, placements, *costs);
-                      ++local.stats.evaluated;
-                      if (!candidate.estimate.fits) candidate.rejection = Rejection::out_of_memory;
-                    }
-                    ++local.stats.rejected[static_cast<std::size_t>(candidate.rejection)];
-                    if (candidate.rejection == Rejection::none) ++local.stats.feasible;
-                    if (keep_all || (options.keep_ranked && candidate.rejection == Rejection::none)) {
-                      candidate.plan = plan;
-                      local.candidates.push_back(std::move(candidate));
+                      ++local.stats.rejected[static_cast<std::size_t>(candidate.rejection)];
+                      if (candidate.rejection == Rejection::none) ++local.stats.feasible;
+                      if (keep_all || (options.keep_ranked && candidate.rejection == Rejection::none)) {
+                        candidate.plan = plan;
+                        local.candidates.push_back(std::move(candidate));
+                      }
                     }
                   }
                 }

@@ -47,6 +47,7 @@ struct SearchSpace {
   std::vector<int> zero_stages{0, 1, 2, 3};  // ZeRO-3 on dp is skipped when fsdp is an axis (the same plans)
   std::vector<Recompute> recomputes{Recompute::none, Recompute::selective, Recompute::full};
   std::vector<bool> sequence_parallel{false, true};
+  std::vector<Attention> attentions{Attention::fused};  // transformers only; others run no attention
   std::vector<ScheduleKind> schedules{ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
                                       ScheduleKind::zb_h1};
   std::vector<std::int64_t> interleave{2, 3, 4};

@@ -388,6 +388,9 @@ Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, c
       stage.parameter_gather_after_step = build.collective(
           Collective::all_gather, stage_parameters * bytes.weight_bytes_per_parameter / fsdp, dp_group, r);
     }
+    // Everything but the activations: model state, buffers, and the peak's
+    // transients and runtime reserves (memory_model.hpp, MemoryBreakdown), so
+    // that model state + activations in flight is evaluate.cpp's peak.
     stage.model_state_bytes = sm.memory.total_bytes() - sm.memory.activations_bytes;
     work.stage_work.push_back(std::move(stage));
   }

@@ -258,6 +258,7 @@ TEST(TrainingMemory, PlannerAgreesOnParameterStateAndIsComparableOnActivations) 
   plan.global_batch = B;
   plan.precision = Precision::fp32;
   plan.recompute = Recompute::none;
+  plan.attention = Attention::unfused;  // the executor's attention stores the s x s scores
   plan.seq_len = T;
   const MemoryBreakdown predicted = evaluator.evaluate(plan).worst_memory;
 

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -61,9 +62,14 @@ TEST(Cli, JsonHasTheDocumentedKeys) {
     EXPECT_GE(j["memory_bytes"][key].get<double>(), 0) << key;
   }
   const auto& m = j["memory_bytes"];
-  EXPECT_NEAR(m["total"].get<double>(),
-              m["parameters"].get<double>() + m["gradients"].get<double>() + m["optimizer"].get<double>() +
-                  m["activations"].get<double>() + m["buffers"].get<double>(),
+  // The peak: steady states, the larger of the two transients (they do not
+  // coexist), workspaces, then what lies outside the allocator.
+  const double steady = m["parameters"].get<double>() + m["gradients"].get<double>() + m["optimizer"].get<double>() +
+                        m["activations"].get<double>() + m["buffers"].get<double>();
+  const double allocated = steady + std::max(m["loss_transient"].get<double>(), m["activation_gradients"].get<double>()) +
+                           m["workspaces"].get<double>();
+  EXPECT_NEAR(m["allocated_peak"].get<double>(), allocated, 1.0);
+  EXPECT_NEAR(m["total"].get<double>(), allocated + m["runtime_context"].get<double>() + m["allocator_reserve"].get<double>(),
               1.0);
   EXPECT_EQ(j["plan"]["mesh"]["tp"], 8);
   EXPECT_EQ(j["plan"]["schedule"], "1f1b");
@@ -165,6 +171,38 @@ TEST(Cli, PresetsListsEveryKind) {
   EXPECT_EQ(run({"presets", "gadgets"}).status, 2);
 }
 
+// --attention is part of the plan: it reaches the JSON, changes activations
+// (no s x s scores when fused), and a bad word is bad input naming the flag.
+TEST(Cli, ExplainAttentionFlag) {
+  const std::vector<std::string> base = {"explain", "--model", "gpt2-124m", "--cluster", "dgx-h100", "--gpus", "1",
+                                         "--mesh", "dp=1", "--micro-batch", "8", "--global-batch", "8", "--recompute", "none", "--json"};
+  auto with = [&](const std::string& attention) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {"--attention", attention});
+    return run(args);
+  };
+  const CliRun fused = run(base), unfused = with("unfused");
+  ASSERT_EQ(fused.status, 0) << fused.err;
+  ASSERT_EQ(unfused.status, 0) << unfused.err;
+  const auto f = nlohmann::json::parse(fused.out), u = nlohmann::json::parse(unfused.out);
+  EXPECT_EQ(f["plan"]["attention"], "fused");
+  EXPECT_EQ(u["plan"]["attention"], "unfused");
+  EXPECT_LT(f["memory_bytes"]["activations"].get<double>(), u["memory_bytes"]["activations"].get<double>());
+  for (const char* row : {"loss_transient", "activation_gradients", "workspaces", "runtime_context", "allocated_peak"}) {
+    EXPECT_GT(f["memory_bytes"][row].get<double>(), 0) << row;
+  }
+  const CliRun bad = with("flash");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("--attention"), std::string::npos) << bad.err;
+  std::vector<std::string> text = base;
+  text.pop_back();
+  const CliRun table = run(text);
+  ASSERT_EQ(table.status, 0) << table.err;
+  for (const char* row : {"attention fused", "loss logits + gradients", "activation gradients", "CUDA context", "library workspaces"}) {
+    EXPECT_NE(table.out.find(row), std::string::npos) << row << "\n" << table.out;
+  }
+}
+
 TEST(Cli, FuzzedArgumentListsNeverCrash) {
   // Random combinations of real flags with good and bad values.
   const std::vector<std::vector<std::string>> flags = {
@@ -177,6 +215,7 @@ TEST(Cli, FuzzedArgumentListsNeverCrash) {
       {"--seq", "1024", "0", "-5", "99999999"},
       {"--zero", "0", "3", "4", "auto", "z"},
       {"--recompute", "none", "full", "x"},
+      {"--attention", "fused", "unfused", "x"},
       {"--schedule", "gpipe", "interleaved:2", "interleaved:0", "zb-h1", ""},
       {"--precision", "fp32", "fp8", "int4"},
       {"--stage-layers", "6,6", "1,,2", "x", "-1,13"},

@@ -143,7 +143,7 @@ std::vector<std::string> explain_flags_for(const meshplan::PlanFile& file, const
           "--mesh", p.mesh.to_string(), "--micro-batch", std::to_string(p.micro_batch), "--global-batch",
           std::to_string(p.global_batch), "--zero", std::to_string(p.zero_stage), "--recompute", meshplan::to_string(p.recompute),
           p.sequence_parallel ? "--sequence-parallel" : "--no-sequence-parallel", "--schedule", meshplan::to_string(p.schedule),
-          "--precision", meshplan::to_string(p.precision)};
+          "--precision", meshplan::to_string(p.precision), "--attention", meshplan::to_string(p.attention)};
 }
 
 TEST(CliPlan, EmittedPlanIsWhatExplainComputes) {
@@ -548,6 +548,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"axes_empty_item", {"plan", "--axes", "dp,,tp"}, {"--axes", "empty item"}},
         BadInput{"zero", {"plan", "--zero", "0,4"}, {"--zero", "'4'"}},
         BadInput{"recompute", {"plan", "--recompute", "some"}, {"--recompute", "none, selective, full"}},
+        BadInput{"attention", {"plan", "--attention", "fused,flash"}, {"--attention", "'flash'", "fused, unfused"}},
         BadInput{"schedules", {"plan", "--schedules", "1f1b,interleaved:2"}, {"--schedules", "--interleave"}},
         BadInput{"interleave", {"plan", "--interleave", "1"}, {"--interleave", "'1'"}},
         BadInput{"precision_word", {"plan", "--precision", "int4"}, {"--precision", "'int4'"}},
@@ -604,6 +605,7 @@ TEST(CliPlan, FuzzedFlagsNeverCrash) {
       {"--micro-batches", "1", "1,2", "0", ","},
       {"--zero", "0", "1,3", "5"},
       {"--recompute", "none", "full,selective", "x"},
+      {"--attention", "fused", "unfused,fused", "x"},
       {"--schedules", "1f1b", "gpipe,zb-h1", "interleaved", "x"},
       {"--precision", "fp32", "bf16,fp32", "auto", "fp8"},
       {"--max-tp", "0", "2", "-1"},

@@ -68,6 +68,7 @@ TEST(Evaluator, MemoryMatchesTheReferenceModel) {
       plan.zero_stage = static_cast<int>(rng() % 4);
       plan.recompute = static_cast<Recompute>(rng() % 3);
       plan.sequence_parallel = rng() % 2 == 0 && plan.mesh.size(Axis::tp) > 1 && model.kind == ModelKind::transformer;
+      plan.attention = rng() % 2 == 0 ? Attention::fused : Attention::unfused;
       const ScheduleKind kinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1,
                                     ScheduleKind::interleaved};
       plan.schedule = {kinds[rng() % 4], 1};
@@ -92,6 +93,10 @@ TEST(Evaluator, MemoryMatchesTheReferenceModel) {
         EXPECT_NEAR(a.activations_bytes, b.activations_bytes, scale)
             << name << " " << plan.mesh.to_string() << " " << to_string(plan.recompute) << " " << to_string(plan.schedule);
         EXPECT_NEAR(a.buffers_bytes, b.buffers_bytes, scale) << name << " " << plan.mesh.to_string();
+        EXPECT_NEAR(a.loss_transient_bytes, b.loss_transient_bytes, scale) << name << " " << plan.mesh.to_string();
+        EXPECT_NEAR(a.activation_gradient_bytes, b.activation_gradient_bytes, scale)
+            << name << " " << plan.mesh.to_string() << " " << to_string(plan.attention);
+        EXPECT_NEAR(a.total_bytes(), b.total_bytes(), scale) << name << " " << plan.mesh.to_string();
       }
       ++compared;
     }

@@ -101,6 +101,7 @@ TEST(MemoryModel, FullRecomputeKeepsLayerInputsPlusOneLayer) {
   const auto model = korthikanti_model(8, 1024, 16);
   const auto cluster = must(load_cluster("dgx-a100"));
   Plan none = plan_with("dp=1", 1, 1);
+  none.attention = Attention::unfused;  // Korthikanti et al.'s per-layer formula
   Plan full = none;
   full.recompute = Recompute::full;
   const auto a = explain_plan(model, cluster, {1, 0}, none).memory->worst().memory.activations_bytes;

@@ -89,6 +89,19 @@ void expect_same_cluster(const ClusterSpec& a, const ClusterSpec& b) {
     EXPECT_EQ(d.gemm_curve[i].fraction, e.gemm_curve[i].fraction);
   }
   EXPECT_EQ(d.op_bandwidth_bytes_per_s, e.op_bandwidth_bytes_per_s);
+  ASSERT_EQ(d.attention_forward_curve.size(), e.attention_forward_curve.size());
+  ASSERT_EQ(d.attention_backward_curve.size(), e.attention_backward_curve.size());
+  for (std::size_t i = 0; i < d.attention_forward_curve.size(); ++i) {
+    EXPECT_EQ(d.attention_forward_curve[i].forward_flops, e.attention_forward_curve[i].forward_flops);
+    EXPECT_EQ(d.attention_forward_curve[i].flops_per_s, e.attention_forward_curve[i].flops_per_s);
+  }
+  for (std::size_t i = 0; i < d.attention_backward_curve.size(); ++i) {
+    EXPECT_EQ(d.attention_backward_curve[i].flops_per_s, e.attention_backward_curve[i].flops_per_s);
+  }
+  EXPECT_EQ(d.launch_overhead_s, e.launch_overhead_s);
+  EXPECT_EQ(d.context_bytes, e.context_bytes);
+  EXPECT_EQ(d.workspace_bytes, e.workspace_bytes);
+  EXPECT_EQ(d.allocator_reserve_fraction, e.allocator_reserve_fraction);
   ASSERT_EQ(d.threaded.has_value(), e.threaded.has_value());
   if (d.threaded) {
     EXPECT_EQ(d.threaded->threads, e.threaded->threads);
@@ -108,6 +121,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.zero_stage, b.zero_stage);
   EXPECT_EQ(a.recompute, b.recompute);
   EXPECT_EQ(a.sequence_parallel, b.sequence_parallel);
+  EXPECT_EQ(a.attention, b.attention);
   EXPECT_EQ(a.schedule.kind, b.schedule.kind);
   EXPECT_EQ(a.schedule.virtual_stages, b.schedule.virtual_stages);
   EXPECT_EQ(a.precision, b.precision);
@@ -197,6 +211,39 @@ TEST(PlanFile, RoundTripOtherModelKindsAndKnobs) {
                       p.schedule = {ScheduleKind::gpipe, 1};
                       p.precision = Precision::fp32;
                     }).file);
+}
+
+// Attention is part of the plan; a file from before it was reads as the
+// unfused attention its prediction was computed with. The H100's measured
+// curves and runtime figures travel with the device.
+TEST(PlanFile, AttentionAndMeasuredH100RoundTripAndOlderFilesReadUnfused) {
+  Made made = make({"gpt2-350m", "dgx-h100", "dp=8", 8, 4, 32});
+  EXPECT_EQ(made.file.plan.attention, Attention::fused);
+  EXPECT_FALSE(made.file.cluster.device.attention_forward_curve.empty());
+  EXPECT_GT(made.file.cluster.device.context_bytes, 0);
+  expect_round_trip(made.file);
+  made.file.plan.attention = Attention::unfused;
+  expect_round_trip(made.file);
+
+  Json old = plan_file_to_json(make({"gpt2-350m", "dgx-h100", "dp=8", 8, 4, 32}).file);
+  old["plan"].erase("attention");
+  old["cluster"]["device"].erase("attention_forward_curve");
+  old["cluster"]["device"].erase("attention_backward_curve");
+  old["cluster"]["device"].erase("runtime");
+  for (const char* row : {"loss_transient", "activation_gradients", "workspaces", "runtime_context", "allocator_reserve"}) {
+    old["prediction"]["memory_bytes"].erase(row);
+  }
+  const auto back = parse_plan_file(old.dump(2), "old.json");
+  ASSERT_TRUE(back.ok()) << messages(back.problems);
+  EXPECT_EQ(back.value.plan.attention, Attention::unfused);
+  EXPECT_TRUE(back.value.cluster.device.attention_forward_curve.empty());
+  EXPECT_EQ(back.value.cluster.device.context_bytes, 0);
+
+  Json bad = plan_file_to_json(made.file);
+  bad["plan"]["attention"] = "flash";
+  const auto refused = parse_plan_file(bad.dump(2), "bad.json");
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(messages(refused.problems).find("plan.attention"), std::string::npos) << messages(refused.problems);
 }
 
 TEST(PlanFile, ClusterWithNodeLimitRoundTrips) {

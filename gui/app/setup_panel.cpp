@@ -93,6 +93,9 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   addField("zero", tr("ZeRO stages"), zero_, tr("ZeRO stages on dp to try (0-3)"));
   recompute_ = new QLineEdit;
   addField("recompute", tr("Recompute"), recompute_, tr("none, selective, full"));
+  attention_ = new QLineEdit;
+  addField("attention", tr("Attention"), attention_,
+           tr("fused (FlashAttention / cuDNN / SDPA: no s x s scores), unfused (Megatron-LM 2022)"));
   threads_ = spin(0, 4096, tr("one per core"));
   addField("threads", tr("Search threads"), threads_, tr("Threads of the search"));
 
@@ -192,6 +195,7 @@ SetupInputs SetupPanel::inputs() const {
   in.schedules = schedules_->text().toStdString();
   in.zero = zero_->text().toStdString();
   in.recompute = recompute_->text().toStdString();
+  in.attention = attention_->text().toStdString();
   in.threads = threads_->value();
   return in;
 }
@@ -213,6 +217,7 @@ void SetupPanel::setInputs(const SetupInputs& in) {
   schedules_->setText(QString::fromStdString(in.schedules));
   zero_->setText(QString::fromStdString(in.zero));
   recompute_->setText(QString::fromStdString(in.recompute));
+  attention_->setText(QString::fromStdString(in.attention));
   threads_->setValue(in.threads);
   refreshPresetFigures();
 }
@@ -287,6 +292,7 @@ void SetupPanel::save(QSettings& s) const {
   s.setValue("setup/schedules", QString::fromStdString(in.schedules));
   s.setValue("setup/zero", QString::fromStdString(in.zero));
   s.setValue("setup/recompute", QString::fromStdString(in.recompute));
+  s.setValue("setup/attention", QString::fromStdString(in.attention));
   s.setValue("setup/threads", in.threads);
 }
 
@@ -314,6 +320,7 @@ void SetupPanel::restore(const QSettings& s) {
   text("setup/schedules", in.schedules);
   text("setup/zero", in.zero);
   text("setup/recompute", in.recompute);
+  text("setup/attention", in.attention);
   if (s.contains("setup/threads")) in.threads = s.value("setup/threads").toInt();
   setInputs(in);
 }

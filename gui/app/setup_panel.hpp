@@ -65,6 +65,7 @@ class SetupPanel : public QWidget {
   QLineEdit* schedules_ = nullptr;
   QLineEdit* zero_ = nullptr;
   QLineEdit* recompute_ = nullptr;
+  QLineEdit* attention_ = nullptr;
   QSpinBox* threads_ = nullptr;
   QPushButton* run_ = nullptr;
   QPushButton* cancel_ = nullptr;

@@ -73,6 +73,12 @@ void resolve_space(const SetupInputs& in, SearchSpace& space, Problems& problems
     if (!r) error(problems, "recompute", "'" + word + "' is not one of: " + std::string(recompute_choices));
     else if (std::find(space.recomputes.begin(), space.recomputes.end(), *r) == space.recomputes.end()) space.recomputes.push_back(*r);
   }
+  space.attentions.clear();
+  for (const auto& word : split(in.attention, "attention", problems)) {
+    const auto a = parse_attention(word);
+    if (!a) error(problems, "attention", "'" + word + "' is not one of: " + std::string(attention_choices));
+    else if (std::find(space.attentions.begin(), space.attentions.end(), *a) == space.attentions.end()) space.attentions.push_back(*a);
+  }
   if (in.threads < 0 || in.threads > 4096) error(problems, "threads", "must be 0 (one per core) to 4096");
 }
 

@@ -42,6 +42,7 @@ struct SetupInputs {
   std::string schedules = "gpipe,1f1b,interleaved,zb-h1";
   std::string zero = "0,1,2,3";
   std::string recompute = "none,selective,full";
+  std::string attention = "fused";  // fused, unfused (docs/cost-model.md, "Fused attention")
   int threads = 0;                  // 0: one per core
 };
 

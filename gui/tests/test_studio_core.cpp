@@ -93,6 +93,13 @@ class StudioCoreTest : public QObject {
     QVERIFY(has_problem_at(job.problems, "headroom"));
     QVERIFY(has_problem_at(job.problems, "schedules"));
 
+    SetupInputs attention;
+    QCOMPARE(resolve_setup(attention).value.space.attentions, std::vector<Attention>{Attention::fused});
+    attention.attention = "fused,unfused";
+    QCOMPARE(resolve_setup(attention).value.space.attentions, (std::vector<Attention>{Attention::fused, Attention::unfused}));
+    attention.attention = "flash";
+    QVERIFY(has_problem_at(resolve_setup(attention).problems, "attention"));
+
     SetupInputs bad_model;
     bad_model.model = "no-such-model";
     auto missing = resolve_setup(bad_model);
