@@ -174,5 +174,33 @@ TEST(Search, UnevenLayerCountsGetABalancedSplit) {
   EXPECT_NEAR(ex.time->step_s, best.estimate.time.step_s, 1e-9 * ex.time->step_s);
 }
 
+// GPT-2's output layer (50257 x 768) outweighs several of its 12 layers, so
+// even where pp x v divides them the balanced split differs from the even
+// one. The search keeps the uneven split only when it beats the even one:
+// it fits where the even one does not, or both fit and it is faster.
+TEST(Search, UnevenSplitOnlyWhereItBeatsTheEvenOne) {
+  const ModelSpec model = must(load_model("gpt2-124m"));
+  const ClusterSpec cluster = must(load_cluster("dgx-a100"));
+  const Evaluator evaluator{model, cluster, 8, 1024};
+  const auto layers = static_cast<std::int64_t>(model.transformer.layers);
+  std::int64_t uneven = 0;
+  SearchOptions options;
+  options.on_candidate = [&](const Candidate& c) {
+    const std::int64_t chunks = c.plan.mesh.size(Axis::pp) * c.plan.schedule.virtual_stages;
+    const bool evaluated = c.rejection == Rejection::none || c.rejection == Rejection::out_of_memory;
+    if (!evaluated || c.plan.stage_layers.empty() || layers % chunks != 0) return;
+    ++uneven;
+    Plan even_plan = c.plan;
+    even_plan.stage_layers.clear();
+    const PlanEstimate even = evaluator.evaluate(even_plan);
+    if (even.fits) {
+      EXPECT_TRUE(c.estimate.fits) << key(c);
+      EXPECT_LT(c.estimate.time.step_s, even.time.step_s) << key(c);
+    }
+  };
+  search(evaluator, 64, SearchSpace{}, options);
+  EXPECT_GT(uneven, 0);
+}
+
 }  // namespace
 }  // namespace meshplan
