@@ -6,8 +6,7 @@
 // balanced_stage_layers chooses the layer counts when pp x v does not divide
 // the layers, or when the embedding and head make an even split lopsided:
 // the search minimises the slowest stage, as Megatron-LM's
-// --decoder-first/last-pipeline-num-layers and torchtitan's uneven splits let
-// a user do by hand.
+// --decoder-first/last-pipeline-num-layers let a user do by hand.
 #pragma once
 
 #include <cstdint>
