@@ -25,6 +25,7 @@
 #include "model/plan_file.hpp"
 #include "model/report_json.hpp"
 #include "model/search.hpp"
+#include "model/stage_partition.hpp"
 
 namespace meshplan::cli {
 namespace {
@@ -124,28 +125,51 @@ void print_header(std::ostream& out, const Job& job) {
       << "%\n";
 }
 
+// Whether any of `indices` into `ranked` has an uneven stage split: only then
+// do the tables get a "stage layers" column.
+bool any_uneven(const std::vector<Candidate>& ranked, const std::vector<std::size_t>& indices) {
+  return std::any_of(indices.begin(), indices.end(), [&](std::size_t i) { return !ranked[i].plan.stage_layers.empty(); });
+}
+
+std::string layers_cell(const Plan& plan) {
+  return plan.stage_layers.empty() ? "even" : stage_layers_text(plan.stage_layers);
+}
+
 void print_ranked(std::ostream& out, const Job& job, const SearchResult& result, std::size_t top) {
   const bool tokens = job.model.kind == ModelKind::transformer;
-  Table table({{"rank", true},
-               {"mesh", false},
-               {"micro-batch", true},
-               {"zero", true},
-               {"recompute", false},
-               {"sp", false},
-               {"schedule", false},
-               {"GiB/device", true},
-               {"step s", true},
-               {"MFU %", true},
-               {tokens ? "tokens/s" : "samples/s", true},
-               {"exposed comm s", true},
-               {"bubble s", true}});
-  for (std::size_t i = 0; i < std::min(top, result.ranked.size()); ++i) {
+  std::vector<std::size_t> shown;
+  for (std::size_t i = 0; i < std::min(top, result.ranked.size()); ++i) shown.push_back(i);
+  const bool uneven = any_uneven(result.ranked, shown);
+  std::vector<std::pair<std::string, bool>> columns = {{"rank", true},
+                                                       {"mesh", false},
+                                                       {"micro-batch", true},
+                                                       {"zero", true},
+                                                       {"recompute", false},
+                                                       {"sp", false},
+                                                       {"schedule", false}};
+  if (uneven) columns.push_back({"stage layers", false});
+  for (auto column : std::vector<std::pair<std::string, bool>>{{"GiB/device", true},
+                                                                 {"step s", true},
+                                                                 {"MFU %", true},
+                                                                 {tokens ? "tokens/s" : "samples/s", true},
+                                                                 {"exposed comm s", true},
+                                                                 {"bubble s", true}}) {
+    columns.push_back(column);
+  }
+  Table table(columns);
+  for (std::size_t i : shown) {
     const Candidate& c = result.ranked[i];
     const TimeEstimate& t = c.estimate.time;
-    table.add({std::to_string(i + 1), c.plan.mesh.to_string(), batch_split(c.plan), std::to_string(c.plan.zero_stage),
-               to_string(c.plan.recompute), c.plan.sequence_parallel ? "on" : "off", to_string(c.plan.schedule),
-               gib(c.estimate.worst_memory.total_bytes()), format("%.3f", t.step_s), format("%.1f", 100 * t.mfu),
-               format("%.0f", t.tokens_per_s), format("%.3f", t.communication_exposed_s), format("%.3f", t.bubble_s)});
+    std::vector<std::string> row = {std::to_string(i + 1), c.plan.mesh.to_string(), batch_split(c.plan),
+                                    std::to_string(c.plan.zero_stage), to_string(c.plan.recompute),
+                                    c.plan.sequence_parallel ? "on" : "off", to_string(c.plan.schedule)};
+    if (uneven) row.push_back(layers_cell(c.plan));
+    for (std::string cell : {gib(c.estimate.worst_memory.total_bytes()), format("%.3f", t.step_s),
+                             format("%.1f", 100 * t.mfu), format("%.0f", t.tokens_per_s),
+                             format("%.3f", t.communication_exposed_s), format("%.3f", t.bubble_s)}) {
+      row.push_back(std::move(cell));
+    }
+    table.add(std::move(row));
   }
   out << "\ntop " << std::min(top, result.ranked.size()) << " of " << result.ranked.size()
       << " feasible plans (fastest first; micro-batch = size x micro-batches per step; GiB of the worst device)\n";
@@ -160,19 +184,20 @@ void print_pareto(std::ostream& out, const SearchResult& result) {
     for (std::size_t i = 0; i < kShown; ++i) picked.push_back(result.pareto[i * (result.pareto.size() - 1) / (kShown - 1)]);
     shown = picked;
   }
-  Table table({{"step s", true},
-               {"GiB/device", true},
-               {"rank", true},
-               {"mesh", false},
-               {"micro-batch", true},
-               {"zero", true},
-               {"recompute", false},
-               {"schedule", false}});
+  const bool uneven = any_uneven(result.ranked, shown);
+  std::vector<std::pair<std::string, bool>> columns = {{"step s", true},     {"GiB/device", true}, {"rank", true},
+                                                       {"mesh", false},      {"micro-batch", true}, {"zero", true},
+                                                       {"recompute", false}, {"schedule", false}};
+  if (uneven) columns.push_back({"stage layers", false});
+  Table table(columns);
   for (std::size_t index : shown) {
     const Candidate& c = result.ranked[index];
-    table.add({format("%.3f", c.estimate.time.step_s), gib(c.estimate.worst_memory.total_bytes()), std::to_string(index + 1),
-               c.plan.mesh.to_string(), batch_split(c.plan), std::to_string(c.plan.zero_stage), to_string(c.plan.recompute),
-               to_string(c.plan.schedule)});
+    std::vector<std::string> row = {format("%.3f", c.estimate.time.step_s), gib(c.estimate.worst_memory.total_bytes()),
+                                    std::to_string(index + 1), c.plan.mesh.to_string(), batch_split(c.plan),
+                                    std::to_string(c.plan.zero_stage), to_string(c.plan.recompute),
+                                    to_string(c.plan.schedule)};
+    if (uneven) row.push_back(layers_cell(c.plan));
+    table.add(std::move(row));
   }
   out << "\nPareto front, step time vs memory per device ("
       << (result.pareto.size() == 1 ? std::string("1 plan no other plan beats on both")
@@ -281,7 +306,9 @@ int run_plan(const PlanCommandFlags& f) {
       return exit_bad_input;
     }
     std::cerr << "meshplan plan: wrote plan " << f.pick << " (" << plan.mesh.to_string() << ", micro-batch "
-              << batch_split(plan) << ", " << to_string(plan.schedule) << ") to " << f.emit_plan << "\n";
+              << batch_split(plan) << ", " << to_string(plan.schedule)
+              << (plan.stage_layers.empty() ? "" : ", layers per chunk " + stage_layers_text(plan.stage_layers))
+              << ") to " << f.emit_plan << "\n";
   }
   return exit_ok;
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/plan_options.hpp"
+#include "model/stage_partition.hpp"
 
 namespace meshplan::cli {
 namespace {
@@ -113,7 +114,9 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
       << " data-parallel = global batch " << plan.global_batch << "\n";
   out << "        zero " << plan.zero_stage << ", recompute " << to_string(plan.recompute) << ", sequence parallel "
       << (plan.sequence_parallel ? "on" : "off") << ", schedule " << to_string(plan.schedule) << ", precision "
-      << to_string(plan.precision) << ", attention " << to_string(plan.attention) << "\n";
+      << to_string(plan.precision) << ", attention " << to_string(plan.attention);
+  if (!plan.stage_layers.empty()) out << ", layers per chunk " << stage_layers_text(plan.stage_layers);
+  out << "\n";
 
   if (ex.memory) {
     const MemoryEstimate& mem = *ex.memory;

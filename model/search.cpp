@@ -9,6 +9,9 @@
 #include <mutex>
 #include <thread>
 #include <tuple>
+#include <utility>
+
+#include "model/stage_partition.hpp"
 
 namespace meshplan {
 namespace {
@@ -40,14 +43,54 @@ struct CostKey {
   }
 };
 
+// Block costs shared by every plan with the same CostKey, and the balanced
+// stage splits (stage_partition.hpp) under them, by (pp, v); a split equal
+// to the even one is stored empty.
+struct CostEntry {
+  std::vector<BlockCost> costs;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::int64_t>> splits;
+};
+
+// Seconds one micro-batch spends in a block on its stage: what the evaluator
+// adds to a stage's forward and backward time per block (evaluate.cpp, add_block).
+double block_time_s(const BlockCost& c) {
+  return c.forward_compute_s + c.backward_compute_s + c.tp_forward_s + c.tp_backward_s + c.cp_forward_exposed_s +
+         c.cp_backward_exposed_s + c.ep_s;
+}
+
+const std::vector<std::int64_t>& balanced_split(CostEntry& entry, const ModelProfile& profile, std::int64_t pp,
+                                                std::int64_t v) {
+  auto [it, inserted] = entry.splits.try_emplace({pp, v});
+  if (!inserted) return it->second;
+  auto time_of = [&](int block) {
+    return block < 0 ? 0.0 : block_time_s(entry.costs[static_cast<std::size_t>(profile.block_kind[static_cast<std::size_t>(block)])]);
+  };
+  std::vector<double> layer_s;
+  layer_s.reserve(profile.layer_blocks.size());
+  for (int block : profile.layer_blocks) layer_s.push_back(time_of(block));
+  std::vector<std::int64_t> split =
+      balanced_stage_layers(layer_s, time_of(profile.embedding_block), time_of(profile.head_block), pp, v);
+  const bool even = std::all_of(split.begin(), split.end(), [&](std::int64_t n) { return n == split.front(); });
+  if (!even) it->second = std::move(split);
+  return it->second;
+}
+
+// The better of two evaluations of one candidate: one that fits, then the faster; `a` on a tie.
+bool better_or_equal(const PlanEstimate& a, const PlanEstimate& b) {
+  if (a.fits != b.fits) return a.fits;
+  return a.time.step_s <= b.time.step_s;
+}
+
+Rejection check_rules(const Evaluator& evaluator, const Plan& plan, bool split_chosen_later);
+
 bool faster(const Candidate& a, const Candidate& b) {
   if (a.estimate.time.step_s != b.estimate.time.step_s) return a.estimate.time.step_s < b.estimate.time.step_s;
   const double ma = a.estimate.worst_memory.total_bytes(), mb = b.estimate.worst_memory.total_bytes();
   if (ma != mb) return ma < mb;
   return std::make_tuple(a.plan.mesh.to_string(), a.plan.micro_batch, a.plan.zero_stage, to_string(a.plan.recompute),
-                         a.plan.sequence_parallel, to_string(a.plan.schedule), to_string(a.plan.attention)) <
+                         a.plan.sequence_parallel, to_string(a.plan.schedule), to_string(a.plan.attention), a.plan.stage_layers) <
          std::make_tuple(b.plan.mesh.to_string(), b.plan.micro_batch, b.plan.zero_stage, to_string(b.plan.recompute),
-                         b.plan.sequence_parallel, to_string(b.plan.schedule), to_string(b.plan.attention));
+                         b.plan.sequence_parallel, to_string(b.plan.schedule), to_string(b.plan.attention), b.plan.stage_layers);
 }
 
 }  // namespace
@@ -80,7 +123,7 @@ std::string explain_rejection(Rejection rejection, const ModelSpec& model, doubl
              " key/value heads)";
     case Rejection::tp_width: return "need tp dividing the feed-forward / MLP widths";
     case Rejection::axis_unsupported: return "use an axis a " + to_string(model.kind) + " model cannot use";
-    case Rejection::pp_layers: return "cannot split the layers evenly into pp x v chunks";
+    case Rejection::pp_layers: return "have more pipeline chunks (pp x v) than layers";
     case Rejection::interleave_micro_batches: return "interleave with micro-batches not divisible by pp";
     case Rejection::interleave_without_pipeline: return "interleave without pipeline stages";
     case Rejection::cp_sequence: return "need cp dividing the sequence length";
@@ -131,6 +174,14 @@ std::vector<Mesh> enumerate_meshes(std::int64_t world_size, const SearchSpace& s
 }
 
 Rejection quick_check(const Evaluator& evaluator, const Plan& plan) {
+  return check_rules(evaluator, plan, !plan.stage_layers.empty());
+}
+
+namespace {
+
+// quick_check's rules; `split_chosen_later`: the search will give the plan
+// stage_layers, so pp x v need not divide the layers.
+Rejection check_rules(const Evaluator& evaluator, const Plan& plan, bool split_chosen_later) {
   const ModelSpec& model = evaluator.model();
   const Mesh& mesh = plan.mesh;
   const std::int64_t tp = mesh.size(Axis::tp), pp = mesh.size(Axis::pp), cp = mesh.size(Axis::cp);
@@ -157,7 +208,7 @@ Rejection quick_check(const Evaluator& evaluator, const Plan& plan) {
   }
   const auto layers = static_cast<std::int64_t>(evaluator.profile().layer_blocks.size());
   const std::int64_t chunks = (model.kind == ModelKind::cnn ? 1 : pp) * plan.schedule.virtual_stages;
-  if (plan.stage_layers.empty() && (chunks > layers || layers % chunks != 0)) return Rejection::pp_layers;
+  if (chunks > layers || (!split_chosen_later && layers % chunks != 0)) return Rejection::pp_layers;
   const std::int64_t per_step = plan.micro_batch * mesh.data_parallel_size();
   if (plan.micro_batch < 1 || plan.global_batch < 1 || plan.global_batch % per_step != 0) return Rejection::batch;
   if (plan.schedule.kind == ScheduleKind::interleaved && pp > 1 && plan.micro_batches() % pp != 0) {
@@ -165,6 +216,8 @@ Rejection quick_check(const Evaluator& evaluator, const Plan& plan) {
   }
   return Rejection::none;
 }
+
+}  // namespace
 
 SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const SearchSpace& space,
                     const SearchOptions& options) {
@@ -175,6 +228,7 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
   const std::vector<Mesh> meshes = enumerate_meshes(world, space, evaluator.topology().devices_per_node);
   const bool transformer = model.kind == ModelKind::transformer;
   const bool fsdp_enabled = std::find(space.axes.begin(), space.axes.end(), Axis::fsdp) != space.axes.end();
+  const auto layer_count = static_cast<std::int64_t>(evaluator.profile().layer_blocks.size());
 
   struct MeshResult {
     std::vector<Candidate> candidates;  // all (for on_candidate) or feasible (for ranking)
@@ -189,7 +243,7 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
   const bool keep_all = static_cast<bool>(options.on_candidate);
 
   auto work = [&]() {
-    std::map<CostKey, std::vector<BlockCost>> cost_cache;
+    std::map<CostKey, CostEntry> cost_cache;
     for (;;) {
       const std::size_t index = next.fetch_add(1);
       if (index >= meshes.size()) return;
@@ -223,7 +277,7 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
                 if (ai > 0 && !transformer) break;  // no attention: one pass
                 const Attention attention = space.attentions[ai];
                 plan.attention = attention;
-                const std::vector<BlockCost>* costs = nullptr;
+                CostEntry* costs = nullptr;
                 for (int zero : space.zero_stages) {
                   if (zero > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) continue;  // the same plan as ZeRO 0
                   // With fsdp in the space, dp x ZeRO-3 duplicates an fsdp mesh the search also visits.
@@ -237,17 +291,37 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
                     for (std::int64_t v : vs) {
                       plan.schedule = {kind, v};
                       Candidate candidate;
-                      candidate.rejection = quick_check(evaluator, plan);
+                      plan.stage_layers.clear();
+                      candidate.rejection = check_rules(evaluator, plan, true);
                       ++local.stats.plans;
                       if (candidate.rejection == Rejection::none) {
                         if (!costs) {
                           const CostKey key{tp, mesh.size(Axis::cp), mesh.size(Axis::ep), b, sp, recompute, precision, attention};
                           auto it = cost_cache.find(key);
-                          if (it == cost_cache.end()) it = cost_cache.emplace(key, evaluator.block_costs(plan, placements)).first;
+                          if (it == cost_cache.end()) it = cost_cache.emplace(key, CostEntry{evaluator.block_costs(plan, placements), {}}).first;
                           costs = &it->second;
                         }
-                        candidate.estimate = evaluator.evaluate(plan, placements, *costs);
-                        ++local.stats.evaluated;
+                        // Pipelined: the balanced split, when it is not the even
+                        // one; where pp x v divides the layers, the even split
+                        // too, and the better of the two (it may fit where the
+                        // balanced one does not).
+                        const std::vector<std::int64_t>* split = nullptr;
+                        if (pipelined) split = &balanced_split(*costs, evaluator.profile(), pp, v);
+                        const bool divides = layer_count % (pp * v) == 0;
+                        if (divides) {
+                          candidate.estimate = evaluator.evaluate(plan, placements, costs->costs);
+                          ++local.stats.evaluated;
+                        }
+                        if (split && !split->empty()) {
+                          plan.stage_layers = *split;
+                          PlanEstimate balanced = evaluator.evaluate(plan, placements, costs->costs);
+                          ++local.stats.evaluated;
+                          if (divides && better_or_equal(candidate.estimate, balanced)) {
+                            plan.stage_layers.clear();
+                          } else {
+                            candidate.estimate = balanced;
+                          }
+                        }
                         if (!candidate.estimate.fits) candidate.rejection = Rejection::out_of_memory;
                       }
                       ++local.stats.rejected[static_cast<std::size_t>(candidate.rejection)];

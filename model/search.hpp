@@ -2,6 +2,10 @@
 // enabled mesh axes, crossed with micro-batch sizes, ZeRO stages, recompute
 // modes, sequence parallelism, pipeline schedules and precisions; cheap
 // structural checks first, then the fast evaluator, in parallel threads.
+// Pipelined candidates get the balanced stage split (stage_partition.hpp)
+// when it is uneven; where pp x v divides the layers the even split is
+// evaluated too and the better kept (a faster bottleneck stage can still
+// lose on memory, optimizer or gradient-reduction time).
 // Output is deterministic: candidates are ranked by step time, then memory,
 // then the plan's text, whatever the thread count.
 #pragma once
@@ -24,7 +28,7 @@ enum class Rejection : std::uint8_t {
   tp_heads,            // tp does not divide the attention (or key/value) heads
   tp_width,            // tp does not divide the feed-forward or MLP widths
   axis_unsupported,    // the model kind has no use for this axis
-  pp_layers,           // layers do not split into pp x v chunks
+  pp_layers,           // more pp x v chunks than layers (other counts get an uneven split)
   interleave_micro_batches,  // interleaving needs micro-batches divisible by pp
   interleave_without_pipeline,  // interleaving needs pp > 1
   cp_sequence,         // cp does not divide the sequence
@@ -64,7 +68,7 @@ struct Candidate {
 struct SearchStats {
   std::int64_t meshes = 0;
   std::int64_t plans = 0;          // candidates enumerated
-  std::int64_t evaluated = 0;      // went through the evaluator
+  std::int64_t evaluated = 0;      // evaluator calls (two for a candidate whose even and balanced splits are both tried)
   std::int64_t feasible = 0;
   std::array<std::int64_t, rejection_kinds> rejected{};
   double wall_s = 0;
@@ -92,7 +96,8 @@ struct SearchOptions {
 // (tp innermost, inside a node), within the space's size limits.
 std::vector<Mesh> enumerate_meshes(std::int64_t world_size, const SearchSpace& space, std::int64_t devices_per_node);
 
-// Structural rules of validate_plan, as a fast first-failure check.
+// Structural rules of validate_plan, as a fast first-failure check (pp x v
+// must divide the layers unless the plan states stage_layers).
 Rejection quick_check(const Evaluator& evaluator, const Plan& plan);
 
 SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const SearchSpace& space,

@@ -3,9 +3,15 @@
 // on pipeline stage c mod pp (Narayanan et al. 2021, Sec. 2.2.2), so stage r
 // holds chunks r, r + pp, r + 2 pp, ... The embedding goes with chunk 0 and
 // the head (final norm, output layer, loss) with the last chunk.
+// balanced_stage_layers chooses the layer counts when pp x v does not divide
+// the layers, or when the embedding and head make an even split lopsided:
+// the search minimises the slowest stage, as Megatron-LM's
+// --decoder-first/last-pipeline-num-layers let a user do by hand.
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "model/layer_graph.hpp"
@@ -31,5 +37,21 @@ struct StagePartition {
 // name the plan fields "mesh.pp", "schedule" and "stage_layers".
 Loaded<StagePartition> partition_stages(const LayerGraph& graph, std::int64_t pp, std::int64_t v,
                                         const std::vector<std::int64_t>& layers_per_chunk);
+
+// Layers per chunk (pp x v entries, chunk order, each >= 1, summing to
+// layer_s.size()) that minimise the slowest stage's time, where stage r's time
+// is the sum of its layers' `layer_s` plus `embedding_s` on stage 0 and
+// `head_s` on stage pp - 1 (any consistent unit). Empty when pp x v exceeds
+// the layer count. Exact for v = 1 (dynamic programme over contiguous
+// splits). For v > 1 a stage's chunks are not adjacent: stages get layer
+// counts by water-filling at the mean layer time (exact when all layers cost
+// the same), and each stage's count is cut into v near-equal chunks, the
+// extra layers kept off the embedding's and the head's chunks.
+// docs/cost-model.md, "Balanced uneven partition".
+std::vector<std::int64_t> balanced_stage_layers(std::span<const double> layer_s, double embedding_s, double head_s,
+                                                std::int64_t pp, std::int64_t v);
+
+// "15,16x6,15": chunk layer counts with runs folded, for tables.
+std::string stage_layers_text(const std::vector<std::int64_t>& layers_per_chunk);
 
 }  // namespace meshplan

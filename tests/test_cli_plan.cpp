@@ -71,10 +71,14 @@ Csv parse_csv(const std::string& text) {
 
 const std::vector<std::string> kSweepColumns = {
     "model", "cluster", "world_size", "global_batch", "mesh", "dp", "fsdp", "tp", "pp", "cp", "ep", "micro_batch",
-    "micro_batches", "zero", "recompute", "sequence_parallel", "schedule", "precision", "feasible", "reason",
+    "micro_batches", "zero", "recompute", "sequence_parallel", "schedule", "precision", "stage_layers", "feasible", "reason",
     "memory_total_bytes", "memory_parameters_bytes", "memory_gradients_bytes", "memory_optimizer_bytes",
     "memory_activations_bytes", "memory_buffers_bytes", "step_s", "compute_s", "communication_s",
     "communication_exposed_s", "bubble_s", "tokens_per_s", "mfu", "hfu"};
+
+std::size_t column_of(const std::string& name) {
+  return static_cast<std::size_t>(std::find(kSweepColumns.begin(), kSweepColumns.end(), name) - kSweepColumns.begin());
+}
 
 // A small job whose whole search takes a fraction of a second.
 const std::vector<std::string> kSmallJob = {"--model", "llama2-7b", "--cluster", "dgx-a100", "--gpus", "16",
@@ -176,6 +180,63 @@ TEST(CliPlan, EmittedPlanIsWhatExplainComputes) {
   const auto again = meshplan::read_plan_file(again_path.string());
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(meshplan::plan_file_to_json(again.value).dump(), meshplan::plan_file_to_json(file.value).dump());
+}
+
+// Llama 3 405B's 126 layers on pp = 32: the search's uneven split is shown
+// in the table, written to the plan file, printed by --json, read back by
+// explain (as --stage-layers) and simulate --plan, and put in sweep rows.
+TEST(CliPlan, UnevenSplitTravelsWithThePlan) {
+  const std::vector<std::string> job = {"--model", "llama3-405b", "--cluster", "dgx-h100", "--gpus", "1024",
+                                        "--global-batch", "2048", "--axes", "dp,tp,pp", "--micro-batches", "1",
+                                        "--recompute", "selective", "--zero", "1", "--max-pp", "32"};
+  auto with = [&](std::vector<std::string> args, const std::vector<std::string>& more) {
+    args.insert(args.end(), job.begin(), job.end());
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const auto plan_path = temp_path("uneven.json");
+  const CliRun r = run(with({"plan"}, {"--top", "3", "--emit-plan", plan_path.string()}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("stage layers"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("layers per chunk"), std::string::npos) << r.err;
+
+  const auto file = meshplan::read_plan_file(plan_path.string());
+  ASSERT_TRUE(file.ok()) << (file.problems.empty() ? "" : meshplan::describe(file.problems.front()));
+  const meshplan::Plan& p = file.value.plan;
+  ASSERT_FALSE(p.stage_layers.empty());
+  EXPECT_EQ(static_cast<std::int64_t>(p.stage_layers.size()), p.mesh.size(meshplan::Axis::pp) * p.schedule.virtual_stages);
+  std::int64_t sum = 0;
+  std::string listed;
+  for (auto n : p.stage_layers) {
+    sum += n;
+    listed += (listed.empty() ? "" : ",") + std::to_string(n);
+  }
+  EXPECT_EQ(sum, 126);
+
+  const CliRun json = run(with({"plan"}, {"--json", "--top", "1"}));
+  ASSERT_EQ(json.status, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out).at(0)["plan"]["stage_layers"].get<std::vector<std::int64_t>>(), p.stage_layers);
+
+  auto args = explain_flags_for(file.value, "llama3-405b");
+  args.insert(args.end(), {"--stage-layers", listed});
+  const CliRun explained = run(args);
+  ASSERT_EQ(explained.status, 0) << explained.err;
+  const auto j = nlohmann::json::parse(explained.out);
+  EXPECT_EQ(j["plan"]["stage_layers"].get<std::vector<std::int64_t>>(), p.stage_layers);
+  EXPECT_DOUBLE_EQ(j["time_s"]["step"].get<double>(), file.value.prediction.time->step_s);
+
+  const CliRun simulated = run({"simulate", "--plan", plan_path.string()});
+  EXPECT_EQ(simulated.status, 0) << simulated.err;
+
+  const CliRun sweep = run(with({"sweep"}, {"--out", "-"}));
+  ASSERT_EQ(sweep.status, 0) << sweep.err;
+  const Csv csv = parse_csv(sweep.out);
+  ASSERT_TRUE(csv.complete);
+  bool found = false;
+  for (std::size_t i = 1; i < csv.records.size(); ++i) {
+    found = found || csv.records[i].at(column_of("stage_layers")) == listed;
+  }
+  EXPECT_TRUE(found) << listed;
 }
 
 TEST(CliPlan, ExplainWritesNoPlanFileForAnInvalidPlan) {
@@ -377,19 +438,21 @@ TEST(CliSweep, CsvHasOneRowPerCandidate) {
   EXPECT_EQ(rows, candidates_in(plan.out));
   EXPECT_NE(sweep.err.find(std::to_string(rows) + " rows"), std::string::npos) << sweep.err;
 
+  const std::size_t feasible_at = column_of("feasible"), reason_at = column_of("reason");
+  const std::size_t step_at = column_of("step_s"), memory_at = column_of("memory_total_bytes");
   std::int64_t feasible = 0, rejected_early = 0;
   for (std::size_t i = 1; i < csv.records.size(); ++i) {
     const auto& row = csv.records[i];
     ASSERT_EQ(row.size(), kSweepColumns.size()) << i;
     EXPECT_EQ(row[0], "llama2-7b");
-    if (row[18] == "true") {
+    if (row[feasible_at] == "true") {
       ++feasible;
-      EXPECT_TRUE(row[19].empty());
-      EXPECT_FALSE(row[26].empty());  // step_s
+      EXPECT_TRUE(row[reason_at].empty());
+      EXPECT_FALSE(row[step_at].empty());
     } else {
-      EXPECT_EQ(row[18], "false");
-      EXPECT_FALSE(row[19].empty());  // reason
-      if (row[20].empty()) ++rejected_early;
+      EXPECT_EQ(row[feasible_at], "false");
+      EXPECT_FALSE(row[reason_at].empty());
+      if (row[memory_at].empty()) ++rejected_early;
     }
   }
   EXPECT_GT(feasible, 0);

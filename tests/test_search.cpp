@@ -3,6 +3,8 @@
 // agree with the validator's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "model/search.hpp"
 #include "test_support.hpp"
 
@@ -107,6 +109,97 @@ TEST(Search, CancelKeepsWhatWasDone) {
   const SearchResult r = search(f.evaluator, 256, SearchSpace{}, options);
   EXPECT_LE(r.stats.meshes, static_cast<std::int64_t>(enumerate_meshes(64, SearchSpace{}, 8).size()));
   EXPECT_EQ(static_cast<std::int64_t>(r.ranked.size()), r.stats.feasible);
+}
+
+// Llama 3 405B's 126 layers divide by no pp of 4 or more that is a power of
+// two. The search used to reject pp = 8, 16, 32, 64 outright (no plan of
+// this space fitted); it now evaluates them with a balanced uneven split.
+TEST(Search, UnevenLayerCountsGetABalancedSplit) {
+  const ModelSpec model = must(load_model("llama3-405b"));
+  const ClusterSpec cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator{model, cluster, 1024, 8192};
+  SearchSpace space;
+  space.axes = {Axis::dp, Axis::tp, Axis::pp};
+  space.micro_batches = {1};
+  space.recomputes = {Recompute::selective};
+  space.zero_stages = {1};
+  const auto layers = static_cast<std::int64_t>(model.transformer.layers);
+  ASSERT_EQ(layers, 126);
+  std::int64_t too_many_chunks = 0, uneven = 0;
+  SearchOptions options;
+  options.on_candidate = [&](const Candidate& c) {
+    const std::int64_t pp = c.plan.mesh.size(Axis::pp), v = c.plan.schedule.virtual_stages;
+    const std::string text = key(c);
+    if (pp * v > layers) {
+      ++too_many_chunks;
+      EXPECT_EQ(c.rejection, Rejection::pp_layers) << text;
+      return;
+    }
+    EXPECT_NE(c.rejection, Rejection::pp_layers) << text;
+    const bool evaluated = c.rejection == Rejection::none || c.rejection == Rejection::out_of_memory;
+    if (!evaluated || pp == 1) return;
+    if (layers % (pp * v) != 0) {
+      EXPECT_FALSE(c.plan.stage_layers.empty()) << text;
+    }
+    if (c.plan.stage_layers.empty()) return;
+    ++uneven;
+    ASSERT_EQ(static_cast<std::int64_t>(c.plan.stage_layers.size()), pp * v) << text;
+    std::vector<std::int64_t> stage(static_cast<std::size_t>(pp), 0);
+    std::int64_t sum = 0;
+    for (std::size_t chunk = 0; chunk < c.plan.stage_layers.size(); ++chunk) {
+      EXPECT_GE(c.plan.stage_layers[chunk], 1) << text;
+      stage[chunk % static_cast<std::size_t>(pp)] += c.plan.stage_layers[chunk];
+      sum += c.plan.stage_layers[chunk];
+    }
+    EXPECT_EQ(sum, layers) << text;
+    // Identical layers: the middle stages differ by at most one layer, and
+    // the embedding and head stages carry no more than any of them.
+    if (pp > 2) {
+      const auto [low, high] = std::minmax_element(stage.begin() + 1, stage.end() - 1);
+      EXPECT_LE(*high - *low, 1) << text;
+      EXPECT_LE(stage.front(), *low) << text;
+      EXPECT_LE(stage.back(), *low) << text;
+    }
+  };
+  const SearchResult r = search(evaluator, 2048, space, options);
+  EXPECT_GT(uneven, 0);
+  EXPECT_EQ(r.stats.rejected[static_cast<std::size_t>(Rejection::pp_layers)], too_many_chunks);
+  // Plans now fit, and explain, given the split, predicts the same step.
+  ASSERT_FALSE(r.ranked.empty());
+  const Candidate& best = r.ranked.front();
+  EXPECT_FALSE(best.plan.stage_layers.empty()) << key(best);
+  const Explanation ex = explain_plan(model, cluster, {1024, 0}, best.plan);
+  EXPECT_TRUE(ex.feasible()) << messages(ex.problems);
+  ASSERT_TRUE(ex.time);
+  EXPECT_NEAR(ex.time->step_s, best.estimate.time.step_s, 1e-9 * ex.time->step_s);
+}
+
+// GPT-2's output layer (50257 x 768) outweighs several of its 12 layers, so
+// even where pp x v divides them the balanced split differs from the even
+// one. The search keeps the uneven split only when it beats the even one:
+// it fits where the even one does not, or both fit and it is faster.
+TEST(Search, UnevenSplitOnlyWhereItBeatsTheEvenOne) {
+  const ModelSpec model = must(load_model("gpt2-124m"));
+  const ClusterSpec cluster = must(load_cluster("dgx-a100"));
+  const Evaluator evaluator{model, cluster, 8, 1024};
+  const auto layers = static_cast<std::int64_t>(model.transformer.layers);
+  std::int64_t uneven = 0;
+  SearchOptions options;
+  options.on_candidate = [&](const Candidate& c) {
+    const std::int64_t chunks = c.plan.mesh.size(Axis::pp) * c.plan.schedule.virtual_stages;
+    const bool evaluated = c.rejection == Rejection::none || c.rejection == Rejection::out_of_memory;
+    if (!evaluated || c.plan.stage_layers.empty() || layers % chunks != 0) return;
+    ++uneven;
+    Plan even_plan = c.plan;
+    even_plan.stage_layers.clear();
+    const PlanEstimate even = evaluator.evaluate(even_plan);
+    if (even.fits) {
+      EXPECT_TRUE(c.estimate.fits) << key(c);
+      EXPECT_LT(c.estimate.time.step_s, even.time.step_s) << key(c);
+    }
+  };
+  search(evaluator, 64, SearchSpace{}, options);
+  EXPECT_GT(uneven, 0);
 }
 
 }  // namespace
