@@ -71,7 +71,7 @@ Csv parse_csv(const std::string& text) {
 
 const std::vector<std::string> kSweepColumns = {
     "model", "cluster", "world_size", "global_batch", "mesh", "dp", "fsdp", "tp", "pp", "cp", "ep", "micro_batch",
-    "micro_batches", "zero", "recompute", "sequence_parallel", "schedule", "precision", "stage_layers", "feasible", "reason",
+    "micro_batches", "zero", "recompute", "sequence_parallel", "schedule", "precision", "attention", "stage_layers", "feasible", "reason",
     "memory_total_bytes", "memory_parameters_bytes", "memory_gradients_bytes", "memory_optimizer_bytes",
     "memory_activations_bytes", "memory_buffers_bytes", "step_s", "compute_s", "communication_s",
     "communication_exposed_s", "bubble_s", "tokens_per_s", "mfu", "hfu"};
@@ -539,12 +539,13 @@ TEST(CliSweep, FeasibleOnlyKeepsExactlyTheFeasibleRows) {
   ASSERT_TRUE(kept.complete);
   ASSERT_FALSE(kept.records.empty());
   EXPECT_EQ(kept.records.front(), kSweepColumns);
+  const std::size_t fits = column_of("feasible");
   std::vector<std::vector<std::string>> expected;
   for (std::size_t i = 1; i < full.records.size(); ++i) {
-    if (full.records[i].at(18) == "true") expected.push_back(full.records[i]);
+    if (full.records[i].at(fits) == "true") expected.push_back(full.records[i]);
   }
   const std::vector<std::vector<std::string>> rows(kept.records.begin() + 1, kept.records.end());
-  for (const auto& row : rows) ASSERT_EQ(row.at(18), "true");
+  for (const auto& row : rows) ASSERT_EQ(row.at(fits), "true");
   EXPECT_EQ(rows, expected);
   const auto feasible = static_cast<std::int64_t>(rows.size());
   const auto candidates = static_cast<std::int64_t>(full.records.size()) - 1;
