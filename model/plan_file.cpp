@@ -271,17 +271,24 @@ void read_link(JsonObject& link, LinkSpec& out, bool inter_node) {
   link.finish();
 }
 
+// An array of [a, b] number pairs, appended to `out` as Point{a, b}; false
+// when the node is anything else (the caller names the key).
+template <class Point>
+bool read_number_pairs(const Json& node, std::vector<Point>& out) {
+  if (!node.is_array()) return false;
+  for (std::size_t i = 0; i < node.size(); ++i) {
+    const Json& pair = node[i];
+    if (!(pair.is_array() && pair.size() == 2 && pair[0].is_number() && pair[1].is_number())) return false;
+    out.push_back({pair[0].get<double>(), pair[1].get<double>()});
+  }
+  return true;
+}
+
 // `gemm_curve` and `op_bandwidth_bytes_per_s` of a device (or its `threaded`) object, both optional.
 void read_measured_rates(JsonObject& object, std::vector<GemmCurvePoint>& curve, std::array<double, kStreamOps>& rates) {
   if (const Json* node = object.find("gemm_curve", Need::optional)) {
     std::vector<GemmCurvePoint> read;
-    bool shaped = node->is_array();
-    for (std::size_t i = 0; shaped && i < node->size(); ++i) {
-      const Json& pair = (*node)[i];
-      shaped = pair.is_array() && pair.size() == 2 && pair[0].is_number() && pair[1].is_number();
-      if (shaped) read.push_back({pair[0].get<double>(), pair[1].get<double>()});
-    }
-    if (!shaped) {
+    if (!read_number_pairs(*node, read)) {
       object.add_problem("gemm_curve", "expected an array of [intensity, fraction] pairs");
     } else if (const std::string problem = gemm_curve_problem(read); !problem.empty()) {
       object.add_problem("gemm_curve", problem);
@@ -302,13 +309,7 @@ void read_attention_curve(JsonObject& object, const char* key, std::vector<Atten
   const Json* node = object.find(key, Need::optional);
   if (!node) return;
   std::vector<AttentionRatePoint> read;
-  bool shaped = node->is_array();
-  for (std::size_t i = 0; shaped && i < node->size(); ++i) {
-    const Json& pair = (*node)[i];
-    shaped = pair.is_array() && pair.size() == 2 && pair[0].is_number() && pair[1].is_number();
-    if (shaped) read.push_back({pair[0].get<double>(), pair[1].get<double>()});
-  }
-  if (!shaped) {
+  if (!read_number_pairs(*node, read)) {
     object.add_problem(key, "expected an array of [forward FLOPs, FLOP/s] pairs");
   } else if (const std::string problem = attention_curve_problem(read); !problem.empty()) {
     object.add_problem(key, problem);
