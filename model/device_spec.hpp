@@ -88,5 +88,7 @@ DeviceSpec device_for_threads(const DeviceSpec& core, int threads, bool* used_th
 
 // `name_or_path` as in find_preset().
 Loaded<DeviceSpec> load_device(const std::string& name_or_path);
+// The same, from YAML text (tests, fuzzing); `display_name` names it in messages.
+Loaded<DeviceSpec> load_device_text(const std::string& yaml_text, const std::string& display_name);
 
 }  // namespace meshplan
