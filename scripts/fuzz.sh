@@ -69,20 +69,21 @@ for target in "$@"; do
     -max_total_time="$per_target_s" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len "$target")" \
     -dict="$(dictionary "$target")" -print_final_stats=1 -artifact_prefix="$build/artifacts/$target-" \
     "$build/corpus-new/$target" "fuzz/corpus/$target" >"$log" 2>&1 || status=$?
+  # A target that crashes while loading its corpus prints none of these.
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-  corpus=$(grep -oE 'corp: [0-9]+/[0-9]+[a-zA-Z]*' "$log" | tail -1 | cut -d' ' -f2)
+  corpus=$( (grep -oE 'corp: [0-9]+/[0-9]+[a-zA-Z]*' "$log" || true) | tail -1 | cut -d' ' -f2)
   crashes=$(find "$build/artifacts" -name "$target-*" | wc -l)
   if [ "$status" -ne 0 ] && [ "$crashes" -eq 0 ]; then crashes=1; fi  # killed without an artifact
   printf '%-26s %12s %9s %14s %8s\n' "$target" "${execs:-?}" "${rate:-?}" "${corpus:-?}" "$crashes"
   all_execs=$(( all_execs + ${execs:-0} ))
   if [ "$crashes" -ne 0 ]; then
     failed=$(( failed + 1 ))
-    grep -E 'ERROR|runtime error|fuzz check failed|SUMMARY' "$log" | head -5 | sed 's/^/    /' >&2 || true
+    grep -E 'ERROR|runtime error|fuzz check failed|SUMMARY' "$log" | head -5 | sed 's/^/    /' || true
     for artifact in "$build/artifacts/$target"-*; do
-      [ -e "$artifact" ] && echo "    replay: $build/fuzz/$target $artifact" >&2
+      [ -e "$artifact" ] && echo "    replay: $build/fuzz/$target $artifact"
     done
-    echo "    log: $log" >&2
+    echo "    log: $log"
   fi
 done
 elapsed=$(( $(date +%s) - start ))

@@ -103,7 +103,7 @@ TEST(Plan, MicroBatchesIsGradientAccumulation) {
   // micro_batch x dp past int64 (a plan file may say micro_batch 2^40 on 2^30
   // ranks: fuzz/fuzz_plan_file.cpp, UBSan) divides nothing; it used to wrap to
   // 2^30 here and report one micro-batch.
-  plan = plan_with("dp=1073741824", (std::int64_t{1} << 40) + 1, std::int64_t{1} << 30);
+  plan = plan_with("dp=1024,fsdp=1024,ep=1024", (std::int64_t{1} << 40) + 1, std::int64_t{1} << 30);
   EXPECT_EQ(plan.micro_batches(), 0);
 }
 

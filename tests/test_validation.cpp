@@ -120,7 +120,7 @@ TEST(Validation, ValidPlansOfTheSeedGuides) {
 TEST(Validation, MicroBatchTimesDataParallelPastInt64) {
   const auto model = must(load_model("gpt2-124m"));
   const auto cluster = must(load_cluster("dgx-a100"));
-  const Plan plan = plan_with("dp=1073741824", (std::int64_t{1} << 40) + 1, std::int64_t{1} << 30);
+  const Plan plan = plan_with("dp=1024,fsdp=1024,ep=1024", (std::int64_t{1} << 40) + 1, std::int64_t{1} << 30);
   const auto ex = explain_plan(model, cluster, {std::int64_t{1} << 30, 0}, plan);
   EXPECT_FALSE(ex.valid);
   bool found = false;
