@@ -17,18 +17,11 @@ double read_achievable_fraction(YamlMap& link) {
   return fraction.value_or(1.0);
 }
 
-}  // namespace
-
-Loaded<ClusterSpec> load_cluster(const std::string& name_or_path) {
+Loaded<ClusterSpec> read_cluster(const YAML::Node& node, const std::string& display_name) {
   Loaded<ClusterSpec> result;
-  auto file = find_preset(PresetKind::cluster, name_or_path);
-  if (!file.ok()) return {{}, file.problems};
-  auto yaml = load_yaml_file(file.value.path, file.value.display_name);
-  if (!yaml.ok()) return {{}, yaml.problems};
-
   Problems& problems = result.problems;
   ClusterSpec& cluster = result.value;
-  YamlMap root(yaml.value, file.value.display_name, "", problems);
+  YamlMap root(node, display_name, "", problems);
   cluster.name = root.text("name", Need::required).value_or("");
   cluster.source = root.text("source", Need::required).value_or("");
   const auto device_name = root.text("device", Need::required);
@@ -68,6 +61,22 @@ Loaded<ClusterSpec> load_cluster(const std::string& name_or_path) {
     }
   }
   return result;
+}
+
+}  // namespace
+
+Loaded<ClusterSpec> load_cluster(const std::string& name_or_path) {
+  auto file = find_preset(PresetKind::cluster, name_or_path);
+  if (!file.ok()) return {{}, file.problems};
+  auto yaml = load_yaml_file(file.value.path, file.value.display_name);
+  if (!yaml.ok()) return {{}, yaml.problems};
+  return read_cluster(yaml.value, file.value.display_name);
+}
+
+Loaded<ClusterSpec> load_cluster_text(const std::string& yaml_text, const std::string& display_name) {
+  auto yaml = load_yaml_text(yaml_text, display_name);
+  if (!yaml.ok()) return {{}, yaml.problems};
+  return read_cluster(yaml.value, display_name);
 }
 
 }  // namespace meshplan

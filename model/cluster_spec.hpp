@@ -40,5 +40,8 @@ struct ClusterSpec {
 };
 
 Loaded<ClusterSpec> load_cluster(const std::string& name_or_path);
+// The same, from YAML text (tests, fuzzing); `display_name` names it in
+// messages. Its `device` is still looked up as a preset name or path.
+Loaded<ClusterSpec> load_cluster_text(const std::string& yaml_text, const std::string& display_name);
 
 }  // namespace meshplan

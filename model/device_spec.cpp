@@ -119,15 +119,12 @@ DeviceSpec device_for_threads(const DeviceSpec& core, int threads, bool* used_th
   return d;
 }
 
-Loaded<DeviceSpec> load_device(const std::string& name_or_path) {
-  Loaded<DeviceSpec> result;
-  auto file = find_preset(PresetKind::device, name_or_path);
-  if (!file.ok()) return {{}, file.problems};
-  auto yaml = load_yaml_file(file.value.path, file.value.display_name);
-  if (!yaml.ok()) return {{}, yaml.problems};
+namespace {
 
+Loaded<DeviceSpec> read_device(const YAML::Node& node, const std::string& display_name) {
+  Loaded<DeviceSpec> result;
   Problems& problems = result.problems;
-  YamlMap root(yaml.value, file.value.display_name, "", problems);
+  YamlMap root(node, display_name, "", problems);
   DeviceSpec& device = result.value;
   device.name = root.text("name", Need::required).value_or("");
   device.source = root.text("source", Need::required).value_or("");
@@ -172,6 +169,22 @@ Loaded<DeviceSpec> load_device(const std::string& name_or_path) {
   }
   root.finish();
   return result;
+}
+
+}  // namespace
+
+Loaded<DeviceSpec> load_device(const std::string& name_or_path) {
+  auto file = find_preset(PresetKind::device, name_or_path);
+  if (!file.ok()) return {{}, file.problems};
+  auto yaml = load_yaml_file(file.value.path, file.value.display_name);
+  if (!yaml.ok()) return {{}, yaml.problems};
+  return read_device(yaml.value, file.value.display_name);
+}
+
+Loaded<DeviceSpec> load_device_text(const std::string& yaml_text, const std::string& display_name) {
+  auto yaml = load_yaml_text(yaml_text, display_name);
+  if (!yaml.ok()) return {{}, yaml.problems};
+  return read_device(yaml.value, display_name);
 }
 
 }  // namespace meshplan

@@ -120,5 +120,7 @@ std::string missing_peak_message(const DeviceSpec& device, Dtype dtype);
 
 // `name_or_path` as in find_preset().
 Loaded<DeviceSpec> load_device(const std::string& name_or_path);
+// The same, from YAML text (tests, fuzzing); `display_name` names it in messages.
+Loaded<DeviceSpec> load_device_text(const std::string& yaml_text, const std::string& display_name);
 
 }  // namespace meshplan

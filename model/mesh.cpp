@@ -33,6 +33,14 @@ void add_axis(Mesh& mesh, std::string_view name, std::int64_t size, const std::s
       return;
     }
   }
+  // world_size() <= kMaxMeshDevices and size <= kMaxAxisSize: the product fits in int64.
+  if (mesh.world_size() * size > kMaxMeshDevices) {
+    problems.push_back({Severity::error, flag,
+                        "axis " + to_string(*axis) + "=" + std::to_string(size) + " makes the mesh " +
+                            std::to_string(mesh.world_size() * size) + " devices; a mesh has at most " +
+                            std::to_string(kMaxMeshDevices)});
+    return;
+  }
   mesh.axes.push_back({*axis, size});
 }
 

@@ -24,6 +24,11 @@ inline constexpr std::array<Axis, 6> all_axes = {Axis::dp, Axis::fsdp, Axis::tp,
 std::string to_string(Axis axis);
 std::optional<Axis> parse_axis(std::string_view name);  // canonical names and aliases
 
+// The most devices a mesh may have (the product of its axes), as a plan
+// file's world_size: the planner multiplies axis sizes in int64, and with
+// each axis up to 2^24 three axes would already overflow.
+inline constexpr std::int64_t kMaxMeshDevices = std::int64_t{1} << 30;
+
 struct MeshAxis {
   Axis axis;
   std::int64_t size;

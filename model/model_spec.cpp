@@ -7,9 +7,15 @@ namespace meshplan {
 namespace {
 
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
+// Transformer layers, and ResNet blocks over all stages: 4096, 32x the
+// deepest published transformer (Megatron-LM's 1T model: 128 layers, Narayanan
+// et al. 2021, Table 1) and 12x ResNet-1001's 333 blocks. The layer graph has
+// nodes per layer: a plan file saying 2^20 layers took minutes to read
+// (fuzz/fuzz_plan_file.cpp timed out), 4096 take 0.1 s.
+constexpr std::int64_t kMaxLayers = std::int64_t{1} << 12;
 
 void read_transformer(YamlMap& root, TransformerDims& t) {
-  t.layers = root.integer("layers", Need::required, 1, 1 << 20).value_or(0);
+  t.layers = root.integer("layers", Need::required, 1, kMaxLayers).value_or(0);
   t.hidden = root.integer("hidden", Need::required, 1, kMaxDim).value_or(0);
   t.heads = root.integer("heads", Need::required, 1, 1 << 20).value_or(0);
   t.kv_heads = root.integer("kv_heads", Need::optional, 1, 1 << 20).value_or(t.heads);
@@ -67,6 +73,12 @@ void read_cnn(YamlMap& root, CnnDims& c) {
   c.stage_channels = root.integer_list("stage_channels", Need::required, 1, 1 << 20).value_or(std::vector<std::int64_t>{});
   c.expansion = root.integer("expansion", Need::required, 1, 64).value_or(4);
   c.classes = root.integer("classes", Need::required, 1, 1 << 24).value_or(1000);
+  std::int64_t blocks = 0;
+  for (const auto n : c.stage_blocks) blocks += n;  // each <= 2^12: no overflow
+  if (blocks > kMaxLayers) {
+    root.add_problem("stage_blocks", "has " + std::to_string(blocks) + " blocks in all; at most " +
+                                         std::to_string(kMaxLayers) + " are allowed");
+  }
   if (c.stage_blocks.size() != c.stage_channels.size()) {
     root.add_problem("stage_channels", "must have one entry per stage (stage_blocks has " +
                                            std::to_string(c.stage_blocks.size()) + ")");

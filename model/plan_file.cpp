@@ -398,7 +398,15 @@ Mesh read_mesh(JsonObject& plan) {
       axes.add_problem(item.key(), "axis " + to_string(*axis) + " appears twice");
       continue;
     }
-    if (auto size = axes.as_integer(item.value(), item.key(), 1, std::int64_t{1} << 30)) mesh.axes.push_back({*axis, *size});
+    auto size = axes.as_integer(item.value(), item.key(), 1, kMaxMeshDevices);
+    if (!size) continue;
+    // Both factors are <= 2^30, so the product fits; a larger one would overflow the planner's products.
+    if (mesh.world_size() * *size > kMaxMeshDevices) {
+      axes.add_problem(item.key(), "makes the mesh " + std::to_string(mesh.world_size() * *size) +
+                                       " devices; a mesh has at most " + std::to_string(kMaxMeshDevices));
+      continue;
+    }
+    mesh.axes.push_back({*axis, *size});
   }
   return mesh;
 }

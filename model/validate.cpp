@@ -51,7 +51,12 @@ void check_batch(Checker& check, const Plan& plan) {
   if (plan.global_batch < 1) check.error("global_batch", "must be at least 1, got " + str(plan.global_batch));
   if (plan.micro_batch < 1 || plan.global_batch < 1) return;
   const Mesh& mesh = plan.mesh;
-  const std::int64_t per_step = plan.micro_batch * mesh.data_parallel_size();
+  std::int64_t per_step = 0;
+  if (__builtin_mul_overflow(plan.micro_batch, mesh.data_parallel_size(), &per_step)) {
+    check.error("micro_batch", "micro-batch " + str(plan.micro_batch) + " x data-parallel degree " +
+                                   str(mesh.data_parallel_size()) + " is past any global batch");
+    return;
+  }
   if (plan.global_batch % per_step != 0) {
     check.error("global_batch", "micro-batches x micro-batch x data-parallel degree must equal the global batch: " +
                                     str(plan.global_batch) + " is not a multiple of micro-batch " + str(plan.micro_batch) +

@@ -47,6 +47,25 @@ TEST(Mesh, RejectsBadInputWithTheFlagName) {
   }
 }
 
+// Found by reading fuzz/fuzz_mesh.cpp's invariant (the world size must be
+// computable): three axes of the allowed 2^24 each overflowed world_size()'s
+// int64 product, undefined behaviour in `explain --mesh` and the planner.
+// Regression input: fuzz/corpus/fuzz_mesh/regression-world-size-overflow.
+TEST(Mesh, RejectsAMeshWhoseProductIsTooLarge) {
+  for (const char* text : {"dp=16777216,tp=16777216,pp=16777216", "dp=1024,tp=1024,pp=1025"}) {
+    auto mesh = parse_mesh(text, "--mesh");
+    ASSERT_FALSE(mesh.ok()) << text;
+    EXPECT_EQ(mesh.problems[0].where, "--mesh");
+    EXPECT_NE(mesh.problems[0].message.find("a mesh has at most 1073741824"), std::string::npos)
+        << mesh.problems[0].message;
+  }
+  auto shape = parse_mesh_shape("[[16777216, 16777216, 16777216], ['dp', 'tp', 'pp']]", "--mesh-shape");
+  ASSERT_FALSE(shape.ok());
+  EXPECT_EQ(shape.problems[0].where, "--mesh-shape");
+  // The limit itself is allowed.
+  EXPECT_EQ(must(parse_mesh("dp=1024,tp=1024,pp=1024", "--mesh")).world_size(), kMaxMeshDevices);
+}
+
 TEST(Mesh, LastAxisVariesFastest) {
   const Mesh mesh = must(parse_mesh("dp=2,pp=3,tp=4", "--mesh"));
   EXPECT_EQ(mesh.coordinates(0), (std::vector<std::int64_t>{0, 0, 0}));
@@ -81,6 +100,11 @@ TEST(Plan, MicroBatchesIsGradientAccumulation) {
   EXPECT_EQ(plan.micro_batches(), 0);
   plan = plan_with("dp=2,fsdp=2,ep=2", 1, 64);
   EXPECT_EQ(plan.micro_batches(), 8);  // ep ranks take their own data
+  // micro_batch x dp past int64 (a plan file may say micro_batch 2^40 on 2^30
+  // ranks: fuzz/fuzz_plan_file.cpp, UBSan) divides nothing; it used to wrap to
+  // 2^30 here and report one micro-batch.
+  plan = plan_with("dp=1024,fsdp=1024,ep=1024", (std::int64_t{1} << 40) + 1, std::int64_t{1} << 30);
+  EXPECT_EQ(plan.micro_batches(), 0);
 }
 
 }  // namespace

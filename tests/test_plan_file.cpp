@@ -425,5 +425,21 @@ TEST(PlanFile, DamagedTextNeverThrows) {
   }
 }
 
+// Found with fuzz/fuzz_plan_file.cpp (UBSan): axes of up to 2^30 each were
+// accepted, and their product overflowed int64 in micro_batches() and the
+// plan's validation. Regression input:
+// fuzz/corpus/fuzz_plan_file/regression-mesh-product-overflow.json.
+TEST(PlanFile, MeshWhoseProductIsTooLarge) {
+  const Made made = make({"gpt2-124m", "dgx-a100", "dp=2,tp=4", 8, 1, 8});
+  Json j = plan_file_to_json(made.file);
+  j["plan"]["mesh"] = {{"dp", 1 << 30}, {"fsdp", 1 << 30}, {"ep", 1 << 30}};
+  const auto loaded = parse_plan_file(j.dump(2), "runs/plan.json");
+  ASSERT_FALSE(loaded.ok());
+  ASSERT_FALSE(loaded.problems.empty());
+  EXPECT_EQ(loaded.problems.front().where, "runs/plan.json key 'plan.mesh.fsdp'");
+  EXPECT_NE(loaded.problems.front().message.find("a mesh has at most 1073741824"), std::string::npos)
+      << messages(loaded.problems);
+}
+
 }  // namespace
 }  // namespace meshplan

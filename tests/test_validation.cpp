@@ -114,5 +114,19 @@ TEST(Validation, ValidPlansOfTheSeedGuides) {
   EXPECT_TRUE(ex.valid) << messages(ex.problems);
 }
 
+// micro_batch x data-parallel degree past int64 is an error, not a wrapped
+// product (found with fuzz/fuzz_plan_file.cpp and UBSan; the wrapped product
+// 2^30 here divided the global batch and the plan passed).
+TEST(Validation, MicroBatchTimesDataParallelPastInt64) {
+  const auto model = must(load_model("gpt2-124m"));
+  const auto cluster = must(load_cluster("dgx-a100"));
+  const Plan plan = plan_with("dp=1024,fsdp=1024,ep=1024", (std::int64_t{1} << 40) + 1, std::int64_t{1} << 30);
+  const auto ex = explain_plan(model, cluster, {std::int64_t{1} << 30, 0}, plan);
+  EXPECT_FALSE(ex.valid);
+  bool found = false;
+  for (const auto& p : ex.problems) found = found || (p.where == "micro_batch" && p.message.find("past any global batch") != std::string::npos);
+  EXPECT_TRUE(found) << messages(ex.problems);
+}
+
 }  // namespace
 }  // namespace meshplan

@@ -95,6 +95,35 @@ TEST(YamlReader, OutOfRangeAndInconsistentDimensions) {
   EXPECT_NE(text.find("key 'kv_heads': heads (4) must be a multiple of kv_heads (3)"), std::string::npos) << text;
 }
 
+// A depth the layer graph cannot build in reasonable time is refused when
+// read (fuzz/fuzz_plan_file.cpp timed out on a plan file saying 2^20 layers;
+// regression input fuzz/corpus/fuzz_plan_file/regression-layers-timeout.json).
+TEST(YamlReader, DepthIsBounded) {
+  std::string yaml = kGood;
+  yaml.replace(yaml.find("layers: 2"), 9, "layers: 1048576");
+  auto model = load_model_text(yaml, "deep.yaml");
+  ASSERT_FALSE(model.ok());
+  std::string text = all_messages(model.problems);
+  EXPECT_NE(text.find("deep.yaml:4 key 'layers': must be between 1 and 4096"), std::string::npos) << text;
+
+  const char* cnn = R"(name: wide
+kind: cnn
+source: test
+architecture: resnet-bottleneck
+image_size: 224
+channels: 3
+stem_channels: 64
+stage_blocks: [4096, 4096]
+stage_channels: [64, 128]
+expansion: 4
+classes: 1000
+)";
+  model = load_model_text(cnn, "wide.yaml");
+  ASSERT_FALSE(model.ok());
+  text = all_messages(model.problems);
+  EXPECT_NE(text.find("wide.yaml:8 key 'stage_blocks': has 8192 blocks in all; at most 4096"), std::string::npos) << text;
+}
+
 TEST(YamlReader, TopLevelMustBeAMap) {
   auto model = load_model_text("- 1\n- 2\n", "list.yaml");
   ASSERT_FALSE(model.ok());

@@ -24,8 +24,12 @@ std::optional<MetricsPoint> parse_metrics_line(const QByteArray& line) {
   if (error.error != QJsonParseError::NoError || !doc.isObject()) return std::nullopt;
   const QJsonObject o = doc.object();
   if (o.value("kind").toString() != "train" || !o.value("step").isDouble()) return std::nullopt;
+  // A step is a count: a whole number the double holds exactly (casting 1e300
+  // to qint64 would be undefined; fuzz/fuzz_metrics_jsonl.cpp found it).
+  const double step = o.value("step").toDouble();
+  if (!(step >= 0 && step <= 9007199254740992.0) || step != std::floor(step)) return std::nullopt;
   MetricsPoint p;
-  p.step = static_cast<qint64>(o.value("step").toDouble());
+  p.step = static_cast<qint64>(step);
   p.loss = o.value("loss").isDouble() ? o.value("loss").toDouble() : std::nan("");
   p.step_s = o.value("step_s").toDouble();
   return p;

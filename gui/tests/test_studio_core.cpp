@@ -484,6 +484,11 @@ class StudioCoreTest : public QObject {
     QVERIFY(std::isnan(parse_metrics_line(R"({"kind":"train","step":8,"loss":null,"step_s":0.1})")->loss));
     QVERIFY(!parse_metrics_line(R"({"kind":"eval","step":7,"eval_loss":2.5})"));
     QVERIFY(!parse_metrics_line("not json"));
+    // Not a step count: skipped, not cast (1e300 to qint64 was undefined behaviour;
+    // regression inputs in fuzz/corpus/fuzz_metrics_jsonl/regression-*).
+    for (const char* step : {"1e300", "9223372036854775808", "-5", "2.5", "-1e300"}) {
+      QVERIFY2(!parse_metrics_line(QByteArray(R"({"kind":"train","step":)") + step + "}"), step);
+    }
 
     QTemporaryDir dir;
     const QString path = dir.filePath("m.jsonl");
