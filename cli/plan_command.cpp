@@ -232,6 +232,7 @@ int run_plan(const PlanCommandFlags& f) {
     return exit_bad_input;
   }
   const Job& job = jobs.value.front();
+  if (!job.batch_note.empty()) std::cerr << "meshplan plan: note: " << job.batch_note << "\n";
   const Precision guide_precision = job.space.precisions.front();
   if (f.guide_only) {
     print_header(std::cout, job);

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "model/default_batch.hpp"
 #include "model/layer_graph.hpp"
 #include "model/validate.hpp"
 #include "model/suggest.hpp"
@@ -160,8 +161,10 @@ void add_job_flags(CLI::App& command, JobFlags& f, bool lists) {
   command.add_option("--model", f.models, "Model preset name or YAML file" + several)->capture_default_str();
   command.add_option("--cluster", f.clusters, "Cluster preset name or YAML file" + several)->capture_default_str();
   command.add_option("--gpus", f.gpus, "Devices in the job (world size)" + several)->capture_default_str();
-  command.add_option("--global-batch", f.global_batches, "Sequences per optimizer step across all ranks" + several)
-      ->capture_default_str();
+  command.add_option("--global-batch", f.global_batches,
+                     "Sequences per optimizer step across all ranks" + several +
+                         " (default: GPT-3's batch in tokens for the nearest GPT-3 size / the sequence length, 256 "
+                         "samples for MLPs and CNNs, at least one per device; docs/cost-model.md)");
   command.add_option("--seq", f.seq, "Training sequence length in tokens (default: the model's seq_len)");
 }
 
@@ -201,7 +204,9 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
     *names = unique;
   }
   auto gpus = parse_int_list(f.gpus, "--gpus", 1, std::int64_t{1} << 24);
-  auto batches = parse_int_list(f.global_batches, "--global-batch", 1, std::int64_t{1} << 40);
+  // No --global-batch: each job gets the rule's batch (model/default_batch.hpp), said in its note.
+  auto batches = f.global_batches.empty() ? Loaded<std::vector<std::int64_t>>{}
+                                          : parse_int_list(f.global_batches, "--global-batch", 1, std::int64_t{1} << 40);
   for (const Problems* p : {&model_names.problems, &cluster_names.problems, &gpus.problems, &batches.problems}) {
     problems.insert(problems.end(), p->begin(), p->end());
   }
@@ -263,8 +268,17 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
           }
         }
         if (!plannable) continue;
-        for (std::int64_t batch : batches.value) {
+        std::vector<std::int64_t> job_batches = batches.value;
+        std::string batch_note;
+        if (f.global_batches.empty()) {
+          const DefaultBatch chosen = default_global_batch(model, graph.parameter_count(), seq_len, world);
+          job_batches = {chosen.sequences};
+          batch_note = "no --global-batch: using " + std::to_string(chosen.sequences) + " for " + model.name + " on " +
+                       std::to_string(world) + " devices (" + chosen.rule + ")";
+        }
+        for (std::int64_t batch : job_batches) {
           Job job;
+          job.batch_note = batch_note;
           job.model = model;
           job.cluster = cluster;
           job.world_size = world;

@@ -28,7 +28,7 @@ struct JobFlags {
   std::string models = "gpt3-175b";
   std::string clusters = "dgx-a100";
   std::string gpus = "1024";
-  std::string global_batches = "1536";
+  std::string global_batches;  // empty: model/default_batch.hpp's rule for each model and GPU count
   std::int64_t seq = 0;  // tokens; 0: each model's seq_len
 };
 
@@ -61,6 +61,7 @@ struct Job {
   std::int64_t seq_len = 0;       // tokens, resolved (the --seq or the model's)
   std::int64_t seq_flag = 0;      // what a Plan's seq_len should say (0: the model's)
   SearchSpace space;              // with this cluster's precisions
+  std::string batch_note;         // how the global batch was chosen when --global-batch was not given
 };
 
 // Loads the presets, parses the lists and checks that every job can be

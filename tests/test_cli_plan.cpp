@@ -116,6 +116,30 @@ TEST(CliPlan, Gpt3On1024A100sPrintsTheRankedTable) {
   expect_no_crash_text(r);
 }
 
+// Without --global-batch, plan and sweep take the same rule as explain
+// (model/default_batch.hpp): Llama 3 70B's 8192-token sequences get GPT-3
+// 175B's 3.2M tokens as 384 sequences, not GPT-3's 1536 sequences; and say so.
+TEST(CliPlan, WithoutGlobalBatchUsesTheRuleForThatModel) {
+  const std::vector<std::string> job = {"--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "64"};
+  std::vector<std::string> plan_args = {"plan", "--json", "--top", "1"};
+  plan_args.insert(plan_args.end(), job.begin(), job.end());
+  const CliRun planned = run(plan_args);
+  ASSERT_EQ(planned.status, 0) << planned.err;
+  EXPECT_EQ(nlohmann::json::parse(planned.out).at(0)["plan"]["global_batch"].get<std::int64_t>(), 384);
+  EXPECT_NE(planned.err.find("no --global-batch: using 384 for llama3-70b on 64 devices"), std::string::npos)
+      << planned.err;
+
+  const auto out = temp_path("default-batch.csv");
+  std::vector<std::string> sweep_args = {"sweep", "--out", out.string(), "--no-progress", "--feasible-only"};
+  sweep_args.insert(sweep_args.end(), job.begin(), job.end());
+  const CliRun swept = run(sweep_args);
+  ASSERT_EQ(swept.status, 0) << swept.err;
+  const Csv csv = parse_csv(read_text(out));
+  ASSERT_GE(csv.records.size(), 2u);
+  for (std::size_t i = 1; i < csv.records.size(); ++i) EXPECT_EQ(csv.records[i].at(column_of("global_batch")), "384");
+  EXPECT_NE(swept.err.find("no --global-batch: using 384"), std::string::npos) << swept.err;
+}
+
 TEST(CliPlan, JsonIsTheExplainObjectOfEachTopPlan) {
   const CliRun r = run(small_job("plan", {"--json", "--top", "3"}));
   ASSERT_EQ(r.status, 0) << r.err;
