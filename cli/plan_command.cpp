@@ -140,6 +140,7 @@ void print_ranked(std::ostream& out, const Job& job, const SearchResult& result,
   std::vector<std::size_t> shown;
   for (std::size_t i = 0; i < std::min(top, result.ranked.size()); ++i) shown.push_back(i);
   const bool uneven = any_uneven(result.ranked, shown);
+  const bool attentions = job.space.attentions.size() > 1;  // --attention fused,unfused: tell the rows apart
   std::vector<std::pair<std::string, bool>> columns = {{"rank", true},
                                                        {"mesh", false},
                                                        {"micro-batch", true},
@@ -147,6 +148,7 @@ void print_ranked(std::ostream& out, const Job& job, const SearchResult& result,
                                                        {"recompute", false},
                                                        {"sp", false},
                                                        {"schedule", false}};
+  if (attentions) columns.push_back({"attention", false});
   if (uneven) columns.push_back({"stage layers", false});
   for (auto column : std::vector<std::pair<std::string, bool>>{{"GiB/device", true},
                                                                  {"step s", true},
@@ -163,6 +165,7 @@ void print_ranked(std::ostream& out, const Job& job, const SearchResult& result,
     std::vector<std::string> row = {std::to_string(i + 1), c.plan.mesh.to_string(), batch_split(c.plan),
                                     std::to_string(c.plan.zero_stage), to_string(c.plan.recompute),
                                     c.plan.sequence_parallel ? "on" : "off", to_string(c.plan.schedule)};
+    if (attentions) row.push_back(to_string(c.plan.attention));
     if (uneven) row.push_back(layers_cell(c.plan));
     for (std::string cell : {gib(c.estimate.worst_memory.total_bytes()), format("%.3f", t.step_s),
                              format("%.1f", 100 * t.mfu), format("%.0f", t.tokens_per_s),
@@ -176,7 +179,7 @@ void print_ranked(std::ostream& out, const Job& job, const SearchResult& result,
   table.print(out, "  ");
 }
 
-void print_pareto(std::ostream& out, const SearchResult& result) {
+void print_pareto(std::ostream& out, const Job& job, const SearchResult& result) {
   constexpr std::size_t kShown = 12;
   std::vector<std::size_t> shown = result.pareto;
   if (shown.size() > kShown) {  // evenly spaced, both ends kept
@@ -188,6 +191,8 @@ void print_pareto(std::ostream& out, const SearchResult& result) {
   std::vector<std::pair<std::string, bool>> columns = {{"step s", true},     {"GiB/device", true}, {"rank", true},
                                                        {"mesh", false},      {"micro-batch", true}, {"zero", true},
                                                        {"recompute", false}, {"schedule", false}};
+  const bool attentions = job.space.attentions.size() > 1;
+  if (attentions) columns.push_back({"attention", false});
   if (uneven) columns.push_back({"stage layers", false});
   Table table(columns);
   for (std::size_t index : shown) {
@@ -196,6 +201,7 @@ void print_pareto(std::ostream& out, const SearchResult& result) {
                                     std::to_string(index + 1), c.plan.mesh.to_string(), batch_split(c.plan),
                                     std::to_string(c.plan.zero_stage), to_string(c.plan.recompute),
                                     to_string(c.plan.schedule)};
+    if (attentions) row.push_back(to_string(c.plan.attention));
     if (uneven) row.push_back(layers_cell(c.plan));
     table.add(std::move(row));
   }
@@ -276,7 +282,7 @@ int run_plan(const PlanCommandFlags& f) {
       if (fit) print_what_would_fit(std::cout, job.cluster, job.space, *fit);
     } else {
       print_ranked(std::cout, job, result, top);
-      print_pareto(std::cout, result);
+      print_pareto(std::cout, job, result);
       std::cout << "\ncandidates: " << rejection_summary(job, result.stats, ";\n  ") << "\n";
     }
     print_stats(std::cout, result.stats, threads);

@@ -140,6 +140,28 @@ TEST(CliPlan, WithoutGlobalBatchUsesTheRuleForThatModel) {
   EXPECT_NE(swept.err.find("no --global-batch: using 384"), std::string::npos) << swept.err;
 }
 
+// Searching both attention implementations, the table says which each row
+// uses (the rows would read alike otherwise); with one, no such column.
+TEST(CliPlan, BothAttentionsGetAnAttentionColumn) {
+  const std::vector<std::string> job = {"plan", "--model", "gpt2-1.5b", "--cluster", "dgx-h100", "--gpus", "8",
+                                        "--global-batch", "64", "--top", "40"};
+  std::vector<std::string> both = job;
+  both.insert(both.end(), {"--attention", "fused,unfused"});
+  const CliRun searched = run(both);
+  ASSERT_EQ(searched.status, 0) << searched.err;
+  const std::string header = "  rank  mesh";
+  const auto header_line = [&](const std::string& out) {
+    const auto at = out.find(header);
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  EXPECT_NE(header_line(searched.out).find(" attention "), std::string::npos) << searched.out;
+  EXPECT_NE(searched.out.find(" fused "), std::string::npos) << searched.out;
+  const CliRun fused_only = run(job);
+  ASSERT_EQ(fused_only.status, 0) << fused_only.err;
+  ASSERT_FALSE(header_line(fused_only.out).empty()) << fused_only.out;
+  EXPECT_EQ(header_line(fused_only.out).find(" attention "), std::string::npos) << fused_only.out;
+}
+
 TEST(CliPlan, JsonIsTheExplainObjectOfEachTopPlan) {
   const CliRun r = run(small_job("plan", {"--json", "--top", "3"}));
   ASSERT_EQ(r.status, 0) << r.err;
