@@ -1,4 +1,4 @@
-// meshplan: plan, explain and (later) simulate and train parallel training
+// meshplan: plan, explain, simulate, train and plot parallel training
 // jobs. main() only composes the subcommands and decides the exit status.
 #include <CLI/CLI.hpp>
 
