@@ -1,10 +1,16 @@
-// sharding_spec: the conventions of sharding.hpp, tensor by tensor.
-#include "gui/core/sharding.hpp"
+// sharding_spec: the conventions of sharding_spec.hpp, tensor by tensor, in
+// three phases: locate the tensor (its dimensions, which of them tp and ep
+// split, its stage and the rule in words; one function per model kind), split
+// its dimensions over the mesh (weights: tp, ep and the data axes of the role;
+// activations: the data axes, cp and tp), and place it on pipeline stages.
+#include "model/sharding_spec.hpp"
 
 #include <algorithm>
 #include <cctype>
 
-namespace meshplan::studio {
+#include "model/stage_partition.hpp"
+
+namespace meshplan {
 namespace {
 
 // Axes of size > 1 among `wanted`, in mesh order (outer first).
@@ -19,6 +25,8 @@ std::vector<Axis> in_mesh_order(const Mesh& mesh, const std::vector<Axis>& wante
   return out;
 }
 
+bool contains(const std::vector<Axis>& axes, Axis axis) { return std::find(axes.begin(), axes.end(), axis) != axes.end(); }
+
 std::int64_t layer_count(const ModelSpec& model) {
   switch (model.kind) {
     case ModelKind::transformer: return model.transformer.layers;
@@ -32,44 +40,21 @@ std::int64_t layer_count(const ModelSpec& model) {
   return 0;
 }
 
-// The ZeRO stage at which dp (and ep, for dense weights) start sharding a state.
-int zero_threshold(TensorRole role) {
-  switch (role) {
-    case TensorRole::parameters: return 3;
-    case TensorRole::gradients: return 2;
-    case TensorRole::optimizer_moment: return 1;
-    case TensorRole::activation: return 99;
-  }
-  return 99;
-}
-
-struct Shape {
+// A tensor as the first phase finds it: dimensions still whole.
+struct Located {
   std::vector<ShardedDim> dims;
-  int tp_dim = -1;     // dimension tp splits (-1: none)
-  int ep_dim = -1;     // expert dimension
+  int tp_dim = -1;       // dimension tp splits (-1: none)
+  int ep_dim = -1;       // expert dimension
   bool expert = false;
+  bool activation = false;
+  std::int64_t stage = 0;  // -1: first and last (tied output layer)
+  std::string rule;
 };
 
-// Splits for a weight: tp on tp_dim, ep on ep_dim, the data axes on the first dimension tp does not split.
-void shard_weight(Shape& shape, const Mesh& mesh, const Plan& plan, TensorRole role) {
-  if (shape.tp_dim >= 0) shape.dims[static_cast<std::size_t>(shape.tp_dim)].axes = in_mesh_order(mesh, {Axis::tp});
-  if (shape.ep_dim >= 0) shape.dims[static_cast<std::size_t>(shape.ep_dim)].axes = in_mesh_order(mesh, {Axis::ep});
-  std::vector<Axis> data = {Axis::fsdp};
-  if (plan.zero_stage >= zero_threshold(role)) {
-    data.push_back(Axis::dp);
-    if (!shape.expert) data.push_back(Axis::ep);
-  }
-  data = in_mesh_order(mesh, data);
-  if (data.empty()) return;
-  for (std::size_t d = 0; d < shape.dims.size(); ++d) {
-    if (static_cast<int>(d) == shape.tp_dim || static_cast<int>(d) == shape.ep_dim) continue;
-    shape.dims[d].axes = data;
-    return;
-  }
-  // Every dimension is taken (a 1-D tp-split vector): nest the data axes inside.
-  auto& axes = shape.dims.front().axes;
-  axes.insert(axes.end(), data.begin(), data.end());
-  axes = in_mesh_order(mesh, axes);
+Loaded<Located> failed(const std::string& message) {
+  Loaded<Located> result;
+  result.problems.push_back({Severity::error, "tensor", message});
+  return result;
 }
 
 bool parse_layer(const std::string& name, const std::string& prefix, std::int64_t& layer, std::string& rest) {
@@ -83,6 +68,234 @@ bool parse_layer(const std::string& name, const std::string& prefix, std::int64_
   return true;
 }
 
+// ---- phase 1: locate the tensor
+
+// The dimensions a transformer's tensors are written with.
+struct TransformerSizes {
+  std::int64_t q = 0, kv = 0, f_in = 0, seq = 0, norm = 0, batch = 0;
+  bool moe = false;
+};
+
+TransformerSizes transformer_sizes(const TransformerDims& t, const Plan& plan) {
+  TransformerSizes s;
+  const std::int64_t head_dim = t.head_dim > 0 ? t.head_dim : t.hidden / std::max<std::int64_t>(t.heads, 1);
+  s.q = t.heads * head_dim;
+  s.kv = (t.kv_heads > 0 ? t.kv_heads : t.heads) * head_dim;  // kv_heads 0: as many as the heads
+  s.f_in = t.feed_forward != FeedForward::gelu ? 2 * t.ffn : t.ffn;  // gated: gate and up side by side
+  s.seq = plan.seq_len > 0 ? plan.seq_len : t.seq_len;
+  s.norm = t.norm == Norm::layernorm ? 2 * t.hidden : t.hidden;
+  s.batch = plan.micro_batch * plan.mesh.data_parallel_size();
+  s.moe = t.experts > 0;
+  return s;
+}
+
+// A tensor of layer block `layer` ("ln1", "attn.qkv", ..., "mlp.hidden").
+Loaded<Located> transformer_layer_tensor(const TransformerDims& t, const TransformerSizes& s, const std::string& rest,
+                                         const std::string& tensor) {
+  Loaded<Located> result;
+  Located& l = result.value;
+  if (rest == "ln1" || rest == "ln2") {
+    l.dims = {{"norm", s.norm, {}}};
+    l.rule = "norm weights: whole on every tp rank";
+  } else if (rest == "attn.qkv") {
+    l.dims = {{"hidden", t.hidden, {}}, {"q+2kv", s.q + 2 * s.kv, {}}};
+    l.tp_dim = 1;
+    l.rule = "column-parallel: output columns (heads) split over tp";
+  } else if (rest == "attn.out") {
+    l.dims = {{"q", s.q, {}}, {"hidden", t.hidden, {}}};
+    l.tp_dim = 0;
+    l.rule = "row-parallel: input rows (heads) split over tp";
+  } else if (rest == "mlp.w_in" || rest == "mlp.w_out") {
+    const bool in = rest == "mlp.w_in";
+    if (s.moe) {
+      l.dims = in ? std::vector<ShardedDim>{{"expert", t.experts, {}}, {"hidden", t.hidden, {}}, {"ffn", s.f_in, {}}}
+                  : std::vector<ShardedDim>{{"expert", t.experts, {}}, {"ffn", t.ffn, {}}, {"hidden", t.hidden, {}}};
+      l.ep_dim = 0;
+      l.tp_dim = in ? 2 : 1;
+      l.expert = true;
+    } else {
+      l.dims = in ? std::vector<ShardedDim>{{"hidden", t.hidden, {}}, {"ffn", s.f_in, {}}}
+                  : std::vector<ShardedDim>{{"ffn", t.ffn, {}}, {"hidden", t.hidden, {}}};
+      l.tp_dim = in ? 1 : 0;
+    }
+    l.rule = in ? "column-parallel: ffn columns split over tp" : "row-parallel: ffn rows split over tp";
+    if (s.moe) l.rule += "; experts split over ep";
+  } else if (rest == "input") {
+    l.dims = {{"batch", s.batch, {}}, {"seq", s.seq, {}}, {"hidden", t.hidden, {}}};
+    l.activation = true;
+    l.rule = "residual stream: whole on every tp rank (no sequence parallelism)";
+  } else if (rest == "attn.scores") {
+    l.dims = {{"batch", s.batch, {}}, {"heads", t.heads, {}}, {"query", s.seq, {}}, {"key", s.seq, {}}};
+    l.tp_dim = 1;
+    l.activation = true;
+    l.rule = "attention scores: heads split over tp, query rows over cp";
+  } else if (rest == "mlp.hidden") {
+    l.dims = {{"batch", s.batch, {}}, {"seq", s.seq, {}}, {"ffn", t.ffn, {}}};
+    l.tp_dim = 2;
+    l.activation = true;
+    l.rule = "MLP inner activation: ffn split over tp (inside Megatron's f/g region)";
+  } else {
+    return failed("unknown tensor '" + tensor + "'");
+  }
+  return result;
+}
+
+Loaded<Located> transformer_tensor(const ModelSpec& model, const Plan& plan, const std::string& tensor) {
+  const TransformerDims& t = model.transformer;
+  const TransformerSizes s = transformer_sizes(t, plan);
+  const std::int64_t pp = plan.mesh.size(Axis::pp);
+  std::int64_t layer = -1;
+  std::string rest;
+  if (parse_layer(tensor, "layer", layer, rest)) {
+    const std::int64_t layers = layer_count(model);
+    if (layer < 0 || layer >= layers) return failed("layer " + std::to_string(layer) + " is out of range 0.." + std::to_string(layers - 1));
+    Loaded<Located> result = transformer_layer_tensor(t, s, rest, tensor);
+    result.value.stage = stage_of_layer(layers, plan, layer);
+    if (rest == "input" && plan.sequence_parallel) result.value.rule = "residual stream: sequence split over cp and tp (sequence parallelism)";
+    return result;
+  }
+  Loaded<Located> result;
+  Located& l = result.value;
+  if (tensor == "embedding.tokens") {
+    l.dims = {{"vocab", t.vocab, {}}, {"hidden", t.hidden, {}}};
+    l.tp_dim = 0;
+    l.stage = t.tied_embeddings && pp > 1 ? -1 : 0;
+    l.rule = "vocabulary-parallel embedding: rows split over tp";
+    if (t.tied_embeddings && pp > 1) l.rule += "; tied to the output layer, so the last stage holds a copy";
+  } else if (tensor == "embedding.positions") {
+    if (t.positions != Positions::learned) return failed("this model has no learned position embedding");
+    l.dims = {{"position", t.seq_len, {}}, {"hidden", t.hidden, {}}};
+    l.rule = "position embedding: whole on every tp rank";
+  } else if (tensor == "head.norm") {
+    l.dims = {{"norm", s.norm, {}}};
+    l.stage = pp - 1;
+    l.rule = "final norm: whole on every tp rank";
+  } else if (tensor == "head.output") {
+    if (t.tied_embeddings) return failed("the output layer is tied to embedding.tokens");
+    l.dims = {{"vocab", t.vocab, {}}, {"hidden", t.hidden, {}}};
+    l.tp_dim = 0;
+    l.stage = pp - 1;
+    l.rule = "vocabulary-parallel output layer: rows split over tp";
+  } else if (tensor == "head.logits") {
+    l.dims = {{"batch", s.batch, {}}, {"seq", s.seq, {}}, {"vocab", t.vocab, {}}};
+    l.tp_dim = 2;
+    l.activation = true;
+    l.stage = pp - 1;
+    l.rule = "fp32 logits of one micro-batch step: vocabulary split over tp (vocabulary-parallel cross-entropy)";
+  } else {
+    return failed("unknown tensor '" + tensor + "'");
+  }
+  return result;
+}
+
+Loaded<Located> mlp_tensor(const ModelSpec& model, const Plan& plan, const std::string& tensor) {
+  std::int64_t layer = -1;
+  std::string rest;
+  if (!parse_layer(tensor, "linear", layer, rest) || (rest != "weight" && rest != "output")) {
+    return failed("unknown tensor '" + tensor + "' (linear<i>.weight or linear<i>.output)");
+  }
+  const std::int64_t layers = layer_count(model);
+  if (layer < 0 || layer >= layers) return failed("linear " + std::to_string(layer) + " is out of range 0.." + std::to_string(layers - 1));
+  Loaded<Located> result;
+  Located& l = result.value;
+  const auto i = static_cast<std::size_t>(layer);
+  const bool column = layer % 2 == 0;
+  l.stage = stage_of_layer(layers, plan, layer);
+  if (rest == "weight") {
+    l.dims = {{"in", model.mlp.layer_sizes[i], {}}, {"out", model.mlp.layer_sizes[i + 1], {}}};
+    l.tp_dim = column ? 1 : 0;
+    l.rule = column ? "even linear, column-parallel: outputs split over tp" : "odd linear, row-parallel: inputs split over tp";
+  } else {
+    l.dims = {{"batch", plan.micro_batch * plan.mesh.data_parallel_size(), {}}, {"out", model.mlp.layer_sizes[i + 1], {}}};
+    if (column) l.tp_dim = 1;
+    l.activation = true;
+    l.rule = column ? "output of a column-parallel linear: features split over tp" : "output of a row-parallel linear: whole after the all-reduce";
+  }
+  return result;
+}
+
+Loaded<Located> cnn_tensor(const ModelSpec& model, const Plan& plan, const std::string& tensor) {
+  Loaded<Located> result;
+  Located& l = result.value;
+  if (tensor == "classifier.weight") {
+    const std::int64_t features = model.cnn.stage_channels.empty() ? 0 : model.cnn.stage_channels.back() * model.cnn.expansion;
+    l.dims = {{"features", features, {}}, {"classes", model.cnn.classes, {}}};
+    l.rule = "CNNs are data-parallel only: whole unless fsdp / ZeRO shards it";
+  } else if (tensor == "input.images") {
+    const std::int64_t batch = plan.micro_batch * plan.mesh.data_parallel_size();
+    l.dims = {{"batch", batch, {}}, {"channels", model.cnn.channels, {}}, {"height", model.cnn.image_size, {}}, {"width", model.cnn.image_size, {}}};
+    l.activation = true;
+    l.rule = "images of one micro-batch step: batch split over the data-parallel axes";
+  } else {
+    return failed("unknown tensor '" + tensor + "' (classifier.weight or input.images)");
+  }
+  return result;
+}
+
+Loaded<Located> locate(const ModelSpec& model, const Plan& plan, const std::string& tensor) {
+  switch (model.kind) {
+    case ModelKind::transformer: return transformer_tensor(model, plan, tensor);
+    case ModelKind::mlp: return mlp_tensor(model, plan, tensor);
+    case ModelKind::cnn: return cnn_tensor(model, plan, tensor);
+  }
+  return failed("unknown model kind");
+}
+
+// ---- phase 2: split the dimensions over the mesh
+
+// A weight: tp on tp_dim, ep on ep_dim, the data axes of the role on the
+// first dimension tp does not split. Returns the data axes used.
+std::vector<Axis> shard_weight(Located& l, const Mesh& mesh, int zero_stage, ModelState state) {
+  if (l.tp_dim >= 0) l.dims[static_cast<std::size_t>(l.tp_dim)].axes = in_mesh_order(mesh, {Axis::tp});
+  if (l.ep_dim >= 0) l.dims[static_cast<std::size_t>(l.ep_dim)].axes = in_mesh_order(mesh, {Axis::ep});
+  const std::vector<Axis> data = in_mesh_order(mesh, data_sharding_axes(zero_stage, state, l.expert));
+  if (data.empty()) return data;
+  for (std::size_t d = 0; d < l.dims.size(); ++d) {
+    if (static_cast<int>(d) == l.tp_dim || static_cast<int>(d) == l.ep_dim) continue;
+    l.dims[d].axes = data;
+    return data;
+  }
+  // Every dimension is taken (a 1-D tp-split vector): nest the data axes inside.
+  auto& axes = l.dims.front().axes;
+  axes.insert(axes.end(), data.begin(), data.end());
+  axes = in_mesh_order(mesh, axes);
+  return data;
+}
+
+// An activation of one micro-batch step: batch over the data axes, heads /
+// ffn / vocabulary over tp, the sequence (or query rows) over cp, and over tp
+// too for the residual stream under sequence parallelism.
+void shard_activation(Located& l, const Mesh& mesh, bool sequence_parallel) {
+  if (l.tp_dim >= 0) l.dims[static_cast<std::size_t>(l.tp_dim)].axes = in_mesh_order(mesh, {Axis::tp});
+  l.dims[0].axes = in_mesh_order(mesh, {Axis::dp, Axis::fsdp, Axis::ep});
+  if (l.dims.size() >= 3 && (l.dims[1].name == "seq" || l.dims[2].name == "query")) {
+    const std::size_t seq_dim = l.dims[1].name == "seq" ? 1 : 2;
+    std::vector<Axis> seq_axes = {Axis::cp};
+    if (sequence_parallel && l.tp_dim < 0) seq_axes.push_back(Axis::tp);
+    l.dims[seq_dim].axes = in_mesh_order(mesh, seq_axes);
+  }
+}
+
+// ---- phase 3: stages and replication
+
+std::vector<std::int64_t> stages_holding(std::int64_t stage, std::int64_t pp) {
+  if (pp == 1) return {0};
+  if (stage == -1) return {0, pp - 1};
+  return {stage};
+}
+
+// Axes of size > 1 (other than pp) that split no dimension.
+std::vector<Axis> replicated_axes(const std::vector<ShardedDim>& dims, const Mesh& mesh) {
+  std::vector<Axis> out;
+  for (const MeshAxis& a : mesh.axes) {
+    if (a.size <= 1 || a.axis == Axis::pp) continue;
+    bool used = false;
+    for (const auto& d : dims) used = used || contains(d.axes, a.axis);
+    if (!used) out.push_back(a.axis);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string to_string(TensorRole role) {
@@ -93,6 +306,16 @@ std::string to_string(TensorRole role) {
     case TensorRole::activation: return "activation";
   }
   return "?";
+}
+
+std::optional<ModelState> model_state(TensorRole role) {
+  switch (role) {
+    case TensorRole::parameters: return ModelState::parameters;
+    case TensorRole::gradients: return ModelState::gradients;
+    case TensorRole::optimizer_moment: return ModelState::optimizer;
+    case TensorRole::activation: return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 std::string ShardingSpec::partition_text() const {
@@ -116,26 +339,6 @@ std::int64_t ShardingSpec::splits(const Mesh& mesh, std::size_t d) const {
   std::int64_t n = 1;
   for (Axis a : dims.at(d).axes) n *= mesh.size(a);
   return n;
-}
-
-std::int64_t stage_of_layer(std::int64_t layers, const Plan& plan, std::int64_t layer) {
-  const std::int64_t pp = plan.mesh.size(Axis::pp);
-  const std::int64_t v = plan.schedule.kind == ScheduleKind::interleaved ? std::max<std::int64_t>(plan.schedule.virtual_stages, 1) : 1;
-  const std::int64_t chunks = pp * v;
-  std::int64_t chunk = 0;
-  if (!plan.stage_layers.empty()) {
-    std::int64_t end = 0;
-    for (std::size_t c = 0; c < plan.stage_layers.size(); ++c) {
-      end += plan.stage_layers[c];
-      if (layer < end) {
-        chunk = static_cast<std::int64_t>(c);
-        break;
-      }
-    }
-  } else if (layers > 0) {
-    chunk = std::min(chunks - 1, layer * chunks / layers);
-  }
-  return chunk % pp;
 }
 
 std::vector<TensorChoice> sharding_tensors(const ModelSpec& model, std::int64_t layer) {
@@ -163,174 +366,39 @@ std::vector<TensorChoice> sharding_tensors(const ModelSpec& model, std::int64_t 
 
 Loaded<ShardingSpec> sharding_spec(const ModelSpec& model, const Plan& plan, const std::string& tensor, TensorRole role) {
   Loaded<ShardingSpec> result;
+  Loaded<Located> located = locate(model, plan, tensor);
+  result.problems = located.problems;
+  if (!located.ok()) return result;
+  Located& l = located.value;
+  const std::optional<ModelState> state = model_state(role);
+  if (l.activation != !state) {
+    result.problems.push_back(
+        {Severity::error, "tensor",
+         l.activation ? "'" + tensor + "' is an activation; choose the activation role"
+                      : "'" + tensor + "' is a weight; choose parameters, gradients or an optimizer moment"});
+    return result;
+  }
   ShardingSpec& spec = result.value;
   spec.tensor = tensor;
   spec.role = role;
-  const Mesh& mesh = plan.mesh;
-  const std::int64_t pp = mesh.size(Axis::pp);
-  const std::int64_t layers = layer_count(model);
-  const std::int64_t batch = plan.micro_batch * mesh.data_parallel_size();
-  auto fail = [&](const std::string& message) {
-    result.problems.push_back({Severity::error, "tensor", message});
-    return result;
-  };
-
-  Shape shape;
-  bool activation = false;
-  std::int64_t stage = 0;  // -1: first and last (tied output layer)
-  std::string rule;
-  std::int64_t layer = -1;
-  std::string rest;
-
-  if (model.kind == ModelKind::transformer) {
-    const TransformerDims& t = model.transformer;
-    const std::int64_t head_dim = t.head_dim > 0 ? t.head_dim : t.hidden / std::max<std::int64_t>(t.heads, 1);
-    const std::int64_t q = t.heads * head_dim, kv = t.kv_heads * head_dim;
-    const bool gated = t.feed_forward != FeedForward::gelu;
-    const std::int64_t f_in = gated ? 2 * t.ffn : t.ffn;
-    const std::int64_t seq = plan.seq_len > 0 ? plan.seq_len : t.seq_len;
-    const std::int64_t norm = t.norm == Norm::layernorm ? 2 * t.hidden : t.hidden;
-    const bool moe = t.experts > 0;
-    if (tensor == "embedding.tokens") {
-      shape.dims = {{"vocab", t.vocab, {}}, {"hidden", t.hidden, {}}};
-      shape.tp_dim = 0;
-      stage = t.tied_embeddings && pp > 1 ? -1 : 0;
-      rule = "vocabulary-parallel embedding: rows split over tp";
-      if (t.tied_embeddings && pp > 1) rule += "; tied to the output layer, so the last stage holds a copy";
-    } else if (tensor == "embedding.positions") {
-      if (t.positions != Positions::learned) return fail("this model has no learned position embedding");
-      shape.dims = {{"position", t.seq_len, {}}, {"hidden", t.hidden, {}}};
-      rule = "position embedding: whole on every tp rank";
-    } else if (tensor == "head.norm") {
-      shape.dims = {{"norm", norm, {}}};
-      stage = pp - 1;
-      rule = "final norm: whole on every tp rank";
-    } else if (tensor == "head.output") {
-      if (t.tied_embeddings) return fail("the output layer is tied to embedding.tokens");
-      shape.dims = {{"vocab", t.vocab, {}}, {"hidden", t.hidden, {}}};
-      shape.tp_dim = 0;
-      stage = pp - 1;
-      rule = "vocabulary-parallel output layer: rows split over tp";
-    } else if (tensor == "head.logits") {
-      shape.dims = {{"batch", batch, {}}, {"seq", seq, {}}, {"vocab", t.vocab, {}}};
-      shape.tp_dim = 2;
-      activation = true;
-      stage = pp - 1;
-      rule = "fp32 logits of one micro-batch step: vocabulary split over tp (vocabulary-parallel cross-entropy)";
-    } else if (parse_layer(tensor, "layer", layer, rest)) {
-      if (layer < 0 || layer >= layers) return fail("layer " + std::to_string(layer) + " is out of range 0.." + std::to_string(layers - 1));
-      stage = stage_of_layer(layers, plan, layer);
-      if (rest == "ln1" || rest == "ln2") {
-        shape.dims = {{"norm", norm, {}}};
-        rule = "norm weights: whole on every tp rank";
-      } else if (rest == "attn.qkv") {
-        shape.dims = {{"hidden", t.hidden, {}}, {"q+2kv", q + 2 * kv, {}}};
-        shape.tp_dim = 1;
-        rule = "column-parallel: output columns (heads) split over tp";
-      } else if (rest == "attn.out") {
-        shape.dims = {{"q", q, {}}, {"hidden", t.hidden, {}}};
-        shape.tp_dim = 0;
-        rule = "row-parallel: input rows (heads) split over tp";
-      } else if (rest == "mlp.w_in" || rest == "mlp.w_out") {
-        const bool in = rest == "mlp.w_in";
-        if (moe) {
-          shape.dims = in ? std::vector<ShardedDim>{{"expert", t.experts, {}}, {"hidden", t.hidden, {}}, {"ffn", f_in, {}}}
-                          : std::vector<ShardedDim>{{"expert", t.experts, {}}, {"ffn", t.ffn, {}}, {"hidden", t.hidden, {}}};
-          shape.ep_dim = 0;
-          shape.tp_dim = in ? 2 : 1;
-          shape.expert = true;
-        } else {
-          shape.dims = in ? std::vector<ShardedDim>{{"hidden", t.hidden, {}}, {"ffn", f_in, {}}}
-                          : std::vector<ShardedDim>{{"ffn", t.ffn, {}}, {"hidden", t.hidden, {}}};
-          shape.tp_dim = in ? 1 : 0;
-        }
-        rule = in ? "column-parallel: ffn columns split over tp" : "row-parallel: ffn rows split over tp";
-        if (moe) rule += "; experts split over ep";
-      } else if (rest == "input") {
-        shape.dims = {{"batch", batch, {}}, {"seq", seq, {}}, {"hidden", t.hidden, {}}};
-        activation = true;
-        rule = plan.sequence_parallel ? "residual stream: sequence split over cp and tp (sequence parallelism)"
-                                      : "residual stream: whole on every tp rank (no sequence parallelism)";
-      } else if (rest == "attn.scores") {
-        shape.dims = {{"batch", batch, {}}, {"heads", t.heads, {}}, {"query", seq, {}}, {"key", seq, {}}};
-        shape.tp_dim = 1;
-        activation = true;
-        rule = "attention scores: heads split over tp, query rows over cp";
-      } else if (rest == "mlp.hidden") {
-        shape.dims = {{"batch", batch, {}}, {"seq", seq, {}}, {"ffn", t.ffn, {}}};
-        shape.tp_dim = 2;
-        activation = true;
-        rule = "MLP inner activation: ffn split over tp (inside Megatron's f/g region)";
-      } else {
-        return fail("unknown tensor '" + tensor + "'");
-      }
-    } else {
-      return fail("unknown tensor '" + tensor + "'");
-    }
-  } else if (model.kind == ModelKind::mlp) {
-    if (!parse_layer(tensor, "linear", layer, rest) || (rest != "weight" && rest != "output")) {
-      return fail("unknown tensor '" + tensor + "' (linear<i>.weight or linear<i>.output)");
-    }
-    if (layer < 0 || layer >= layers) return fail("linear " + std::to_string(layer) + " is out of range 0.." + std::to_string(layers - 1));
-    const auto i = static_cast<std::size_t>(layer);
-    const bool column = layer % 2 == 0;
-    stage = stage_of_layer(layers, plan, layer);
-    if (rest == "weight") {
-      shape.dims = {{"in", model.mlp.layer_sizes[i], {}}, {"out", model.mlp.layer_sizes[i + 1], {}}};
-      shape.tp_dim = column ? 1 : 0;
-      rule = column ? "even linear, column-parallel: outputs split over tp" : "odd linear, row-parallel: inputs split over tp";
-    } else {
-      shape.dims = {{"batch", batch, {}}, {"out", model.mlp.layer_sizes[i + 1], {}}};
-      if (column) shape.tp_dim = 1;
-      activation = true;
-      rule = column ? "output of a column-parallel linear: features split over tp" : "output of a row-parallel linear: whole after the all-reduce";
-    }
+  if (state) {
+    spec.data_axes = shard_weight(l, plan.mesh, plan.zero_stage, *state);
   } else {
-    if (tensor == "classifier.weight") {
-      const std::int64_t features = model.cnn.stage_channels.empty() ? 0 : model.cnn.stage_channels.back() * model.cnn.expansion;
-      shape.dims = {{"features", features, {}}, {"classes", model.cnn.classes, {}}};
-      rule = "CNNs are data-parallel only: whole unless fsdp / ZeRO shards it";
-    } else if (tensor == "input.images") {
-      shape.dims = {{"batch", batch, {}}, {"channels", model.cnn.channels, {}}, {"height", model.cnn.image_size, {}}, {"width", model.cnn.image_size, {}}};
-      activation = true;
-      rule = "images of one micro-batch step: batch split over the data-parallel axes";
-    } else {
-      return fail("unknown tensor '" + tensor + "' (classifier.weight or input.images)");
-    }
+    shard_activation(l, plan.mesh, plan.sequence_parallel);
   }
-
-  if (activation != (role == TensorRole::activation)) {
-    return fail(activation ? "'" + tensor + "' is an activation; choose the activation role"
-                           : "'" + tensor + "' is a weight; choose parameters, gradients or an optimizer moment");
-  }
-  if (activation) {
-    if (shape.tp_dim >= 0) shape.dims[static_cast<std::size_t>(shape.tp_dim)].axes = in_mesh_order(mesh, {Axis::tp});
-    shape.dims[0].axes = in_mesh_order(mesh, {Axis::dp, Axis::fsdp, Axis::ep});
-    if (shape.dims.size() >= 3 && (shape.dims[1].name == "seq" || shape.dims[2].name == "query")) {
-      const std::size_t seq_dim = shape.dims[1].name == "seq" ? 1 : 2;
-      std::vector<Axis> seq_axes = {Axis::cp};
-      if (plan.sequence_parallel && shape.tp_dim < 0) seq_axes.push_back(Axis::tp);
-      shape.dims[seq_dim].axes = in_mesh_order(mesh, seq_axes);
-    }
-  } else {
-    shard_weight(shape, mesh, plan, role);
-  }
-
-  spec.dims = shape.dims;
-  spec.rule = rule;
-  if (stage == -1) {
-    spec.stages = {0, pp - 1};
-  } else {
-    spec.stages = {stage};
-  }
-  if (pp == 1) spec.stages = {0};
-  for (const MeshAxis& a : mesh.axes) {
-    if (a.size <= 1 || a.axis == Axis::pp) continue;
-    bool used = false;
-    for (const auto& d : spec.dims) used = used || std::find(d.axes.begin(), d.axes.end(), a.axis) != d.axes.end();
-    if (!used) spec.replicated_over.push_back(a.axis);
-  }
+  spec.dims = std::move(l.dims);
+  spec.rule = std::move(l.rule);
+  spec.stages = stages_holding(l.stage, plan.mesh.size(Axis::pp));
+  spec.replicated_over = replicated_axes(spec.dims, plan.mesh);
   return result;
+}
+
+ShardingSpec gathered(const ShardingSpec& spec, const Mesh& mesh) {
+  ShardingSpec out = spec;
+  for (auto& d : out.dims) std::erase_if(d.axes, [&](Axis a) { return contains(spec.data_axes, a); });
+  out.data_axes.clear();
+  out.replicated_over = replicated_axes(out.dims, mesh);
+  return out;
 }
 
 std::optional<std::vector<std::int64_t>> block_of_device(const ShardingSpec& spec, const Mesh& mesh, std::int64_t rank) {
@@ -345,4 +413,27 @@ std::optional<std::vector<std::int64_t>> block_of_device(const ShardingSpec& spe
   return block;
 }
 
-}  // namespace meshplan::studio
+std::vector<std::int64_t> split_extents(std::int64_t size, std::int64_t parts) {
+  std::vector<std::int64_t> out;
+  if (parts < 1) return out;
+  const std::int64_t chunk = (size + parts - 1) / parts;
+  std::int64_t left = size;
+  for (std::int64_t i = 0; i < parts; ++i) {
+    const std::int64_t take = std::max<std::int64_t>(0, std::min(chunk, left));
+    out.push_back(take);
+    left -= take;
+  }
+  return out;
+}
+
+std::optional<std::vector<std::int64_t>> block_shape(const ShardingSpec& spec, const Mesh& mesh, std::int64_t rank) {
+  const auto block = block_of_device(spec, mesh, rank);
+  if (!block) return std::nullopt;
+  std::vector<std::int64_t> shape;
+  for (std::size_t d = 0; d < spec.dims.size(); ++d) {
+    shape.push_back(split_extents(spec.dims[d].size, spec.splits(mesh, d))[static_cast<std::size_t>((*block)[d])]);
+  }
+  return shape;
+}
+
+}  // namespace meshplan

@@ -1,9 +1,10 @@
 // ShardingSpec: for one tensor of a model under a plan, which mesh axes split
 // which of its dimensions (like a JAX PartitionSpec), which pipeline stages
-// hold it, and so which block of it each device holds. docs/architecture.md names this
-// as the piece the studio's sharding picture and the executor's parameter
-// layout share; model/ has none yet, so it lives here as a pure function of
-// (ModelSpec, Plan, tensor, role) with no Qt, ready to move to model/.
+// hold it, and so which block of it each device holds. It is the one answer
+// to "which device holds which block of which tensor": the studio draws it
+// (gui/core/geometry.hpp) and the executor's parameter layout is built from
+// it (executor/parallel/shard_layout.hpp). A pure function of (ModelSpec,
+// Plan, tensor, role).
 //
 // Conventions (docs/cost-model.md, "Parameters" and "Model states and ZeRO";
 // docs/studio.md, "Sharding" states them with examples):
@@ -11,25 +12,31 @@
 //     (attn.qkv, mlp.w_in, even MLP linears) split their output dimension,
 //     row-parallel ones (attn.out, mlp.w_out, odd MLP linears) their input
 //     dimension, the embedding and output layer their vocabulary rows.
-//     Norm weights are whole on every tp rank.
+//     Norm weights are whole on every tp rank. Weights are written [in, out],
+//     as a JAX kernel is.
 //   * data sharding (fsdp always; dp and, for dense weights, ep when the ZeRO
-//     stage covers the state: parameters at 3, gradients at 2, optimizer
-//     moments at 1; Rajbhandari et al. 2020) splits the first dimension tp
-//     does not split, as JAX's P('fsdp', 'tp') does for a column-parallel
-//     kernel.
+//     stage covers the state: model/model_states.hpp; Rajbhandari et al. 2020)
+//     splits the first dimension tp does not split, as JAX's P('fsdp', 'tp')
+//     does for a column-parallel kernel. `data_axes` names them, and
+//     `gathered` takes them off: what a device holds while a pass uses the
+//     tensor.
 //   * ep splits a mixture-of-experts weight's expert dimension.
 //   * pp: a layer's tensors live on the stage whose chunk holds the layer
-//     (chunk c on stage c mod pp); the embedding on stage 0, the head on the
-//     last; a tied output layer also on the last stage when pp > 1.
+//     (stage_of_layer, model/stage_partition.hpp); the embedding on stage 0,
+//     the head on the last; a tied output layer also on the last stage when
+//     pp > 1.
 //   * activations of one micro-batch step: the batch dimension (micro-batch x
 //     dp x fsdp x ep sequences) split over the data-parallel axes, the
 //     sequence over cp (and tp under sequence parallelism, for the residual
 //     stream), heads / ffn / vocabulary over tp inside Megatron's regions.
 //   * several axes on one dimension nest in mesh order (outer axis major), so
 //     block numbers grow with the rank, as device order does in JAX.
+//   * blocks are cut as JAX cuts them: ceil(size / n) each, the last ones
+//     smaller (or empty) when n does not divide the size (split_extents).
 //
-// Defines: TensorRole, ShardedDim, ShardingSpec, sharding_tensors,
-// sharding_spec, block_of_device, stage_of_layer.
+// Defines: TensorRole, model_state, ShardedDim, ShardingSpec, TensorChoice,
+// sharding_tensors, sharding_spec, gathered, block_of_device, split_extents,
+// block_shape.
 #pragma once
 
 #include <cstdint>
@@ -38,13 +45,16 @@
 #include <vector>
 
 #include "model/model_spec.hpp"
+#include "model/model_states.hpp"
 #include "model/plan.hpp"
 #include "model/problem.hpp"
 
-namespace meshplan::studio {
+namespace meshplan {
 
 enum class TensorRole { parameters, gradients, optimizer_moment, activation };
 std::string to_string(TensorRole role);
+// The model state a weight's role is (nullopt for activations).
+std::optional<ModelState> model_state(TensorRole role);
 
 struct ShardedDim {
   std::string name;          // "vocab", "hidden", "ffn", "batch", "seq"
@@ -58,6 +68,7 @@ struct ShardingSpec {
   std::vector<ShardedDim> dims;
   std::vector<std::int64_t> stages;  // pipeline stages holding it (all when pp = 1)
   std::vector<Axis> replicated_over; // axes of size > 1 (other than pp) along which copies repeat
+  std::vector<Axis> data_axes;       // weights: the axes (size > 1) FSDP / ZeRO shard this state over, mesh order
   std::string rule;                  // one line: why it is split this way
 
   // "P('tp', 'fsdp')"-style text: one entry per dimension, None when whole.
@@ -78,11 +89,21 @@ std::vector<TensorChoice> sharding_tensors(const ModelSpec& model, std::int64_t 
 // name "tensor" (unknown name, layer out of range, role not applicable).
 Loaded<ShardingSpec> sharding_spec(const ModelSpec& model, const Plan& plan, const std::string& tensor, TensorRole role);
 
+// The spec with its data axes gathered: what a device holds of the weight
+// while a pass uses it (after FSDP / ZeRO-3 all-gathers it); the data axes
+// join replicated_over. Unchanged for activations.
+ShardingSpec gathered(const ShardingSpec& spec, const Mesh& mesh);
+
 // The block of the tensor device `rank` holds (one index per dimension), or
 // nullopt when its pipeline stage does not hold the tensor.
 std::optional<std::vector<std::int64_t>> block_of_device(const ShardingSpec& spec, const Mesh& mesh, std::int64_t rank);
 
-// Pipeline stage of layer block `layer` (0-based) of `layer_count` under the plan's pp, v and stage_layers.
-std::int64_t stage_of_layer(std::int64_t layer_count, const Plan& plan, std::int64_t layer);
+// `size` elements in `parts` blocks as JAX splits them: ceil(size / parts)
+// each, the last ones smaller (or empty) when it does not divide.
+std::vector<std::int64_t> split_extents(std::int64_t size, std::int64_t parts);
 
-}  // namespace meshplan::studio
+// The extents of the block device `rank` holds (one per dimension), or
+// nullopt when its pipeline stage does not hold the tensor.
+std::optional<std::vector<std::int64_t>> block_shape(const ShardingSpec& spec, const Mesh& mesh, std::int64_t rank);
+
+}  // namespace meshplan

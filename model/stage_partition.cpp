@@ -86,6 +86,30 @@ std::vector<std::int64_t> split_contiguous(std::span<const double> layer_s, doub
 
 }  // namespace
 
+std::int64_t chunk_layers(std::int64_t layer_count, std::int64_t chunks,
+                          const std::vector<std::int64_t>& layers_per_chunk, std::int64_t chunk) {
+  if (!layers_per_chunk.empty()) return layers_per_chunk[static_cast<std::size_t>(chunk)];
+  return (chunk + 1) * layer_count / chunks - chunk * layer_count / chunks;
+}
+
+std::int64_t stage_of_layer(std::int64_t layer_count, std::int64_t pp, std::int64_t v,
+                            const std::vector<std::int64_t>& layers_per_chunk, std::int64_t layer) {
+  pp = std::max<std::int64_t>(pp, 1);
+  // Walks the given counts when there are any (a plan validation refuses may have the wrong number).
+  const std::int64_t chunks = layers_per_chunk.empty() ? pp * std::max<std::int64_t>(v, 1)
+                                                       : static_cast<std::int64_t>(layers_per_chunk.size());
+  std::int64_t end = 0;
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    end += chunk_layers(layer_count, chunks, layers_per_chunk, c);
+    if (layer < end) return c % pp;
+  }
+  return (chunks - 1) % pp;
+}
+
+std::int64_t stage_of_layer(std::int64_t layer_count, const Plan& plan, std::int64_t layer) {
+  return stage_of_layer(layer_count, plan.mesh.size(Axis::pp), plan.schedule.virtual_stages, plan.stage_layers, layer);
+}
+
 std::vector<int> StagePartition::blocks_on_stage(const LayerGraph& graph, std::int64_t stage) const {
   std::vector<int> out;
   for (std::size_t b = 0; b < graph.blocks.size(); ++b) {
@@ -136,7 +160,7 @@ Loaded<StagePartition> partition_stages(const LayerGraph& graph, std::int64_t pp
                std::to_string(layer_count) + ")"});
       return result;
     }
-    sizes.assign(static_cast<std::size_t>(chunks), layer_count / chunks);
+    for (std::int64_t c = 0; c < chunks; ++c) sizes.push_back(chunk_layers(layer_count, chunks, {}, c));
   } else {
     if (static_cast<std::int64_t>(sizes.size()) != chunks) {
       result.problems.push_back({Severity::error, "stage_layers",

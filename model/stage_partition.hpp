@@ -7,6 +7,9 @@
 // the layers, or when the embedding and head make an even split lopsided:
 // the search minimises the slowest stage, as Megatron-LM's
 // --decoder-first/last-pipeline-num-layers let a user do by hand.
+// chunk_layers and stage_of_layer are the one answer to "which stage holds
+// layer l": the partition, the sharding spec (model/sharding_spec.hpp) and
+// the evaluator all cut the layers with them.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,21 @@ struct StagePartition {
   std::vector<int> blocks_on_stage(const LayerGraph& graph, std::int64_t stage) const;
   std::int64_t layers_on_stage(std::int64_t stage) const;
 };
+
+// Layers in chunk `chunk` of `chunks` (pp x v): layers_per_chunk[chunk] when
+// given, else an even split, chunk c holding layers [c L / n, (c + 1) L / n)
+// of L = layer_count, n = chunks (L / n each when n divides L, which
+// partition_stages requires; the rule only keeps every layer placed for a
+// plan that validation refuses). Allocation-free: the search calls it.
+std::int64_t chunk_layers(std::int64_t layer_count, std::int64_t chunks,
+                          const std::vector<std::int64_t>& layers_per_chunk, std::int64_t chunk);
+
+// The pipeline stage that runs layer `layer` (0-based) of `layer_count`: the
+// stage of the chunk holding it, chunk c on stage c mod pp. The Plan form
+// reads pp, v (schedule.virtual_stages) and stage_layers from the plan.
+std::int64_t stage_of_layer(std::int64_t layer_count, std::int64_t pp, std::int64_t v,
+                            const std::vector<std::int64_t>& layers_per_chunk, std::int64_t layer);
+std::int64_t stage_of_layer(std::int64_t layer_count, const Plan& plan, std::int64_t layer);
 
 // Even split when `layers_per_chunk` is empty (the layer count must divide by
 // pp x v); otherwise one entry per chunk, summing to the layer count. Problems

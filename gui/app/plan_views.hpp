@@ -14,7 +14,7 @@
 #include "gui/core/geometry.hpp"
 #include "gui/core/plan_details.hpp"
 #include "gui/core/roofline.hpp"
-#include "gui/core/sharding.hpp"
+#include "model/sharding_spec.hpp"
 
 class QComboBox;
 class QLabel;

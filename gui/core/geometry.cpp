@@ -10,19 +10,6 @@ namespace meshplan::studio {
 
 // ---- sharding
 
-std::vector<std::int64_t> split_extents(std::int64_t size, std::int64_t parts) {
-  std::vector<std::int64_t> out;
-  if (parts < 1) return out;
-  const std::int64_t chunk = (size + parts - 1) / parts;
-  std::int64_t left = size;
-  for (std::int64_t i = 0; i < parts; ++i) {
-    const std::int64_t take = std::max<std::int64_t>(0, std::min(chunk, left));
-    out.push_back(take);
-    left -= take;
-  }
-  return out;
-}
-
 ShardingGrid sharding_grid(const ShardingSpec& spec, const Mesh& mesh) {
   ShardingGrid grid;
   const std::size_t rank = spec.dims.size();

@@ -12,7 +12,7 @@
 //     gaps (pipeline bubbles) between busy intervals;
 //   * nearest point: what a click on a scatter chart picks.
 //
-// Defines: split_extents, ShardingCell, ShardingGrid, sharding_grid,
+// Defines: ShardingCell, ShardingGrid, sharding_grid,
 // layout_sharding_grid, describe_devices, MeshLayout, mesh_layout,
 // node_rect, device_rect, device_at, nice_ceiling, bar_y, stacked_bar,
 // LogLogMap, roofline_ceiling, decades, TimeAxis, idle_intervals,
@@ -28,16 +28,12 @@
 #include <utility>
 #include <vector>
 
-#include "gui/core/sharding.hpp"
+#include "model/sharding_spec.hpp"
 #include "simulator/timeline.hpp"
 
 namespace meshplan::studio {
 
 // ---- sharding
-
-// `size` elements in `parts` blocks as JAX splits them: ceil(size / parts)
-// each, the last ones smaller (or empty) when it does not divide.
-std::vector<std::int64_t> split_extents(std::int64_t size, std::int64_t parts);
 
 struct ShardingCell {
   std::int64_t row = 0, column = 0;

@@ -13,7 +13,7 @@
 #include "gui/core/plan_models.hpp"
 #include "gui/core/roofline.hpp"
 #include "gui/core/setup.hpp"
-#include "gui/core/sharding.hpp"
+#include "model/sharding_spec.hpp"
 
 using namespace meshplan;
 using namespace meshplan::studio;

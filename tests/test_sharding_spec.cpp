@@ -1,0 +1,127 @@
+// The one source of "which device holds which block of which tensor"
+// (model/sharding_spec.hpp) and the two rules it rests on: which stage holds
+// each layer (stage_of_layer, model/stage_partition.hpp) and when ZeRO shards
+// each state (model/model_states.hpp). The studio's pictures of the same
+// specs are tested in gui/tests/test_studio_core.cpp; the executor's layout
+// against the spec in test_parallel_layout.cpp.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "model/layer_graph.hpp"
+#include "model/model_states.hpp"
+#include "model/sharding_spec.hpp"
+#include "model/stage_partition.hpp"
+
+namespace meshplan {
+namespace {
+
+ModelSpec small_gpt(std::int64_t layers) {
+  ModelSpec model;
+  model.kind = ModelKind::transformer;
+  TransformerDims& t = model.transformer;
+  t.layers = layers;
+  t.hidden = 8;
+  t.heads = 4;
+  t.kv_heads = 4;
+  t.ffn = 12;
+  t.vocab = 11;
+  t.seq_len = 3;
+  t.positions = Positions::learned;
+  t.tied_embeddings = true;
+  return model;
+}
+
+Plan plan_on(const std::string& mesh, int zero_stage) {
+  Plan plan;
+  plan.mesh = parse_mesh(mesh, "mesh").value;
+  plan.zero_stage = zero_stage;
+  plan.micro_batch = 1;
+  return plan;
+}
+
+TEST(StageOfLayer, IsTheStageWhosePartitionChunkHoldsTheLayer) {
+  // Random partitions (even and stated, v = 1..3) of a 12-layer model: every
+  // layer's stage is the stage of the chunk partition_stages puts it in.
+  const ModelSpec model = small_gpt(12);
+  const LayerGraph graph = build_layer_graph(model, 3);
+  const std::vector<int> layer_blocks = graph.layer_blocks();
+  std::mt19937_64 rng(14);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::int64_t pp = std::uniform_int_distribution<std::int64_t>(1, 4)(rng);
+    const std::int64_t v = std::uniform_int_distribution<std::int64_t>(1, 3)(rng);
+    std::vector<std::int64_t> counts;
+    if (pp * v > 12) continue;
+    if (trial % 2 == 1) {  // a stated partition: every chunk at least one layer
+      counts.assign(static_cast<std::size_t>(pp * v), 1);
+      for (std::int64_t left = 12 - pp * v; left > 0; --left)
+        ++counts[std::uniform_int_distribution<std::size_t>(0, counts.size() - 1)(rng)];
+    } else if (12 % (pp * v) != 0) {
+      continue;
+    }
+    const Loaded<StagePartition> partition = partition_stages(graph, pp, v, counts);
+    ASSERT_TRUE(partition.ok());
+    for (std::int64_t c = 0; c < partition.value.chunk_count(); ++c) {
+      for (const int block : partition.value.chunk_blocks[static_cast<std::size_t>(c)]) {
+        const auto layer = std::find(layer_blocks.begin(), layer_blocks.end(), block) - layer_blocks.begin();
+        EXPECT_EQ(stage_of_layer(12, pp, v, counts, layer), partition.value.stage_of_chunk(c))
+            << "pp " << pp << " v " << v << " layer " << layer;
+      }
+    }
+  }
+}
+
+TEST(StageOfLayer, AnUndividedEvenSplitStillPlacesEveryLayer) {
+  // 10 layers over 4 chunks (a plan validation refuses): chunks of 2, 3, 2, 3.
+  EXPECT_EQ(chunk_layers(10, 4, {}, 0), 2);
+  EXPECT_EQ(chunk_layers(10, 4, {}, 1), 3);
+  EXPECT_EQ(stage_of_layer(10, 4, 1, {}, 9), 3);
+  EXPECT_EQ(stage_of_layer(10, 4, 1, {}, 2), 1);
+}
+
+TEST(ModelStates, ZeroShardsOptimizerAtOneGradientsAtTwoParametersAtThree) {
+  for (int z = 0; z <= 3; ++z) {
+    EXPECT_EQ(zero_shards(z, ModelState::optimizer), z >= 1);
+    EXPECT_EQ(zero_shards(z, ModelState::gradients), z >= 2);
+    EXPECT_EQ(zero_shards(z, ModelState::parameters), z >= 3);
+  }
+  // G(j) of docs/cost-model.md with F = 2, N_d = 4, e = 3.
+  EXPECT_EQ(sharding_group(2, 4, 3, 1, ModelState::optimizer, false), 24);
+  EXPECT_EQ(sharding_group(2, 4, 3, 1, ModelState::optimizer, true), 8);
+  EXPECT_EQ(sharding_group(2, 4, 3, 1, ModelState::gradients, false), 2);
+  EXPECT_EQ(data_sharding_axes(0, ModelState::parameters, false), (std::vector<Axis>{Axis::fsdp}));
+  EXPECT_EQ(data_sharding_axes(3, ModelState::parameters, true), (std::vector<Axis>{Axis::fsdp, Axis::dp}));
+}
+
+TEST(ShardingSpec, BlockShapesAndTheGatheredSpec) {
+  const ModelSpec model = small_gpt(2);
+  const Plan plan = plan_on("fsdp=4,tp=2", 0);
+  // mlp.w_in [hidden 8, ffn 12]: P('fsdp', 'tp').
+  const Loaded<ShardingSpec> w_in = sharding_spec(model, plan, "layer1.mlp.w_in", TensorRole::parameters);
+  ASSERT_TRUE(w_in.ok());
+  EXPECT_EQ(w_in.value.partition_text(), "P('fsdp', 'tp')");
+  EXPECT_EQ(w_in.value.data_axes, (std::vector<Axis>{Axis::fsdp}));
+  EXPECT_EQ(*block_shape(w_in.value, plan.mesh, 3), (std::vector<std::int64_t>{2, 6}));
+  // Gathered for a pass: the hidden dimension whole, fsdp now a replica axis.
+  const ShardingSpec pass = gathered(w_in.value, plan.mesh);
+  EXPECT_EQ(pass.partition_text(), "P(None, 'tp')");
+  EXPECT_EQ(pass.replicated_over, (std::vector<Axis>{Axis::fsdp}));
+  EXPECT_EQ(*block_shape(pass, plan.mesh, 3), (std::vector<std::int64_t>{8, 6}));
+
+  // The vocabulary, 11 rows over tp = 4: blocks of 3, 3, 3, 2 (JAX's ceil rule).
+  const Plan tp4 = plan_on("tp=4", 0);
+  const Loaded<ShardingSpec> wte = sharding_spec(model, tp4, "embedding.tokens", TensorRole::parameters);
+  EXPECT_EQ((*block_shape(wte.value, tp4.mesh, 3))[0], 2);
+  EXPECT_EQ((*block_shape(wte.value, tp4.mesh, 0))[0], 3);
+  EXPECT_TRUE(wte.value.data_axes.empty());
+
+  // A stage that does not hold the tensor has no block.
+  const Plan pp2 = plan_on("pp=2", 0);
+  const Loaded<ShardingSpec> first = sharding_spec(model, pp2, "layer0.attn.qkv", TensorRole::parameters);
+  EXPECT_EQ(first.value.dims[1].size, 24);  // q + 2 kv = 3 x 8
+  EXPECT_TRUE(block_shape(first.value, pp2.mesh, 0).has_value());
+  EXPECT_FALSE(block_shape(first.value, pp2.mesh, 1).has_value());
+}
+
+}  // namespace
+}  // namespace meshplan
