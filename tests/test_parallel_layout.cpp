@@ -2,14 +2,20 @@
 // checked without MPI: the slices of all tp ranks put back together give
 // every full tensor exactly; q, k and v rows of one head stay on one rank;
 // the vocabulary pads the last shard with zero rows; every rank's unit has
-// the same layout. The numerical equivalence of whole plans is the MPI
-// matrix's job (tests/parallel/parallel_matrix.cpp).
+// the same layout; and on random meshes every rank's shard shapes, stages and
+// sharding groups are what the ShardingSpec (model/sharding_spec.hpp) says.
+// The numerical equivalence of whole plans is the MPI matrix's job
+// (tests/parallel/parallel_matrix.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <vector>
 
 #include "executor/model/parameters.hpp"
 #include "executor/parallel/shard_layout.hpp"
+#include "model/sharding_spec.hpp"
+#include "model/stage_partition.hpp"
 
 namespace {
 
@@ -51,7 +57,7 @@ TEST(ParallelLayout, SlicesOfAllTpRanksRebuildEveryTensor) {
           const std::int64_t at = layout.value.at(t.name).offset;
           extract_shard(t, s, full.data() + at, local.data() + t.offset);
           insert_shard(t, s, local.data() + t.offset, rebuilt.data() + at);
-          if (t.split != TpSplit::replicated || r == 0) covered += t.elements();
+          if (t.split != TpSplit::none || r == 0) covered += t.elements();
         }
         for (const float v : local) EXPECT_NE(v, -1.0f) << unit.name << " has an unwritten element";
       }
@@ -93,6 +99,137 @@ TEST(ParallelLayout, HeadsStayTogetherAndTheVocabularyIsPadded) {
   const UnitLayout layer0 = layer_unit(tp_shape(t, 2, 0), 0);
   ASSERT_EQ(layer0.elements, layer.elements);
   for (std::size_t i = 0; i < layer.tensors.size(); ++i) EXPECT_EQ(layer0.tensors[i].offset, layer.tensors[i].offset);
+}
+
+// ---- every rank's layout against the ShardingSpec
+
+ModelSpec small_gpt() {
+  ModelSpec spec;
+  spec.kind = ModelKind::transformer;
+  spec.transformer = dims();
+  spec.transformer.layers = 4;
+  spec.transformer.kv_heads = 4;
+  spec.transformer.positions = Positions::learned;
+  spec.transformer.tied_embeddings = true;
+  return spec;
+}
+
+// The units a rank of `stage` holds, as ParallelGpt::create lists them: wte
+// and wpe with chunk 0, the layers of its chunks, the tied output layer's wte
+// copy and ln_f with the last chunk.
+std::vector<UnitLayout> stage_units(const TpShape& s, const StagePartition& partition, const std::vector<int>& layer_blocks,
+                                    std::int64_t stage) {
+  std::vector<UnitLayout> out;
+  const std::int64_t pp = partition.stages;
+  if (stage == 0) {
+    out.push_back(wte_unit(s));
+    out.push_back(wpe_unit(s));
+  }
+  for (std::int64_t c = stage; c < partition.chunk_count(); c += pp) {
+    for (const int block : partition.chunk_blocks[static_cast<std::size_t>(c)]) {
+      out.push_back(layer_unit(s, std::find(layer_blocks.begin(), layer_blocks.end(), block) - layer_blocks.begin()));
+    }
+  }
+  if (stage == pp - 1) {
+    if (stage != 0) out.push_back(wte_unit(s));
+    out.push_back(lnf_unit(s));
+  }
+  return out;
+}
+
+// A random mesh of dp, fsdp, tp and pp (axes in random order, sizes 1, 2 or
+// 4, at most 16 devices), ZeRO stage and pipeline partition that the executor
+// runs for small_gpt (4 layers, 4 heads, ffn 12).
+Plan random_plan(std::mt19937_64& rng) {
+  auto size = [&] { return std::int64_t{1} << std::uniform_int_distribution<int>(0, 2)(rng); };
+  for (;;) {
+    Plan plan;
+    std::vector<MeshAxis> axes = {{Axis::dp, size()}, {Axis::fsdp, size()}, {Axis::tp, size()}, {Axis::pp, size()}};
+    std::shuffle(axes.begin(), axes.end(), rng);
+    plan.mesh.axes = axes;
+    plan.zero_stage = std::uniform_int_distribution<int>(0, 3)(rng);
+    const std::int64_t dp = plan.mesh.size(Axis::dp), fsdp = plan.mesh.size(Axis::fsdp), pp = plan.mesh.size(Axis::pp);
+    if (plan.mesh.world_size() > 16) continue;
+    if (plan.zero_stage > 0 && fsdp > 1 && dp > 1) continue;  // refused by ParallelGpt::create
+    const std::int64_t v = pp == 2 ? std::uniform_int_distribution<std::int64_t>(1, 2)(rng) : 1;
+    if (v > 1) plan.schedule = {ScheduleKind::interleaved, v};
+    if (pp == 2 && v == 1 && std::uniform_int_distribution<int>(0, 1)(rng) == 1) plan.stage_layers = {1, 3};
+    plan.micro_batch = 1;
+    return plan;
+  }
+}
+
+// One tensor on one rank against the spec of one role: the local extent along
+// each stored dimension is the spec's block extent where tp splits that
+// dimension (the real rows, padding left out), and whole where it does not.
+void expect_matches_spec(const LocalTensor& t, const TpShape& s, const ShardingSpec& pass, const Mesh& mesh,
+                         std::int64_t rank, const std::string& where) {
+  const auto shape = block_shape(pass, mesh, rank);
+  ASSERT_TRUE(shape.has_value()) << where << ": the spec puts " << t.spec_tensor << " on other stages";
+  const auto block = *block_of_device(pass, mesh, rank);
+  const std::vector<std::int64_t> local = {t.packing == TpPacking::vocab_padded ? s.vocab_real() : t.rows, t.cols};
+  for (std::size_t i = 0; i < t.global_shape.size(); ++i) {
+    const auto d = static_cast<std::size_t>(t.spec_dims[i]);
+    const bool spec_splits = std::find(pass.dims[d].axes.begin(), pass.dims[d].axes.end(), Axis::tp) != pass.dims[d].axes.end();
+    const bool executor_splits = s.tp > 1 && ((t.split == TpSplit::columns && i == 0) || (t.split == TpSplit::rows && i == 1));
+    EXPECT_EQ(executor_splits, spec_splits) << where << " dimension " << i;
+    EXPECT_EQ(pass.dims[d].axes.size(), spec_splits ? 1u : 0u) << where << ": only tp splits a gathered weight";
+    if (spec_splits) {
+      EXPECT_EQ(local[i], (*shape)[d]) << where << " dimension " << i;
+      if (t.packing != TpPacking::qkv_heads && local[i] > 0) {  // which block: the first element's global index
+        const std::int64_t first = i == 0 ? global_row(t, s, 0) : global_col(t, s, 0);
+        EXPECT_EQ(first, block[d] * split_extents(pass.dims[d].size, mesh.size(Axis::tp)).front()) << where;
+      }
+    } else {
+      EXPECT_EQ(local[i], t.global_shape[i]) << where << " dimension " << i;
+      EXPECT_EQ((*shape)[d], pass.dims[d].size) << where << " dimension " << i;
+    }
+  }
+}
+
+TEST(ParallelLayout, EveryRanksShardsAreTheShardingSpecsBlocks) {
+  const ModelSpec model = small_gpt();
+  const LayerGraph graph = build_layer_graph(model, model.transformer.seq_len);
+  const std::vector<int> layer_blocks = graph.layer_blocks();
+  std::mt19937_64 rng(14);
+  for (int trial = 0; trial < 60; ++trial) {
+    const Plan plan = random_plan(rng);
+    const Mesh& mesh = plan.mesh;
+    const auto partition = partition_stages(graph, mesh.size(Axis::pp), plan.schedule.virtual_stages, plan.stage_layers);
+    ASSERT_TRUE(partition.ok());
+    const DataSharding data = data_sharding(plan);
+    for (std::int64_t rank = 0; rank < mesh.world_size(); ++rank) {
+      const TpShape s = tp_shape(model.transformer, mesh.size(Axis::tp), mesh.coordinate(rank, Axis::tp));
+      const std::int64_t stage = mesh.coordinate(rank, Axis::pp);
+      std::vector<std::string> held;
+      for (const UnitLayout& unit : stage_units(s, partition.value, layer_blocks, stage)) {
+        for (const LocalTensor& t : unit.tensors) {
+          held.push_back(t.spec_tensor);
+          for (const TensorRole role : {TensorRole::parameters, TensorRole::gradients, TensorRole::optimizer_moment}) {
+            const std::string where = mesh.to_string() + " zero " + std::to_string(plan.zero_stage) + " rank " +
+                                      std::to_string(rank) + " " + t.name + " " + to_string(role);
+            const Loaded<ShardingSpec> spec = sharding_spec(model, plan, t.spec_tensor, role);
+            ASSERT_TRUE(spec.ok()) << where;
+            expect_matches_spec(t, s, gathered(spec.value, mesh), mesh, rank, where);
+            // The flat unit is sharded over the group the spec's data axes make up.
+            std::int64_t spec_group = 1;
+            for (const Axis a : spec.value.data_axes) spec_group *= mesh.size(a);
+            const bool sharded = role == TensorRole::parameters ? data.parameters
+                                 : role == TensorRole::gradients ? data.gradients
+                                                                 : data.optimizer;
+            EXPECT_EQ(spec_group, sharded ? mesh.size(data.axis) : 1) << where;
+          }
+        }
+      }
+      // Conversely, every layer tensor the spec puts on this stage is held here.
+      for (std::int64_t layer = 0; layer < model.transformer.layers; ++layer) {
+        const std::string name = "layer" + std::to_string(layer) + ".attn.qkv";
+        const auto spec = sharding_spec(model, plan, name, TensorRole::parameters);
+        EXPECT_EQ(block_shape(spec.value, mesh, rank).has_value(), std::find(held.begin(), held.end(), name) != held.end())
+            << mesh.to_string() << " rank " << rank << " " << name;
+      }
+    }
+  }
 }
 
 }  // namespace

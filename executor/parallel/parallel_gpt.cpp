@@ -170,13 +170,14 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
   m.self_ = comm::make_self_communicator("self");
   m.tp_ = &groups.group(Axis::tp);
   m.shape_ = tp_shape(t, tp, groups.coordinate(Axis::tp));
-  if (fsdp > 1 || plan.zero_stage == 3) {
+  const DataSharding data = data_sharding(plan);
+  if (data.parameters) {
     m.mode_ = ShardMode::fsdp;
-    m.shard_group_ = fsdp > 1 ? &groups.group(Axis::fsdp) : &groups.group(Axis::dp);
-    m.replica_group_ = fsdp > 1 ? &groups.group(Axis::dp) : m.self_.get();
+    m.shard_group_ = &groups.group(data.axis);
+    m.replica_group_ = data.axis == Axis::fsdp ? &groups.group(Axis::dp) : m.self_.get();
   } else {
-    m.mode_ = plan.zero_stage == 1 ? ShardMode::zero1 : plan.zero_stage == 2 ? ShardMode::zero2 : ShardMode::replicated;
-    m.shard_group_ = m.mode_ == ShardMode::replicated ? m.self_.get() : &groups.group(Axis::dp);
+    m.mode_ = data.gradients ? ShardMode::zero2 : data.optimizer ? ShardMode::zero1 : ShardMode::replicated;
+    m.shard_group_ = m.mode_ == ShardMode::replicated ? m.self_.get() : &groups.group(data.axis);
     m.replica_group_ = m.mode_ == ShardMode::replicated ? &groups.group(Axis::dp) : m.self_.get();
   }
   m.sequence_parallel_ = plan.sequence_parallel && tp > 1;
@@ -637,7 +638,7 @@ std::vector<float> ParallelGpt::gather_full(int which) {
     }
     if (!owner || !u.counts_in_norm) continue;
     for (const LocalTensor& t : u.layout.tensors) {
-      if (t.split == TpSplit::replicated && shape_.tp_rank != 0) continue;
+      if (t.split == TpSplit::none && shape_.tp_rank != 0) continue;
       insert_shard(t, shape_, buffer.data() + t.offset, full.data() + layout.at(t.name).offset);
     }
   }

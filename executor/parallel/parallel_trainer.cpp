@@ -254,7 +254,7 @@ TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoade
       for (Unit& u : model.units()) {
         const GradView view = grad_view(u, mode);
         for (const LocalTensor& t : u.layout.tensors) {
-          if (t.split != TpSplit::replicated) continue;
+          if (t.split != TpSplit::none) continue;
           const std::int64_t lo = std::max(t.offset, view.begin), hi = std::min(t.offset + t.elements(), view.end);
           if (hi > lo) tp.all_reduce(&view.at(lo), hi - lo, DataType::f32, ReduceOp::sum);
         }
@@ -267,7 +267,7 @@ TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoade
       if (!u.counts_in_norm || replica != 0) continue;
       const GradView view = grad_view(u, mode);
       for (const LocalTensor& t : u.layout.tensors) {
-        if (t.split == TpSplit::replicated && groups.coordinate(Axis::tp) != 0) continue;
+        if (t.split == TpSplit::none && groups.coordinate(Axis::tp) != 0) continue;
         const std::int64_t lo = std::max(t.offset, u.optimizer_begin), hi = std::min(t.offset + t.elements(), u.optimizer_end);
         if (hi > lo) norm_spans.emplace_back(&view.at(lo), static_cast<std::size_t>(hi - lo));
       }

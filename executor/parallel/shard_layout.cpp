@@ -1,23 +1,78 @@
 // Unit layouts list their tensors in parameter_layout()'s order, so a unit
 // on one tp rank has the same offsets as on every other (equal splits, the
 // vocabulary padded): FSDP shards and the tensor-parallel reduction of
-// replicated gradients line up element for element across tp ranks.
+// replicated gradients line up element for element across tp ranks. Local
+// extents come from the ShardingSpec of a mesh of tp alone, asked at this
+// rank's tp coordinate; the data axes never split a tensor here (they shard
+// the flat unit instead), so they play no part.
 #include "executor/parallel/shard_layout.hpp"
 
-#include <algorithm>
 #include <cassert>
+
+#include "model/model_states.hpp"
+#include "model/sharding_spec.hpp"
 
 namespace meshplan::exec::parallel {
 namespace {
 
-void add(UnitLayout& unit, std::string name, std::vector<std::int64_t> global_shape, std::int64_t rows,
-         std::int64_t cols, TpSplit split) {
+// The GPT-2 this runtime trains (parameters.hpp: layer norm, GELU, biases,
+// learned positions, tied embeddings, no grouped-query attention) with the
+// given dimensions: the model the ShardingSpec is asked about.
+ModelSpec layout_model(const TransformerDims& dims) {
+  ModelSpec model;
+  model.kind = ModelKind::transformer;
+  model.transformer = dims;
+  model.transformer.kv_heads = dims.heads;
+  model.transformer.head_dim = 0;
+  model.transformer.norm = Norm::layernorm;
+  model.transformer.feed_forward = FeedForward::gelu;
+  model.transformer.positions = Positions::learned;
+  model.transformer.tied_embeddings = true;
+  model.transformer.experts = 0;
+  return model;
+}
+
+// A tensor of a unit: its parameter_layout name and shape, how tp splits it,
+// and which spec tensor and dimensions it is.
+struct TensorSource {
+  std::string name;
+  std::vector<std::int64_t> global_shape;
+  TpSplit split = TpSplit::none;
+  TpPacking packing = TpPacking::contiguous;
+  std::string spec_tensor;
+  std::vector<int> spec_dims;
+};
+
+// The extents of tp rank `tp_rank`'s block of `spec_tensor`, one per spec dimension.
+std::vector<std::int64_t> tp_block(const TpShape& s, const std::string& spec_tensor, std::int64_t tp_rank) {
+  Plan plan;
+  plan.mesh.axes = {{Axis::tp, s.tp}};
+  const Loaded<ShardingSpec> spec = sharding_spec(layout_model(s.dims), plan, spec_tensor, TensorRole::parameters);
+  assert(spec.ok() && "the executor asks only for GPT-2 tensors");
+  const auto shape = block_shape(spec.value, plan.mesh, tp_rank);
+  assert(shape.has_value());
+  return *shape;
+}
+
+void add(UnitLayout& unit, const TpShape& s, TensorSource source) {
   LocalTensor t;
-  t.name = std::move(name);
-  t.global_shape = std::move(global_shape);
-  t.rows = rows;
-  t.cols = cols;
-  t.split = split;
+  t.name = std::move(source.name);
+  t.global_shape = std::move(source.global_shape);
+  t.split = source.split;
+  t.packing = source.packing;
+  t.spec_tensor = std::move(source.spec_tensor);
+  t.spec_dims = std::move(source.spec_dims);
+  // Stored dimension d holds the spec's block extent when tp splits it, the whole extent otherwise.
+  const int split_dim = t.split == TpSplit::columns ? 0 : t.split == TpSplit::rows ? 1 : -1;
+  std::vector<std::int64_t> local = t.global_shape;
+  if (split_dim >= 0) {
+    // Padding gives every rank the largest block (rank 0's), so units line up across tp.
+    const std::int64_t rank = t.packing == TpPacking::vocab_padded ? 0 : s.tp_rank;
+    local[static_cast<std::size_t>(split_dim)] =
+        tp_block(s, t.spec_tensor, rank)[static_cast<std::size_t>(t.spec_dims[static_cast<std::size_t>(split_dim)])];
+  }
+  t.rows = local[0];
+  t.cols = local.size() == 2 ? local[1] : 1;
   t.offset = unit.elements;
   unit.elements += t.elements();
   unit.tensors.push_back(std::move(t));
@@ -25,14 +80,13 @@ void add(UnitLayout& unit, std::string name, std::vector<std::int64_t> global_sh
 
 }  // namespace
 
-std::int64_t TpShape::vocab_real() const {
-  return std::clamp<std::int64_t>(vocab - vocab_begin(), 0, vocab_local);
-}
+std::int64_t TpShape::vocab_real() const { return split_extents(vocab, tp)[static_cast<std::size_t>(tp_rank)]; }
 
 TpShape tp_shape(const TransformerDims& dims, std::int64_t tp, std::int64_t tp_rank) {
   TpShape s;
+  s.dims = dims;
   s.vocab = dims.vocab;
-  s.vocab_local = (dims.vocab + tp - 1) / tp;
+  s.vocab_local = split_extents(dims.vocab, tp).front();
   s.max_seq_len = dims.seq_len;
   s.channels = dims.hidden;
   s.ffn = dims.ffn;
@@ -44,53 +98,54 @@ TpShape tp_shape(const TransformerDims& dims, std::int64_t tp, std::int64_t tp_r
 
 UnitLayout wte_unit(const TpShape& s) {
   UnitLayout unit{"wte", {}, 0};
-  add(unit, "wte", {s.vocab, s.channels}, s.vocab_local, s.channels, TpSplit::vocab_rows);
+  add(unit, s, {"wte", {s.vocab, s.channels}, TpSplit::columns, TpPacking::vocab_padded, "embedding.tokens", {0, 1}});
   return unit;
 }
 
 UnitLayout wpe_unit(const TpShape& s) {
   UnitLayout unit{"wpe", {}, 0};
-  add(unit, "wpe", {s.max_seq_len, s.channels}, s.max_seq_len, s.channels, TpSplit::replicated);
+  add(unit, s, {"wpe", {s.max_seq_len, s.channels}, TpSplit::none, TpPacking::contiguous, "embedding.positions", {0, 1}});
   return unit;
 }
 
 UnitLayout layer_unit(const TpShape& s, std::int64_t layer) {
-  const std::int64_t C = s.channels, F = s.ffn, Ct = C / s.tp, Ft = F / s.tp;
+  const std::int64_t C = s.channels, F = s.ffn;
   const std::string p = "layer" + std::to_string(layer) + ".";
   UnitLayout unit{"layer" + std::to_string(layer), {}, 0};
-  add(unit, p + "ln1.w", {C}, C, 1, TpSplit::replicated);
-  add(unit, p + "ln1.b", {C}, C, 1, TpSplit::replicated);
-  add(unit, p + "qkv.w", {3 * C, C}, 3 * Ct, C, TpSplit::qkv_rows);
-  add(unit, p + "qkv.b", {3 * C}, 3 * Ct, 1, TpSplit::qkv_rows);
-  add(unit, p + "attn_out.w", {C, C}, C, Ct, TpSplit::columns);
-  add(unit, p + "attn_out.b", {C}, C, 1, TpSplit::replicated);
-  add(unit, p + "ln2.w", {C}, C, 1, TpSplit::replicated);
-  add(unit, p + "ln2.b", {C}, C, 1, TpSplit::replicated);
-  add(unit, p + "fc.w", {F, C}, Ft, C, TpSplit::rows);
-  add(unit, p + "fc.b", {F}, Ft, 1, TpSplit::rows);
-  add(unit, p + "fc_out.w", {C, F}, C, Ft, TpSplit::columns);
-  add(unit, p + "fc_out.b", {C}, C, 1, TpSplit::replicated);
+  const TpPacking contiguous = TpPacking::contiguous, qkv = TpPacking::qkv_heads;
+  // Spec dimensions: ln [norm]; attn.qkv [hidden, q+2kv]; attn.out [q, hidden]; mlp.w_in [hidden, ffn]; mlp.w_out [ffn, hidden].
+  add(unit, s, {p + "ln1.w", {C}, TpSplit::none, contiguous, p + "ln1", {0}});
+  add(unit, s, {p + "ln1.b", {C}, TpSplit::none, contiguous, p + "ln1", {0}});
+  add(unit, s, {p + "qkv.w", {3 * C, C}, TpSplit::columns, qkv, p + "attn.qkv", {1, 0}});
+  add(unit, s, {p + "qkv.b", {3 * C}, TpSplit::columns, qkv, p + "attn.qkv", {1}});
+  add(unit, s, {p + "attn_out.w", {C, C}, TpSplit::rows, contiguous, p + "attn.out", {1, 0}});
+  add(unit, s, {p + "attn_out.b", {C}, TpSplit::none, contiguous, p + "attn.out", {1}});
+  add(unit, s, {p + "ln2.w", {C}, TpSplit::none, contiguous, p + "ln2", {0}});
+  add(unit, s, {p + "ln2.b", {C}, TpSplit::none, contiguous, p + "ln2", {0}});
+  add(unit, s, {p + "fc.w", {F, C}, TpSplit::columns, contiguous, p + "mlp.w_in", {1, 0}});
+  add(unit, s, {p + "fc.b", {F}, TpSplit::columns, contiguous, p + "mlp.w_in", {1}});
+  add(unit, s, {p + "fc_out.w", {C, F}, TpSplit::rows, contiguous, p + "mlp.w_out", {1, 0}});
+  add(unit, s, {p + "fc_out.b", {C}, TpSplit::none, contiguous, p + "mlp.w_out", {1}});
   return unit;
 }
 
 UnitLayout lnf_unit(const TpShape& s) {
   UnitLayout unit{"ln_f", {}, 0};
-  add(unit, "ln_f.w", {s.channels}, s.channels, 1, TpSplit::replicated);
-  add(unit, "ln_f.b", {s.channels}, s.channels, 1, TpSplit::replicated);
+  add(unit, s, {"ln_f.w", {s.channels}, TpSplit::none, TpPacking::contiguous, "head.norm", {0}});
+  add(unit, s, {"ln_f.b", {s.channels}, TpSplit::none, TpPacking::contiguous, "head.norm", {0}});
   return unit;
 }
 
 std::int64_t global_row(const LocalTensor& t, const TpShape& s, std::int64_t i) {
-  switch (t.split) {
-    case TpSplit::replicated:
-    case TpSplit::columns: return i;
-    case TpSplit::rows: return s.tp_rank * t.rows + i;
-    case TpSplit::qkv_rows: {
+  if (t.split != TpSplit::columns) return i;  // stored dimension 0 is whole
+  switch (t.packing) {
+    case TpPacking::contiguous: return s.tp_rank * t.rows + i;
+    case TpPacking::qkv_heads: {
       // Local rows are [q_r; k_r; v_r], each C/tp rows; part k of the global tensor starts at k C.
       const std::int64_t per_part = t.rows / 3, part = i / per_part, within = i % per_part;
       return part * s.channels + s.tp_rank * per_part + within;
     }
-    case TpSplit::vocab_rows: {
+    case TpPacking::vocab_padded: {
       const std::int64_t row = s.vocab_begin() + i;
       return row < s.vocab ? row : -1;
     }
@@ -99,7 +154,7 @@ std::int64_t global_row(const LocalTensor& t, const TpShape& s, std::int64_t i) 
 }
 
 std::int64_t global_col(const LocalTensor& t, const TpShape& s, std::int64_t j) {
-  return t.split == TpSplit::columns ? s.tp_rank * t.cols + j : j;
+  return t.split == TpSplit::rows ? s.tp_rank * t.cols + j : j;
 }
 
 void extract_shard(const LocalTensor& t, const TpShape& s, const float* global, float* local) {
@@ -118,6 +173,16 @@ void insert_shard(const LocalTensor& t, const TpShape& s, const float* local, fl
     if (gi < 0) continue;
     for (std::int64_t j = 0; j < t.cols; ++j) global[gi * global_cols + global_col(t, s, j)] = local[i * t.cols + j];
   }
+}
+
+DataSharding data_sharding(const Plan& plan) {
+  DataSharding out;
+  const bool fsdp = plan.mesh.size(Axis::fsdp) > 1;
+  out.axis = fsdp ? Axis::fsdp : Axis::dp;
+  out.parameters = fsdp || zero_shards(plan.zero_stage, ModelState::parameters);
+  out.gradients = fsdp || zero_shards(plan.zero_stage, ModelState::gradients);
+  out.optimizer = fsdp || zero_shards(plan.zero_stage, ModelState::optimizer);
+  return out;
 }
 
 }  // namespace meshplan::exec::parallel

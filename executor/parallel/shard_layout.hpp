@@ -4,40 +4,66 @@
 // same idea as parameters.hpp's one flat buffer, cut where FSDP gathers and
 // where pipeline stages split the model.
 //
+// Built from the ShardingSpec (model/sharding_spec.hpp), the one answer to
+// "which device holds which block of which tensor": each tensor names the
+// spec tensor it is (a part of), and its local extent along the dimension tp
+// splits is the spec's block extent for this tp rank. What the spec does not
+// say is how this runtime lays a block out, so a LocalTensor carries the
+// model's TpSplit (model/layer_graph.hpp: columns = the GEMM's output n,
+// rows = its input k) plus a TpPacking. Weights are stored [out, in]
+// (parameters.hpp), so columns split stored dimension 0 and rows dimension 1.
+//
 // Megatron-LM's tensor parallelism (Shoeybi et al. 2019, Sec. 3):
-//   qkv.w [3C, C], qkv.b [3C]  column-parallel, heads split: rank r holds the
+//   qkv.w [3C, C], qkv.b [3C]  columns, packed by heads: rank r holds the
 //                              rows of its NH/tp heads in each of q, k and v,
 //                              packed [q_r; k_r; v_r] as attention expects
-//   attn_out.w [C, C]          row-parallel: the input columns of rank r's heads
-//   fc.w [F, C], fc.b [F]      column-parallel: rows [r F/tp, (r+1) F/tp)
-//   fc_out.w [C, F]            row-parallel: columns [r F/tp, (r+1) F/tp)
-//   wte [V, C]                 vocabulary-parallel: rows [r Vp, (r+1) Vp) with
-//                              Vp = ceil(V / tp); rows past V are padding (zero,
-//                              never looked up, masked out of the softmax)
-//   wpe, ln*.w/b, attn_out.b, fc_out.b, ln_f  replicated over tp
+//   attn_out.w [C, C]          rows: the input columns of rank r's heads
+//   fc.w [F, C], fc.b [F]      columns: rows [r F/tp, (r+1) F/tp)
+//   fc_out.w [C, F]            rows: columns [r F/tp, (r+1) F/tp)
+//   wte [V, C]                 columns (vocabulary-parallel output layer),
+//                              padded: rows [r Vp, (r+1) Vp) with Vp =
+//                              ceil(V / tp), the spec's largest block; rows
+//                              past V are padding (zero, never looked up,
+//                              masked out of the softmax)
+//   wpe, ln*.w/b, attn_out.b, fc_out.b, ln_f  none: whole on every tp rank
 //
-// defines: TpSplit, LocalTensor, UnitLayout, TpShape, tp_shape, wte_unit,
+// The data-parallel axes shard a unit as one flat buffer (FSDP's flat
+// parameter) over the group data_sharding names, which reads the spec's rule
+// (model/model_states.hpp); the spec's per-dimension data blocks are the
+// same elements in total over that group, cut differently.
+//
+// defines: TpPacking, LocalTensor, UnitLayout, TpShape, tp_shape, wte_unit,
 //          wpe_unit, layer_unit, lnf_unit, global_row, global_col,
-//          extract_shard, insert_shard
+//          extract_shard, insert_shard, DataSharding, data_sharding
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "model/layer_graph.hpp"
 #include "model/model_spec.hpp"
+#include "model/plan.hpp"
 
 namespace meshplan::exec::parallel {
 
-enum class TpSplit : std::uint8_t { replicated, rows, columns, qkv_rows, vocab_rows };
+// How a tp rank's block of the split dimension lies in the global tensor.
+enum class TpPacking : std::uint8_t {
+  contiguous,    // block r of the split dimension, in order
+  qkv_heads,     // q, k and v each split by heads; the local parts packed [q_r; k_r; v_r]
+  vocab_padded,  // Vp = ceil(V / tp) rows on every rank; rows past V are zero padding
+};
 
 struct LocalTensor {
   std::string name;                        // the global tensor's name ("layer0.qkv.w")
-  std::vector<std::int64_t> global_shape;  // as parameter_layout() has it
-  std::int64_t rows = 0;                   // local shape as a matrix; vectors are [rows, 1]
+  std::vector<std::int64_t> global_shape;  // as parameter_layout() has it, [out, in] for weights
+  std::int64_t rows = 0;                   // local extents of the stored matrix; vectors are [rows, 1]
   std::int64_t cols = 1;
-  TpSplit split = TpSplit::replicated;
+  TpSplit split = TpSplit::none;           // columns: stored dim 0 split; rows: stored dim 1 split
+  TpPacking packing = TpPacking::contiguous;
   std::int64_t offset = 0;                 // first element in its unit's buffer
+  std::string spec_tensor;                 // the ShardingSpec tensor ("layer0.attn.qkv")
+  std::vector<int> spec_dims;              // per stored dimension, the spec dimension it runs along
 
   std::int64_t elements() const { return rows * cols; }
   // AdamW decays matrices and embeddings only (rank >= 2), as the single-rank trainer.
@@ -52,6 +78,7 @@ struct UnitLayout {
 
 // The model's dimensions and this rank's place on the tp axis.
 struct TpShape {
+  TransformerDims dims;            // what the ShardingSpec is asked about
   std::int64_t vocab = 0;          // V
   std::int64_t vocab_local = 0;    // Vp = ceil(V / tp): rows of the local wte, padding included
   std::int64_t max_seq_len = 0;    // rows of wpe
@@ -81,5 +108,15 @@ std::int64_t global_col(const LocalTensor& tensor, const TpShape& s, std::int64_
 void extract_shard(const LocalTensor& tensor, const TpShape& s, const float* global, float* local);
 // Writes this rank's block into the full tensor (padding rows are dropped).
 void insert_shard(const LocalTensor& tensor, const TpShape& s, const float* local, float* global);
+
+// Which model states the data-parallel ranks shard, and over which axis's
+// group: fsdp when fsdp > 1 (every state), else dp for the states ZeRO
+// shards (zero_shards). Axis sizes may be 1. The executor runs one sharding
+// group, so ZeRO on dp together with fsdp > 1 is refused before this is asked.
+struct DataSharding {
+  Axis axis = Axis::dp;
+  bool parameters = false, gradients = false, optimizer = false;
+};
+DataSharding data_sharding(const Plan& plan);
 
 }  // namespace meshplan::exec::parallel
