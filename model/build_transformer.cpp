@@ -16,43 +16,66 @@
 #include "model/layer_graph.hpp"
 
 namespace meshplan {
+namespace {
 
-LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_len) {
-  LayerGraph g;
-  g.seq_len = seq_len;
-  const double s = static_cast<double>(seq_len);
-  const double h = static_cast<double>(t.hidden);
-  const double a = static_cast<double>(t.heads);
-  const double q = static_cast<double>(t.heads * t.head_dim);      // query width
-  const double kv = static_cast<double>(t.kv_heads * t.head_dim);  // key (= value) width
-  const double f = static_cast<double>(t.ffn);
-  const double vocab = static_cast<double>(t.vocab);
-  const bool gated = t.feed_forward != FeedForward::gelu;
-  const bool dropout = t.dropout > 0;
-  const bool moe = t.experts > 0;
-  const double experts = moe ? static_cast<double>(t.experts) : 1.0;
-  const double routed = moe ? static_cast<double>(t.top_k) : 1.0;  // copies of each token through the MLP
-  const double norm_parameters = t.norm == Norm::layernorm ? 2 * h : h;
-  const double norm_flops_per_element = t.norm == Norm::layernorm ? 8 : 4;
-  const double mlp_in_width = gated ? 2 * f : f;
-  auto bias = [&](double width) { return t.bias ? width : 0.0; };
+// Builds the graph block by block; the model's sizes as doubles are members
+// so that every op below reads like the formula it states.
+class TransformerBuilder {
+ public:
+  TransformerBuilder(const TransformerDims& dims, std::int64_t sequence)
+      : t(dims),
+        seq_len(sequence),
+        s(static_cast<double>(sequence)),
+        h(static_cast<double>(dims.hidden)),
+        a(static_cast<double>(dims.heads)),
+        q(static_cast<double>(dims.heads * dims.head_dim)),
+        kv(static_cast<double>(dims.kv_heads * dims.head_dim)),
+        f(static_cast<double>(dims.ffn)),
+        vocab(static_cast<double>(dims.vocab)),
+        gated(dims.feed_forward != FeedForward::gelu),
+        dropout(dims.dropout > 0),
+        moe(dims.experts > 0),
+        experts(moe ? static_cast<double>(dims.experts) : 1.0),
+        routed(moe ? static_cast<double>(dims.top_k) : 1.0),
+        norm_parameters(dims.norm == Norm::layernorm ? 2 * h : h),
+        norm_flops_per_element(dims.norm == Norm::layernorm ? 8 : 4),
+        mlp_in_width(gated ? 2 * f : f) {
+    g.seq_len = sequence;
+  }
 
-  // ---- embedding
-  g.blocks.push_back({"embedding", BlockKind::embedding, {}});
-  Op tokens = make_op("embedding.tokens", OpKind::embedding, 0);
-  tokens.tp_split_parameters = vocab * h;
-  tokens.output_elements_per_sample = s * h;
-  tokens.memory_elements_per_sample = 2 * s * h;  // gather rows, write them
-  OpId prev = g.add_op(tokens);
-  if (t.positions == Positions::learned) {
-    Op positions = make_op("embedding.positions", OpKind::elementwise, 0);
-    positions.replicated_parameters = static_cast<double>(t.seq_len) * h;
-    positions.forward_flops_per_sample = s * h;
-    positions.output_elements_per_sample = s * h;
-    positions.memory_elements_per_sample = 3 * s * h;
-    const OpId id = g.add_op(positions);
-    g.connect(prev, id);
-    prev = id;
+  LayerGraph build() {
+    OpId prev = embedding();
+    for (std::int64_t layer = 0; layer < t.layers; ++layer) {
+      const int block = static_cast<int>(g.blocks.size());
+      const std::string p = "layer" + std::to_string(layer) + ".";
+      g.blocks.push_back({"layer" + std::to_string(layer), BlockKind::layer, {}});
+      const OpId attn_residual_id = attention(block, p, prev);
+      prev = mlp(block, p, attn_residual_id);
+    }
+    head(prev);
+    return std::move(g);
+  }
+
+ private:
+  double bias(double width) const { return t.bias ? width : 0.0; }
+
+  // ---- embedding: token rows, learned positions, dropout; returns its last op
+  OpId embedding() {
+    g.blocks.push_back({"embedding", BlockKind::embedding, {}});
+    Op tokens = make_op("embedding.tokens", OpKind::embedding, 0);
+    tokens.tp_split_parameters = vocab * h;
+    tokens.output_elements_per_sample = s * h;
+    tokens.memory_elements_per_sample = 2 * s * h;  // gather rows, write them
+    OpId prev = g.add_op(tokens);
+    if (t.positions == Positions::learned) {
+      Op positions = make_op("embedding.positions", OpKind::elementwise, 0);
+      positions.replicated_parameters = static_cast<double>(t.seq_len) * h;
+      positions.forward_flops_per_sample = s * h;
+      positions.output_elements_per_sample = s * h;
+      positions.memory_elements_per_sample = 3 * s * h;
+      const OpId id = g.add_op(positions);
+      g.connect(prev, id);
+      prev = id;
   }
   if (dropout) {
     Op drop = make_op("embedding.dropout", OpKind::elementwise, 0);
@@ -65,13 +88,11 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     g.connect(prev, id);
     prev = id;
   }
+    return prev;
+  }
 
-  // ---- layers
-  for (std::int64_t layer = 0; layer < t.layers; ++layer) {
-    const int block = static_cast<int>(g.blocks.size());
-    const std::string p = "layer" + std::to_string(layer) + ".";
-    g.blocks.push_back({"layer" + std::to_string(layer), BlockKind::layer, {}});
-
+  // ---- a layer's attention half, through the residual add; returns that add
+  OpId attention(int block, const std::string& p, OpId prev) {
     Op ln1 = make_op(p + "ln1", OpKind::norm, block);
     ln1.replicated_parameters = norm_parameters;
     ln1.forward_flops_per_sample = norm_flops_per_element * s * h;
@@ -163,6 +184,11 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     g.connect(out_id, attn_residual_id);
     g.connect(prev, attn_residual_id);
 
+    return attn_residual_id;
+  }
+
+  // ---- a layer's MLP half (with the router of a mixture of experts), through the residual add
+  OpId mlp(int block, const std::string& p, OpId attn_residual_id) {
     Op ln2 = make_op(p + "ln2", OpKind::norm, block);
     ln2.replicated_parameters = norm_parameters;
     ln2.forward_flops_per_sample = norm_flops_per_element * s * h;
@@ -228,42 +254,57 @@ LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_le
     const OpId mlp_residual_id = g.add_op(mlp_residual);
     g.connect(w_out_id, mlp_residual_id);
     g.connect(attn_residual_id, mlp_residual_id);
-    prev = mlp_residual_id;
+    return mlp_residual_id;
   }
 
   // ---- head: final norm, output layer, loss
-  const int head = static_cast<int>(g.blocks.size());
-  g.blocks.push_back({"head", BlockKind::head, {}});
-  Op final_norm = make_op("head.norm", OpKind::norm, head);
-  final_norm.replicated_parameters = norm_parameters;
-  final_norm.forward_flops_per_sample = norm_flops_per_element * s * h;
-  final_norm.output_elements_per_sample = s * h;
-  final_norm.saved = {{"final norm input", s * h, 0, false, false}};
-  final_norm.memory_elements_per_sample = 2 * s * h;
-  const OpId final_norm_id = g.add_op(final_norm);
-  g.connect(prev, final_norm_id);
+  void head(OpId prev) {
+    const int block = static_cast<int>(g.blocks.size());
+    g.blocks.push_back({"head", BlockKind::head, {}});
+    Op final_norm = make_op("head.norm", OpKind::norm, block);
+    final_norm.replicated_parameters = norm_parameters;
+    final_norm.forward_flops_per_sample = norm_flops_per_element * s * h;
+    final_norm.output_elements_per_sample = s * h;
+    final_norm.saved = {{"final norm input", s * h, 0, false, false}};
+    final_norm.memory_elements_per_sample = 2 * s * h;
+    const OpId final_norm_id = g.add_op(final_norm);
+    g.connect(prev, final_norm_id);
 
-  Op lm_head = make_op("head.output", OpKind::gemm, head);
-  (t.tied_embeddings ? lm_head.tied_parameters : lm_head.tp_split_parameters) = vocab * h;
-  lm_head.forward_flops_per_sample = 2 * s * h * vocab;
-  lm_head.output_elements_per_sample = s * vocab;
-  lm_head.saved = {{"output layer input", s * h, 0, false, false}};
-  lm_head.gemm = {s, t.vocab, t.hidden, 1};
-  lm_head.tp_split = TpSplit::columns;  // vocabulary-parallel
-  const OpId lm_head_id = g.add_op(lm_head);
-  g.connect(final_norm_id, lm_head_id);
+    Op lm_head = make_op("head.output", OpKind::gemm, block);
+    (t.tied_embeddings ? lm_head.tied_parameters : lm_head.tp_split_parameters) = vocab * h;
+    lm_head.forward_flops_per_sample = 2 * s * h * vocab;
+    lm_head.output_elements_per_sample = s * vocab;
+    lm_head.saved = {{"output layer input", s * h, 0, false, false}};
+    lm_head.gemm = {s, t.vocab, t.hidden, 1};
+    lm_head.tp_split = TpSplit::columns;  // vocabulary-parallel
+    const OpId lm_head_id = g.add_op(lm_head);
+    g.connect(final_norm_id, lm_head_id);
 
-  // Cross-entropy runs in fp32 (Megatron-LM casts logits to float): 4 bytes.
-  Op loss = make_op("head.loss", OpKind::cross_entropy, head);
-  loss.forward_flops_per_sample = 5 * s * vocab;
-  loss.output_elements_per_sample = 1;
-  loss.saved = {{"logits (fp32)", s * vocab, 4, true, false}};
-  loss.memory_elements_per_sample = s * vocab;          // read the logits
-  loss.memory_fixed_bytes_per_sample = 2 * 4 * s * vocab;  // write and re-read them in fp32
-  loss.tensor_parallel_region = true;
-  const OpId loss_id = g.add_op(loss);
-  g.connect(lm_head_id, loss_id);
-  return g;
+    // Cross-entropy runs in fp32 (Megatron-LM casts logits to float): 4 bytes.
+    Op loss = make_op("head.loss", OpKind::cross_entropy, block);
+    loss.forward_flops_per_sample = 5 * s * vocab;
+    loss.output_elements_per_sample = 1;
+    loss.saved = {{"logits (fp32)", s * vocab, 4, true, false}};
+    loss.memory_elements_per_sample = s * vocab;          // read the logits
+    loss.memory_fixed_bytes_per_sample = 2 * 4 * s * vocab;  // write and re-read them in fp32
+    loss.tensor_parallel_region = true;
+    const OpId loss_id = g.add_op(loss);
+    g.connect(lm_head_id, loss_id);
+  }
+
+  const TransformerDims& t;
+  std::int64_t seq_len;
+  double s, h, a, q, kv, f, vocab;  // q: query width; kv: key (= value) width
+  bool gated, dropout, moe;
+  double experts, routed;  // routed: copies of each token through the MLP
+  double norm_parameters, norm_flops_per_element, mlp_in_width;
+  LayerGraph g;
+};
+
+}  // namespace
+
+LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_len) {
+  return TransformerBuilder(t, seq_len).build();
 }
 
 }  // namespace meshplan

@@ -15,6 +15,7 @@
 #include "model/model_spec.hpp"
 #include "model/plan.hpp"
 #include "model/profile.hpp"
+#include "model/stage_cost.hpp"
 #include "model/topology.hpp"
 
 namespace meshplan {
@@ -49,28 +50,6 @@ struct PlanEstimate {
   TimeEstimate time;
 };
 
-// One block of one kind, per micro-batch, on one device.
-struct BlockCost {  // depends only on micro-batch, tp, cp, ep, sequence parallel, recompute, precision, attention
-  double dense_parameters = 0;   // after tp split
-  double expert_parameters = 0;  // after tp and ep split
-  double tied_parameters = 0;    // after tp split
-  double activation_bytes = 0;   // saved for backward under the plan's recompute (none/selective)
-  double full_activation_bytes = 0;  // with no recompute (full recompute's transient)
-  double input_bytes = 0;        // what full recompute keeps
-  double gradient_elements = 0;  // activation-gradient elements in flight in this block's backward (layers)
-  double loss_logits = 0;        // logits its loss reads (head)
-  double forward_compute_s = 0;
-  double backward_compute_s = 0;     // including recomputation
-  double weight_gradient_s = 0;
-  double tp_forward_s = 0;
-  double tp_backward_s = 0;          // exposed part
-  double tp_backward_total_s = 0;
-  double cp_s = 0;                   // ring-attention transfers, forward + backward
-  double cp_forward_exposed_s = 0;
-  double cp_backward_exposed_s = 0;
-  double ep_s = 0;                   // all-to-all dispatch and combine, forward + backward
-};
-
 class Evaluator {
  public:
   Evaluator(const ModelSpec& model, const ClusterSpec& cluster, std::int64_t world_size, std::int64_t seq_len);
@@ -82,7 +61,9 @@ class Evaluator {
                         std::vector<StageMemory>* stages = nullptr) const;
   PlanEstimate evaluate(const Plan& plan, std::vector<StageMemory>* stages = nullptr) const;
   // The two halves, for the search to reuse block costs across plans that
-  // share micro-batch, tp, cp, ep, sequence parallelism, recompute, precision and attention.
+  // share micro-batch, tp, cp, ep, sequence parallelism, recompute, precision
+  // and attention. block_costs is the cost record (stage_cost.hpp), one per
+  // block kind (ModelProfile::kinds): what the simulator and the studio read.
   std::vector<BlockCost> block_costs(const Plan& plan, const std::vector<AxisPlacement>& placements) const;
   PlanEstimate evaluate(const Plan& plan, const std::vector<AxisPlacement>& placements,
                         const std::vector<BlockCost>& costs, std::vector<StageMemory>* stages = nullptr) const;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/stage_cost.hpp"
+
 namespace meshplan {
 namespace {
 
@@ -56,23 +58,21 @@ double block_mask_bytes(const LayerGraph& graph, int block, const ActivationShar
 
 // Bytes of a block's input tensor per sample (what full recompute keeps).
 double block_input_bytes(const LayerGraph& graph, int block, const ActivationSharding& sharding) {
-  const double split = static_cast<double>(sharding.cp) *
-                       static_cast<double>(sharding.sequence_parallel ? sharding.tp : 1);
-  return graph.boundary_elements_per_sample(block - 1) * sharding.activation_bytes_per_element / split;
+  return graph.boundary_elements_per_sample(block - 1) * sharding.activation_bytes_per_element /
+         activation_split(sharding.tp, sharding.cp, sharding.sequence_parallel).sequence;
 }
 
 }  // namespace
 
 double saved_bytes_per_sample(const Op& op, const ActivationSharding& sharding) {
   double bytes = 0;
+  const ActivationSplit split = activation_split(sharding.tp, sharding.cp, sharding.sequence_parallel);
   for (const SavedTensor& t : op.saved) {
     if (!kept_by(t, sharding.attention)) continue;
     if (t.selective && sharding.recompute == Recompute::selective) continue;
     const double per_element = t.fixed_bytes_per_element > 0 ? t.fixed_bytes_per_element
                                                              : sharding.activation_bytes_per_element;
-    double split = static_cast<double>(sharding.cp);
-    if (t.tensor_parallel || sharding.sequence_parallel) split *= static_cast<double>(sharding.tp);
-    bytes += t.elements_per_sample * per_element / split;
+    bytes += t.elements_per_sample * per_element / split.of(t.tensor_parallel);
   }
   return bytes;
 }
@@ -128,7 +128,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
   const double cp = static_cast<double>(mesh.size(Axis::cp));
   const ActivationSharding sharding{mesh.size(Axis::tp), mesh.size(Axis::cp), plan.sequence_parallel,
                                     plan.recompute, bytes.activation_bytes_per_element, plan.attention};
-  const double sequence_split = cp * (plan.sequence_parallel ? tp : 1.0);
+  const ActivationSplit split = activation_split(plan);
 
   // ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 shards optimizer state,
   // 2 also gradients, 3 also parameters, over the dp group; fsdp is stage 3
@@ -210,7 +210,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
     const double boundary = graph.largest_stage_boundary_elements_per_sample();
     if (pp > 1) {
       // Send and receive, activations forward and gradients backward.
-      buffers += 4 * boundary * micro_batch * bytes.activation_bytes_per_element / sequence_split;
+      buffers += 4 * boundary * micro_batch * bytes.activation_bytes_per_element / split.sequence;
     }
     if (model.kind == ModelKind::transformer) {
       const auto& t = model.transformer;
@@ -238,13 +238,13 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
       for (OpId id : block.ops) {
         const Op& op = graph.op(id);
         if (op.kind == OpKind::cross_entropy) {  // the logits it saves are the logits it reads
-          for (const SavedTensor& t : op.saved) loss_logits += t.elements_per_sample / (t.tensor_parallel ? cp * tp : sequence_split);
+          for (const SavedTensor& t : op.saved) loss_logits += t.elements_per_sample / split.of(t.tensor_parallel);
         }
         if (block.kind != BlockKind::layer || (plan.attention == Attention::fused && op.core_attention)) continue;
-        widest_output = std::max(widest_output, op.output_elements_per_sample / (output_split_by_tp(op) ? cp * tp : sequence_split));
+        widest_output = std::max(widest_output, op.output_elements_per_sample / split.of(output_split_by_tp(op)));
       }
     }
-    const double gradient_elements = has_layers ? boundary / sequence_split + widest_output : 0.0;
+    const double gradient_elements = has_layers ? boundary / split.sequence + widest_output : 0.0;
     add_peak_memory(mem, loss_logits * micro_batch, gradient_elements * micro_batch, bytes.activation_bytes_per_element,
                     cluster.device);
     estimate.stages.push_back(sm);

@@ -1,10 +1,12 @@
-// Builds StepWork from the cost model. Compute seconds and activation bytes
-// are the Evaluator's BlockCost fields, summed over the blocks of each chunk
-// (stage_partition.hpp). Communication volumes follow evaluate.cpp term by
-// term (the file and the function are named at each one); each collective is
-// priced by collective_time() for its algorithm choice, then split into its
-// latency (steps x alpha) and its bus bytes (S x F_bus / efficiency), so the
-// engine can slow the bandwidth part down when links are shared.
+// Builds StepWork from the cost record (model/stage_cost.hpp): compute
+// seconds, activation bytes and every in-layer collective (axis, kind, bytes,
+// count) are the Evaluator's BlockCost record, summed over the blocks of each
+// chunk (stage_partition.hpp); the pipeline transfer, the gradient collective
+// and the optimizer's traffic are stage_cost.hpp's too. Nothing is re-derived
+// here: each collective is priced by collective_time() for its algorithm
+// choice, then split into its latency (steps x alpha) and its bus bytes
+// (S x F_bus / efficiency), so the engine can slow the bandwidth part down
+// when links are shared.
 #include "simulator/step_work.hpp"
 
 #include <algorithm>
@@ -191,6 +193,188 @@ class Builder {
   std::map<std::int64_t, std::int32_t> nic_links_;
 };
 
+// The groups a representative device communicates in, per purpose.
+struct Groups {
+  Group tp, cp, ep, pp, dp, fsdp;
+  Groups(const std::vector<AxisPlacement>& placements, const Plan& plan)
+      : tp(group_of(placements, {Axis::tp}, Axis::tp)),
+        cp(group_of(placements, {Axis::cp}, Axis::cp)),
+        ep(group_of(placements, {Axis::ep}, Axis::ep)),
+        pp(group_of(placements, {Axis::pp}, Axis::pp)),
+        dp(group_of(placements, {Axis::dp, Axis::ep}, Axis::dp)),
+        // ZeRO-3 on dp shards over dp x ep too (the evaluator's fsdp group).
+        fsdp(plan.zero_stage >= 3
+                 ? group_of(placements, {Axis::fsdp, Axis::dp, Axis::ep},
+                            plan.mesh.size(Axis::fsdp) == 1 ? Axis::dp : Axis::fsdp)
+                 : group_of(placements, {Axis::fsdp}, Axis::fsdp)) {}
+  const Group& of(Axis axis) const { return axis == Axis::cp ? cp : axis == Axis::ep ? ep : tp; }
+};
+
+// Everything the chunk and stage builders read.
+struct Context {
+  const ModelProfile& prof;
+  const Plan& plan;
+  const SimulationOptions& options;
+  const std::vector<BlockCost>& costs;
+  const StagePartition& partition;
+  const Groups& groups;
+  PrecisionBytes bytes;
+  std::int64_t pp, v;
+  bool sharded, reduce_over_dp;
+};
+
+// The blocks of a global chunk in forward order: the embedding leads the
+// first chunk, the head closes the last.
+std::vector<int> chunk_blocks(const Context& cx, std::int64_t chunk) {
+  std::vector<int> blocks;
+  if (chunk == 0 && cx.prof.embedding_block >= 0) blocks.push_back(cx.prof.embedding_block);
+  const auto& layers = cx.partition.chunk_blocks[static_cast<std::size_t>(chunk)];
+  blocks.insert(blocks.end(), layers.begin(), layers.end());
+  if (chunk == cx.pp * cx.v - 1 && cx.prof.head_block >= 0) blocks.push_back(cx.prof.head_block);
+  return blocks;
+}
+
+// The in-layer communication of one segment, one CommWork per axis and pass
+// (index: 0 tp, 1 cp, 2 ep), in the order the record lists it.
+struct SegmentComm {
+  std::array<CommWork, 3> forward, backward;
+  static std::size_t slot(Axis axis) { return axis == Axis::tp ? 0 : axis == Axis::cp ? 1 : 2; }
+};
+
+// Adds one block's record to the segment being built.
+void add_block_comm(SegmentComm& comm, const BlockCost& c, const Context& cx, Builder& build, std::int64_t r) {
+  for (const BlockCollective& e : c.collectives) {
+    CommWork& into = (e.pass == Pass::forward ? comm.forward : comm.backward)[SegmentComm::slot(e.axis)];
+    if (e.hidden_under == HiddenUnder::attention) {
+      // Ring attention: only the part the cost model finds exposed (Liu et al. 2023).
+      accumulate(into, build.exposed_time(e.exposed_s, cx.groups.cp, r), 1);
+    } else {
+      accumulate(into, build.collective(e.kind, e.bytes, cx.groups.of(e.axis), r), e.count);
+    }
+  }
+}
+
+// Data-parallel buckets of a chunk (the record's gradients, all-reduced
+// without ZeRO, reduce-scattered with ZeRO-1/2, after the fsdp reduce-scatter).
+// Bucket thresholds count the bytes the gradient passes produce (before the
+// fsdp reduce-scatter); a bucket holds 1/fsdp of them.
+void add_buckets(ChunkWork& chunk, const Context& cx, Builder& build, std::int64_t r) {
+  double produced_total = 0;
+  for (const SegmentWork& s : chunk.segments) produced_total += s.gradient_bytes;
+  const double fsdp = static_cast<double>(cx.plan.mesh.size(Axis::fsdp));
+  const double reduced_total = produced_total / fsdp;
+  if (!cx.reduce_over_dp || !(reduced_total > 0) || cx.options.zero_communication) return;
+  const double bucket = std::max(cx.plan.gradient_bucket_bytes, reduced_total / kMostBucketsPerChunk);
+  const Collective collective = gradient_reduction(cx.plan.zero_stage);
+  for (double reduced = 0; reduced < reduced_total;) {
+    const double size = std::min(bucket, reduced_total - reduced);
+    reduced = size < bucket ? reduced_total : reduced + size;
+    chunk.buckets.push_back({reduced >= reduced_total ? produced_total : reduced * fsdp,
+                             build.collective(collective, size, cx.groups.dp, r)});
+  }
+}
+
+// One chunk of stage r: its blocks' compute and communication from the cost
+// record, grouped into segments (one per block when weights are sharded).
+// Returns the parameters it holds.
+double build_chunk(ChunkWork& chunk, const Context& cx, Builder& build, std::int64_t r) {
+  const ModelProfile& prof = cx.prof;
+  const Plan& plan = cx.plan;
+  const bool full_recompute = plan.recompute == Recompute::full;
+  SegmentWork segment;
+  SegmentComm comm;
+  double segment_parameters = 0, chunk_parameters = 0;
+  auto close_segment = [&]() {
+    for (const CommWork& c : comm.forward) {
+      if (!c.empty()) segment.forward_comm.push_back(c);
+    }
+    for (const CommWork& c : comm.backward) {
+      if (!c.empty()) segment.backward_comm.push_back(c);
+    }
+    segment.gradient_bytes = segment_parameters * cx.bytes.gradient_bytes_per_parameter;
+    if (cx.sharded) {
+      segment.parameter_gather = build.collective(
+          Collective::all_gather, segment_parameters * cx.bytes.weight_bytes_per_parameter, cx.groups.fsdp, r);
+      segment.gradient_reduce_scatter =
+          build.collective(Collective::reduce_scatter, segment.gradient_bytes, cx.groups.fsdp, r);
+    }
+    chunk.segments.push_back(std::move(segment));
+    segment = SegmentWork{};
+    comm = SegmentComm{};
+    segment_parameters = 0;
+  };
+  for (const int block : chunk_blocks(cx, chunk.chunk)) {
+    const BlockCost& c = cx.costs[static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(block)])];
+    segment.forward_s += c.forward_compute_s;
+    segment.backward_s += c.backward_compute_s;
+    segment.weight_gradient_s += c.weight_gradient_s;
+    double parameters = c.dense_parameters + c.expert_parameters;
+    // The last stage keeps a copy of a tied embedding for the output layer (Megatron).
+    if (block == prof.head_block && cx.pp > 1) parameters += c.tied_parameters;
+    segment_parameters += parameters;
+    chunk_parameters += parameters;
+    if (prof.block_role[static_cast<std::size_t>(block)] == BlockKind::layer) {
+      chunk.activation_bytes += full_recompute ? c.input_bytes : c.activation_bytes;
+      if (full_recompute) chunk.recompute_bytes = std::max(chunk.recompute_bytes, c.full_activation_bytes);
+    } else {
+      chunk.activation_bytes += c.activation_bytes;  // embedding and head are never recomputed
+    }
+    add_block_comm(comm, c, cx, build, r);
+    if (cx.sharded) close_segment();
+  }
+  if (!cx.sharded) close_segment();
+  add_buckets(chunk, cx, build, r);
+  return chunk_parameters;
+}
+
+// Stage r: its chunks, the pipeline transfers, the optimizer and ZeRO-1/2's
+// gather of the updated weights. `memory` is the evaluator's for this stage.
+StageWork build_stage(const Context& cx, Builder& build, std::int64_t r, const StageMemory& memory,
+                      const PipelineTransfer& transfer, const ComputeRates& rates) {
+  StageWork stage;
+  stage.stage = r;
+  stage.representative_rank = build.representative(r);
+  stage.node = build.node(r);
+  double stage_parameters = 0;
+  for (std::int64_t j = 0; j < cx.v; ++j) {
+    ChunkWork chunk;
+    chunk.chunk = j * cx.pp + r;
+    stage_parameters += build_chunk(chunk, cx, build, r);
+    stage.chunks.push_back(std::move(chunk));
+  }
+  if (cx.pp > 1) {
+    stage.send_activation = build.transfer(transfer.send_bytes, cx.groups.pp, r, (r + 1) % cx.pp);
+    stage.send_gradient = build.transfer(transfer.send_bytes, cx.groups.pp, r, (r - 1 + cx.pp) % cx.pp);
+    if (transfer.gather_after_receive) {
+      stage.receive_gather = build.collective(Collective::all_gather, transfer.boundary_bytes, cx.groups.tp, r);
+    }
+    stage.receive_gather.axis = Axis::pp;  // the evaluator counts it with the pipeline transfer
+  }
+  const double optimizer_parameters = memory.memory.optimizer_bytes / cx.bytes.optimizer_bytes_per_parameter;
+  stage.optimizer_s = stream_time_s(optimizer_traffic_bytes(optimizer_parameters, cx.bytes), rates, StreamOp::optimizer);
+  if (cx.reduce_over_dp && cx.plan.zero_stage >= 1) {
+    stage.parameter_gather_after_step =
+        build.collective(Collective::all_gather,
+                         stage_parameters * cx.bytes.weight_bytes_per_parameter /
+                             static_cast<double>(cx.plan.mesh.size(Axis::fsdp)),
+                         cx.groups.dp, r);
+  }
+  // Everything but the activations: model state, buffers, and the peak's
+  // transients and runtime reserves (memory_model.hpp, MemoryBreakdown), so
+  // that model state + activations in flight is the evaluator's peak.
+  stage.model_state_bytes = memory.memory.total_bytes() - memory.memory.activations_bytes;
+  return stage;
+}
+
+// Nothing hides on a link that cannot move data while the devices compute
+// (LinkSpec::overlaps_compute, e.g. MPI over shared memory).
+bool overlaps(const std::vector<AxisPlacement>& placements, std::initializer_list<Axis> axes) {
+  for (const AxisPlacement& p : placements) {
+    if (p.size > 1 && !p.overlaps_compute && std::find(axes.begin(), axes.end(), p.axis) != axes.end()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, const SimulationOptions& options) {
@@ -216,183 +400,24 @@ Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, c
   std::vector<StageMemory> memory;
   evaluator.evaluate(plan, placements, costs, &memory);
 
-  Builder build(evaluator, plan, options, pp);
-  const PrecisionBytes bytes = bytes_for(plan.precision);
-  const ComputeRates rates = rates_for(evaluator.cluster().device, plan.precision);
-  const double act = bytes.activation_bytes_per_element;
-  const double tp = static_cast<double>(mesh.size(Axis::tp));
-  const double cp = static_cast<double>(mesh.size(Axis::cp));
-  const double fsdp = static_cast<double>(mesh.size(Axis::fsdp));
-  const double b = static_cast<double>(plan.micro_batch);
-  const bool sp = plan.sequence_parallel;
-  const double seq = static_cast<double>(prof.seq_len);
-  const Group tp_group = group_of(placements, {Axis::tp}, Axis::tp);
-  const Group cp_group = group_of(placements, {Axis::cp}, Axis::cp);
-  const Group ep_group = group_of(placements, {Axis::ep}, Axis::ep);
-  const Group pp_group = group_of(placements, {Axis::pp}, Axis::pp);
-  const Group dp_group = group_of(placements, {Axis::dp, Axis::ep}, Axis::dp);
-  // evaluate.cpp, "fsdp_group": ZeRO-3 on dp shards over dp x ep too.
-  const Axis sharded_axis = plan.zero_stage >= 3 && mesh.size(Axis::fsdp) == 1 ? Axis::dp : Axis::fsdp;
-  const Group fsdp_group = plan.zero_stage >= 3 ? group_of(placements, {Axis::fsdp, Axis::dp, Axis::ep}, sharded_axis)
-                                                : group_of(placements, {Axis::fsdp}, Axis::fsdp);
-  const bool sharded = fsdp_group.size > 1;
-  const bool reduce_over_dp = dp_group.size > 1 && plan.zero_stage < 3;
-
-  // evaluate.cpp, "Pipeline sends": Megatron's scatter/gather sends 1/t of the
-  // boundary activation and all-gathers it inside the receiving node.
-  const double boundary_bytes = prof.residual_elements_per_sample * b * act / (cp * (sp ? tp : 1.0));
-  const bool scatter_gather = prof.kind == ModelKind::transformer && tp > 1 && !sp;
-  const double p2p_bytes = scatter_gather ? boundary_bytes / tp : boundary_bytes;
-
+  const Groups groups(placements, plan);
+  const Context cx{prof, plan, options, costs, partition.value, groups, bytes_for(plan.precision), pp, v,
+                   groups.fsdp.size > 1, groups.dp.size > 1 && plan.zero_stage < 3};
   StepWork& work = result.value;
   work.schedule = plan.schedule;
   work.stages = pp;
   work.micro_batches = m;
-  // evaluate.cpp: nothing hides on a link that cannot move data while the
-  // devices compute (LinkSpec::overlaps_compute, e.g. MPI over shared memory).
-  auto overlaps = [&](std::initializer_list<Axis> axes) {
-    for (const AxisPlacement& p : placements) {
-      if (p.size > 1 && !p.overlaps_compute && std::find(axes.begin(), axes.end(), p.axis) != axes.end()) return false;
-    }
-    return true;
-  };
-  work.overlap_tensor_parallel = plan.overlap_tensor_parallel && overlaps({Axis::tp});
-  work.overlap_gradient_reduction = plan.overlap_gradient_reduction && overlaps({Axis::dp, Axis::ep});
+  work.overlap_tensor_parallel = plan.overlap_tensor_parallel && overlaps(placements, {Axis::tp});
+  work.overlap_gradient_reduction = plan.overlap_gradient_reduction && overlaps(placements, {Axis::dp, Axis::ep});
   work.overlap_parameter_gather =
       plan.overlap_parameter_gather &&
-      (plan.zero_stage >= 3 ? overlaps({Axis::fsdp, Axis::dp, Axis::ep}) : overlaps({Axis::fsdp}));
+      (plan.zero_stage >= 3 ? overlaps(placements, {Axis::fsdp, Axis::dp, Axis::ep}) : overlaps(placements, {Axis::fsdp}));
 
+  Builder build(evaluator, plan, options, pp);
+  const PipelineTransfer transfer = pipeline_transfer(prof, plan);
+  const ComputeRates rates = rates_for(evaluator.cluster().device, plan.precision);
   for (std::int64_t r = 0; r < pp; ++r) {
-    StageWork stage;
-    stage.stage = r;
-    stage.representative_rank = build.representative(r);
-    stage.node = build.node(r);
-    double stage_parameters = 0;
-    for (std::int64_t j = 0; j < v; ++j) {
-      ChunkWork chunk;
-      chunk.chunk = j * pp + r;
-      std::vector<int> blocks;
-      if (chunk.chunk == 0 && prof.embedding_block >= 0) blocks.push_back(prof.embedding_block);
-      const auto& layers = partition.value.chunk_blocks[static_cast<std::size_t>(chunk.chunk)];
-      blocks.insert(blocks.end(), layers.begin(), layers.end());
-      if (chunk.chunk == pp * v - 1 && prof.head_block >= 0) blocks.push_back(prof.head_block);
-
-      SegmentWork segment;
-      CommWork tp_forward, tp_backward, cp_forward, cp_backward, ep_forward, ep_backward;
-      double segment_parameters = 0;
-      auto close_segment = [&]() {
-        for (CommWork* c : {&tp_forward, &cp_forward, &ep_forward}) {
-          if (!c->empty()) segment.forward_comm.push_back(*c);
-        }
-        for (CommWork* c : {&tp_backward, &cp_backward, &ep_backward}) {
-          if (!c->empty()) segment.backward_comm.push_back(*c);
-        }
-        segment.gradient_bytes = segment_parameters * bytes.gradient_bytes_per_parameter;
-        if (sharded) {
-          segment.parameter_gather = build.collective(
-              Collective::all_gather, segment_parameters * bytes.weight_bytes_per_parameter, fsdp_group, r);
-          segment.gradient_reduce_scatter =
-              build.collective(Collective::reduce_scatter, segment.gradient_bytes, fsdp_group, r);
-        }
-        chunk.segments.push_back(std::move(segment));
-        segment = SegmentWork{};
-        tp_forward = tp_backward = cp_forward = cp_backward = ep_forward = ep_backward = CommWork{};
-        segment_parameters = 0;
-      };
-      for (std::size_t i = 0; i < blocks.size(); ++i) {
-        const int block = blocks[i];
-        const int kind = prof.block_kind[static_cast<std::size_t>(block)];
-        const BlockCost& c = costs[static_cast<std::size_t>(kind)];
-        const BlockProfile& bp = prof.kinds[static_cast<std::size_t>(kind)];
-        const BlockKind role = prof.block_role[static_cast<std::size_t>(block)];
-        segment.forward_s += c.forward_compute_s;
-        segment.backward_s += c.backward_compute_s;
-        segment.weight_gradient_s += c.weight_gradient_s;
-        double parameters = c.dense_parameters + c.expert_parameters;
-        // evaluate.cpp: the last stage keeps a copy of a tied embedding for the output layer.
-        if (block == prof.head_block && pp > 1) parameters += c.tied_parameters;
-        segment_parameters += parameters;
-        stage_parameters += parameters;
-        if (role == BlockKind::layer) {
-          chunk.activation_bytes += plan.recompute == Recompute::full ? c.input_bytes : c.activation_bytes;
-          if (plan.recompute == Recompute::full) chunk.recompute_bytes = std::max(chunk.recompute_bytes, c.full_activation_bytes);
-        } else {
-          chunk.activation_bytes += c.activation_bytes;  // embedding and head are never recomputed
-        }
-        // evaluate.cpp, block_costs(), "tp_time": each collective moves elements x b / cp x act / count.
-        if (bp.tp_forward_collectives > 0) {
-          const double each = bp.tp_forward_reduce_elements * b / cp * act / bp.tp_forward_collectives;
-          const CommWork one = build.collective(Collective::all_reduce, each, tp_group, r);
-          accumulate(tp_forward, one, bp.tp_forward_collectives);
-          // Full recompute runs the layer's forward again, collectives included.
-          if (plan.recompute == Recompute::full && role == BlockKind::layer) {
-            accumulate(tp_backward, one, bp.tp_forward_collectives);
-          }
-        }
-        if (bp.tp_backward_collectives > 0) {
-          const double each = bp.tp_backward_reduce_elements * b / cp * act / bp.tp_backward_collectives;
-          accumulate(tp_backward, build.collective(Collective::all_reduce, each, tp_group, r), bp.tp_backward_collectives);
-          if (sp) {  // Korthikanti et al. 2022, Sec. 4.2.2: re-gather the sharded GEMM inputs
-            accumulate(tp_backward, build.collective(Collective::all_gather, each, tp_group, r),
-                       bp.tp_backward_collectives);
-          }
-        }
-        // Ring attention: only the part the cost model finds exposed (Liu et al. 2023).
-        accumulate(cp_forward, build.exposed_time(c.cp_forward_exposed_s, cp_group, r), 1);
-        accumulate(cp_backward, build.exposed_time(c.cp_backward_exposed_s, cp_group, r), 1);
-        // evaluate.cpp, "Expert parallelism": dispatch and combine, forward and backward.
-        if (mesh.size(Axis::ep) > 1 && bp.expert_tp_split_parameters > 0) {
-          const double routed = (seq * b / cp) * static_cast<double>(prof.top_k * prof.hidden) * act;
-          const CommWork one = build.collective(Collective::all_to_all, routed, ep_group, r);
-          accumulate(ep_forward, one, 2);
-          accumulate(ep_backward, one, 2);
-        }
-        if (sharded) close_segment();
-      }
-      if (!sharded) close_segment();
-
-      // Data-parallel buckets (evaluate.cpp: all-reduce for ZeRO 0, reduce-scatter
-      // for ZeRO 1 and 2, of the gradients already reduce-scattered over fsdp).
-      // Bucket thresholds count the bytes the gradient passes produce (before the
-      // fsdp reduce-scatter); a bucket holds 1/fsdp of them.
-      double produced_total = 0;
-      for (const SegmentWork& s : chunk.segments) produced_total += s.gradient_bytes;
-      const double reduced_total = produced_total / fsdp;
-      if (reduce_over_dp && reduced_total > 0 && !options.zero_communication) {
-        const double bucket = std::max(plan.gradient_bucket_bytes, reduced_total / kMostBucketsPerChunk);
-        const Collective collective = plan.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter;
-        for (double reduced = 0; reduced < reduced_total;) {
-          const double size = std::min(bucket, reduced_total - reduced);
-          reduced = size < bucket ? reduced_total : reduced + size;
-          chunk.buckets.push_back({reduced >= reduced_total ? produced_total : reduced * fsdp,
-                                   build.collective(collective, size, dp_group, r)});
-        }
-      }
-      stage.chunks.push_back(std::move(chunk));
-    }
-    if (pp > 1) {
-      stage.send_activation = build.transfer(p2p_bytes, pp_group, r, (r + 1) % pp);
-      stage.send_gradient = build.transfer(p2p_bytes, pp_group, r, (r - 1 + pp) % pp);
-      if (scatter_gather) stage.receive_gather = build.collective(Collective::all_gather, boundary_bytes, tp_group, r);
-      stage.receive_gather.axis = Axis::pp;  // evaluate.cpp counts it with the pipeline transfer
-    }
-    // evaluate.cpp, "Adam": master weights and both moments read and written,
-    // gradients read, working weights written, per locally owned parameter.
-    const StageMemory& sm = memory[static_cast<std::size_t>(r)];
-    const double optimizer_parameters = sm.memory.optimizer_bytes / bytes.optimizer_bytes_per_parameter;
-    stage.optimizer_s = stream_time_s(optimizer_parameters * (2 * bytes.optimizer_bytes_per_parameter +
-                                                              bytes.gradient_bytes_per_parameter +
-                                                              bytes.weight_bytes_per_parameter),
-                                      rates, StreamOp::optimizer);
-    if (reduce_over_dp && plan.zero_stage >= 1) {
-      stage.parameter_gather_after_step = build.collective(
-          Collective::all_gather, stage_parameters * bytes.weight_bytes_per_parameter / fsdp, dp_group, r);
-    }
-    // Everything but the activations: model state, buffers, and the peak's
-    // transients and runtime reserves (memory_model.hpp, MemoryBreakdown), so
-    // that model state + activations in flight is evaluate.cpp's peak.
-    stage.model_state_bytes = sm.memory.total_bytes() - sm.memory.activations_bytes;
-    work.stage_work.push_back(std::move(stage));
+    work.stage_work.push_back(build_stage(cx, build, r, memory[static_cast<std::size_t>(r)], transfer, rates));
   }
   work.links = build.take_links();
   return result;

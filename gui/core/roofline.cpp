@@ -1,9 +1,11 @@
-// plan_roofline: the ops of one layer, the embedding and the head as roofline points.
+// plan_roofline: the ops of one layer, the embedding and the head as roofline
+// points, at the local shapes and splits of model/stage_cost.hpp.
 #include "gui/core/roofline.hpp"
 
 #include <set>
 
 #include "model/compute_model.hpp"
+#include "model/stage_cost.hpp"
 
 namespace meshplan::studio {
 
@@ -15,9 +17,8 @@ Roofline plan_roofline(const Evaluator& evaluator, const Plan& plan) {
   out.memory_bytes_per_s = rates.memory_bytes_per_s;
   const double act = bytes_for(plan.precision).activation_bytes_per_element;
   const double gemm_bytes = plan.precision == Precision::fp8 ? 1.0 : act;
-  const double tp = static_cast<double>(plan.mesh.size(Axis::tp));
-  const double cp = static_cast<double>(plan.mesh.size(Axis::cp));
   const double b = static_cast<double>(plan.micro_batch);
+  const ActivationSplit split = activation_split(plan);
 
   const LayerGraph& graph = evaluator.graph();
   std::set<int> blocks;
@@ -34,19 +35,15 @@ Roofline plan_roofline(const Evaluator& evaluator, const Plan& plan) {
       const bool gemm_like = op.kind == OpKind::gemm || op.kind == OpKind::attention_scores ||
                              op.kind == OpKind::attention_values || op.kind == OpKind::conv;
       if (gemm_like && op.gemm.n > 0 && op.gemm.k > 0) {
-        double m = op.gemm.rows_per_sample * b / cp, n = static_cast<double>(op.gemm.n), k = static_cast<double>(op.gemm.k);
-        double batch = static_cast<double>(op.gemm.batch);
-        if (op.tp_split == TpSplit::columns) n /= tp;
-        if (op.tp_split == TpSplit::rows) k /= tp;
-        if (op.tp_split == TpSplit::heads) batch /= tp;
+        const LocalGemm g = local_gemm(op, plan);
         p.gemm = true;
-        p.flops = 2 * m * n * k * batch;
-        p.bytes = (m * k + k * n + m * n) * batch * gemm_bytes;
-        p.time_s = gemm_time_s(m, n, k, batch, gemm_bytes, rates);
+        p.flops = g.forward_flops();
+        p.bytes = g.operand_elements() * gemm_bytes;
+        p.time_s = gemm_time_s(g.rows, g.n, g.k, g.batch, gemm_bytes, rates);
       } else {
-        const double split = cp * ((op.tensor_parallel_region || plan.sequence_parallel) ? tp : 1.0);
-        p.flops = op.forward_flops_per_sample * b / split;
-        p.bytes = (op.memory_elements_per_sample * act + op.memory_fixed_bytes_per_sample) * b / split;
+        const double divisor = split.of(op.tensor_parallel_region);
+        p.flops = op.forward_flops_per_sample * b / divisor;
+        p.bytes = (op.memory_elements_per_sample * act + op.memory_fixed_bytes_per_sample) * b / divisor;
         p.time_s = stream_time_s(p.bytes, rates, stream_op_of(op.kind));
       }
       if (p.flops > 0 && p.bytes > 0 && p.time_s > 0) out.points.push_back(p);

@@ -2,11 +2,10 @@
 // Model", Part 1): every op of one transformer layer (and of the embedding
 // and head blocks) on one device of the plan, as a point (arithmetic
 // intensity, achieved FLOP/s) under the device's ceilings, with the shapes
-// the fast evaluator costs (model/evaluate.cpp: rows = rows per sample x
-// micro-batch / cp; tp divides n, k or the heads as the op's split says;
-// memory-bound ops divided by cp and, in tp regions or under sequence
-// parallelism, by tp). Time comes from compute_model.hpp's gemm_time_s and
-// memory_time_s, so a point sits where the cost model puts that op.
+// the fast evaluator costs: model/stage_cost.hpp's local_gemm for GEMMs and
+// activation_split for memory-bound ops, the one statement of both rules.
+// Time comes from compute_model.hpp's gemm_time_s and stream_time_s, so a
+// point sits where the cost model puts that op.
 //
 // Defines: RooflinePoint, Roofline, plan_roofline.
 #pragma once

@@ -1,0 +1,145 @@
+// The one place that says how a plan splits a model's work over one device,
+// and the record of what one block costs there. Every reader of the cost
+// model (the evaluator's stage sums, the simulator's step work, the studio's
+// roofline, the graph-walking memory reference) takes its local shapes,
+// splits and communication volumes from here instead of restating them
+// (docs/architecture.md, "One cost record"; docs/cost-model.md).
+//
+// - activation_split: a tensor outside Megatron's tp regions is split by cp,
+//   and by tp too under sequence parallelism; inside a tp region by cp x tp
+//   (Korthikanti et al. 2022, Sec. 4.2.2).
+// - local_gemm: a GEMM's shape on one device: rows = rows per sample x
+//   micro-batch / cp; tp divides n (column-parallel), k (row-parallel) or the
+//   heads (Shoeybi et al. 2019, Sec. 3).
+// - BlockCost: per block kind, per micro-batch, on one device: parameters,
+//   activation bytes by category, every GEMM's local shape and seconds, the
+//   memory-bound passes by op class, and every collective with its axis,
+//   kind, bytes and what it may hide under. Cached by the search per
+//   (micro-batch, tp, cp, ep, sp, recompute, precision, attention); the
+//   evaluator's per-stage fold reads only its scalar totals.
+// - pipeline_transfer: what crosses a stage boundary per micro-batch.
+//
+// Defines: ActivationSplit, activation_split, LocalGemm, local_gemm, Pass,
+// HiddenUnder, BlockCollective, GemmCost, BlockCost, PipelineTransfer,
+// pipeline_transfer, gradient_reduction, optimizer_traffic_bytes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "model/collectives.hpp"
+#include "model/device_spec.hpp"
+#include "model/layer_graph.hpp"
+#include "model/mesh.hpp"
+#include "model/plan.hpp"
+#include "model/precision.hpp"
+#include "model/profile.hpp"
+
+namespace meshplan {
+
+// Divisors of an activation tensor's size on one device.
+struct ActivationSplit {
+  double sequence = 1;         // outside tp regions: cp, x tp under sequence parallelism
+  double tensor_parallel = 1;  // inside a tp region (and any tensor tp splits): cp x tp
+  double of(bool in_tensor_parallel_region) const { return in_tensor_parallel_region ? tensor_parallel : sequence; }
+};
+ActivationSplit activation_split(std::int64_t tp, std::int64_t cp, bool sequence_parallel);
+inline ActivationSplit activation_split(const Plan& plan) {
+  return activation_split(plan.mesh.size(Axis::tp), plan.mesh.size(Axis::cp), plan.sequence_parallel);
+}
+
+// A GEMM's shape on one device for one micro-batch: batch x (rows x k) . (k x n).
+struct LocalGemm {
+  double rows = 0, n = 0, k = 0, batch = 1;
+  double forward_flops() const { return 2 * rows * n * k * batch; }
+  double operand_elements() const { return (rows * k + k * n + rows * n) * batch; }
+};
+LocalGemm local_gemm(double rows_per_sample, double n, double k, double batch, TpSplit split, const Plan& plan);
+inline LocalGemm local_gemm(const GemmWork& g, const Plan& plan) {
+  return local_gemm(g.rows_per_sample, g.n, g.k, g.batch, g.tp_split, plan);
+}
+inline LocalGemm local_gemm(const Op& op, const Plan& plan) {
+  return local_gemm(op.gemm.rows_per_sample, static_cast<double>(op.gemm.n), static_cast<double>(op.gemm.k),
+                    static_cast<double>(op.gemm.batch), op.tp_split, plan);
+}
+
+enum class Pass : std::uint8_t { forward, backward };
+// What the analytical model lets a collective run under (its exposed_s is the rest).
+enum class HiddenUnder : std::uint8_t {
+  nothing,          // on the critical path (forward tp all-reduces, expert all-to-alls)
+  weight_gradient,  // backward tp collectives under the W GEMMs (overlap_tensor_parallel)
+  attention,        // ring-attention key/value passes under the chunk in hand (Liu et al. 2023)
+};
+
+// One collective of a block, or `count` alike run back to back, per micro-batch.
+struct BlockCollective {
+  Axis axis = Axis::tp;
+  Collective kind = Collective::all_reduce;
+  Pass pass = Pass::forward;
+  HiddenUnder hidden_under = HiddenUnder::nothing;
+  double bytes = 0;      // each (nccl-tests' S)
+  double count = 1;
+  double seconds = 0;    // count x collective_time on the axis's link, alone
+  double exposed_s = 0;  // the part the analytical model leaves exposed (ring attention only; the
+                         // weight-gradient overlap is decided per block, BlockCost::tp_backward_s)
+};
+
+struct GemmCost {
+  LocalGemm shape;
+  bool core_attention = false;
+  bool has_weights = true;
+  bool fused_away = false;  // core attention under fused attention: priced by the fused kernel
+  double forward_s = 0, input_gradient_s = 0, weight_gradient_s = 0;
+};
+
+// One block of one kind, per micro-batch, on one device.
+struct BlockCost {  // depends only on micro-batch, tp, cp, ep, sequence parallel, recompute, precision, attention
+  double dense_parameters = 0;   // after tp split
+  double expert_parameters = 0;  // after tp and ep split
+  double tied_parameters = 0;    // after tp split
+  double activation_bytes = 0;   // saved for backward under the plan's recompute (none/selective)
+  double full_activation_bytes = 0;  // with no recompute (full recompute's transient)
+  double input_bytes = 0;        // what full recompute keeps
+  double gradient_elements = 0;  // activation-gradient elements in flight in this block's backward (layers)
+  double loss_logits = 0;        // logits its loss reads (head)
+  double forward_compute_s = 0;
+  double backward_compute_s = 0;     // including recomputation
+  double weight_gradient_s = 0;
+  double tp_forward_s = 0;
+  double tp_backward_s = 0;          // exposed part
+  double tp_backward_total_s = 0;
+  double cp_s = 0;                   // ring-attention transfers, forward + backward
+  double cp_forward_exposed_s = 0;
+  double cp_backward_exposed_s = 0;
+  double ep_s = 0;                   // all-to-all dispatch and combine, forward + backward
+  // The record behind the totals above.
+  std::vector<GemmCost> gemms;                        // in the block's op order
+  std::array<double, kStreamOps> stream_bytes{};      // forward traffic of the memory-bound ops, by StreamOp
+  std::array<double, kStreamOps> stream_s{};          // their forward seconds
+  std::vector<BlockCollective> collectives;            // tp, cp and ep, in the order they run within a pass
+};
+
+// Per micro-batch across a pipeline stage boundary (Megatron-LM's
+// scatter/gather, Narayanan et al. 2021, Sec. 4.1: without sequence
+// parallelism each tp rank sends 1/t and the receiver all-gathers over tp).
+struct PipelineTransfer {
+  double boundary_bytes = 0;  // the activation as one device holds it
+  double send_bytes = 0;      // what each device sends
+  bool gather_after_receive = false;  // all-gather boundary_bytes over tp on arrival
+};
+PipelineTransfer pipeline_transfer(const ModelProfile& profile, const Plan& plan);
+
+// The data-parallel gradient collective: all-reduce without ZeRO, reduce-scatter with ZeRO-1/2.
+inline Collective gradient_reduction(int zero_stage) {
+  return zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+}
+
+// Adam per locally owned parameter: master weights and both moments read and
+// written, gradients read, the working weights written.
+inline double optimizer_traffic_bytes(double parameters, const PrecisionBytes& bytes) {
+  return parameters * (2 * bytes.optimizer_bytes_per_parameter + bytes.gradient_bytes_per_parameter +
+                       bytes.weight_bytes_per_parameter);
+}
+
+}  // namespace meshplan
