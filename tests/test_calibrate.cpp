@@ -20,7 +20,8 @@
 #include <string>
 #include <thread>
 
-#include "cli/calibrate_measure.hpp"
+#include "executor/calibrate/measure.hpp"
+#include "model/calibration.hpp"
 #include "cli_runner.hpp"
 #include "model/cluster_spec.hpp"
 #include "model/device_spec.hpp"
@@ -177,7 +178,7 @@ TEST(Calibrate, QuickRunWritesTheGemmCurveAndOpClassRates) {
     EXPECT_NEAR(g["fraction_of_peak"].get<double>(), g["flops_per_s"].get<double>() / peak, 1e-9) << g.dump();
     measured.push_back({g["intensity"].get<double>(), g["fraction_of_peak"].get<double>()});
   }
-  const auto rebuilt = meshplan::cli::build_gemm_curve(measured, 0.05, 12);
+  const auto rebuilt = meshplan::build_gemm_curve(measured, 0.05, 12);
   ASSERT_EQ(rebuilt.size(), curve.size());
   for (std::size_t i = 0; i < curve.size(); ++i) {
     EXPECT_NEAR(curve[i].intensity, rebuilt[i].intensity, 1e-5 * rebuilt[i].intensity) << i;
@@ -237,7 +238,7 @@ TEST(Calibrate, QuickRunWritesTheGemmCurveAndOpClassRates) {
         << g.dump();
     threaded_points.push_back({g["intensity"].get<double>(), g["fraction_of_threads_x_peak"].get<double>()});
   }
-  const auto threaded_rebuilt = meshplan::cli::build_gemm_curve(threaded_points, 0.05, 12);
+  const auto threaded_rebuilt = meshplan::build_gemm_curve(threaded_points, 0.05, 12);
   ASSERT_EQ(threaded.gemm_curve.size(), threaded_rebuilt.size());
   for (std::size_t i = 0; i < threaded_rebuilt.size(); ++i) {
     EXPECT_NEAR(threaded.gemm_curve[i].fraction, threaded_rebuilt[i].fraction, 1e-5 * threaded_rebuilt[i].fraction) << i;
@@ -254,15 +255,15 @@ TEST(Calibrate, QuickRunWritesTheGemmCurveAndOpClassRates) {
 
 TEST(GemmCurve, ArithmeticIntensityOfShapes) {
   // GemmShape is {label, M = rows, K = in_features, N = out_features}.
-  EXPECT_DOUBLE_EQ(meshplan::cli::arithmetic_intensity({"", 96, 96, 96}), 64.0);  // 2n/3 for a square
-  EXPECT_DOUBLE_EQ(meshplan::cli::arithmetic_intensity({"", 128, 256, 10}),
+  EXPECT_DOUBLE_EQ(meshplan::exec::arithmetic_intensity({"", 96, 96, 96}), 64.0);  // 2n/3 for a square
+  EXPECT_DOUBLE_EQ(meshplan::exec::arithmetic_intensity({"", 128, 256, 10}),
                    2.0 * 128 * 10 * 256 / (128 * 256 + 256 * 10 + 128 * 10));
-  EXPECT_DOUBLE_EQ(meshplan::cli::arithmetic_intensity({"", 0, 4, 4}), 0.0);
+  EXPECT_DOUBLE_EQ(meshplan::exec::arithmetic_intensity({"", 0, 4, 4}), 0.0);
 }
 
 TEST(GemmCurve, MergesCloseIntensitiesAndKeepsWhatWasMeasured) {
   using meshplan::GemmCurvePoint;
-  using meshplan::cli::build_gemm_curve;
+  using meshplan::build_gemm_curve;
   const auto expect_curve = [](const std::vector<GemmCurvePoint>& got, const std::vector<GemmCurvePoint>& want) {
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t i = 0; i < want.size(); ++i) {
