@@ -55,6 +55,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/calibrate_from.hpp"
 #include "cli/calibrate_report.hpp"
 #include "cli/commands.hpp"
 #include "executor/calibrate/local_preset.hpp"
@@ -74,6 +75,7 @@ struct CalibrateFlags {
   std::string out;
   bool quick = false;
   bool json = false;
+  CalibrateFromFlags from;  // --from FILE: presets from measurements made elsewhere
 };
 
 // The output folder and its devices/ and clusters/ subfolders, created now so
@@ -185,7 +187,8 @@ Command add_calibrate_command(CLI::App& app) {
       "calibrate", "Measure this machine (GEMM rate by size, memory bandwidth, cores, memory; with cold operands on "
                    "every core the GEMM efficiency by arithmetic intensity and the rates of GELU, LayerNorm, residual and "
                    "optimizer kernels; under mpirun with 2 or more ranks also the MPI collectives) and write the device "
-                   "and cluster presets local-cpu");
+                   "and cluster presets local-cpu; or, with --from FILE, write a device preset from measurements made on another "
+                   "device (a GPU), or a cluster preset from nccl-tests output");
   auto flags = std::make_shared<CalibrateFlags>();
   command->add_option("--out", flags->out,
                       "Presets folder to write devices/local-cpu.yaml and clusters/local-cpu.yaml into (default: "
@@ -193,7 +196,37 @@ Command add_calibrate_command(CLI::App& app) {
                       "~/.config/meshplan/presets, which preset lookup searches first)");
   command->add_flag("--quick", flags->quick, "A run of a few seconds: small GEMMs and arrays (for tests; rougher figures)");
   command->add_flag("--json", flags->json, "Print the measurements and the written figures as one JSON object");
-  return [flags]() { return run_calibrate(*flags); };
+  CalibrateFromFlags& from = flags->from;
+  auto* from_file = command->add_option(
+      "--from", from.file,
+      "Instead of measuring here: write a device preset from measurements made elsewhere (one JSON object per line: "
+      "device, ceiling, gemm, attention and op rows; docs/presets.md, \"Calibrating from measurements\"), or with "
+      "--nccl-tests a cluster preset whose link is fitted to nccl-tests output");
+  auto needs_from = [&](CLI::Option* option) { option->needs(from_file); };
+  needs_from(command->add_flag("--nccl-tests", from.nccl_tests,
+                               "--from FILE is nccl-tests output (all_reduce_perf, all_gather_perf, reduce_scatter_perf, "
+                               "sendrecv_perf): fit the link's latency and bus bandwidth (needs --base CLUSTER; the "
+                               "intra-node link when every rank ran on one host, else the inter-node link)"));
+  needs_from(command->add_option("--collective", from.collective,
+                                 "With --nccl-tests: the collective timed (all_reduce, all_gather, reduce_scatter, "
+                                 "send_recv), when the text does not name its program"));
+  needs_from(command->add_option("--name", from.name, "Name of the written preset (default: the --base preset's)"));
+  needs_from(command->add_option("-o,--output", from.output, "Write the preset to FILE (default: stdout)"));
+  needs_from(command->add_option(
+      "--base", from.base,
+      "Device (or with --nccl-tests cluster) preset whose figures the file does not measure are kept: dense peaks, "
+      "memory bandwidth, the stack's context and workspace; for a device, flags override it"));
+  needs_from(command->add_option("--peak-tflops", from.peak_tflops,
+                                 "Dense datasheet peaks the file cannot measure, e.g. bf16=989.4,fp32=67 (the GEMM rows "
+                                 "are fractions of the bf16 peak)"));
+  needs_from(command->add_option("--memory-bandwidth-gb-per-s", from.memory_bandwidth_gb_per_s,
+                                 "Datasheet memory bandwidth (the device copy is a fraction of it)"));
+  needs_from(command->add_option("--memory-gib", from.memory_gib,
+                                 "Device memory, in place of the file's device row (mem_bytes) or the base's"));
+  needs_from(command->add_option("--source", from.source, "The preset's source: text (default: the base's)"));
+  // --from measures nothing here: the measuring flags do not go with it.
+  for (const char* measuring : {"--quick", "--json", "--out"}) from_file->excludes(command->get_option(measuring));
+  return [flags]() { return flags->from.file.empty() ? run_calibrate(*flags) : run_calibrate_from(flags->from); };
 }
 
 }  // namespace meshplan::cli
