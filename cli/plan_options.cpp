@@ -11,6 +11,7 @@
 #include "model/fit_search.hpp"
 #include "model/layer_graph.hpp"
 #include "model/mesh.hpp"
+#include "model/plan_defaults.hpp"
 #include "model/suggest.hpp"
 
 namespace meshplan::cli {
@@ -36,7 +37,8 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--zero", f.zero, "ZeRO stage on dp: 0-3, or auto (with --mesh: 1 when dp x ep > 1, else 0; "
                                        "without: searched)")->capture_default_str();
   command.add_option("--recompute", f.recompute,
-                     "Activation recomputation: none, selective, full (default: selective with --mesh, else searched)");
+                     "Activation recomputation: none, selective, full (default with --mesh: selective for transformers, "
+                     "none for MLPs and CNNs; else searched)");
   command.add_option("--attention", f.attention,
                      "Attention kernels: fused (FlashAttention / cuDNN / SDPA: no s x s tensors) or unfused")
       ->capture_default_str();
@@ -178,7 +180,7 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
   } else if (f.zero != "auto") {
     problems.push_back({Severity::error, "--zero", "'" + f.zero + "' is not one of: 0, 1, 2, 3, auto"});
   }
-  const std::string recompute = f.recompute.value_or("selective");
+  const std::string recompute = f.recompute.value_or(to_string(default_recompute(in.model.kind)));
   if (auto r = parse_recompute(recompute)) {
     plan.recompute = *r;
     if (f.recompute) space.recomputes = {*r};
@@ -267,11 +269,12 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
     }
   }
   if (!search_mesh) {
-    plan.zero_stage = zero ? *zero : (plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) > 1 ? 1 : 0);
+    // The defaults of model/plan_defaults.hpp for what the flags left open.
+    plan.zero_stage = zero ? *zero : default_zero_stage(plan.mesh);
     if (f.sequence_parallel) {
       plan.sequence_parallel = true;
     } else if (!f.no_sequence_parallel) {
-      plan.sequence_parallel = model.ok() && in.model.kind == ModelKind::transformer && plan.mesh.size(Axis::tp) > 1;
+      plan.sequence_parallel = model.ok() && default_sequence_parallel(in.model.kind, plan.mesh);
     }
   }
   return result;

@@ -37,7 +37,7 @@ struct PlanFlags {
   std::optional<std::int64_t> global_batch;  // default_global_batch()
   std::int64_t seq = 0;
   std::string zero = "auto";
-  std::optional<std::string> recompute;      // selective
+  std::optional<std::string> recompute;      // default_recompute (model/plan_defaults.hpp)
   std::string attention = "fused";
   bool sequence_parallel = false;
   bool no_sequence_parallel = false;

@@ -219,118 +219,122 @@ Rejection check_rules(const Evaluator& evaluator, const Plan& plan, bool split_c
 
 }  // namespace
 
-SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const SearchSpace& space,
-                    const SearchOptions& options) {
-  const auto started = std::chrono::steady_clock::now();
-  SearchResult result;
-  const ModelSpec& model = evaluator.model();
-  const std::int64_t world = evaluator.topology().world_size;
-  const std::vector<Mesh> meshes = enumerate_meshes(world, space, evaluator.topology().devices_per_node);
-  const bool transformer = model.kind == ModelKind::transformer;
-  const bool fsdp_enabled = std::find(space.axes.begin(), space.axes.end(), Axis::fsdp) != space.axes.end();
-  const auto layer_count = static_cast<std::int64_t>(evaluator.profile().layer_blocks.size());
+namespace {
 
-  struct MeshResult {
-    std::vector<Candidate> candidates;  // all (for on_candidate) or feasible (for ranking)
-    SearchStats stats;
-    bool done = false;
-  };
-  std::vector<MeshResult> slots(meshes.size());
-  std::mutex mutex;
-  std::condition_variable ready;
-  std::atomic<std::size_t> next{0};
-  std::atomic<std::int64_t> plans_so_far{0};
-  const bool keep_all = static_cast<bool>(options.on_candidate);
+// What every mesh's enumeration reads: the job, the space and the options.
+struct SearchContext {
+  const Evaluator& evaluator;
+  std::int64_t global_batch;
+  const SearchSpace& space;
+  bool transformer;
+  bool fsdp_enabled;
+  std::int64_t layer_count;
+  bool keep_all;     // on_candidate: every candidate, feasible or not
+  bool keep_ranked;  // options.keep_ranked
+};
 
-  auto work = [&]() {
-    std::map<CostKey, CostEntry> cost_cache;
-    for (;;) {
-      const std::size_t index = next.fetch_add(1);
-      if (index >= meshes.size()) return;
-      if (options.cancel && options.cancel->load()) return;
-      const Mesh& mesh = meshes[index];
-      MeshResult local;
-      const std::vector<AxisPlacement> placements = place_axes(evaluator.topology(), mesh);
-      const std::int64_t data = mesh.data_parallel_size();
-      const std::int64_t tp = mesh.size(Axis::tp), pp = mesh.size(Axis::pp);
-      std::vector<std::int64_t> micro_batches = space.micro_batches;
-      if (micro_batches.empty()) {
-        for (std::int64_t b = 1; b <= 64; b *= 2) micro_batches.push_back(b);
-      }
-      Plan plan;
-      plan.mesh = mesh;
-      plan.global_batch = global_batch;
-      plan.seq_len = evaluator.profile().seq_len;
-      plan.memory_headroom = space.memory_headroom;
-      for (std::int64_t b : micro_batches) {
-        plan.micro_batch = b;
-        if (b * data > global_batch) continue;  // not a candidate at all: more than the batch
-        for (Precision precision : space.precisions) {
-          plan.precision = precision;
-          for (Recompute recompute : space.recomputes) {
-            if (!transformer && recompute == Recompute::selective) continue;  // nothing to be selective about
-            plan.recompute = recompute;
-            for (bool sp : space.sequence_parallel) {
-              if (sp && (tp == 1 || !transformer)) continue;
-              plan.sequence_parallel = sp;
-              for (std::size_t ai = 0; ai < space.attentions.size(); ++ai) {
-                if (ai > 0 && !transformer) break;  // no attention: one pass
-                const Attention attention = space.attentions[ai];
-                plan.attention = attention;
-                CostEntry* costs = nullptr;
-                for (int zero : space.zero_stages) {
-                  if (zero > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) continue;  // the same plan as ZeRO 0
-                  // With fsdp in the space, dp x ZeRO-3 duplicates an fsdp mesh the search also visits.
-                  if (zero == 3 && fsdp_enabled) continue;
-                  plan.zero_stage = zero;
-                  for (ScheduleKind kind : space.schedules) {
-                    const bool pipelined = pp > 1 && model.kind != ModelKind::cnn;
-                    if (!pipelined && kind != ScheduleKind::one_f_one_b) continue;
-                    std::vector<std::int64_t> vs = {1};
-                    if (kind == ScheduleKind::interleaved) vs = space.interleave;
-                    for (std::int64_t v : vs) {
-                      plan.schedule = {kind, v};
-                      Candidate candidate;
-                      plan.stage_layers.clear();
-                      candidate.rejection = check_rules(evaluator, plan, true);
-                      ++local.stats.plans;
-                      if (candidate.rejection == Rejection::none) {
-                        if (!costs) {
-                          const CostKey key{tp, mesh.size(Axis::cp), mesh.size(Axis::ep), b, sp, recompute, precision, attention};
-                          auto it = cost_cache.find(key);
-                          if (it == cost_cache.end()) it = cost_cache.emplace(key, CostEntry{evaluator.block_costs(plan, placements), {}}).first;
-                          costs = &it->second;
-                        }
-                        // Pipelined: the balanced split, when it is not the even
-                        // one; where pp x v divides the layers, the even split
-                        // too, and the better of the two (it may fit where the
-                        // balanced one does not).
-                        const std::vector<std::int64_t>* split = nullptr;
-                        if (pipelined) split = &balanced_split(*costs, evaluator.profile(), pp, v);
-                        const bool divides = layer_count % (pp * v) == 0;
-                        if (divides) {
-                          candidate.estimate = evaluator.evaluate(plan, placements, costs->costs);
-                          ++local.stats.evaluated;
-                        }
-                        if (split && !split->empty()) {
-                          plan.stage_layers = *split;
-                          PlanEstimate balanced = evaluator.evaluate(plan, placements, costs->costs);
-                          ++local.stats.evaluated;
-                          if (divides && better_or_equal(candidate.estimate, balanced)) {
-                            plan.stage_layers.clear();
-                          } else {
-                            candidate.estimate = balanced;
-                          }
-                        }
-                        if (!candidate.estimate.fits) candidate.rejection = Rejection::out_of_memory;
-                      }
-                      ++local.stats.rejected[static_cast<std::size_t>(candidate.rejection)];
-                      if (candidate.rejection == Rejection::none) ++local.stats.feasible;
-                      if (keep_all || (options.keep_ranked && candidate.rejection == Rejection::none)) {
-                        candidate.plan = plan;
-                        local.candidates.push_back(std::move(candidate));
-                      }
-                    }
+// The candidates of one mesh, in a deterministic order, and their counts.
+struct MeshResult {
+  std::vector<Candidate> candidates;  // all (for on_candidate) or feasible (for ranking)
+  SearchStats stats;
+  bool done = false;
+};
+
+// Phase 2, per candidate that passed the rules: its block costs (cached per
+// CostKey), then the evaluator on the even split, the balanced one, or both
+// and the better kept (the balanced split may not fit where the even one does).
+void evaluate_candidate(const SearchContext& ctx, const Mesh& mesh, const std::vector<AxisPlacement>& placements,
+                        std::map<CostKey, CostEntry>& cost_cache, CostEntry*& costs, Plan& plan, Candidate& candidate,
+                        SearchStats& stats) {
+  const Evaluator& evaluator = ctx.evaluator;
+  const std::int64_t pp = mesh.size(Axis::pp);
+  const std::int64_t v = plan.schedule.virtual_stages;
+  if (!costs) {
+    const CostKey key{mesh.size(Axis::tp), mesh.size(Axis::cp), mesh.size(Axis::ep), plan.micro_batch,
+                      plan.sequence_parallel, plan.recompute, plan.precision, plan.attention};
+    auto it = cost_cache.find(key);
+    if (it == cost_cache.end()) it = cost_cache.emplace(key, CostEntry{evaluator.block_costs(plan, placements), {}}).first;
+    costs = &it->second;
+  }
+  const bool pipelined = pp > 1 && evaluator.model().kind != ModelKind::cnn;
+  const std::vector<std::int64_t>* split = nullptr;
+  if (pipelined) split = &balanced_split(*costs, evaluator.profile(), pp, v);
+  const bool divides = ctx.layer_count % (pp * v) == 0;
+  if (divides) {
+    candidate.estimate = evaluator.evaluate(plan, placements, costs->costs);
+    ++stats.evaluated;
+  }
+  if (split && !split->empty()) {
+    plan.stage_layers = *split;
+    PlanEstimate balanced = evaluator.evaluate(plan, placements, costs->costs);
+    ++stats.evaluated;
+    if (divides && better_or_equal(candidate.estimate, balanced)) {
+      plan.stage_layers.clear();
+    } else {
+      candidate.estimate = balanced;
+    }
+  }
+  if (!candidate.estimate.fits) candidate.rejection = Rejection::out_of_memory;
+}
+
+// Phase 1, per mesh: every micro-batch, precision, recompute, sequence
+// parallelism, attention, ZeRO stage and schedule the space allows on it,
+// checked by the structural rules and, when they pass, evaluated.
+MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<CostKey, CostEntry>& cost_cache) {
+  const SearchSpace& space = ctx.space;
+  const Evaluator& evaluator = ctx.evaluator;
+  MeshResult local;
+  const std::vector<AxisPlacement> placements = place_axes(evaluator.topology(), mesh);
+  const std::int64_t data = mesh.data_parallel_size();
+  const std::int64_t tp = mesh.size(Axis::tp), pp = mesh.size(Axis::pp);
+  const bool pipelined = pp > 1 && evaluator.model().kind != ModelKind::cnn;
+  std::vector<std::int64_t> micro_batches = space.micro_batches;
+  if (micro_batches.empty()) {
+    for (std::int64_t b = 1; b <= 64; b *= 2) micro_batches.push_back(b);
+  }
+  Plan plan;
+  plan.mesh = mesh;
+  plan.global_batch = ctx.global_batch;
+  plan.seq_len = evaluator.profile().seq_len;
+  plan.memory_headroom = space.memory_headroom;
+  for (std::int64_t b : micro_batches) {
+    plan.micro_batch = b;
+    if (b * data > ctx.global_batch) continue;  // not a candidate at all: more than the batch
+    for (Precision precision : space.precisions) {
+      plan.precision = precision;
+      for (Recompute recompute : space.recomputes) {
+        if (!ctx.transformer && recompute == Recompute::selective) continue;  // nothing to be selective about
+        plan.recompute = recompute;
+        for (bool sp : space.sequence_parallel) {
+          if (sp && (tp == 1 || !ctx.transformer)) continue;
+          plan.sequence_parallel = sp;
+          for (std::size_t ai = 0; ai < space.attentions.size(); ++ai) {
+            if (ai > 0 && !ctx.transformer) break;  // no attention: one pass
+            plan.attention = space.attentions[ai];
+            CostEntry* costs = nullptr;
+            for (int zero : space.zero_stages) {
+              if (zero > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) continue;  // the same plan as ZeRO 0
+              // With fsdp in the space, dp x ZeRO-3 duplicates an fsdp mesh the search also visits.
+              if (zero == 3 && ctx.fsdp_enabled) continue;
+              plan.zero_stage = zero;
+              for (ScheduleKind kind : space.schedules) {
+                if (!pipelined && kind != ScheduleKind::one_f_one_b) continue;
+                std::vector<std::int64_t> vs = {1};
+                if (kind == ScheduleKind::interleaved) vs = space.interleave;
+                for (std::int64_t v : vs) {
+                  plan.schedule = {kind, v};
+                  Candidate candidate;
+                  plan.stage_layers.clear();
+                  candidate.rejection = check_rules(evaluator, plan, true);
+                  ++local.stats.plans;
+                  if (candidate.rejection == Rejection::none) {
+                    evaluate_candidate(ctx, mesh, placements, cost_cache, costs, plan, candidate, local.stats);
+                  }
+                  ++local.stats.rejected[static_cast<std::size_t>(candidate.rejection)];
+                  if (candidate.rejection == Rejection::none) ++local.stats.feasible;
+                  if (ctx.keep_all || (ctx.keep_ranked && candidate.rejection == Rejection::none)) {
+                    candidate.plan = plan;
+                    local.candidates.push_back(std::move(candidate));
                   }
                 }
               }
@@ -338,6 +342,57 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
           }
         }
       }
+    }
+  }
+  return local;
+}
+
+// Phase 4: fastest first, then the Pareto front of step time against memory
+// per device: walking fastest first, keep each plan that needs less memory
+// than every faster one.
+void rank(SearchResult& result) {
+  std::sort(result.ranked.begin(), result.ranked.end(), faster);
+  double best_memory = std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < result.ranked.size(); ++i) {
+    const double memory = result.ranked[i].estimate.worst_memory.total_bytes();
+    if (memory < best_memory) {
+      result.pareto.push_back(i);
+      best_memory = memory;
+    }
+  }
+}
+
+}  // namespace
+
+// Phase 1 runs on a pool of threads, one mesh at a time each (search_mesh);
+// phase 3 drains their results in mesh order on the calling thread, so the
+// output is the same whatever the thread timing; phase 4 ranks.
+SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const SearchSpace& space,
+                    const SearchOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  SearchResult result;
+  const std::vector<Mesh> meshes = enumerate_meshes(evaluator.topology().world_size, space, evaluator.topology().devices_per_node);
+  const SearchContext ctx{evaluator,
+                          global_batch,
+                          space,
+                          evaluator.model().kind == ModelKind::transformer,
+                          std::find(space.axes.begin(), space.axes.end(), Axis::fsdp) != space.axes.end(),
+                          static_cast<std::int64_t>(evaluator.profile().layer_blocks.size()),
+                          static_cast<bool>(options.on_candidate),
+                          options.keep_ranked};
+
+  std::vector<MeshResult> slots(meshes.size());
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::int64_t> plans_so_far{0};
+  auto work = [&]() {
+    std::map<CostKey, CostEntry> cost_cache;
+    for (;;) {
+      const std::size_t index = next.fetch_add(1);
+      if (index >= meshes.size()) return;
+      if (options.cancel && options.cancel->load()) return;
+      MeshResult local = search_mesh(ctx, meshes[index], cost_cache);
       plans_so_far.fetch_add(local.stats.plans);
       {
         std::lock_guard<std::mutex> lock(mutex);
@@ -353,7 +408,7 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i) pool.emplace_back(work);
 
-  // Drain the slots in mesh order: deterministic output whatever the thread timing.
+  // Phase 3: drain the slots in mesh order: deterministic output whatever the thread timing.
   auto absorb = [&](MeshResult& slot) {
     result.stats.meshes += 1;
     result.stats.plans += slot.stats.plans;
@@ -394,17 +449,7 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
   for (auto& t : pool) t.join();
   if (options.on_progress) options.on_progress(plans_so_far.load(), static_cast<std::int64_t>(emitted), static_cast<std::int64_t>(meshes.size()));
 
-  std::sort(result.ranked.begin(), result.ranked.end(), faster);
-  // Pareto front of step time against memory per device: walking fastest
-  // first, keep each plan that needs less memory than every faster one.
-  double best_memory = std::numeric_limits<double>::infinity();
-  for (std::size_t i = 0; i < result.ranked.size(); ++i) {
-    const double memory = result.ranked[i].estimate.worst_memory.total_bytes();
-    if (memory < best_memory) {
-      result.pareto.push_back(i);
-      best_memory = memory;
-    }
-  }
+  rank(result);
   result.stats.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
 }

@@ -20,7 +20,8 @@
 #include <string>
 #include <thread>
 
-#include "cli/calibrate_measure.hpp"
+#include "executor/calibrate/measure.hpp"
+#include "model/calibration.hpp"
 #include "cli_runner.hpp"
 #include "model/cluster_spec.hpp"
 #include "model/device_spec.hpp"
@@ -177,7 +178,7 @@ TEST(Calibrate, QuickRunWritesTheGemmCurveAndOpClassRates) {
     EXPECT_NEAR(g["fraction_of_peak"].get<double>(), g["flops_per_s"].get<double>() / peak, 1e-9) << g.dump();
     measured.push_back({g["intensity"].get<double>(), g["fraction_of_peak"].get<double>()});
   }
-  const auto rebuilt = meshplan::cli::build_gemm_curve(measured, 0.05, 12);
+  const auto rebuilt = meshplan::build_gemm_curve(measured, 0.05, 12);
   ASSERT_EQ(rebuilt.size(), curve.size());
   for (std::size_t i = 0; i < curve.size(); ++i) {
     EXPECT_NEAR(curve[i].intensity, rebuilt[i].intensity, 1e-5 * rebuilt[i].intensity) << i;
@@ -237,7 +238,7 @@ TEST(Calibrate, QuickRunWritesTheGemmCurveAndOpClassRates) {
         << g.dump();
     threaded_points.push_back({g["intensity"].get<double>(), g["fraction_of_threads_x_peak"].get<double>()});
   }
-  const auto threaded_rebuilt = meshplan::cli::build_gemm_curve(threaded_points, 0.05, 12);
+  const auto threaded_rebuilt = meshplan::build_gemm_curve(threaded_points, 0.05, 12);
   ASSERT_EQ(threaded.gemm_curve.size(), threaded_rebuilt.size());
   for (std::size_t i = 0; i < threaded_rebuilt.size(); ++i) {
     EXPECT_NEAR(threaded.gemm_curve[i].fraction, threaded_rebuilt[i].fraction, 1e-5 * threaded_rebuilt[i].fraction) << i;
@@ -254,15 +255,15 @@ TEST(Calibrate, QuickRunWritesTheGemmCurveAndOpClassRates) {
 
 TEST(GemmCurve, ArithmeticIntensityOfShapes) {
   // GemmShape is {label, M = rows, K = in_features, N = out_features}.
-  EXPECT_DOUBLE_EQ(meshplan::cli::arithmetic_intensity({"", 96, 96, 96}), 64.0);  // 2n/3 for a square
-  EXPECT_DOUBLE_EQ(meshplan::cli::arithmetic_intensity({"", 128, 256, 10}),
+  EXPECT_DOUBLE_EQ(meshplan::exec::arithmetic_intensity({"", 96, 96, 96}), 64.0);  // 2n/3 for a square
+  EXPECT_DOUBLE_EQ(meshplan::exec::arithmetic_intensity({"", 128, 256, 10}),
                    2.0 * 128 * 10 * 256 / (128 * 256 + 256 * 10 + 128 * 10));
-  EXPECT_DOUBLE_EQ(meshplan::cli::arithmetic_intensity({"", 0, 4, 4}), 0.0);
+  EXPECT_DOUBLE_EQ(meshplan::exec::arithmetic_intensity({"", 0, 4, 4}), 0.0);
 }
 
 TEST(GemmCurve, MergesCloseIntensitiesAndKeepsWhatWasMeasured) {
   using meshplan::GemmCurvePoint;
-  using meshplan::cli::build_gemm_curve;
+  using meshplan::build_gemm_curve;
   const auto expect_curve = [](const std::vector<GemmCurvePoint>& got, const std::vector<GemmCurvePoint>& want) {
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t i = 0; i < want.size(); ++i) {
@@ -486,6 +487,90 @@ TEST(UserPresets, FolderFromTheEnvironment) {
     EXPECT_EQ(meshplan::user_presets_dir(), std::string(home) + "/.config/meshplan/presets");
   }
   if (xdg) ::setenv("XDG_CONFIG_HOME", saved_xdg.c_str(), 1);
+}
+
+
+// ---- calibrate --from: presets from measurements made elsewhere ----
+
+// Runs meshplan from the source tree, as the preset headers say it was run.
+CliRun run_in_source(const std::vector<std::string>& args) { return run_under({"env", "-C", MESHPLAN_SOURCE_ROOT}, args); }
+
+TEST(CalibrateFrom, WritesTheCommittedH100PresetByteForByte) {
+  const CliRun r = run_in_source({"calibrate", "--from", "tests/data/h100-measured.jsonl", "--base", "h100-sxm"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, read_text(fs::path(MESHPLAN_SOURCE_ROOT) / "presets/devices/h100-sxm.yaml"));
+}
+
+TEST(CalibrateFrom, DatasheetFlagsAloneGiveTheH100PresetsMeasuredFigures) {
+  const fs::path out = temp_path("h100-from-flags.yaml");
+  const CliRun r = run_in_source({"calibrate", "--from", "tests/data/h100-measured.jsonl", "--name", "h100-check",
+                                  "--peak-tflops", "bf16=989.4", "--memory-bandwidth-gb-per-s", "3350", "-o", out.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("wrote " + out.string()), std::string::npos);
+  const auto got = meshplan::load_device(out.string());
+  ASSERT_TRUE(got.ok()) << read_text(out);
+  const auto want = meshplan::load_device("h100-sxm");
+  ASSERT_TRUE(want.ok());
+  const meshplan::DeviceSpec &g = got.value, &w = want.value;
+  EXPECT_EQ(g.name, "h100-check");
+  EXPECT_DOUBLE_EQ(g.memory_bytes, w.memory_bytes);
+  EXPECT_EQ(g.compute_units, w.compute_units);
+  EXPECT_DOUBLE_EQ(g.gemm_efficiency, w.gemm_efficiency);
+  EXPECT_DOUBLE_EQ(g.memory_efficiency, w.memory_efficiency);
+  EXPECT_DOUBLE_EQ(g.launch_overhead_s, w.launch_overhead_s);
+  ASSERT_EQ(g.gemm_curve.size(), w.gemm_curve.size());
+  for (std::size_t i = 0; i < w.gemm_curve.size(); ++i) {
+    EXPECT_DOUBLE_EQ(g.gemm_curve[i].intensity, w.gemm_curve[i].intensity) << i;
+    EXPECT_DOUBLE_EQ(g.gemm_curve[i].fraction, w.gemm_curve[i].fraction) << i;
+  }
+  ASSERT_EQ(g.attention_forward_curve.size(), w.attention_forward_curve.size());
+  for (std::size_t i = 0; i < w.attention_forward_curve.size(); ++i) {
+    EXPECT_DOUBLE_EQ(g.attention_forward_curve[i].forward_flops, w.attention_forward_curve[i].forward_flops) << i;
+    EXPECT_DOUBLE_EQ(g.attention_forward_curve[i].flops_per_s, w.attention_forward_curve[i].flops_per_s) << i;
+    EXPECT_DOUBLE_EQ(g.attention_backward_curve[i].flops_per_s, w.attention_backward_curve[i].flops_per_s) << i;
+  }
+  EXPECT_EQ(g.op_bandwidth_bytes_per_s, w.op_bandwidth_bytes_per_s);
+  // Only the bf16 peak was given: no other dtype is invented.
+  EXPECT_EQ(g.peak_flops_per_s.size(), 1u);
+  EXPECT_DOUBLE_EQ(g.l2_bandwidth_bytes_per_s, 0.0);
+}
+
+TEST(CalibrateFrom, NcclTestsWritesTheClustersLink) {
+  const fs::path out = temp_path("dgx-fitted.yaml");
+  const CliRun r = run_in_source({"calibrate", "--from", "tests/data/nccl-tests-all-reduce-8xh100.txt", "--nccl-tests",
+                                  "--base", "dgx-h100", "--name", "dgx-fitted", "-o", out.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto got = meshplan::load_cluster(out.string());
+  ASSERT_TRUE(got.ok()) << read_text(out);
+  EXPECT_EQ(got.value.name, "dgx-fitted");
+  EXPECT_NEAR(got.value.intra_node.bandwidth_bytes_per_s, 360e9, 0.05 * 360e9);  // the sample's made-from figures
+  EXPECT_NEAR(got.value.intra_node.latency_s, 1.2e-6, 0.05 * 1.2e-6);
+  const auto base = meshplan::load_cluster("dgx-h100");
+  EXPECT_DOUBLE_EQ(got.value.inter_node.bandwidth_bytes_per_s, base.value.inter_node.bandwidth_bytes_per_s);
+  EXPECT_EQ(got.value.device.name, "h100-sxm");
+}
+
+TEST(CalibrateFrom, BadInputIsAClearError) {
+  const fs::path garbage = temp_path("garbage.jsonl");
+  std::ofstream(garbage) << "{\"section\": \"gemm\", \"m\": 8}\n\x01\x02 garbage\n";
+  CliRun r = run({"calibrate", "--from", garbage.string(), "--peak-tflops", "bf16=1", "--memory-bandwidth-gb-per-s", "1"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find(garbage.string() + ":1 key 'n'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(garbage.string() + ":2: not a JSON object"), std::string::npos) << r.err;
+  expect_no_crash_text(r);
+  r = run({"calibrate", "--from", garbage.string(), "--nccl-tests", "--base", "dgx-h100"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find(garbage.string() + ":1: not an nccl-tests result row"), std::string::npos) << r.err;
+  expect_no_crash_text(r);
+  r = run({"calibrate", "--from", temp_path("missing.jsonl").string()});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--from: cannot read"), std::string::npos) << r.err;
+  r = run({"calibrate", "--from", garbage.string(), "--quick"});
+  EXPECT_EQ(r.status, 2);
+  r = run_in_source({"calibrate", "--from", "tests/data/h100-measured.jsonl"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--peak-tflops"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--memory-bandwidth-gb-per-s"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -1,12 +1,12 @@
-// fit_link (cli/calibrate_measure.hpp): the link figures `meshplan calibrate`
+// fit_link (model/calibration.hpp): the link figures `meshplan calibrate`
 // fits to collective timings, on timings made from known figures.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "cli/calibrate_measure.hpp"
+#include "model/calibration.hpp"
 
-namespace meshplan::cli {
+namespace meshplan {
 namespace {
 
 std::vector<CollectiveSample> samples_from(double latency_s, double bandwidth, std::int64_t ranks) {
@@ -61,4 +61,4 @@ TEST(FitLink, TooFewSamplesIsNoFit) {
 }
 
 }  // namespace
-}  // namespace meshplan::cli
+}  // namespace meshplan

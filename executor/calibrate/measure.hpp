@@ -3,7 +3,8 @@
 // /proc/meminfo, sysfs), the GEMM rate of kernels::matmul_forward by shape,
 // the bf16 GEMM rate of kernels::matmul_forward_bf16 (oneDNN, the path
 // `meshplan train --precision bf16` runs) where this build and CPU have it,
-// and STREAM-style memory bandwidth. calibrate_command.cpp turns them into presets.
+// and STREAM-style memory bandwidth. executor/calibrate/local_preset.hpp turns
+// them into the local-cpu presets; cli/calibrate_command.cpp runs them.
 //
 // Why timings are "best of several after a warm-up": the first call pays for
 // page faults and BLAS buffer set-up, and other processes can only make a
@@ -17,10 +18,10 @@
 //
 // Defines: MachineInfo, probe_machine, GemmShape, GemmResult, time_gemm_fp32,
 // time_gemm_bf16, native_bf16_flags, bf16_gemm_unavailable_reason, BandwidthResult, measure_bandwidth,
-// theoretical_fp32_flops_per_cycle, CollectiveSample, LinkFit, fit_link,
-// arithmetic_intensity, ColdSettings, eviction_bytes_for, ColdGemmResult,
+// theoretical_fp32_flops_per_cycle, arithmetic_intensity, ColdSettings, eviction_bytes_for, ColdGemmResult,
 // time_gemm_cold, OpClassResult, time_activation_cold, time_norm_cold,
-// time_elementwise_cold, time_optimizer_cold, build_gemm_curve.
+// time_elementwise_cold, time_optimizer_cold. (fit_link and build_gemm_curve, which
+// turn measurements into figures, are in model/calibration.hpp.)
 #pragma once
 
 #include <cstdint>
@@ -29,10 +30,10 @@
 #include <string>
 #include <vector>
 
-#include "model/collectives.hpp"
+#include "model/calibration.hpp"
 #include "model/device_spec.hpp"
 
-namespace meshplan::cli {
+namespace meshplan::exec {
 
 struct MachineInfo {
   std::string cpu_model;            // /proc/cpuinfo "model name"
@@ -109,33 +110,6 @@ struct BandwidthResult {
 // touches its own part); the best of `repeats` passes. Bytes are counted as
 // STREAM counts them: reads + writes, no write-allocate traffic.
 BandwidthResult measure_bandwidth(double array_bytes, int threads, int repeats);
-
-// One timed collective (executor/comm/collective_bench.hpp: S in bytes as
-// nccl-tests counts it, t the median iteration of the slowest rank).
-struct CollectiveSample {
-  Collective collective = Collective::all_reduce;
-  std::int64_t ranks = 2;
-  double bytes = 0;
-  double time_s = 0;
-};
-
-// The link figures of the cost model (model/collectives.hpp) fitted to the
-// samples: t = latency_steps(collective, n, ring) x latency
-//            + S x F_bus(collective, n) / bandwidth,
-// least squares on the relative error (every size counts alike, from a few
-// microseconds to tens of milliseconds), latency and 1/bandwidth kept >= 0.
-// The ring's latency steps because collective_time prices the cheaper of
-// ring and tree and for 2 ranks they coincide. `worst_relative_error`: the
-// largest |fit - t| / t over the samples.
-struct LinkFit {
-  bool ok = false;                 // at least two samples with distinct shapes and a positive bandwidth
-  double latency_s = 0;
-  double bandwidth_bytes_per_s = 0;  // bus bandwidth per direction
-  double worst_relative_error = 0;
-  double median_relative_error = 0;
-};
-
-LinkFit fit_link(const std::vector<CollectiveSample>& samples);
 
 // ---- Cold operands, every core busy (the `achievable:` refinements) ----
 
@@ -218,15 +192,4 @@ OpClassResult time_elementwise_cold(std::int64_t n, const ColdSettings& settings
 // bytes of bytes_for(Precision::fp32)).
 OpClassResult time_optimizer_cold(std::int64_t p, const ColdSettings& settings);
 
-// The written curve from measured (intensity, fraction) points: sorted by
-// intensity; a run of points whose intensities are within `merge_relative`
-// of the run's first becomes one point (mean intensity, mean fraction); then,
-// while more than `max_points` remain, the two neighbours closest in
-// log(intensity) are merged the same way (weighted by how many measurements
-// each holds). Fractions are kept as measured (not made monotone), clamped
-// to [1e-3, 1.5] (the range the device schema accepts); points with a
-// non-positive intensity or fraction are dropped.
-std::vector<GemmCurvePoint> build_gemm_curve(std::vector<GemmCurvePoint> measured, double merge_relative,
-                                             std::size_t max_points);
-
-}  // namespace meshplan::cli
+}  // namespace meshplan::exec

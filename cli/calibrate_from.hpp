@@ -1,0 +1,27 @@
+// `meshplan calibrate --from FILE`: a device preset from measurements made
+// elsewhere (model/measured_device.hpp), or, with --nccl-tests, a cluster
+// preset whose link is fitted to nccl-tests output (model/nccl_tests.hpp).
+// This file reads the flags and the file, and writes the YAML; the figures
+// are the library's.
+#pragma once
+
+#include <string>
+
+namespace meshplan::cli {
+
+struct CalibrateFromFlags {
+  std::string file;                 // --from
+  bool nccl_tests = false;          // --nccl-tests
+  std::string collective;           // --collective (nccl-tests whose text names no program)
+  std::string name;                 // --name
+  std::string output;               // -o, --output; empty: stdout
+  std::string base;                 // --base: a device (or, with --nccl-tests, cluster) preset
+  std::string peak_tflops;          // --peak-tflops bf16=989.4,fp32=67
+  double memory_bandwidth_gb_per_s = 0;  // --memory-bandwidth-gb-per-s
+  double memory_gib = 0;            // --memory-gib
+  std::string source;               // --source
+};
+
+int run_calibrate_from(const CalibrateFromFlags& flags);
+
+}  // namespace meshplan::cli

@@ -1,0 +1,527 @@
+// The measurement file's rows, the reductions to preset figures and the
+// preset text (measured_device.hpp; docs/cost-model.md, "Measured device curves").
+#include "model/measured_device.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "model/compute_model.hpp"
+#include "model/text.hpp"
+
+namespace meshplan {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string format(const char* fmt, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, fmt, value);
+  return text;
+}
+
+// `value` rounded as printf's `fmt` writes it: what the preset holds.
+double rounded(const char* fmt, double value) { return std::stod(format(fmt, value)); }
+
+// %g without trailing zeros, as the presets are written.
+std::string number(double value) { return format("%.6g", value); }
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  if (n == 0) return 0;
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// One row's fields, read with problems that name the line and the key.
+struct Row {
+  const Json& json;
+  std::string where;  // "FILE:LINE"
+  Problems& problems;
+
+  std::optional<double> positive(const char* key) const {
+    const auto it = json.find(key);
+    if (it == json.end() || !it->is_number() || !(it->get<double>() > 0) || !std::isfinite(it->get<double>())) {
+      problems.push_back({Severity::error, where + " key '" + std::string(key) + "'",
+                          std::string(it == json.end() ? "missing" : "not a positive number") + " in a '" +
+                              json.value("section", std::string()) + "' row"});
+      return std::nullopt;
+    }
+    return it->get<double>();
+  }
+  std::int64_t count(const char* key) const {
+    const auto value = positive(key);
+    if (!value) return 0;
+    if (*value != std::floor(*value) || *value > 1e15) {
+      problems.push_back({Severity::error, where + " key '" + std::string(key) + "'", "not a whole number"});
+      return 0;
+    }
+    return static_cast<std::int64_t>(*value);
+  }
+  std::string text(const char* key) const {
+    const auto it = json.find(key);
+    return it != json.end() && it->is_string() ? it->get<std::string>() : std::string();
+  }
+};
+
+// The [tokens, d] kernels the cost model has a class for, and the tensor
+// passes of [tokens, d] it counts forward (model/layer_graph.hpp, bf16):
+// a norm reads x and writes y (2); an activation reads and writes (2); the
+// fused bias + dropout + residual add reads two and writes one (3).
+struct CountedKernel {
+  const char* op;
+  StreamOp op_class;
+  double forward_passes;
+};
+constexpr CountedKernel kCountedKernels[] = {
+    {"layernorm", StreamOp::norm, 2},       {"rmsnorm", StreamOp::norm, 2},       {"gelu_tanh", StreamOp::activation, 2},
+    {"silu", StreamOp::activation, 2},      {"residual_add", StreamOp::elementwise, 3},
+};
+constexpr double kBf16Bytes = 2;
+// Cross-entropy over bf16 logits upcast to fp32: 10 bytes per logit forward
+// (bf16 read, fp32 written, fp32 read again by the loss).
+constexpr double kCrossEntropyBytesPerLogit = 10;
+// AdamW as the cost model counts it per parameter (model/evaluate.cpp):
+// fp32 master weight and two moments read and written (2 x 12), the bf16
+// gradient read (2), the bf16 weight written (2). The measured fused kernel
+// ran fp32 tensors: 4 read and 3 written, 28 bytes as well.
+constexpr double kOptimizerBytesPerParameter = 28;
+// Measurement kernels that are known and used; any other op is a warning.
+constexpr const char* kCrossEntropyOp = "cross_entropy_fp32";
+constexpr const char* kOptimizerOp = "adamw_fused_fp32";
+// Where the written source: text says what was measured; a base written by
+// calibrate --from before keeps only what precedes it, so rewriting is idempotent.
+constexpr const char* kMeasuredMark = "; measured curves: ";
+
+const CountedKernel* counted_kernel(const std::string& op) {
+  for (const auto& k : kCountedKernels) {
+    if (op == k.op) return &k;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+double DeviceMeasurements::Attention::forward_flops() const {
+  return 2.0 * static_cast<double>(batch) * static_cast<double>(heads) * static_cast<double>(seq) *
+         static_cast<double>(seq) * static_cast<double>(head_dim);
+}
+
+Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, const std::string& file) {
+  Loaded<DeviceMeasurements> result;
+  DeviceMeasurements& m = result.value;
+  Problems& problems = result.problems;
+  m.file = file;
+  std::size_t start = 0;
+  int line_number = 0;
+  int rows = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_number;
+    const std::string where = file + ":" + std::to_string(line_number);
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const Json json = Json::parse(line, nullptr, false);
+    if (json.is_discarded() || !json.is_object()) {
+      problems.push_back({Severity::error, where, "not a JSON object (one measurement per line, as h100-measured.jsonl)"});
+      continue;
+    }
+    const auto section_it = json.find("section");
+    if (section_it == json.end() || !section_it->is_string()) {
+      problems.push_back({Severity::error, where + " key 'section'", "missing: one of device, ceiling, gemm, attention, op"});
+      continue;
+    }
+    ++rows;
+    const std::string section = section_it->get<std::string>();
+    const Row row{json, where, problems};
+    const std::size_t before = problems.size();
+    if (section == "device") {
+      m.device_name = row.text("name");
+      if (const std::string torch = row.text("torch"); !torch.empty()) m.software = "PyTorch " + torch;
+      if (json.contains("sms")) m.compute_units = row.count("sms");
+      if (json.contains("mem_bytes")) m.memory_bytes = row.positive("mem_bytes").value_or(0);
+      if (json.contains("l2_bytes")) m.l2_bytes = row.positive("l2_bytes").value_or(0);
+    } else if (section == "ceiling") {
+      const std::string what = row.text("what");
+      if (what == "bf16_gemm_8192") {
+        m.gemm_ceiling_flops_per_s = row.positive("tflops_med").value_or(0) * 1e12;
+      } else if (what == "d2d_copy_1GiB") {
+        m.copy_bytes_per_s = row.positive("gb_per_s_med").value_or(0) * 1e9;
+      } else {
+        problems.push_back({Severity::warning, where, "ceiling '" + what + "' is not used (bf16_gemm_8192 and d2d_copy_1GiB are)"});
+      }
+    } else if (section == "gemm") {
+      DeviceMeasurements::Gemm g{row.count("m"), row.count("n"), row.count("k"), row.positive("s_med").value_or(0),
+                                 row.positive("tflops_med").value_or(0) * 1e12};
+      if (problems.size() == before) m.gemms.push_back(g);
+    } else if (section == "attention") {
+      DeviceMeasurements::Attention a{row.count("B"), row.count("H"), row.count("T"), row.count("D"),
+                                      row.positive("fwd_s").value_or(0), row.positive("fwd_bwd_s").value_or(0)};
+      if (problems.size() == before && !(a.forward_backward_s > a.forward_s)) {
+        problems.push_back({Severity::error, where + " key 'fwd_bwd_s'", "must exceed fwd_s (it includes the forward)"});
+      }
+      if (problems.size() == before) m.attention.push_back(a);
+    } else if (section == "op") {
+      DeviceMeasurements::Op op;
+      op.op = row.text("op");
+      if (counted_kernel(op.op)) {
+        op.tokens = row.count("tokens");
+        op.width = row.count("d");
+        op.forward_s = row.positive("fwd_s").value_or(0);
+        op.forward_backward_s = row.positive("fwd_bwd_s").value_or(0);
+      } else if (op.op == kCrossEntropyOp) {
+        op.tokens = row.count("tokens");
+        op.vocab = row.count("vocab");
+        op.forward_s = row.positive("fwd_s").value_or(0);
+        op.forward_backward_s = row.positive("fwd_bwd_s").value_or(0);
+      } else if (op.op == kOptimizerOp) {
+        op.parameters = row.count("params");
+        op.step_s = row.positive("s").value_or(0);
+      } else {
+        problems.push_back({Severity::warning, where + " key 'op'", "'" + op.op + "' is not a kernel meshplan has a class for; not used"});
+        continue;
+      }
+      if (problems.size() == before) m.ops.push_back(op);
+    } else {
+      problems.push_back({Severity::warning, where + " key 'section'",
+                          "'" + section + "' is not one of: device, ceiling, gemm, attention, op; not used"});
+    }
+  }
+  if (rows == 0) problems.push_back({Severity::error, file, "no measurements (one JSON object per line)"});
+  return result;
+}
+
+Loaded<MeasuredDeviceFigures> derive_device_figures(const DeviceMeasurements& m, const DeviceSpec& base) {
+  Loaded<MeasuredDeviceFigures> result;
+  MeasuredDeviceFigures& f = result.value;
+  f.peak_flops_per_s = base.peak_for(Dtype::bf16).value_or(0);
+  f.memory_bandwidth_bytes_per_s = base.memory_bandwidth_bytes_per_s;
+  f.compute_units = m.compute_units > 0 ? m.compute_units : base.compute_units;
+  if (!(f.peak_flops_per_s > 0)) {
+    result.problems.push_back({Severity::error, "--peak-tflops",
+                               "the measured GEMMs are bf16: give the device's dense bf16 peak (--peak-tflops bf16=...) "
+                               "or a --base device that has one"});
+  }
+  if (!(f.memory_bandwidth_bytes_per_s > 0)) {
+    result.problems.push_back({Severity::error, "--memory-bandwidth-gb-per-s",
+                               "give the device's memory bandwidth, or a --base device that has one"});
+  }
+  if (!result.ok()) return result;
+  const double peak = f.peak_flops_per_s;
+
+  // Launch floor: the shortest call of any kind; calls this short do not
+  // shrink with their size, so their time is the host's.
+  double floor_s = 0;
+  auto consider = [&](double seconds, const std::string& call) {
+    if (seconds > 0 && (floor_s == 0 || seconds < floor_s)) {
+      floor_s = seconds;
+      f.launch_floor_call = call;
+    }
+  };
+  for (const auto& g : m.gemms) {
+    consider(g.time_s, "GEMM m x k x n = " + std::to_string(g.m) + "x" + std::to_string(g.k) + "x" + std::to_string(g.n));
+  }
+  for (const auto& op : m.ops) consider(op.forward_s, op.op + " forward");
+  f.launch_overhead_s = rounded("%.1f", floor_s * 1e6) * 1e-6;
+  if (floor_s > 0) f.launch_floor_call += ", " + format("%.1f", floor_s * 1e6) + " us median";
+
+  const double gemm_fraction = m.gemm_ceiling_flops_per_s / peak;  // unrounded for the residuals, as measured
+  if (m.gemm_ceiling_flops_per_s > 0) f.gemm_fraction = rounded("%.4f", gemm_fraction);
+  if (m.copy_bytes_per_s > 0) f.memory_bandwidth_fraction = rounded("%.3f", m.copy_bytes_per_s / f.memory_bandwidth_bytes_per_s);
+
+  // GEMM curve: the residual after peak x gemm_fraction x the model's own
+  // wave quantization (compute_model.hpp, tile_efficiency; bf16 operands).
+  if (!m.gemms.empty()) {
+    if (m.gemm_ceiling_flops_per_s <= 0) {
+      result.problems.push_back({Severity::error, m.file, "GEMM rows need a 'ceiling' row 'bf16_gemm_8192' (the large-GEMM rate they are fractions of)"});
+      return result;
+    }
+    ComputeRates rates;
+    rates.compute_units = f.compute_units;
+    std::vector<std::pair<double, double>> points;  // (intensity, residual)
+    for (const auto& g : m.gemms) {
+      if (g.time_s < 2 * floor_s) continue;
+      const double mm = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
+      const double intensity = 2 * mm * n * k / (mm * k + k * n + mm * n);
+      const double residual = g.flops_per_s / (peak * gemm_fraction * tile_efficiency(mm, n, 1, kBf16Bytes, rates));
+      points.push_back({intensity, residual});
+    }
+    std::sort(points.begin(), points.end());
+    f.gemm_curve_measured = static_cast<int>(points.size());
+    const std::size_t bins = std::min<std::size_t>(8, points.size());
+    for (std::size_t b = 0; b < bins; ++b) {
+      std::vector<double> intensities, residuals;
+      for (std::size_t i = b * points.size() / bins; i < (b + 1) * points.size() / bins; ++i) {
+        intensities.push_back(points[i].first);
+        residuals.push_back(points[i].second);
+      }
+      const GemmCurvePoint point{rounded("%.0f", median(intensities)), rounded("%.3f", median(residuals))};
+      if (!f.gemm_curve.empty() && point.intensity <= f.gemm_curve.back().intensity) continue;  // as written: strictly increasing
+      f.gemm_curve.push_back(point);
+    }
+  }
+
+  // Fused attention by forward FLOPs; one point per distinct FLOP count (the first measured).
+  std::vector<DeviceMeasurements::Attention> attention = m.attention;
+  std::stable_sort(attention.begin(), attention.end(),
+                   [](const auto& a, const auto& b) { return a.forward_flops() < b.forward_flops(); });
+  for (const auto& a : attention) {
+    const double flops = a.forward_flops();
+    const double x = rounded("%.1f", flops / 1e9) * 1e9;
+    if (!f.attention_forward_curve.empty() && x <= f.attention_forward_curve.back().forward_flops) continue;
+    f.attention_forward_curve.push_back({x, rounded("%.0f", flops / a.forward_s / 1e12) * 1e12});
+    f.attention_backward_curve.push_back({x, rounded("%.0f", 2.5 * flops / (a.forward_backward_s - a.forward_s) / 1e12) * 1e12});
+  }
+
+  // Op classes at the largest measured tokens x d, where the launch floor matters least.
+  double largest = 0;
+  for (const auto& op : m.ops) {
+    if (counted_kernel(op.op)) largest = std::max(largest, static_cast<double>(op.tokens) * static_cast<double>(op.width));
+  }
+  std::vector<OpClassFigure> classes;
+  auto figure_for = [&](StreamOp op_class) -> OpClassFigure& {
+    for (auto& c : classes) {
+      if (c.op_class == op_class) return c;
+    }
+    classes.push_back({op_class, 0, {}, "", ""});
+    return classes.back();
+  };
+  for (const auto& op : m.ops) {
+    const CountedKernel* kernel = counted_kernel(op.op);
+    if (!kernel || static_cast<double>(op.tokens) * static_cast<double>(op.width) != largest) continue;
+    OpClassFigure& c = figure_for(kernel->op_class);
+    const double traffic = 3 * kernel->forward_passes * kBf16Bytes * static_cast<double>(op.tokens) * static_cast<double>(op.width);
+    c.rows_bytes_per_s.push_back(traffic / op.forward_backward_s);
+    if (c.kernels.find(op.op) == std::string::npos) c.kernels += (c.kernels.empty() ? "" : " and ") + op.op;
+    c.counted = format("%.0f", kernel->forward_passes) + " passes of [tokens, d] forward, 3x that forward + backward";
+  }
+  for (const auto& op : m.ops) {
+    if (op.op == kCrossEntropyOp) {
+      OpClassFigure& c = figure_for(StreamOp::cross_entropy);
+      c.rows_bytes_per_s.push_back(3 * kCrossEntropyBytesPerLogit * static_cast<double>(op.tokens) *
+                                   static_cast<double>(op.vocab) / op.forward_backward_s);
+      c.kernels = "fp32 cross-entropy over bf16 logits";
+      c.counted = "10 bytes per logit forward (bf16 read, fp32 written and read), 3x that forward + backward";
+    }
+  }
+  for (const auto& op : m.ops) {
+    if (op.op == kOptimizerOp) {
+      OpClassFigure& c = figure_for(StreamOp::optimizer);
+      c.rows_bytes_per_s.push_back(kOptimizerBytesPerParameter * static_cast<double>(op.parameters) / op.step_s);
+      c.kernels = "fused AdamW";
+      c.counted = "28 bytes per parameter per step (4 tensors read, 3 written)";
+    }
+  }
+  for (auto& c : classes) {
+    c.bytes_per_s = rounded("%.0f", median(c.rows_bytes_per_s) / 1e9) * 1e9;
+    if (!(c.bytes_per_s > 0)) {
+      result.problems.push_back({Severity::error, m.file, "the " + to_string(c.op_class) + " rows give a rate that rounds to 0 GB/s"});
+    }
+  }
+  f.op_classes = std::move(classes);
+  // What the device schema would refuse when the preset is loaded is refused here, naming the rows.
+  if (const std::string p = gemm_curve_problem(f.gemm_curve); !p.empty()) {
+    result.problems.push_back({Severity::error, m.file, "the 'gemm' rows give a gemm_curve the device schema refuses: " + p});
+  }
+  for (const auto* curve : {&f.attention_forward_curve, &f.attention_backward_curve}) {
+    if (const std::string p = attention_curve_problem(*curve); !p.empty()) {
+      result.problems.push_back({Severity::error, m.file, "the 'attention' rows give a curve the device schema refuses: " + p});
+    }
+  }
+  if (f.gemm_fraction && !(*f.gemm_fraction > 0 && *f.gemm_fraction <= 1)) {
+    result.problems.push_back({Severity::error, m.file, "the bf16_gemm_8192 ceiling is " + format("%.3g", *f.gemm_fraction) +
+                                                            " x the dense bf16 peak; it must be in (0, 1]: is the peak right?"});
+  }
+  if (f.memory_bandwidth_fraction && !(*f.memory_bandwidth_fraction > 0 && *f.memory_bandwidth_fraction <= 1)) {
+    result.problems.push_back({Severity::error, m.file, "the d2d_copy_1GiB ceiling is " + format("%.3g", *f.memory_bandwidth_fraction) +
+                                                            " x the memory bandwidth; it must be in (0, 1]: is the bandwidth right?"});
+  }
+  return result;
+}
+
+DeviceSpec apply_measured_figures(const DeviceSpec& base, const MeasuredDeviceFigures& f, const DeviceMeasurements& m) {
+  DeviceSpec d = base;
+  if (m.memory_bytes > 0) d.memory_bytes = rounded("%.2f", m.memory_bytes / (1024.0 * 1024 * 1024)) * 1024.0 * 1024 * 1024;
+  d.compute_units = f.compute_units;
+  if (f.gemm_fraction) d.gemm_efficiency = *f.gemm_fraction;
+  if (f.memory_bandwidth_fraction) d.memory_efficiency = *f.memory_bandwidth_fraction;
+  if (!f.gemm_curve.empty()) d.gemm_curve = f.gemm_curve;
+  if (!f.attention_forward_curve.empty()) {
+    d.attention_forward_curve = f.attention_forward_curve;
+    d.attention_backward_curve = f.attention_backward_curve;
+  }
+  for (const auto& c : f.op_classes) d.op_bandwidth_bytes_per_s[static_cast<std::size_t>(c.op_class)] = c.bytes_per_s;
+  if (f.launch_overhead_s > 0) d.launch_overhead_s = f.launch_overhead_s;
+  d.threaded.reset();  // a CPU's per-thread figures do not describe the measured device
+  return d;
+}
+
+std::map<std::string, std::string> yaml_line_comments(std::string_view text) {
+  std::map<std::string, std::string> comments;
+  std::string parent;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    const std::size_t indent = line.find_first_not_of(' ');
+    if (indent == std::string_view::npos || line[indent] == '#') continue;
+    const std::size_t colon = line.find(':', indent);
+    if (colon == std::string_view::npos) continue;
+    const std::string key(line.substr(indent, colon - indent));
+    if (indent == 0) parent = key;
+    // A comment starts at a '#' after white space, outside a quoted value.
+    std::size_t hash = std::string_view::npos;
+    bool quoted = false;
+    for (std::size_t i = colon; i < line.size(); ++i) {
+      if (line[i] == '"') quoted = !quoted;
+      if (!quoted && line[i] == '#' && (line[i - 1] == ' ' || line[i - 1] == '\t')) {
+        hash = i;
+        break;
+      }
+    }
+    if (hash == std::string_view::npos) continue;
+    const std::string comment = trim(line.substr(hash + 1));
+    if (!comment.empty()) comments[indent == 0 ? key : parent + "." + key] = comment;
+  }
+  return comments;
+}
+
+std::string measured_device_yaml(const DeviceSpec& d, const MeasuredDeviceFigures& f, const DeviceMeasurements& m,
+                                 const std::string& base_label, const std::string& command,
+                                 const std::map<std::string, std::string>& base_comments) {
+  constexpr double gib = 1024.0 * 1024 * 1024;
+  const std::string from_base = "from " + base_label;
+  // A kept figure's comment: the base's own for that key, else where it came from.
+  auto kept = [&](const std::string& key) {
+    const auto it = base_comments.find(key);
+    return it != base_comments.end() ? it->second : from_base;
+  };
+  std::ostringstream y;
+  y << "# " << d.name << " as measured: " << (m.device_name.empty() ? "the device" : m.device_name)
+    << (m.software.empty() ? "" : ", " + m.software) << " (" << m.file << ").\n"
+    << "# Written by `" << command << "`.\n"
+    << "# Measured figures are derived from the rows of that file as docs/cost-model.md,\n"
+    << "# \"Measured device curves\", states; the other figures are " << from_base << ",\n"
+    << "# each with the source its comment gives.\n"
+    << "# No figure here was compared with or fitted to a training run.\n"
+    << "name: " << d.name << "\n"
+    << "source: \"" << d.source.substr(0, d.source.find(kMeasuredMark)) << kMeasuredMark << m.file
+    << (m.device_name.empty() ? "" : ", " + m.device_name) << (m.software.empty() ? "" : ", " + m.software) << "\"\n"
+    << "peak_tflops:            # " << (base_comments.count("peak_tflops") ? kept("peak_tflops") : "dense peaks, " + from_base) << "\n";
+  for (const auto& [dtype, flops] : d.peak_flops_per_s) {
+    y << "  " << to_string(dtype) << ": " << number(flops / 1e12) << "   # " << kept("peak_tflops." + to_string(dtype)) << "\n";
+  }
+  y << "memory_gib: " << number(d.memory_bytes / gib);
+  if (m.memory_bytes > 0) {
+    y << "       # measured: device total memory " << format("%.0f", m.memory_bytes) << " B (the file's 'device' row)\n";
+  } else {
+    y << "       # " << kept("memory_gib") << "\n";
+  }
+  y << "memory_bandwidth_gb_per_s: " << number(d.memory_bandwidth_bytes_per_s / 1e9) << " # " << kept("memory_bandwidth_gb_per_s") << "\n"
+    << "achievable:\n";
+  if (f.gemm_fraction) {
+    y << "  gemm_fraction: " << number(*f.gemm_fraction) << "           # measured: bf16 8192^3 GEMM, median "
+      << format("%.1f", m.gemm_ceiling_flops_per_s / 1e12) << " TFLOP/s / " << number(f.peak_flops_per_s / 1e12)
+      << " dense peak\n";
+  } else {
+    y << "  gemm_fraction: " << number(d.gemm_efficiency) << "           # " << from_base << " (no bf16_gemm_8192 row)\n";
+  }
+  if (f.memory_bandwidth_fraction) {
+    y << "  memory_bandwidth_fraction: " << number(*f.memory_bandwidth_fraction) << " # measured: 1 GiB device-to-device copy, median "
+      << format("%.0f", m.copy_bytes_per_s / 1e9) << " GB/s (read + written) / " << number(f.memory_bandwidth_bytes_per_s / 1e9) << "\n";
+  } else {
+    y << "  memory_bandwidth_fraction: " << number(d.memory_efficiency) << " # " << from_base << " (no d2d_copy_1GiB row)\n";
+  }
+  if (!f.gemm_curve.empty()) {
+    y << "  # Measured bf16 GEMM efficiency by arithmetic intensity 2mnk/(mk+kn+mn), as\n"
+      << "  # a fraction of peak x gemm_fraction x the model's wave quantization\n"
+      << "  # (compute_model.cpp, tile_efficiency, " << f.compute_units << " SMs): the " << f.gemm_curve_measured << " of "
+      << m.gemms.size() << " measured shapes timed above\n"
+      << "  # twice the launch floor, sorted by intensity, in 8 bins of equal count, the\n"
+      << "  # median intensity and the median residual of each.\n"
+      << "  gemm_curve: [";
+    for (std::size_t i = 0; i < f.gemm_curve.size(); ++i) {
+      y << (i ? ", " : "") << "[" << format("%.0f", f.gemm_curve[i].intensity) << ", " << format("%.3f", f.gemm_curve[i].fraction) << "]";
+    }
+    y << "]\n";
+  }
+  if (!f.attention_forward_curve.empty()) {
+    y << "  # Measured causal fused attention, bf16, by forward GFLOP per call (2 B H T^2 D:\n"
+      << "  # the causal half of Q K^T and P V): forward TFLOP/s, and backward-only TFLOP/s\n"
+      << "  # (2.5x the forward FLOPs over the forward+backward time less the forward time).\n"
+      << "  # Calls (B x H x T x D):";
+    std::vector<DeviceMeasurements::Attention> calls = m.attention;
+    std::stable_sort(calls.begin(), calls.end(), [](const auto& a, const auto& b) { return a.forward_flops() < b.forward_flops(); });
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      y << (i ? ", " : " ") << calls[i].batch << "x" << calls[i].heads << "x" << calls[i].seq << "x" << calls[i].head_dim;
+    }
+    y << ".\n";
+    for (const auto* curve : {&f.attention_forward_curve, &f.attention_backward_curve}) {
+      y << "  " << (curve == &f.attention_forward_curve ? "attention_forward_curve" : "attention_backward_curve") << ": [";
+      for (std::size_t i = 0; i < curve->size(); ++i) {
+        y << (i ? ", " : "") << "[" << format("%.1f", (*curve)[i].forward_flops / 1e9) << ", "
+          << format("%.0f", (*curve)[i].flops_per_s / 1e12) << "]";
+      }
+      y << "]\n";
+    }
+  }
+  if (!f.op_classes.empty()) {
+    y << "  # Measured memory-bound op classes, bf16 [tokens, d] kernels at the largest\n"
+      << "  # measured tokens x d: the traffic the cost model counts for the class, forward +\n"
+      << "  # backward, over the measured forward + backward time; the median of the rows.\n"
+      << "  op_bandwidth_gb_per_s:\n";
+    for (const auto& c : f.op_classes) {
+      std::string rows;
+      for (double r : c.rows_bytes_per_s) rows += (rows.empty() ? "" : ", ") + format("%.0f", r / 1e9);
+      y << "    " << to_string(c.op_class) << ": " << format("%.0f", c.bytes_per_s / 1e9) << "   # " << c.kernels << "; "
+        << c.counted << ": " << rows << "\n";
+    }
+    std::string missing;
+    for (std::size_t i = 0; i < kStreamOps; ++i) {
+      const auto op = static_cast<StreamOp>(i);
+      if (std::none_of(f.op_classes.begin(), f.op_classes.end(), [&](const OpClassFigure& c) { return c.op_class == op; })) {
+        missing += (missing.empty() ? "" : ", ") + to_string(op);
+      }
+    }
+    if (!missing.empty()) y << "    # not measured (memory bandwidth x memory_bandwidth_fraction): " << missing << "\n";
+  }
+  if (d.compute_units > 0) {
+    y << "compute_units: " << d.compute_units << "       # "
+      << (m.compute_units > 0 ? "measured: the file's 'device' row (SMs)" : kept("compute_units")) << "\n";
+  }
+  if (d.l2_bandwidth_bytes_per_s > 0) {
+    y << "l2_bandwidth_gb_per_s: " << number(d.l2_bandwidth_bytes_per_s / 1e9) << "   # " << kept("l2_bandwidth_gb_per_s") << "\n";
+  } else {
+    y << "# l2_bandwidth_gb_per_s omitted: the measurements give the L2 capacity"
+      << (m.l2_bytes > 0 ? " (" + format("%.0f", m.l2_bytes / (1024.0 * 1024)) + " MiB, the 'device' row)" : "")
+      << " but no\n"
+      << "# L2 -> SM bandwidth, and the measured gemm_curve already carries the L2 feed of\n"
+      << "# every measured shape; a tile-traffic bound on top would count it twice\n"
+      << "# (docs/cost-model.md, \"Tile traffic\").\n";
+  }
+  y << "runtime:                     # the software stack on the device (docs/cost-model.md, \"Peak memory\", \"Launch floor\")\n"
+    << "  launch_overhead_us: " << number(d.launch_overhead_s * 1e6) << "     # ";
+  if (f.launch_overhead_s > 0) {
+    y << "measured: the shortest timed call of any kind (" << f.launch_floor_call
+      << "); calls that short do not get shorter with size, so their time is the host's\n";
+  } else {
+    y << from_base << " (no timed call in the file)\n";
+  }
+  if (d.context_bytes > 0) y << "  context_mib: " << number(d.context_bytes / (1024.0 * 1024)) << "   # " << kept("runtime.context_mib") << "\n";
+  if (d.workspace_bytes > 0) y << "  workspace_mib: " << number(d.workspace_bytes / (1024.0 * 1024)) << "   # " << kept("runtime.workspace_mib") << "\n";
+  if (d.allocator_reserve_fraction > 0) {
+    y << "  allocator_reserve_fraction: " << number(d.allocator_reserve_fraction) << "   # " << kept("runtime.allocator_reserve_fraction") << "\n";
+  } else {
+    y << "  # allocator_reserve_fraction omitted (0 = not modelled): the measurements do not give it, nor does " << base_label << "\n";
+  }
+  return y.str();
+}
+
+}  // namespace meshplan

@@ -1,0 +1,27 @@
+// The plan defaults (plan_defaults.hpp says why these).
+#include "model/plan_defaults.hpp"
+
+namespace meshplan {
+
+int default_zero_stage(const Mesh& mesh) { return mesh.size(Axis::dp) * mesh.size(Axis::ep) > 1 ? 1 : 0; }
+
+Recompute default_recompute(ModelKind kind) {
+  return kind == ModelKind::transformer ? Recompute::selective : Recompute::none;
+}
+
+bool default_sequence_parallel(ModelKind kind, const Mesh& mesh) {
+  return kind == ModelKind::transformer && mesh.size(Axis::tp) > 1;
+}
+
+Plan default_plan(ModelKind kind, const Mesh& mesh) {
+  Plan plan;
+  plan.mesh = mesh;
+  plan.micro_batch = 1;
+  plan.zero_stage = default_zero_stage(mesh);
+  plan.recompute = default_recompute(kind);
+  plan.sequence_parallel = default_sequence_parallel(kind, mesh);
+  plan.schedule = {ScheduleKind::one_f_one_b, 1};
+  return plan;
+}
+
+}  // namespace meshplan

@@ -1,0 +1,42 @@
+// The defaults of a plan whose mesh is given and whose other fields the user
+// left open: one rule for `explain` and `simulate` (cli/plan_options.cpp),
+// the decision guide's questions (model/decision_guide.cpp) and anyone else
+// who builds a Plan from a mesh. The two used to restate it and disagreed on
+// ZeRO under expert parallelism (dp > 1 against dp x ep > 1).
+//
+// Why these defaults (Korthikanti et al. 2022, Megatron-LM's recommended
+// settings): micro-batch 1; ZeRO-1 (the distributed optimizer) wherever the
+// optimizer state has data-parallel replicas to shard over; selective
+// recomputation for transformers (for MLPs and CNNs there is no attention
+// core to be selective about, and the search does not try it either);
+// sequence parallelism wherever a transformer has tp > 1; 1F1B.
+//
+// Defines: default_zero_stage, default_recompute, default_sequence_parallel, default_plan.
+#pragma once
+
+#include "model/mesh.hpp"
+#include "model/model_spec.hpp"
+#include "model/plan.hpp"
+
+namespace meshplan {
+
+// 1 when the optimizer state has data-parallel replicas to shard, else 0.
+// A parameter outside the experts is replicated over dp x ep (expert
+// parallelism splits the experts, not the dense layers, so its ranks are
+// data-parallel replicas of everything else: Megatron-Core's expert data
+// parallelism); ZeRO on dp shards over that group, as the search prices it
+// (model/search.cpp skips ZeRO > 0 exactly when dp x ep = 1). fsdp is always
+// ZeRO-3 and needs no stage.
+int default_zero_stage(const Mesh& mesh);
+
+// selective for transformers, none for MLPs and CNNs.
+Recompute default_recompute(ModelKind kind);
+
+// On for a transformer with tp > 1.
+bool default_sequence_parallel(ModelKind kind, const Mesh& mesh);
+
+// A plan on `mesh` with every default above, micro-batch 1 and 1F1B; the
+// batch, sequence, precision and headroom are the caller's to set.
+Plan default_plan(ModelKind kind, const Mesh& mesh);
+
+}  // namespace meshplan

@@ -1,0 +1,189 @@
+// A device preset from measurements made elsewhere (model/measured_device.hpp):
+// the rows of one H100 SXM (tests/data/h100-measured.jsonl, a copy of the
+// team's reference measurements; h100-measured.md describes each row) give
+// back every measured figure of presets/devices/h100-sxm.yaml, number by
+// number, from the datasheet peak and bandwidth alone; bad lines are
+// problems with their line number, and garbage does not crash the parser.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "model/measured_device.hpp"
+#include "model/presets.hpp"
+
+namespace meshplan {
+namespace {
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+const std::string kFile = std::string(MESHPLAN_TEST_DATA) + "/h100-measured.jsonl";
+
+// Only what the file does not give: the H100 whitepaper's dense bf16 peak and the datasheet's HBM3 bandwidth.
+DeviceSpec datasheet() {
+  DeviceSpec d;
+  d.name = "h100-sxm";
+  d.source = "test";
+  d.peak_flops_per_s[Dtype::bf16] = 989.4e12;
+  d.memory_bandwidth_bytes_per_s = 3350e9;
+  return d;
+}
+
+TEST(MeasuredDevice, ReproducesTheH100PresetFromItsRows) {
+  const auto measured = parse_device_measurements(read(kFile), "h100-measured.jsonl");
+  ASSERT_TRUE(measured.ok()) << (measured.problems.empty() ? "" : describe(measured.problems.front()));
+  EXPECT_EQ(measured.value.gemms.size(), 125u);
+  const auto figures = derive_device_figures(measured.value, datasheet());
+  ASSERT_TRUE(figures.ok());
+  const DeviceSpec got = apply_measured_figures(datasheet(), figures.value, measured.value);
+  const auto preset = load_device("h100-sxm");
+  ASSERT_TRUE(preset.ok());
+  const DeviceSpec& want = preset.value;
+
+  EXPECT_DOUBLE_EQ(got.memory_bytes, want.memory_bytes);
+  EXPECT_EQ(got.compute_units, want.compute_units);
+  EXPECT_DOUBLE_EQ(got.gemm_efficiency, want.gemm_efficiency);
+  EXPECT_DOUBLE_EQ(got.memory_efficiency, want.memory_efficiency);
+  EXPECT_DOUBLE_EQ(got.launch_overhead_s, want.launch_overhead_s);
+  EXPECT_EQ(figures.value.gemm_curve_measured, 107);
+  ASSERT_EQ(got.gemm_curve.size(), want.gemm_curve.size());
+  for (std::size_t i = 0; i < want.gemm_curve.size(); ++i) {
+    EXPECT_DOUBLE_EQ(got.gemm_curve[i].intensity, want.gemm_curve[i].intensity) << "gemm_curve " << i;
+    EXPECT_DOUBLE_EQ(got.gemm_curve[i].fraction, want.gemm_curve[i].fraction) << "gemm_curve " << i;
+  }
+  for (const auto& [g, w] : {std::pair{&got.attention_forward_curve, &want.attention_forward_curve},
+                             std::pair{&got.attention_backward_curve, &want.attention_backward_curve}}) {
+    ASSERT_EQ(g->size(), w->size());
+    for (std::size_t i = 0; i < w->size(); ++i) {
+      EXPECT_NEAR((*g)[i].forward_flops, (*w)[i].forward_flops, 1) << "attention " << i;
+      EXPECT_NEAR((*g)[i].flops_per_s, (*w)[i].flops_per_s, 1) << "attention " << i;
+    }
+  }
+  for (std::size_t i = 0; i < kStreamOps; ++i) {
+    EXPECT_NEAR(got.op_bandwidth_bytes_per_s[i], want.op_bandwidth_bytes_per_s[i], 1)
+        << to_string(static_cast<StreamOp>(i));
+  }
+}
+
+// h200 is the same compute die with HBM3e: it carries h100-sxm's measured
+// curves unchanged (its header says so), so a regenerated h100-sxm must not
+// leave it behind.
+TEST(MeasuredDevice, H200CarriesTheH100Curves) {
+  const auto h100 = load_device("h100-sxm");
+  const auto h200 = load_device("h200");
+  ASSERT_TRUE(h100.ok() && h200.ok());
+  const DeviceSpec &a = h100.value, &b = h200.value;
+  EXPECT_DOUBLE_EQ(a.gemm_efficiency, b.gemm_efficiency);
+  EXPECT_DOUBLE_EQ(a.memory_efficiency, b.memory_efficiency);
+  EXPECT_DOUBLE_EQ(a.launch_overhead_s, b.launch_overhead_s);
+  EXPECT_EQ(a.compute_units, b.compute_units);
+  ASSERT_EQ(a.gemm_curve.size(), b.gemm_curve.size());
+  for (std::size_t i = 0; i < a.gemm_curve.size(); ++i) {
+    EXPECT_DOUBLE_EQ(a.gemm_curve[i].intensity, b.gemm_curve[i].intensity);
+    EXPECT_DOUBLE_EQ(a.gemm_curve[i].fraction, b.gemm_curve[i].fraction);
+  }
+  ASSERT_EQ(a.attention_forward_curve.size(), b.attention_forward_curve.size());
+  for (std::size_t i = 0; i < a.attention_forward_curve.size(); ++i) {
+    EXPECT_DOUBLE_EQ(a.attention_forward_curve[i].flops_per_s, b.attention_forward_curve[i].flops_per_s);
+    EXPECT_DOUBLE_EQ(a.attention_backward_curve[i].flops_per_s, b.attention_backward_curve[i].flops_per_s);
+  }
+  EXPECT_EQ(a.op_bandwidth_bytes_per_s, b.op_bandwidth_bytes_per_s);
+  EXPECT_GT(b.memory_bandwidth_bytes_per_s, a.memory_bandwidth_bytes_per_s);  // what HBM3e changes
+}
+
+TEST(MeasuredDevice, TheWrittenPresetLoadsWithTheSameFigures) {
+  const auto measured = parse_device_measurements(read(kFile), "h100-measured.jsonl");
+  const auto figures = derive_device_figures(measured.value, datasheet());
+  ASSERT_TRUE(figures.ok());
+  const DeviceSpec device = apply_measured_figures(datasheet(), figures.value, measured.value);
+  const std::string yaml = measured_device_yaml(device, figures.value, measured.value, "flags", "meshplan calibrate --from x");
+  const auto loaded = load_device_text(yaml, "written.yaml");
+  ASSERT_TRUE(loaded.ok()) << (loaded.problems.empty() ? yaml : describe(loaded.problems.front()) + "\n" + yaml);
+  EXPECT_DOUBLE_EQ(loaded.value.gemm_efficiency, device.gemm_efficiency);
+  EXPECT_EQ(loaded.value.gemm_curve.size(), device.gemm_curve.size());
+  EXPECT_NEAR(loaded.value.launch_overhead_s, device.launch_overhead_s, 1e-12);
+  EXPECT_NE(yaml.find("l2_bandwidth_gb_per_s omitted"), std::string::npos);
+  EXPECT_NE(yaml.find("50 MiB"), std::string::npos);  // the L2 capacity the file states, and why no bandwidth
+}
+
+TEST(MeasuredDevice, NeedsThePeakAndBandwidthItCannotMeasure) {
+  const auto measured = parse_device_measurements(read(kFile), "h100-measured.jsonl");
+  DeviceSpec bare;
+  bare.name = "x";
+  const auto figures = derive_device_figures(measured.value, bare);
+  ASSERT_FALSE(figures.ok());
+  ASSERT_EQ(figures.problems.size(), 2u);
+  EXPECT_EQ(figures.problems[0].where, "--peak-tflops");
+  EXPECT_EQ(figures.problems[1].where, "--memory-bandwidth-gb-per-s");
+}
+
+TEST(MeasuredDevice, BadLinesNameTheirLineAndField) {
+  const std::string text =
+      "{\"section\": \"device\", \"sms\": 132}\n"
+      "\n"
+      "not json\n"
+      "{\"section\": \"gemm\", \"m\": 1024, \"k\": 768, \"s_med\": 1e-5, \"tflops_med\": 40}\n"
+      "{\"section\": \"gemm\", \"m\": -3, \"n\": 8, \"k\": 8, \"s_med\": 1e-5, \"tflops_med\": 40}\n"
+      "{\"section\": \"tpu\"}\n"
+      "[1, 2]\n"
+      "{\"no_section\": 1}\n";
+  const auto parsed = parse_device_measurements(text, "m.jsonl");
+  EXPECT_FALSE(parsed.ok());
+  std::vector<std::string> where;
+  for (const auto& p : parsed.problems) where.push_back(describe(p));
+  ASSERT_EQ(where.size(), 6u) << ::testing::PrintToString(where);
+  EXPECT_NE(where[0].find("m.jsonl:3"), std::string::npos);
+  EXPECT_NE(where[1].find("m.jsonl:4 key 'n'"), std::string::npos);
+  EXPECT_NE(where[1].find("missing"), std::string::npos);
+  EXPECT_NE(where[2].find("m.jsonl:5 key 'm'"), std::string::npos);
+  EXPECT_NE(where[3].find("m.jsonl:6"), std::string::npos);  // unknown section: a warning
+  EXPECT_EQ(parsed.problems[3].severity, Severity::warning);
+  EXPECT_NE(where[4].find("m.jsonl:7"), std::string::npos);
+  EXPECT_NE(where[5].find("m.jsonl:8 key 'section'"), std::string::npos);
+  EXPECT_TRUE(parsed.value.gemms.empty());
+}
+
+TEST(MeasuredDevice, GarbageIsRefusedWithoutACrash) {
+  const std::string original = read(kFile);
+  std::mt19937 rng(15);
+  int refused = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string text = original;
+    for (int e = 0; e < 1 + static_cast<int>(rng() % 8); ++e) {
+      const std::size_t at = rng() % text.size();
+      switch (rng() % 3) {
+        case 0: text[at] = static_cast<char>(rng() % 256); break;
+        case 1: text.erase(at, rng() % 40); break;
+        default: text.insert(at, std::string(1 + rng() % 5, static_cast<char>("{}\":,-0e\n"[rng() % 9])));
+      }
+    }
+    Loaded<DeviceMeasurements> parsed;
+    ASSERT_NO_THROW(parsed = parse_device_measurements(text, "fuzz.jsonl"));
+    if (!parsed.ok()) {
+      ++refused;
+      for (const auto& p : parsed.problems) EXPECT_EQ(p.where.rfind("fuzz.jsonl", 0), 0u) << p.where;
+      continue;
+    }
+    Loaded<MeasuredDeviceFigures> figures;
+    ASSERT_NO_THROW(figures = derive_device_figures(parsed.value, datasheet()));
+    if (!figures.ok()) continue;
+    const DeviceSpec device = apply_measured_figures(datasheet(), figures.value, parsed.value);
+    EXPECT_EQ(gemm_curve_problem(device.gemm_curve), "");
+    EXPECT_EQ(attention_curve_problem(device.attention_forward_curve), "");
+    EXPECT_EQ(attention_curve_problem(device.attention_backward_curve), "");
+  }
+  EXPECT_GT(refused, 100);
+  std::string binary(4096, '\0');
+  for (auto& c : binary) c = static_cast<char>(rng() % 256);
+  EXPECT_NO_THROW(parse_device_measurements(binary, "random.bin"));
+}
+
+}  // namespace
+}  // namespace meshplan

@@ -1,0 +1,139 @@
+// A cluster link from nccl-tests output (model/nccl_tests.hpp): the rows of
+// a hand-made all_reduce_perf table (tests/data/nccl-tests-all-reduce-8xh100.txt,
+// times made from known figures with +-3% noise) give back the latency and
+// bus bandwidth they were made from; bad rows name their line; garbage lines
+// are errors, never a crash.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "model/nccl_tests.hpp"
+#include "model/presets.hpp"
+
+namespace meshplan {
+namespace {
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+const std::string kSample = std::string(MESHPLAN_TEST_DATA) + "/nccl-tests-all-reduce-8xh100.txt";
+
+TEST(NcclTests, ReadsTheTableAndItsHeader) {
+  const auto run = parse_nccl_tests(read(kSample), "sample.txt");
+  ASSERT_TRUE(run.ok()) << describe(run.problems.front());
+  ASSERT_TRUE(run.value.collective);
+  EXPECT_EQ(*run.value.collective, Collective::all_reduce);
+  EXPECT_EQ(run.value.ranks, 8);
+  EXPECT_EQ(run.value.hosts.size(), 1u);
+  EXPECT_EQ(run.value.device, "NVIDIA H100 80GB HBM3");
+  ASSERT_EQ(run.value.rows.size(), 31u);  // 8 B to 8 GiB, doubling
+  EXPECT_DOUBLE_EQ(run.value.rows.back().bytes, 8589934592.0);
+  EXPECT_NEAR(run.value.rows.back().out_of_place_s, 42309.34e-6, 1e-12);
+  EXPECT_NEAR(run.value.rows.back().busbw_bytes_per_s, 355.30e9, 1e3);
+}
+
+TEST(NcclTests, FitRecoversTheFiguresTheTimesWereMadeFrom) {
+  const auto run = parse_nccl_tests(read(kSample), "sample.txt");
+  const auto link = fit_nccl_link(run.value);
+  ASSERT_TRUE(link.ok());
+  EXPECT_FALSE(link.value.inter_node);
+  EXPECT_EQ(link.value.samples, 62);
+  EXPECT_NEAR(link.value.fit.latency_s, 1.2e-6, 0.05 * 1.2e-6);      // the noise is +-3%
+  EXPECT_NEAR(link.value.fit.bandwidth_bytes_per_s, 360e9, 0.05 * 360e9);
+  EXPECT_LT(link.value.fit.worst_relative_error, 0.06);
+}
+
+TEST(NcclTests, WritesTheIntraNodeLinkOfABaseCluster) {
+  const auto run = parse_nccl_tests(read(kSample), "sample.txt");
+  const auto link = fit_nccl_link(run.value);
+  const auto base = load_cluster("dgx-h100");
+  ASSERT_TRUE(base.ok() && link.ok());
+  const ClusterSpec fitted = apply_link_fit(base.value, link.value);
+  EXPECT_NEAR(fitted.intra_node.bandwidth_bytes_per_s, link.value.fit.bandwidth_bytes_per_s, 1e-5 * 360e9);  // 6 digits, as written
+  EXPECT_DOUBLE_EQ(fitted.intra_node.achievable_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(fitted.inter_node.bandwidth_bytes_per_s, base.value.inter_node.bandwidth_bytes_per_s);
+  const std::string yaml = measured_cluster_yaml(fitted, run.value, link.value, "--base dgx-h100", "meshplan calibrate ...");
+  const auto loaded = load_cluster_text(yaml, "written.yaml");
+  ASSERT_TRUE(loaded.ok()) << describe(loaded.problems.front()) << "\n" << yaml;
+  EXPECT_NEAR(loaded.value.intra_node.bandwidth_bytes_per_s, fitted.intra_node.bandwidth_bytes_per_s, 1e3);
+  EXPECT_NEAR(loaded.value.intra_node.latency_s, fitted.intra_node.latency_s, 1e-12);
+  EXPECT_DOUBLE_EQ(loaded.value.inter_node.bandwidth_bytes_per_s, base.value.inter_node.bandwidth_bytes_per_s);
+  EXPECT_DOUBLE_EQ(loaded.value.inter_node.achievable_fraction, base.value.inter_node.achievable_fraction);
+  EXPECT_EQ(loaded.value.devices_per_node, 8);
+}
+
+TEST(NcclTests, AcrossHostsTheInterNodeLinkPerNic) {
+  std::string text = read(kSample);
+  const std::size_t at = text.find("#  Rank  7 Group  0 Pid  41207 on  node-a01");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(text.find("node-a01", at), 8, "node-a02");
+  const auto run = parse_nccl_tests(text, "two-hosts.txt");
+  const auto link = fit_nccl_link(run.value);
+  ASSERT_TRUE(link.ok());
+  EXPECT_TRUE(link.value.inter_node);
+  const auto base = load_cluster("dgx-h100");
+  const ClusterSpec fitted = apply_link_fit(base.value, link.value);
+  EXPECT_NEAR(fitted.inter_node.bandwidth_bytes_per_s * 8, link.value.fit.bandwidth_bytes_per_s, 1e-5 * 360e9);  // 8 NICs
+  EXPECT_DOUBLE_EQ(fitted.intra_node.bandwidth_bytes_per_s, base.value.intra_node.bandwidth_bytes_per_s);
+}
+
+TEST(NcclTests, BadRowsAndGarbageNameTheirLine) {
+  const std::string text =
+      "#  Rank  0 Group  0 Pid 1 on a device  0 [0000:18:00] GPU\n"
+      "#  Rank  1 Group  0 Pid 2 on a device  1 [0000:2a:00] GPU\n"
+      "        1024           256     float     sum      -1    16.95    0.06    0.11      0    16.45    0.06    0.11      0\n"
+      "a01:123:456 [0] NCCL INFO Channel 00/32 : 0 1\n"
+      "this line is garbage\n"
+      "        2048           512     float     sum      -1    fast    0.12    0.21      0    17.18    0.12    0.21      0\n"
+      "\x01\x02\xff\n";
+  const auto run = parse_nccl_tests(text, "bad.txt");
+  ASSERT_EQ(run.problems.size(), 3u);
+  EXPECT_EQ(run.problems[0].where, "bad.txt:5");
+  EXPECT_EQ(run.problems[1].where, "bad.txt:6");
+  EXPECT_NE(run.problems[1].message.find("out-of-place time"), std::string::npos);
+  EXPECT_EQ(run.problems[2].where, "bad.txt:7");
+  EXPECT_EQ(run.value.rows.size(), 1u);
+  // Which collective: neither named nor given.
+  const auto link = fit_nccl_link(run.value);
+  ASSERT_FALSE(link.ok());
+  EXPECT_NE(link.problems[0].message.find("--collective"), std::string::npos);
+  EXPECT_FALSE(parse_nccl_tests(read(kSample), "x", "all_sum").ok());
+}
+
+TEST(NcclTests, MutatedTablesNeverCrash) {
+  const std::string original = read(kSample);
+  std::mt19937 rng(212);
+  int refused = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string text = original;
+    for (int e = 0; e < 1 + static_cast<int>(rng() % 6); ++e) {
+      const std::size_t at = rng() % text.size();
+      if (rng() % 2) {
+        text[at] = static_cast<char>(rng() % 256);
+      } else {
+        text.insert(at, std::string(1 + rng() % 4, "0.-e# \n9x"[rng() % 9]));
+      }
+    }
+    Loaded<NcclTestsRun> run;
+    ASSERT_NO_THROW(run = parse_nccl_tests(text, "fuzz.txt"));
+    if (!run.ok()) {
+      ++refused;
+      continue;
+    }
+    Loaded<NcclLinkFit> link;
+    ASSERT_NO_THROW(link = fit_nccl_link(run.value));
+    if (link.ok()) {
+      EXPECT_GT(link.value.fit.bandwidth_bytes_per_s, 0);
+    }
+  }
+  EXPECT_GT(refused, 50);
+}
+
+}  // namespace
+}  // namespace meshplan
