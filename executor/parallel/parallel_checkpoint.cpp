@@ -31,7 +31,7 @@ Problems restore_checkpoint_tensors(ParallelGpt& model, const std::vector<Tensor
   for (const TensorBlob& b : blobs) by_name[b.name] = &b;
   Problems problems;
   for (int which = 0; which < 3; ++which) {
-    std::vector<float> full(static_cast<std::size_t>(layout.total_elements), 0.0f);
+    Floats full(static_cast<std::size_t>(layout.total_elements), 0.0f, floats(MemoryCategory::communication).get_allocator());
     for (const ParameterTensor& t : layout.tensors) {
       const auto it = by_name.find(t.name + suffixes[which]);
       if (it == by_name.end() || it->second->shape != t.shape) {
