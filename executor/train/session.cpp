@@ -4,9 +4,7 @@
 // options, resume, saving, metrics, evaluation, stopping — is written once.
 #include "executor/train/session.hpp"
 
-#include <array>
 #include <cmath>
-#include <map>
 #include <optional>
 
 #include "executor/backend/backend.hpp"
@@ -63,36 +61,17 @@ class ParallelEngine final : public Engine {
 class SingleRankEngine final : public Engine {
  public:
   explicit SingleRankEngine(std::unique_ptr<Model<float>> model) : model_(std::move(model)) {}
-  Model<float>& model() { return *model_; }
 
   TrainResult train(data::DataLoader& loader, const TrainOptions& options) override {
     return exec::train(*model_, loader, options);
   }
   std::vector<TensorBlob> checkpoint_tensors() override {
-    const Parameters<float>& params = model_->parameters();
-    std::vector<TensorBlob> blobs;
-    for (const ParameterTensor& t : params.layout.tensors)
-      for (const auto& [suffix, buffer] : parts(params))
-        blobs.push_back({t.name + suffix, t.shape,
-                         std::vector<float>(buffer->begin() + t.offset, buffer->begin() + t.offset + t.elements)});
-    return blobs;
+    const Parameters<float>& p = model_->parameters();
+    return parallel::checkpoint_blobs(p.layout, {p.values, p.adam_m, p.adam_v});
   }
   Problems restore(const std::vector<TensorBlob>& blobs, const std::string& where) override {
-    std::map<std::string, const TensorBlob*> by_name;
-    for (const TensorBlob& b : blobs) by_name[b.name] = &b;
-    Problems problems;
-    Parameters<float>& params = model_->parameters();
-    for (const ParameterTensor& t : params.layout.tensors)
-      for (const auto& [suffix, buffer] : parts(params)) {
-        const auto it = by_name.find(t.name + suffix);
-        if (it == by_name.end() || it->second->shape != t.shape) {
-          problems.push_back(error(where, "tensor '" + t.name + suffix + "' is missing or has another shape"));
-          continue;
-        }
-        std::copy(it->second->data.begin(), it->second->data.end(),
-                  const_cast<TrackedVector<float>*>(buffer)->begin() + t.offset);
-      }
-    return problems;
+    Parameters<float>& p = model_->parameters();
+    return parallel::checkpoint_full(p.layout, blobs, where, {p.values, p.adam_m, p.adam_v});
   }
   bool evaluates() const override { return true; }
   EvalResult evaluate(data::DataLoader& loader, std::int64_t max_samples) override {
@@ -103,10 +82,6 @@ class SingleRankEngine final : public Engine {
   }
 
  private:
-  // The checkpoint's three tensors per parameter: values, AdamW m and v.
-  static std::array<std::pair<std::string, const TrackedVector<float>*>, 3> parts(const Parameters<float>& p) {
-    return {{{"", &p.values}, {".adam_m", &p.adam_m}, {".adam_v", &p.adam_v}}};
-  }
   std::unique_ptr<Model<float>> model_;
 };
 
