@@ -179,9 +179,10 @@ std::string default_report_path(const std::string& metrics_path) {
   return (path.parent_path() / (path.stem().string() + ".report.json")).string();
 }
 
-Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_file,
-                          const Loaded<RunPrediction>& prediction, const RankMeasurement& mine,
-                          const ComputeThreads& threads, const std::string& json_path) {
+namespace {
+
+// Every rank's measurement, in rank order (collective over `world`; null: one rank).
+std::vector<RankMeasurement> gather_measurements(exec::comm::Communicator* world, const RankMeasurement& mine) {
   constexpr int fields = 7;
   const double row[fields] = {static_cast<double>(mine.rank), static_cast<double>(mine.threads),
                               static_cast<double>(mine.steps_timed), mine.median_step_s, mine.vm_hwm_bytes,
@@ -193,8 +194,6 @@ Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_
   } else {
     std::copy(row, row + fields, all.begin());
   }
-  if (world != nullptr && world->rank() != 0) return {};
-
   std::vector<RankMeasurement> measured;
   for (int r = 0; r < ranks; ++r) {
     const double* v = all.data() + static_cast<std::ptrdiff_t>(r) * fields;
@@ -208,6 +207,16 @@ Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_
     m.cpu_share = v[6];
     measured.push_back(m);
   }
+  return measured;
+}
+
+}  // namespace
+
+Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_file,
+                          const Loaded<RunPrediction>& prediction, const RankMeasurement& mine,
+                          const ComputeThreads& threads, const std::string& json_path) {
+  const std::vector<RankMeasurement> measured = gather_measurements(world, mine);
+  if (world != nullptr && world->rank() != 0) return {};
 
   using Json = nlohmann::ordered_json;
   const bool priced = prediction.ok();

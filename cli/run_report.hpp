@@ -16,10 +16,10 @@
 //
 // Measured step time: the median of the rank's step times, the first step
 // left out as warm-up (page faults, BLAS buffers) when there are two or more.
-// Measured memory: the memory ledger's simultaneous peak where the trainer
-// tracks its buffers (single rank), and VmHWM from /proc/self/status (the
-// process's peak resident memory, including the program and MPI's buffers)
-// for every rank; the report says which one it compares.
+// Measured memory: the memory ledger's simultaneous peak (every rank: the
+// trainers keep their buffers in it), and VmHWM from /proc/self/status (the
+// process's peak resident memory, including the program and MPI's buffers);
+// the report says which one it compares.
 //
 // CPU share: the process's CPU time between consecutive steps over the wall
 // step time x threads, median over the steps after the first. Below 1 the

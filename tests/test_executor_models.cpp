@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/comm/mesh_comms.hpp"
 #include "executor/data/in_memory.hpp"
 #include "executor/data/loader.hpp"
 #include "executor/data/random.hpp"
@@ -25,6 +26,8 @@
 #include "executor/data/text.hpp"
 #include "executor/model/model.hpp"
 #include "executor/model/parameters.hpp"
+#include "executor/parallel/parallel_gpt.hpp"
+#include "executor/parallel/parallel_trainer.hpp"
 #include "executor/train/lr_schedule.hpp"
 #include "executor/train/trainer.hpp"
 #include "tiny_gpt.hpp"
@@ -435,6 +438,45 @@ TEST(ExecutorTrainer, FashionMnistMlpReaches85Percent) {
               static_cast<long long>(eval.samples), train_s, tokens_per_s, total_s);
   EXPECT_EQ(eval.samples, 10000);
   EXPECT_GE(eval.accuracy, 0.85);
+}
+
+
+// The parallel executor keeps every buffer in the rank's memory ledger
+// (default_backend()). On one rank under ZeRO-3, after a step, parameters and
+// gradients hold the model's shards once each (the gathered values and
+// gradients are freed after every use, not just emptied), the optimizer its
+// two moments, and the activation slots stay for the next step.
+TEST(ParallelExecutorMemory, LedgerHoldsShardsOnceAfterAZero3Step) {
+  const ModelSpec spec = testing_support::tiny_gpt_spec("gpt-ledger", 2, 32, 4, 128, 257, 16);
+  Plan plan;
+  plan.mesh = parse_mesh("dp=1", "mesh").value;
+  plan.micro_batch = 2;
+  plan.global_batch = 4;
+  plan.zero_stage = 3;
+  plan.precision = Precision::fp32;
+  plan.schedule = *parse_schedule("1f1b");
+  auto world = comm::make_self_communicator("world");
+  auto groups = comm::MeshCommunicators::create(*world, plan.mesh);
+  ASSERT_TRUE(groups.ok()) << messages(groups.problems);
+  const MemorySnapshot before = default_backend().ledger().snapshot();
+  auto model = parallel::ParallelGpt::create(spec, plan, groups.value, 7, 16);
+  ASSERT_TRUE(model.ok()) << messages(model.problems);
+  std::vector<std::uint8_t> corpus;
+  for (int i = 0; i < 4096; ++i) corpus.push_back(static_cast<std::uint8_t>((i * 37 + i / 7) % 251));
+  const data::TextSplitRange range{0, std::ssize(corpus)};
+  data::TextLoader loader(std::move(corpus), range, 16, 7);
+  TrainOptions options = testing_support::tiny_gpt_train_options(1);
+  options.micro_batch = plan.micro_batch;
+  options.micro_batches = plan.micro_batches();
+  const TrainResult result = parallel::train_parallel(*model.value, plan, loader, options);
+  ASSERT_TRUE(result.ok()) << messages(result.problems);
+  const MemorySnapshot after = default_backend().ledger().snapshot();
+  const auto held = [&](MemoryCategory c) { return after[c].now_bytes - before[c].now_bytes; };
+  const std::int64_t bytes = 4 * parameter_layout(spec).value.total_elements;
+  EXPECT_EQ(held(MemoryCategory::parameters), bytes);
+  EXPECT_EQ(held(MemoryCategory::gradients), bytes);
+  EXPECT_EQ(held(MemoryCategory::optimizer), 2 * bytes);
+  EXPECT_GT(held(MemoryCategory::activations), 0);
 }
 
 }  // namespace

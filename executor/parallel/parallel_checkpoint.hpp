@@ -10,13 +10,16 @@
 // elsewhere), and at the model sizes a CPU trains its cost is that of a
 // few gradient reductions. Loading reads the checkpoint on every rank.
 //
-// defines: gather_checkpoint_tensors, restore_checkpoint_tensors
+// defines: checkpoint_blobs, checkpoint_full, gather_checkpoint_tensors, restore_checkpoint_tensors
 #pragma once
 
+#include <array>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "executor/checkpoint/checkpoint.hpp"
+#include "executor/model/parameters.hpp"
 #include "executor/parallel/parallel_gpt.hpp"
 #include "model/problem.hpp"
 
@@ -24,6 +27,13 @@ namespace meshplan::exec::parallel {
 
 // Values and both AdamW moments of every tensor, full size, in parameter_layout
 // order. Collective over the world; the result is complete on every rank.
+// The checkpoint's tensors of full buffers in `layout` order: values, AdamW m and v
+// (what a single-rank Parameters holds, and what gather_full returns).
+std::vector<TensorBlob> checkpoint_blobs(const ParameterLayout& layout, const std::array<std::span<const float>, 3>& full);
+// The reverse, into `full` (each total_elements long); problems name `where` and the tensor.
+Problems checkpoint_full(const ParameterLayout& layout, const std::vector<TensorBlob>& blobs, const std::string& where,
+                         const std::array<std::span<float>, 3>& full);
+
 std::vector<TensorBlob> gather_checkpoint_tensors(ParallelGpt& model);
 
 // Replaces this rank's slices of values and moments from `blobs`; problems

@@ -26,18 +26,21 @@ using comm::DataType;
 using comm::ReduceOp;
 
 struct ParallelGpt::LayerActs {
-  std::vector<float> ln1, ln1_mean, ln1_rstd, ln1_full, qkv, atty, att, res2;
-  std::vector<float> ln2, ln2_mean, ln2_rstd, ln2_full, fch, fch_gelu, res3;
-  std::vector<float> d_fcproj, d_fch, d_attproj, d_qkv;  // kept from an input-gradient pass for the weight pass
+  Floats ln1 = floats(MemoryCategory::activations), ln1_mean = floats(MemoryCategory::activations), ln1_rstd = floats(MemoryCategory::activations), ln1_full = floats(MemoryCategory::activations);
+  Floats qkv = floats(MemoryCategory::activations), atty = floats(MemoryCategory::activations), att = floats(MemoryCategory::activations), res2 = floats(MemoryCategory::activations);
+  Floats ln2 = floats(MemoryCategory::activations), ln2_mean = floats(MemoryCategory::activations), ln2_rstd = floats(MemoryCategory::activations), ln2_full = floats(MemoryCategory::activations);
+  Floats fch = floats(MemoryCategory::activations), fch_gelu = floats(MemoryCategory::activations), res3 = floats(MemoryCategory::activations);
+  // Kept from an input-gradient pass for the weight pass (workspace, as the gradients they are copied from).
+  Floats d_fcproj, d_fch, d_attproj, d_qkv;
 };
 
 struct ParallelGpt::Slot {
   std::int64_t micro_batch = -1;  // -1: free
-  std::vector<float> input;       // [rows_local, C]: the chunk's input (chunk 0: the embedding output)
+  Floats input = floats(MemoryCategory::activations);  // [rows_local, C]: the chunk's input (chunk 0: the embedding output)
   std::vector<LayerActs> layers;
-  std::vector<float> lnf, lnf_mean, lnf_rstd, lnf_full, probs;  // last chunk
+  Floats lnf = floats(MemoryCategory::activations), lnf_mean = floats(MemoryCategory::activations), lnf_rstd = floats(MemoryCategory::activations), lnf_full = floats(MemoryCategory::activations), probs = floats(MemoryCategory::activations);  // last chunk
   std::vector<std::int32_t> tokens, targets;
-  std::vector<float> d_logits;  // kept from an input-gradient pass for the weight pass
+  Floats d_logits;  // kept from an input-gradient pass for the weight pass (workspace)
 };
 
 namespace {
@@ -49,8 +52,10 @@ std::int64_t off(const Unit& unit, int tensor) {
   return unit.layout.tensors[static_cast<std::size_t>(tensor)].offset;
 }
 
-void fit(std::vector<float>& buffer, std::int64_t n) { buffer.resize(static_cast<std::size_t>(n)); }
-void zero(std::vector<float>& buffer) { std::fill(buffer.begin(), buffer.end(), 0.0f); }
+void fit(Floats& buffer, std::int64_t n) { buffer.resize(static_cast<std::size_t>(n)); }
+void zero(Floats& buffer) { std::fill(buffer.begin(), buffer.end(), 0.0f); }
+// Frees the buffer's memory (clear() keeps it), under the category it was recorded in.
+void release(Floats& buffer) { Floats(buffer.get_allocator()).swap(buffer); }
 
 // dbias[c] += sum over rows of d[row, c].
 void add_column_sums(float* dbias, const float* d, std::int64_t rows, std::int64_t C) {
@@ -77,13 +82,13 @@ void add_residual_bias(float* out, const float* x, const float* y, const float* 
 // returns the mean loss over the N rows (accumulated in double).
 double vocab_parallel_cross_entropy(float* logits, const std::int32_t* targets, std::int64_t N, std::int64_t Vp,
                                     std::int64_t vocab_real, std::int64_t vocab_begin, comm::Communicator& tp) {
-  std::vector<float> row_max(static_cast<std::size_t>(N), -std::numeric_limits<float>::infinity());
+  Floats row_max(static_cast<std::size_t>(N), -std::numeric_limits<float>::infinity());
   for (std::int64_t n = 0; n < N; ++n) {
     const float* z = logits + n * Vp;
     for (std::int64_t v = 0; v < vocab_real; ++v) row_max[static_cast<std::size_t>(n)] = std::max(row_max[static_cast<std::size_t>(n)], z[v]);
   }
   tp.all_reduce(row_max.data(), N, DataType::f32, ReduceOp::max);
-  std::vector<float> sums(static_cast<std::size_t>(2 * N), 0.0f);  // [sum of exp | target logit]
+  Floats sums(static_cast<std::size_t>(2 * N), 0.0f, floats(MemoryCategory::communication).get_allocator());  // [sum of exp | target logit]
   for (std::int64_t n = 0; n < N; ++n) {
     float* z = logits + n * Vp;
     const float m = row_max[static_cast<std::size_t>(n)];
@@ -112,22 +117,9 @@ double vocab_parallel_cross_entropy(float* logits, const std::int32_t* targets, 
 
 Problem error(const std::string& field, const std::string& message) { return {Severity::error, field, message}; }
 
-}  // namespace
-
-ParallelGpt::ParallelGpt(comm::MeshCommunicators& groups) : groups_(groups) {}
-ParallelGpt::~ParallelGpt() = default;
-
-Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, const Plan& plan,
-                                                          comm::MeshCommunicators& groups, std::uint64_t seed,
-                                                          std::int64_t seq_len) {
-  Loaded<std::unique_ptr<ParallelGpt>> result;
-  Problems& problems = result.problems;
-  if (spec.kind != ModelKind::transformer) {
-    problems.push_back(error("model.kind", "multi-rank plans train GPT models (kind: transformer); an MLP trains "
-                                           "on one rank (a plan whose mesh has one device)"));
-    return result;
-  }
-  problems = check_supported(spec);
+// What this runtime cannot run of the plan, naming its fields.
+Problems plan_problems(const ModelSpec& spec, const Plan& plan, std::int64_t seq_len) {
+  Problems problems = check_supported(spec);
   const Mesh& mesh = plan.mesh;
   const TransformerDims& t = spec.transformer;
   const std::int64_t tp = mesh.size(Axis::tp), pp = mesh.size(Axis::pp), dp = mesh.size(Axis::dp),
@@ -155,7 +147,27 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
                                      "fsdp and keep zero 0 on dp"));
   const Problems schedule = schedule_problems(plan.schedule, pp, std::max<std::int64_t>(micro_batches, 1));
   problems.insert(problems.end(), schedule.begin(), schedule.end());
+  return problems;
+}
+
+}  // namespace
+
+ParallelGpt::ParallelGpt(comm::MeshCommunicators& groups) : groups_(groups) {}
+ParallelGpt::~ParallelGpt() = default;
+
+Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, const Plan& plan,
+                                                          comm::MeshCommunicators& groups, std::uint64_t seed,
+                                                          std::int64_t seq_len) {
+  Loaded<std::unique_ptr<ParallelGpt>> result;
+  Problems& problems = result.problems;
+  if (spec.kind != ModelKind::transformer) {
+    problems.push_back(error("model.kind", "multi-rank plans train GPT models (kind: transformer); an MLP trains "
+                                           "on one rank (a plan whose mesh has one device)"));
+    return result;
+  }
+  problems = plan_problems(spec, plan, seq_len);
   if (has_errors(problems)) return result;
+  const std::int64_t tp = plan.mesh.size(Axis::tp), pp = plan.mesh.size(Axis::pp);
   const LayerGraph graph = build_layer_graph(spec, seq_len);
   Loaded<StagePartition> partition =
       partition_stages(graph, pp, plan.schedule.virtual_stages, plan.stage_layers);
@@ -169,7 +181,7 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
   m.spec_ = spec;
   m.self_ = comm::make_self_communicator("self");
   m.tp_ = &groups.group(Axis::tp);
-  m.shape_ = tp_shape(t, tp, groups.coordinate(Axis::tp));
+  m.shape_ = tp_shape(spec.transformer, tp, groups.coordinate(Axis::tp));
   const DataSharding data = data_sharding(plan);
   if (data.parameters) {
     m.mode_ = ShardMode::fsdp;
@@ -218,12 +230,21 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
   }
   m.slots_.resize(m.chunk_units_.size());
 
-  const std::int64_t S = m.shard_group_->size(), shard_rank = m.shard_group_->rank();
-  for (Unit& u : m.units_) {
+  m.allocate(full.value);
+  result.value = std::move(model);
+  return result;
+}
+
+// Each unit's padded values (this rank's slices of `full`), shards, gradients
+// and moments by shard mode, and the passes' scratch.
+void ParallelGpt::allocate(const Parameters<float>& full) {
+  const std::int64_t tp = shape_.tp;
+  const std::int64_t S = shard_group_->size(), shard_rank = shard_group_->rank();
+  for (Unit& u : units_) {
     u.padded = (u.layout.elements + S - 1) / S * S;
     u.shard_size = u.padded / S;
     u.shard_begin = shard_rank * u.shard_size;
-    const bool whole = m.mode_ == ShardMode::replicated;
+    const bool whole = mode_ == ShardMode::replicated;
     u.optimizer_begin = whole ? 0 : u.shard_begin;
     u.optimizer_end = whole ? u.layout.elements : std::min(u.shard_begin + u.shard_size, u.layout.elements);
     u.optimizer_end = std::max(u.optimizer_end, u.optimizer_begin);
@@ -231,30 +252,28 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
     fit(u.adam_v, u.optimizer_end - u.optimizer_begin);
     u.values.assign(static_cast<std::size_t>(u.padded), 0.0f);
     for (const LocalTensor& tensor : u.layout.tensors)
-      extract_shard(tensor, m.shape_, full.value.values.data() + full.value.layout.at(tensor.name).offset,
+      extract_shard(tensor, shape_, full.values.data() + full.layout.at(tensor.name).offset,
                     u.values.data() + tensor.offset);
-    if (m.mode_ == ShardMode::fsdp) {
+    if (mode_ == ShardMode::fsdp) {
       u.shard_values.assign(u.values.begin() + u.shard_begin, u.values.begin() + u.shard_begin + u.shard_size);
-      u.values = {};
+      release(u.values);
     } else {
       u.grads.assign(static_cast<std::size_t>(u.padded), 0.0f);
     }
-    if (m.mode_ != ShardMode::replicated) u.shard_grads.assign(static_cast<std::size_t>(u.shard_size), 0.0f);
+    if (mode_ != ShardMode::replicated) u.shard_grads.assign(static_cast<std::size_t>(u.shard_size), 0.0f);
   }
 
-  const std::int64_t C = m.shape_.channels, BT = m.rows_;
-  fit(m.full_a_, BT * C);
-  fit(m.full_b_, BT * C);
-  fit(m.dqkv_, BT * 3 * C / tp);
-  fit(m.datty_, BT * C / tp);
-  fit(m.dfch_, BT * t.ffn / tp);
-  fit(m.dgelu_, BT * t.ffn / tp);
-  fit(m.dlogits_, BT * m.shape_.vocab_local);
-  fit(m.dlocal_, m.rows_local_ * C);
-  fit(m.dstream_, m.rows_local_ * C);
-  fit(m.dstream_recv_, m.rows_local_ * C);
-  result.value = std::move(model);
-  return result;
+  const std::int64_t C = shape_.channels, BT = rows_;
+  fit(full_a_, BT * C);
+  fit(full_b_, BT * C);
+  fit(dqkv_, BT * 3 * C / tp);
+  fit(datty_, BT * C / tp);
+  fit(dfch_, BT * shape_.ffn / tp);
+  fit(dgelu_, BT * shape_.ffn / tp);
+  fit(dlogits_, BT * shape_.vocab_local);
+  fit(dlocal_, rows_local_ * C);
+  fit(dstream_, rows_local_ * C);
+  fit(dstream_recv_, rows_local_ * C);
 }
 
 // ---- fsdp: gather before use, free after; gradients reduce-scattered after each use.
@@ -286,7 +305,7 @@ void ParallelGpt::prefetch_values(int index) {
 }
 
 void ParallelGpt::done_values(Unit& u) {
-  if (mode_ == ShardMode::fsdp) u.values = {};
+  if (mode_ == ShardMode::fsdp) release(u.values);
 }
 
 void ParallelGpt::use_grads(Unit& u) {
@@ -295,10 +314,10 @@ void ParallelGpt::use_grads(Unit& u) {
 
 void ParallelGpt::done_grads(Unit& u) {
   if (mode_ != ShardMode::fsdp) return;
-  std::vector<float> shard(static_cast<std::size_t>(u.shard_size));
-  shard_group_->reduce_scatter(u.grads.data(), shard.data(), u.shard_size, DataType::f32, ReduceOp::sum);
-  for (std::size_t i = 0; i < shard.size(); ++i) u.shard_grads[i] += shard[i];
-  u.grads = {};
+  fit(reduced_shard_, u.shard_size);
+  shard_group_->reduce_scatter(u.grads.data(), reduced_shard_.data(), u.shard_size, DataType::f32, ReduceOp::sum);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(u.shard_size); ++i) u.shard_grads[i] += reduced_shard_[i];
+  release(u.grads);
 }
 
 // ---- tensor-parallel region boundaries
@@ -394,7 +413,7 @@ void ParallelGpt::backward(std::int64_t chunk, std::int64_t mb, float dloss, boo
     }
   } else {
     if (last) head_backward(s, out, dloss, part);
-    else dstream_ = dstream_recv_;
+    else std::copy(dstream_recv_.begin(), dstream_recv_.end(), dstream_.begin());
     for (std::size_t i = units.size(); i-- > 0;) {
       Unit& u = units_[static_cast<std::size_t>(units[i])];
       use_values(u);
@@ -618,20 +637,20 @@ void ParallelGpt::head_backward(Slot& s, const float* x, float dloss, BackwardPa
 
 std::vector<float> ParallelGpt::gather_full(int which) {
   const ParameterLayout layout = parameter_layout(spec_).value;
-  std::vector<float> full(static_cast<std::size_t>(layout.total_elements), 0.0f);
+  Floats full(static_cast<std::size_t>(layout.total_elements), 0.0f, floats(MemoryCategory::communication).get_allocator());
   const bool owner = groups_.coordinate(Axis::dp) == 0 && groups_.coordinate(Axis::fsdp) == 0;
   for (Unit& u : units_) {
-    std::vector<float> buffer(static_cast<std::size_t>(u.padded), 0.0f);
+    Floats buffer(static_cast<std::size_t>(u.padded), 0.0f, floats(MemoryCategory::communication).get_allocator());
     if (which == 0) {
       use_values(u);
       std::copy(u.values.begin(), u.values.end(), buffer.begin());
       done_values(u);
     } else {
-      const std::vector<float>& moment = which == 1 ? u.adam_m : u.adam_v;
+      const Floats& moment = which == 1 ? u.adam_m : u.adam_v;
       if (mode_ == ShardMode::replicated) {
         std::copy(moment.begin(), moment.end(), buffer.begin());
       } else {
-        std::vector<float> shard(static_cast<std::size_t>(u.shard_size), 0.0f);
+        Floats shard(static_cast<std::size_t>(u.shard_size), 0.0f, floats(MemoryCategory::communication).get_allocator());
         std::copy(moment.begin(), moment.end(), shard.begin());
         shard_group_->all_gather(shard.data(), buffer.data(), u.shard_size, DataType::f32);
       }
@@ -643,22 +662,22 @@ std::vector<float> ParallelGpt::gather_full(int which) {
     }
   }
   groups_.world().all_reduce(full.data(), std::ssize(full), DataType::f32, ReduceOp::sum);
-  return full;
+  return {full.begin(), full.end()};
 }
 
-void ParallelGpt::scatter_full(int which, const std::vector<float>& full) {
+void ParallelGpt::scatter_full(int which, std::span<const float> full) {
   const ParameterLayout layout = parameter_layout(spec_).value;
   for (Unit& u : units_) {
-    std::vector<float> buffer(static_cast<std::size_t>(u.padded), 0.0f);
+    Floats buffer(static_cast<std::size_t>(u.padded), 0.0f, floats(MemoryCategory::communication).get_allocator());
     for (const LocalTensor& t : u.layout.tensors)
       extract_shard(t, shape_, full.data() + layout.at(t.name).offset, buffer.data() + t.offset);
     if (which == 0) {
       if (mode_ == ShardMode::fsdp)
         std::copy(buffer.begin() + u.shard_begin, buffer.begin() + u.shard_begin + u.shard_size, u.shard_values.begin());
       else
-        u.values = buffer;
+        std::copy(buffer.begin(), buffer.end(), u.values.begin());
     } else {
-      std::vector<float>& moment = which == 1 ? u.adam_m : u.adam_v;
+      Floats& moment = which == 1 ? u.adam_m : u.adam_v;
       std::copy(buffer.begin() + u.optimizer_begin, buffer.begin() + u.optimizer_end, moment.begin());
     }
   }

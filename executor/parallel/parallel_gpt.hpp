@@ -31,19 +31,27 @@
 // from exactly the single-device weights (memory is the full model once,
 // at start-up; fine at the sizes a CPU trains).
 //
+// Memory: every buffer (unit values, gradients, shards, AdamW moments,
+// activation slots, scratch, communication buffers) is a TrackedVector of
+// the rank's default_backend(), so its ledger measures the rank by category;
+// under fsdp a unit's gathered values and full gradient are freed after use.
+//
 // Activations of a (chunk, micro-batch) live in a slot from its forward to
 // its backward; slots are reused, so a stage holds as many as its schedule
 // keeps in flight (peak_in_flight in schedule.hpp).
 //
-// defines: ShardMode, Unit, ParallelGpt
+// defines: Floats, floats, ShardMode, Unit, ParallelGpt
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
+#include "executor/backend/tracked_allocator.hpp"
 #include "executor/comm/mesh_comms.hpp"
+#include "executor/model/parameters.hpp"
 #include "executor/parallel/shard_layout.hpp"
 #include "model/model_spec.hpp"
 #include "model/plan.hpp"
@@ -62,6 +70,11 @@ enum class ShardMode : std::uint8_t { replicated, zero1, zero2, fsdp };
 // gradients from them and frees the pass's activations.
 enum class BackwardPart : std::uint8_t { whole, input, weight };
 
+// A float buffer recorded in the rank's memory ledger (default_backend(),
+// one process per rank) under `category`.
+using Floats = TrackedVector<float>;
+inline Floats floats(MemoryCategory category) { return Floats(TrackedAllocator<float>(category)); }
+
 // One unit's storage on this rank. Offsets are in the padded unit buffer
 // (elements rounded up to a multiple of the sharding group's size).
 struct Unit {
@@ -72,11 +85,11 @@ struct Unit {
   std::int64_t optimizer_begin = 0;   // the range this rank updates (whole unit when replicated)
   std::int64_t optimizer_end = 0;
   bool counts_in_norm = true;         // false for the last stage's copy of the tied wte
-  std::vector<float> values;          // padded; under fsdp only while a pass uses it
-  std::vector<float> grads;           // padded; under fsdp only during a backward use
-  std::vector<float> shard_values;    // fsdp
-  std::vector<float> shard_grads;     // ZeRO 1/2, fsdp: this rank's reduced shard
-  std::vector<float> adam_m, adam_v;  // optimizer range
+  Floats values = floats(MemoryCategory::parameters);  // padded; under fsdp only while a pass uses it
+  Floats grads = floats(MemoryCategory::gradients);    // padded; under fsdp only during a backward use
+  Floats shard_values = floats(MemoryCategory::parameters);  // fsdp
+  Floats shard_grads = floats(MemoryCategory::gradients);    // ZeRO 1/2, fsdp: this rank's reduced shard
+  Floats adam_m = floats(MemoryCategory::optimizer), adam_v = floats(MemoryCategory::optimizer);  // optimizer range
 };
 
 class ParallelGpt {
@@ -127,15 +140,16 @@ class ParallelGpt {
 
   // The full parameters in parameter_layout(spec) order, on every rank
   // (collective over the world: each tensor block comes from one owning rank).
-  // `which` 0: values, 1: AdamW m, 2: AdamW v.
+  // `which` 0: values, 1: AdamW m, 2: AdamW v. A host copy, for files and tests.
   std::vector<float> gather_full(int which);
   // Replaces this rank's slices from full tensors in parameter_layout order (values or moments).
-  void scatter_full(int which, const std::vector<float>& full);
+  void scatter_full(int which, std::span<const float> full);
 
  private:
   struct LayerActs;
   struct Slot;
   explicit ParallelGpt(comm::MeshCommunicators& groups);
+  void allocate(const Parameters<float>& full);
 
   Slot& slot_of(std::int64_t chunk, std::int64_t mb);
   const Slot& slot_of(std::int64_t chunk, std::int64_t mb) const;
@@ -177,8 +191,9 @@ class ParallelGpt {
   std::vector<std::vector<Slot>> slots_;       // by local chunk
 
   // Scratch shared by passes.
-  std::vector<float> full_a_, full_b_, dqkv_, datty_, dfch_, dgelu_, dlogits_, dlocal_;
-  std::vector<float> dstream_, dstream_recv_;
+  Floats full_a_, full_b_, dqkv_, datty_, dfch_, dgelu_, dlogits_, dlocal_, dstream_;  // workspace
+  Floats dstream_recv_ = floats(MemoryCategory::communication);
+  Floats reduced_shard_ = floats(MemoryCategory::communication);  // fsdp: a gradient shard's reduce-scatter
 };
 
 }  // namespace meshplan::exec::parallel

@@ -58,7 +58,7 @@ class GradientBuckets {
  private:
   struct Bucket {
     std::vector<Unit*> units;
-    std::vector<float> staging;
+    Floats staging = floats(MemoryCategory::communication);
     std::unique_ptr<comm::Request> request;
   };
   void launch() {
@@ -80,7 +80,7 @@ class GradientBuckets {
   std::vector<Unit*> pending_;
   std::int64_t pending_elements_ = 0;
   std::vector<Bucket> buckets_;
-  std::vector<std::vector<float>> spare_;  // staging buffers of the previous step, by bucket index
+  std::vector<Floats> spare_;  // staging buffers of the previous step, by bucket index
 };
 
 // The gradient this rank holds for a unit at the step end: the whole padded
@@ -104,21 +104,11 @@ int transfer_tag(std::int64_t chunk, std::int64_t micro_batch, std::int64_t chun
 }
 constexpr int tied_embedding_tag = 32001;
 
-}  // namespace
-
-TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoader& loader, const TrainOptions& options) {
-  TrainResult result;
-  Problems& problems = result.problems;
-  comm::MeshCommunicators& groups = model.groups();
-  comm::Communicator& world = groups.world();
-  comm::Communicator& pp = groups.group(Axis::pp);
-  comm::Communicator& tp = groups.group(Axis::tp);
-  const std::int64_t M = options.micro_batches, B = options.micro_batch, T = model.seq_len();
-  const std::int64_t D = plan.mesh.data_parallel_size();
-  const std::int64_t d_index =
-      groups.coordinate(Axis::dp) * plan.mesh.size(Axis::fsdp) + groups.coordinate(Axis::fsdp);
-  const std::int64_t stages = plan.mesh.size(Axis::pp), stage = groups.coordinate(Axis::pp);
-  if (B != model.micro_batch())
+// Problems with the options and the data that no step could run with.
+Problems check_options(ParallelGpt& model, data::DataLoader& loader, const TrainOptions& options) {
+  Problems problems;
+  const std::int64_t M = options.micro_batches, T = model.seq_len();
+  if (options.micro_batch != model.micro_batch())
     problems.push_back({Severity::error, "plan.micro_batch", "the model was built for micro-batches of " +
                                                                  std::to_string(model.micro_batch())});
   if (M <= 0) problems.push_back({Severity::error, "plan.micro_batches", "must be at least 1"});
@@ -134,11 +124,12 @@ TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoade
     problems.push_back({Severity::error, "--data", "the data's windows or vocabulary do not fit the model (sequences of " +
                                                        std::to_string(T) + " tokens, vocab " +
                                                        std::to_string(model.shape().vocab) + ")"});
-  if (!result.ok()) return result;
+  return problems;
+}
 
-  const std::vector<Instruction> program = pipeline_schedule(plan.schedule, stages, M)[static_cast<std::size_t>(stage)];
-  // A pass that produces weight gradients (backward, or zero-bubble W) is final for its
-  // chunk when no later one of that chunk follows.
+// For each instruction of a stage's program: whether it is the last pass
+// producing weight gradients (backward, or zero-bubble W) of its chunk.
+std::vector<bool> final_weight_passes(const std::vector<Instruction>& program) {
   const auto weight_pass = [](const Instruction& in) {
     return in.kind == Instruction::backward || in.kind == Instruction::backward_weight;
   };
@@ -148,132 +139,225 @@ TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoade
     final_pass[i] = std::none_of(program.begin() + static_cast<std::ptrdiff_t>(i) + 1, program.end(),
                                  [&](const Instruction& in) { return weight_pass(in) && in.chunk == program[i].chunk; });
   }
+  return final_pass;
+}
 
-  const ShardMode mode = model.mode();
-  // ZeRO 0 all-reduces in buckets during the last backward. ZeRO 1 and 2
-  // reduce-scatter each unit at the step end instead: each rank updates only
-  // its shard, so the other shards' reduced gradients would be thrown away
-  // (an all-reduce moves 2x the bytes of the reduce-scatter the cost model
-  // and the ZeRO paper's P_os price; a dp=2 ZeRO-1 step of gpt-byte-10m
-  // went from 0.389 s to 0.376 s).
-  const bool bucketed = mode == ShardMode::replicated;
-  GradientBuckets buckets(groups.group(Axis::dp), plan.gradient_bucket_bytes);
-  const auto on_final = [&](Unit& unit) {
-    if (bucketed) buckets.add(unit);
-  };
-  const std::int64_t rows = model.rows_local() * model.channels();
-  const std::int64_t chunks = model.chunk_count();
-  const bool holds_loss = stage == stages - 1 && groups.coordinate(Axis::tp) == 0;
-  const float dloss = 1.0f / static_cast<float>(M * D);
-  // Which copy of its gradients this rank holds: the norm counts copy 0 only (dp ranks under
-  // ZeRO 0, the dp replicas of fsdp shards; ZeRO 1/2/3 shard over dp instead, one copy).
-  const std::int64_t replica = model.replica_group().rank();
+// One rank's step, phase by phase (parallel_trainer.hpp): the stage's
+// program, the gradient synchronisation, the norm, the update.
+class ParallelStep {
+ public:
+  ParallelStep(ParallelGpt& model, const Plan& plan, const TrainOptions& options)
+      : model_(model),
+        groups_(model.groups()),
+        pp_(groups_.group(Axis::pp)),
+        tp_(groups_.group(Axis::tp)),
+        M_(options.micro_batches),
+        B_(options.micro_batch),
+        T_(model.seq_len()),
+        D_(plan.mesh.data_parallel_size()),
+        stages_(plan.mesh.size(Axis::pp)),
+        stage_(groups_.coordinate(Axis::pp)),
+        program_(pipeline_schedule(plan.schedule, stages_, M_)[static_cast<std::size_t>(stage_)]),
+        final_pass_(final_weight_passes(program_)),
+        mode_(model.mode()),
+        // ZeRO 0 all-reduces in buckets during the last backward. ZeRO 1 and 2
+        // reduce-scatter each unit at the step end instead: each rank updates only
+        // its shard, so the other shards' reduced gradients would be thrown away
+        // (an all-reduce moves 2x the bytes of the reduce-scatter the cost model
+        // and the ZeRO paper's P_os price; a dp=2 ZeRO-1 step of gpt-byte-10m
+        // went from 0.389 s to 0.376 s).
+        bucketed_(mode_ == ShardMode::replicated),
+        buckets_(groups_.group(Axis::dp), plan.gradient_bucket_bytes),
+        dloss_(1.0f / static_cast<float>(M_ * D_)) {}
 
-  const LrSchedule schedule{options.adamw.learning_rate, options.warmup_steps, options.steps, options.min_lr_fraction};
-  std::int64_t updates = options.completed_updates;
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(M * B * T)), targets(tokens.size());
-  std::vector<std::span<const float>> norm_spans;
-  for (std::int64_t step = std::max<std::int64_t>(options.first_step, 0); step < options.steps; ++step) {
-    const auto start = std::chrono::steady_clock::now();
-    world.set_step(step);
-    for (Unit& u : model.units()) {
+  // This rank's micro-batches of the step's global batch (data-parallel rank d takes [d M, (d + 1) M)).
+  void take_batch(data::DataLoader& loader) {
+    const std::int64_t d_index =
+        groups_.coordinate(Axis::dp) * groups_.mesh().size(Axis::fsdp) + groups_.coordinate(Axis::fsdp);
+    tokens_.resize(static_cast<std::size_t>(M_ * B_ * T_));
+    targets_.resize(tokens_.size());
+    const data::Batch batch = loader.next_batch(B_ * M_ * D_);
+    const std::int64_t first = d_index * M_ * B_ * T_;
+    for (std::size_t i = 0; i < tokens_.size(); ++i) {
+      tokens_[i] = static_cast<std::int32_t>(batch.inputs[static_cast<std::size_t>(first) + i]);
+      targets_[i] = batch.targets[static_cast<std::size_t>(first) + i];
+    }
+  }
+
+  // Runs the stage's instruction list; returns this rank's sum of micro-batch losses.
+  double run_program() {
+    for (Unit& u : model_.units()) {
       std::fill(u.grads.begin(), u.grads.end(), 0.0f);
       std::fill(u.shard_grads.begin(), u.shard_grads.end(), 0.0f);
     }
-    const data::Batch batch = loader.next_batch(B * M * D);
-    const std::int64_t first = d_index * M * B * T;
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-      tokens[i] = static_cast<std::int32_t>(batch.inputs[static_cast<std::size_t>(first) + i]);
-      targets[i] = batch.targets[static_cast<std::size_t>(first) + i];
-    }
-
-    // The stage's program.
+    const auto on_final = [&](Unit& unit) {
+      if (bucketed_) buckets_.add(unit);
+    };
+    const std::int64_t rows = model_.rows_local() * model_.channels(), chunks = model_.chunk_count();
     double loss_sum = 0;
-    std::vector<std::pair<std::vector<float>, std::unique_ptr<comm::Request>>> sends;
-    for (std::size_t i = 0; i < program.size(); ++i) {
-      const Instruction& in = program[i];
+    std::vector<std::pair<Floats, std::unique_ptr<comm::Request>>> sends;
+    const auto send = [&](const float* out, int peer, int tag) {
+      auto& sent = sends.emplace_back(Floats(out, out + rows, floats(MemoryCategory::communication).get_allocator()),
+                                      nullptr);
+      sent.second = pp_.isend(sent.first.data(), rows, DataType::f32, peer, tag);
+    };
+    for (std::size_t i = 0; i < program_.size(); ++i) {
+      const Instruction& in = program_[i];
       const std::int64_t mb = in.micro_batch, c = in.chunk;
       const int peer = static_cast<int>(in.peer_stage);
       switch (in.kind) {
         case Instruction::receive_activation:
-          pp.recv(model.forward_input(c, mb), rows, DataType::f32, peer, transfer_tag(c - 1, mb, chunks, false));
+          pp_.recv(model_.forward_input(c, mb), rows, DataType::f32, peer, transfer_tag(c - 1, mb, chunks, false));
           break;
         case Instruction::forward:
-          loss_sum += model.forward(c, mb, tokens.data() + mb * B * T, targets.data() + mb * B * T);
+          loss_sum += model_.forward(c, mb, tokens_.data() + mb * B_ * T_, targets_.data() + mb * B_ * T_);
           break;
-        case Instruction::send_activation: {
-          const float* out = model.forward_output(c, mb);
-          auto& send = sends.emplace_back(std::vector<float>(out, out + rows), nullptr);
-          send.second = pp.isend(send.first.data(), rows, DataType::f32, peer, transfer_tag(c, mb, chunks, false));
+        case Instruction::send_activation:
+          send(model_.forward_output(c, mb), peer, transfer_tag(c, mb, chunks, false));
           break;
-        }
         case Instruction::receive_gradient:
-          pp.recv(model.backward_input(), rows, DataType::f32, peer, transfer_tag(c + 1, mb, chunks, true));
+          pp_.recv(model_.backward_input(), rows, DataType::f32, peer, transfer_tag(c + 1, mb, chunks, true));
           break;
-        case Instruction::backward: model.backward(c, mb, dloss, final_pass[i], on_final); break;
-        case Instruction::send_gradient: {
-          const float* out = model.backward_output();
-          auto& send = sends.emplace_back(std::vector<float>(out, out + rows), nullptr);
-          send.second = pp.isend(send.first.data(), rows, DataType::f32, peer, transfer_tag(c, mb, chunks, true));
-          break;
-        }
+        case Instruction::backward: model_.backward(c, mb, dloss_, final_pass_[i], on_final); break;
+        case Instruction::send_gradient: send(model_.backward_output(), peer, transfer_tag(c, mb, chunks, true)); break;
         case Instruction::reduce_gradients:
-          if (bucketed) buckets.flush();
+          if (bucketed_) buckets_.flush();
           break;
         case Instruction::optimizer_step: break;
         case Instruction::backward_input:
-          model.backward(c, mb, dloss, false, on_final, BackwardPart::input);
+          model_.backward(c, mb, dloss_, false, on_final, BackwardPart::input);
           break;
         case Instruction::backward_weight:
-          model.backward(c, mb, dloss, final_pass[i], on_final, BackwardPart::weight);
+          model_.backward(c, mb, dloss_, final_pass_[i], on_final, BackwardPart::weight);
           break;
       }
     }
-    for (auto& send : sends) send.second->wait();
+    for (auto& sent : sends) sent.second->wait();
+    return loss_sum;
+  }
 
-    // Gradient synchronisation, in the same order on every rank.
-    if (bucketed) buckets.wait();
-    for (Unit& u : model.units()) {
-      if (mode == ShardMode::zero1 || mode == ShardMode::zero2)
-        model.shard_group().reduce_scatter(u.grads.data(), u.shard_grads.data(), u.shard_size, DataType::f32,
-                                           ReduceOp::sum);
-      if (mode == ShardMode::fsdp && model.replica_group().size() > 1)
-        model.replica_group().all_reduce(u.shard_grads.data(), u.shard_size, DataType::f32, ReduceOp::sum);
+  // Gradient synchronisation, in the same order on every rank.
+  void synchronise_gradients() {
+    if (bucketed_) buckets_.wait();
+    for (Unit& u : model_.units()) {
+      if (mode_ == ShardMode::zero1 || mode_ == ShardMode::zero2)
+        model_.shard_group().reduce_scatter(u.grads.data(), u.shard_grads.data(), u.shard_size, DataType::f32,
+                                            ReduceOp::sum);
+      if (mode_ == ShardMode::fsdp && model_.replica_group().size() > 1)
+        model_.replica_group().all_reduce(u.shard_grads.data(), u.shard_size, DataType::f32, ReduceOp::sum);
     }
-    if (stages > 1 && model.wte() != nullptr) {
-      const GradView view = grad_view(*model.wte(), mode);
-      const std::int64_t n = view.end - view.begin;
-      std::vector<float> mine(view.data, view.data + n), theirs(static_cast<std::size_t>(n));
-      const int peer = static_cast<int>(stage == 0 ? stages - 1 : 0);
-      auto request = pp.isend(mine.data(), n, DataType::f32, peer, tied_embedding_tag);
-      pp.recv(theirs.data(), n, DataType::f32, peer, tied_embedding_tag);
-      request->wait();
-      for (std::int64_t k = 0; k < n; ++k) view.data[k] = mine[static_cast<std::size_t>(k)] + theirs[static_cast<std::size_t>(k)];
-    }
-    if (model.sequence_parallel()) {
-      for (Unit& u : model.units()) {
-        const GradView view = grad_view(u, mode);
+    if (stages_ > 1 && model_.wte() != nullptr) sum_tied_embedding();
+    if (model_.sequence_parallel()) {
+      for (Unit& u : model_.units()) {
+        const GradView view = grad_view(u, mode_);
         for (const LocalTensor& t : u.layout.tensors) {
           if (t.split != TpSplit::none) continue;
           const std::int64_t lo = std::max(t.offset, view.begin), hi = std::min(t.offset + t.elements(), view.end);
-          if (hi > lo) tp.all_reduce(&view.at(lo), hi - lo, DataType::f32, ReduceOp::sum);
+          if (hi > lo) tp_.all_reduce(&view.at(lo), hi - lo, DataType::f32, ReduceOp::sum);
         }
       }
     }
-    // This rank's share of the squared gradient norm, with the vectorised
-    // kernel (a scalar running sum here cost ~4% of a dp=2 step).
-    norm_spans.clear();
-    for (Unit& u : model.units()) {
+  }
+
+  // This rank's share of the squared gradient norm, with the vectorised
+  // kernel (a scalar running sum here cost ~4% of a dp=2 step).
+  double local_norm() {
+    // Which copy of its gradients this rank holds: the norm counts copy 0 only (dp ranks under
+    // ZeRO 0, the dp replicas of fsdp shards; ZeRO 1/2/3 shard over dp instead, one copy).
+    const std::int64_t replica = model_.replica_group().rank();
+    norm_spans_.clear();
+    for (Unit& u : model_.units()) {
       if (!u.counts_in_norm || replica != 0) continue;
-      const GradView view = grad_view(u, mode);
+      const GradView view = grad_view(u, mode_);
       for (const LocalTensor& t : u.layout.tensors) {
-        if (t.split == TpSplit::none && groups.coordinate(Axis::tp) != 0) continue;
+        if (t.split == TpSplit::none && groups_.coordinate(Axis::tp) != 0) continue;
         const std::int64_t lo = std::max(t.offset, u.optimizer_begin), hi = std::min(t.offset + t.elements(), u.optimizer_end);
-        if (hi > lo) norm_spans.emplace_back(&view.at(lo), static_cast<std::size_t>(hi - lo));
+        if (hi > lo) norm_spans_.emplace_back(&view.at(lo), static_cast<std::size_t>(hi - lo));
       }
     }
-    const double local_norm = kernels::global_l2_norm<float>(norm_spans);
-    double sums[2] = {local_norm * local_norm, holds_loss ? loss_sum / static_cast<double>(M * D) : 0.0};
+    return kernels::global_l2_norm<float>(norm_spans_);
+  }
+
+  // Clipping and AdamW on the range this rank updates; ZeRO 1/2 all-gather the updated shards over dp.
+  void update(float clip_scale, std::int64_t updates, const kernels::AdamWHyperparameters& hp) {
+    for (Unit& u : model_.units()) {
+      const GradView view = grad_view(u, mode_);
+      if (clip_scale != 1.0f && u.optimizer_end > u.optimizer_begin) {
+        float* g = &view.at(u.optimizer_begin);
+        const std::int64_t n = u.optimizer_end - u.optimizer_begin;
+        for (std::int64_t k = 0; k < n; ++k) g[k] *= clip_scale;
+      }
+      float* values = mode_ == ShardMode::fsdp ? u.shard_values.data() : u.values.data();
+      const std::int64_t values_base = mode_ == ShardMode::fsdp ? u.shard_begin : 0;
+      for (const LocalTensor& t : u.layout.tensors) {
+        const std::int64_t lo = std::max(t.offset, u.optimizer_begin), hi = std::min(t.offset + t.elements(), u.optimizer_end);
+        if (hi <= lo) continue;
+        kernels::AdamWHyperparameters tensor_hp = hp;
+        if (!t.decays()) tensor_hp.weight_decay = 0;
+        const auto moment = static_cast<std::size_t>(lo - u.optimizer_begin);
+        kernels::adamw_update(values + (lo - values_base), &view.at(lo), u.adam_m.data() + moment,
+                              u.adam_v.data() + moment, hi - lo, updates, tensor_hp);
+      }
+      if ((mode_ == ShardMode::zero1 || mode_ == ShardMode::zero2) && model_.shard_group().size() > 1)
+        model_.shard_group().all_gather(u.values.data() + u.shard_begin, u.values.data(), u.shard_size, DataType::f32);
+    }
+  }
+
+  // Whether this rank computes the loss it reports: the last stage's tp rank 0.
+  bool holds_loss() const { return stage_ == stages_ - 1 && groups_.coordinate(Axis::tp) == 0; }
+  std::int64_t tokens_per_step() const { return B_ * M_ * D_ * T_; }
+  std::int64_t micro_batches_per_step() const { return M_ * D_; }
+
+ private:
+  // wte's gradient summed between the first and last stage, which both hold it.
+  void sum_tied_embedding() {
+    const GradView view = grad_view(*model_.wte(), mode_);
+    const std::int64_t n = view.end - view.begin;
+    const auto comm_alloc = floats(MemoryCategory::communication).get_allocator();
+    Floats mine(view.data, view.data + n, comm_alloc), theirs(static_cast<std::size_t>(n), 0.0f, comm_alloc);
+    const int peer = static_cast<int>(stage_ == 0 ? stages_ - 1 : 0);
+    auto request = pp_.isend(mine.data(), n, DataType::f32, peer, tied_embedding_tag);
+    pp_.recv(theirs.data(), n, DataType::f32, peer, tied_embedding_tag);
+    request->wait();
+    for (std::int64_t k = 0; k < n; ++k) view.data[k] = mine[static_cast<std::size_t>(k)] + theirs[static_cast<std::size_t>(k)];
+  }
+
+  ParallelGpt& model_;
+  comm::MeshCommunicators& groups_;
+  comm::Communicator& pp_;
+  comm::Communicator& tp_;
+  const std::int64_t M_, B_, T_, D_, stages_, stage_;
+  const std::vector<Instruction> program_;
+  const std::vector<bool> final_pass_;
+  const ShardMode mode_;
+  const bool bucketed_;
+  GradientBuckets buckets_;
+  const float dloss_;
+  std::vector<std::int32_t> tokens_, targets_;
+  std::vector<std::span<const float>> norm_spans_;
+};
+
+}  // namespace
+
+TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoader& loader, const TrainOptions& options) {
+  TrainResult result;
+  result.problems = check_options(model, loader, options);
+  if (!result.ok()) return result;
+  ParallelStep work(model, plan, options);
+  comm::Communicator& world = model.groups().world();
+  const LrSchedule schedule{options.adamw.learning_rate, options.warmup_steps, options.steps, options.min_lr_fraction};
+  std::int64_t updates = options.completed_updates;
+  for (std::int64_t step = std::max<std::int64_t>(options.first_step, 0); step < options.steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    world.set_step(step);
+    work.take_batch(loader);
+    const double loss_sum = work.run_program();
+    work.synchronise_gradients();
+    // The norm and the loss in one world all-reduce (in double); the loss is
+    // averaged over the data-parallel replicas' last-stage tp rank 0.
+    const double local_norm = work.local_norm();
+    double sums[2] = {local_norm * local_norm,
+                      work.holds_loss() ? loss_sum / static_cast<double>(work.micro_batches_per_step()) : 0.0};
     world.all_reduce(sums, 2, DataType::f64, ReduceOp::sum);
     const double norm = std::sqrt(sums[0]), loss = sums[1];
     const double lr = learning_rate_at(schedule, step);
@@ -286,34 +370,13 @@ TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoade
     if (verdict == StepVerdict::skip) {
       report.skipped = true;
     } else {
-      const float scale = static_cast<float>(kernels::clip_scale(norm, options.max_grad_norm));
       ++updates;
       kernels::AdamWHyperparameters hp = options.adamw;
       hp.learning_rate = lr;
-      for (Unit& u : model.units()) {
-        const GradView view = grad_view(u, mode);
-        if (scale != 1.0f && u.optimizer_end > u.optimizer_begin) {
-          float* g = &view.at(u.optimizer_begin);
-          const std::int64_t n = u.optimizer_end - u.optimizer_begin;
-          for (std::int64_t k = 0; k < n; ++k) g[k] *= scale;
-        }
-        float* values = mode == ShardMode::fsdp ? u.shard_values.data() : u.values.data();
-        const std::int64_t values_base = mode == ShardMode::fsdp ? u.shard_begin : 0;
-        for (const LocalTensor& t : u.layout.tensors) {
-          const std::int64_t lo = std::max(t.offset, u.optimizer_begin), hi = std::min(t.offset + t.elements(), u.optimizer_end);
-          if (hi <= lo) continue;
-          kernels::AdamWHyperparameters tensor_hp = hp;
-          if (!t.decays()) tensor_hp.weight_decay = 0;
-          const auto moment = static_cast<std::size_t>(lo - u.optimizer_begin);
-          kernels::adamw_update(values + (lo - values_base), &view.at(lo), u.adam_m.data() + moment,
-                                u.adam_v.data() + moment, hi - lo, updates, tensor_hp);
-        }
-        if ((mode == ShardMode::zero1 || mode == ShardMode::zero2) && model.shard_group().size() > 1)
-          model.shard_group().all_gather(u.values.data() + u.shard_begin, u.values.data(), u.shard_size, DataType::f32);
-      }
+      work.update(static_cast<float>(kernels::clip_scale(norm, options.max_grad_norm)), updates, hp);
     }
     report.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    report.items_per_s = report.step_s > 0 ? static_cast<double>(B * M * D * T) / report.step_s : 0;
+    report.items_per_s = report.step_s > 0 ? static_cast<double>(work.tokens_per_step()) / report.step_s : 0;
     if (options.on_step) options.on_step(report);
     if (options.stop_requested && options.stop_requested()) {
       result.stopped_early = step + 1 < options.steps;

@@ -41,21 +41,6 @@ StepVerdict judge_step(std::int64_t step, double loss, double grad_norm, double 
   return StepVerdict::skip;
 }
 
-Loaded<TrainOptions> train_options_for_plan(const Plan& plan) {
-  Loaded<TrainOptions> result;
-  if (plan.mesh.world_size() != 1)
-    result.problems.push_back(option_problem(
-        "plan.mesh", "the single-rank trainer runs meshes of one device; this mesh has " +
-                         std::to_string(plan.mesh.world_size())));
-  if (plan.micro_batch <= 0 || plan.micro_batches() <= 0)
-    result.problems.push_back(option_problem(
-        "plan.global_batch", std::to_string(plan.global_batch) + " is not a positive multiple of micro_batch (" +
-                                 std::to_string(plan.micro_batch) + ")"));
-  result.value.micro_batch = plan.micro_batch;
-  result.value.micro_batches = plan.micro_batches();
-  return result;
-}
-
 template <typename T>
 double accumulate_gradients(Model<T>& model, data::DataLoader& loader, std::int64_t micro_batch,
                             std::int64_t micro_batches) {

@@ -16,7 +16,7 @@
 // and layer-norm parameters are not decayed.
 // Steps count from 0 in callbacks, problems and the schedule.
 //
-// defines: StepReport, NonFiniteAction, TrainOptions, train_options_for_plan, TrainResult, StepVerdict, judge_step,
+// defines: StepReport, NonFiniteAction, TrainOptions, TrainResult, StepVerdict, judge_step,
 //          accumulate_gradients, train, EvalResult, evaluate
 #pragma once
 
@@ -65,10 +65,6 @@ struct TrainOptions {
 
   std::int64_t global_batch() const { return micro_batch * micro_batches; }
 };
-
-// micro_batch and micro_batches from a plan; problems when the plan needs
-// more than one rank (mesh world size > 1) or its batch does not divide.
-Loaded<TrainOptions> train_options_for_plan(const Plan& plan);
 
 struct TrainResult {
   std::int64_t steps = 0;          // steps run (including skipped ones)

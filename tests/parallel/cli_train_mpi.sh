@@ -6,6 +6,7 @@
 # checkpoint saved by the 4-rank run after step 3 must resume under the
 # 8-rank plan with the uninterrupted run's losses; and a job with the wrong
 # number of ranks must be refused with exit status 2 and the right command.
+# Multi-rank metrics lines carry mfu and memory like one rank's.
 #
 # usage: cli_train_mpi.sh MPIEXEC MESHPLAN MODEL_YAML CORPUS WORK_DIR
 set -u
@@ -41,6 +42,10 @@ compare one.jsonl four.jsonl "dp=2,tp=2 zero 1 (4 ranks)"
 "$mpiexec" -np 8 "$meshplan" "${train[@]}" --plan eight.json --metrics eight.jsonl > eight.out 2>&1 ||
   fail "8 ranks: $(tail -5 eight.out)"
 compare one.jsonl eight.jsonl "dp=2,pp=2,tp=2 interleaved:2 sp zero 1 (8 ranks)"
+# Multi-rank metrics carry MFU and rank 0's memory ledger, as one rank's do.
+grep -q '"mfu":null' four.jsonl && fail "4-rank metrics without mfu: $(head -1 four.jsonl)"
+grep -q '"memory_bytes":null' four.jsonl && fail "4-rank metrics without memory: $(head -1 four.jsonl)"
+grep -q '"memory":{' four.jsonl || fail "4-rank metrics without the memory breakdown: $(head -1 four.jsonl)"
 [ "$(grep -c '^step' four.out)" -eq 6 ] || fail "the 4-rank job printed $(grep -c '^step' four.out) step lines, not 6 (rank 0 only)"
 
 # Resharding through the CLI: stop the 4-rank run after step 3, resume under the 8-rank plan.

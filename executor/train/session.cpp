@@ -1,0 +1,350 @@
+// The session of session.hpp. The model-specific part is an Engine: the
+// parallel GPT over the mesh (any plan of a GPT with more than one device)
+// or the single-rank Model<float> (one-device plans); everything else —
+// options, resume, saving, metrics, evaluation, stopping — is written once.
+#include "executor/train/session.hpp"
+
+#include <cmath>
+#include <optional>
+
+#include "executor/backend/backend.hpp"
+#include "executor/checkpoint/checkpoint.hpp"
+#include "executor/comm/mesh_comms.hpp"
+#include "executor/data/loader.hpp"
+#include "executor/metrics/metrics.hpp"
+#include "executor/model/model.hpp"
+#include "executor/parallel/parallel_checkpoint.hpp"
+#include "executor/parallel/parallel_trainer.hpp"
+#include "executor/train/run_control.hpp"
+#include "model/evaluate.hpp"
+
+namespace meshplan::exec {
+namespace {
+
+Problem error(const std::string& where, const std::string& message) { return {Severity::error, where, message}; }
+
+// What the session needs of a model: train, save and restore its tensors, evaluate.
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual TrainResult train(data::DataLoader& loader, const TrainOptions& options) = 0;
+  virtual std::vector<TensorBlob> checkpoint_tensors() = 0;  // collective; full tensors on rank 0
+  virtual Problems restore(const std::vector<TensorBlob>& blobs, const std::string& where) = 0;
+  virtual bool evaluates() const = 0;  // whether evaluate() runs (one rank)
+  virtual EvalResult evaluate(data::DataLoader& loader, std::int64_t max_samples) = 0;
+  virtual bool classifier(const data::BatchShape& shape) const = 0;  // evaluated once per epoch
+};
+
+class ParallelEngine final : public Engine {
+ public:
+  ParallelEngine(comm::MeshCommunicators groups, const Plan& plan) : groups_(std::move(groups)), plan_(plan) {}
+  comm::MeshCommunicators& groups() { return groups_; }
+  void set_model(std::unique_ptr<parallel::ParallelGpt> model) { model_ = std::move(model); }
+
+  TrainResult train(data::DataLoader& loader, const TrainOptions& options) override {
+    return parallel::train_parallel(*model_, plan_, loader, options);
+  }
+  std::vector<TensorBlob> checkpoint_tensors() override { return parallel::gather_checkpoint_tensors(*model_); }
+  Problems restore(const std::vector<TensorBlob>& blobs, const std::string& where) override {
+    return parallel::restore_checkpoint_tensors(*model_, blobs, where);
+  }
+  bool evaluates() const override { return false; }
+  EvalResult evaluate(data::DataLoader&, std::int64_t) override { return {}; }
+  bool classifier(const data::BatchShape&) const override { return false; }
+
+ private:
+  comm::MeshCommunicators groups_;  // before model_: the model refers to them
+  Plan plan_;
+  std::unique_ptr<parallel::ParallelGpt> model_;
+};
+
+class SingleRankEngine final : public Engine {
+ public:
+  explicit SingleRankEngine(std::unique_ptr<Model<float>> model) : model_(std::move(model)) {}
+
+  TrainResult train(data::DataLoader& loader, const TrainOptions& options) override {
+    return exec::train(*model_, loader, options);
+  }
+  std::vector<TensorBlob> checkpoint_tensors() override {
+    const Parameters<float>& p = model_->parameters();
+    return parallel::checkpoint_blobs(p.layout, {p.values, p.adam_m, p.adam_v});
+  }
+  Problems restore(const std::vector<TensorBlob>& blobs, const std::string& where) override {
+    Parameters<float>& p = model_->parameters();
+    return parallel::checkpoint_full(p.layout, blobs, where, {p.values, p.adam_m, p.adam_v});
+  }
+  bool evaluates() const override { return true; }
+  EvalResult evaluate(data::DataLoader& loader, std::int64_t max_samples) override {
+    return exec::evaluate(*model_, loader, max_samples);
+  }
+  bool classifier(const data::BatchShape& shape) const override {
+    return model_->check_data(shape).empty() && shape.classes > 0;
+  }
+
+ private:
+  std::unique_ptr<Model<float>> model_;
+};
+
+std::int32_t agree_max(comm::Communicator& world, bool mine) {
+  std::int32_t value = mine ? 1 : 0;
+  world.all_reduce(&value, 1, comm::DataType::i32, comm::ReduceOp::max);
+  return value;
+}
+
+}  // namespace
+
+struct TrainingSession::State {
+  SessionConfig config;
+  PlanFile plan_file;
+  comm::Communicator* world = nullptr;
+  SessionHooks hooks;
+  bool leader = true;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<data::DataLoader> loader, eval_loader;
+  TrainOptions options;
+  RunControl control;
+  nlohmann::json plan_json;
+  std::unique_ptr<MetricsWriter> metrics;
+  std::int64_t updates = 0;
+  std::int64_t last_epoch = 0;  // classifiers: evaluated when the training loader's epoch changes
+  bool language_model = false, classifier = false;
+  double flops_per_step = 0, peak_flops = 0;
+
+  void report(const Problems& problems) const {
+    if (leader && hooks.report && !problems.empty()) hooks.report(problems);
+  }
+  void say(const std::string& line) const {
+    if (leader && hooks.say) hooks.say(line);
+  }
+  Problems build_engine();
+  Problems build_options();
+  Problems resume(bool& finished);
+  Problems open_metrics();
+  Problems save(std::int64_t steps_done);
+  void evaluate(std::int64_t step);
+  void after_step(const StepReport& s, SessionEnd& end, bool& stopping);
+};
+
+TrainingSession::TrainingSession(std::unique_ptr<State> state) : state_(std::move(state)) {}
+TrainingSession::~TrainingSession() = default;
+std::int64_t TrainingSession::total_steps() const { return state_->options.steps; }
+std::int64_t TrainingSession::first_step() const { return state_->options.first_step; }
+
+Problems TrainingSession::State::build_engine() {
+  const Plan& plan = plan_file.plan;
+  const std::int64_t seq_len = plan.seq_len > 0 ? plan.seq_len : plan_file.model.default_seq_len();
+  auto train_loader = data::make_loader(config.data, data::Split::train, config.seed, seq_len);
+  if (!train_loader.ok()) return train_loader.problems;
+  loader = std::move(train_loader.value);
+  if (world->size() > 1 || plan.mesh.world_size() > 1) {
+    Problems flags;
+    for (const auto& [given, flag] : {std::pair{config.eval_every > 0, "--eval-every"},
+                                     {config.eval_samples > 0, "--eval-samples"},
+                                     {config.compute != Precision::fp32, "--precision"}})
+      if (given) flags.push_back(error(flag, "is not supported for multi-rank plans yet (single-rank plans only)"));
+    if (has_errors(flags)) return flags;
+    auto groups = comm::MeshCommunicators::create(*world, plan.mesh);
+    if (!groups.ok()) return groups.problems;
+    auto parallel_engine = std::make_unique<ParallelEngine>(std::move(groups.value), plan);
+    auto model = parallel::ParallelGpt::create(plan_file.model, plan, parallel_engine->groups(), config.seed, seq_len);
+    if (!model.ok()) return model.problems;
+    parallel_engine->set_model(std::move(model.value));
+    engine = std::move(parallel_engine);
+    say("training " + plan.mesh.to_string() + " on " + std::to_string(world->size()) + " ranks (" +
+        to_string(plan.schedule) + ", zero " + std::to_string(plan.zero_stage) +
+        (plan.sequence_parallel ? ", sequence parallel" : "") + ")");
+  } else {
+    auto validation = data::make_loader(config.data, data::Split::validation, config.seed + 1, seq_len);
+    if (!validation.ok()) return validation.problems;
+    eval_loader = std::move(validation.value);
+    auto model = make_model<float>(plan_file.model, config.seed, plan.micro_batch, seq_len);
+    if (!model.ok()) return model.problems;
+    if (Problems p = model.value->set_matmul_precision(config.compute); has_errors(p)) return p;
+    if (Problems fit = model.value->check_data(loader->shape()); has_errors(fit)) return fit;
+    engine = std::make_unique<SingleRankEngine>(std::move(model.value));
+  }
+  // Peaks from here on are training's, not the initialisation's (every rank builds the full model once).
+  default_backend().ledger().reset_peaks();
+  language_model = plan_file.model.kind == ModelKind::transformer;
+  classifier = engine->classifier(loader->shape());
+  return {};
+}
+
+Problems TrainingSession::State::build_options() {
+  const Plan& plan = plan_file.plan;
+  TrainOptions& o = options;
+  o.micro_batch = plan.micro_batch;
+  o.micro_batches = plan.micro_batches();
+  if (o.micro_batch <= 0 || o.micro_batches <= 0)
+    return {error("plan.global_batch", std::to_string(plan.global_batch) +
+                                           " is not a positive multiple of micro_batch x dp x fsdp (" +
+                                           std::to_string(plan.micro_batch * plan.mesh.data_parallel_size()) + ")")};
+  o.steps = config.steps;
+  if (o.steps <= 0 && config.epochs > 0)
+    o.steps = static_cast<std::int64_t>(std::ceil(config.epochs * static_cast<double>(loader->samples_per_epoch()) /
+                                                  static_cast<double>(plan.global_batch)));
+  if (o.steps <= 0) return {error("--steps", "--steps or --epochs: give a positive number of steps or epochs")};
+  o.adamw.learning_rate = config.lr;
+  o.adamw.weight_decay = config.weight_decay;
+  o.warmup_steps = config.warmup;
+  o.max_grad_norm = config.clip;
+  o.on_non_finite = config.skip_non_finite ? NonFiniteAction::skip : NonFiniteAction::stop;
+  control = RunControl{o.steps, config.checkpoint_every, config.checkpoints_on, config.stop_after};
+  // MFU's terms (session.hpp).
+  const std::int64_t seq_len = plan.seq_len > 0 ? plan.seq_len : plan_file.model.default_seq_len();
+  const Evaluator cost(plan_file.model, plan_file.cluster, 1, seq_len);
+  flops_per_step = cost.profile().model_flops_per_sample * static_cast<double>(plan.global_batch);
+  peak_flops = plan_file.cluster.device.peak_for(gemm_dtype(config.compute)).value_or(0) *
+               (plan_file.cluster.name == "local-cpu" ? config.threads : 1) * static_cast<double>(world->size());
+  return {};
+}
+
+// Rank 0's warnings (damaged checkpoints) are reported here; errors are returned.
+Problems TrainingSession::State::resume(bool& finished) {
+  if (!config.resume) return {};
+  if (!config.checkpoints_on) return {error("--resume", "needs --checkpoint-dir")};
+  auto resumed = load_latest_checkpoint(config.checkpoint_dir);
+  if (!resumed.ok()) return resumed.problems;
+  report(resumed.problems);
+  if (!resumed.value) return {};
+  const ResumePoint& point = *resumed.value;
+  if (run_finished(control, point.contents.step)) {
+    say("training already finished: " + point.path + " holds step " + std::to_string(point.contents.step) + " of " +
+        std::to_string(control.total_steps) + "; nothing to do (give a larger --steps to train on)");
+    finished = true;
+    return {};
+  }
+  // The damaged checkpoints newer than this one, moved aside so that their steps can be saved again (by rank 0).
+  if (leader)
+    for (const std::string& path : point.damaged) report(set_checkpoint_aside(path));
+  Problems problems = engine->restore(point.contents.tensors, point.path);
+  const Problems data_problems = loader->restore(point.contents.data_state);
+  problems.insert(problems.end(), data_problems.begin(), data_problems.end());
+  if (has_errors(problems)) return problems;
+  options.first_step = point.contents.step;
+  updates = point.contents.extra.value("updates", point.contents.step);
+  options.completed_updates = updates;
+  say("resumed from " + point.path + " at step " + std::to_string(options.first_step));
+  return {};
+}
+
+// Every rank learns whether rank 0 could open the metrics file.
+Problems TrainingSession::State::open_metrics() {
+  Problems problems;
+  if (leader && !config.metrics_path.empty()) {
+    auto opened = MetricsWriter::open(config.metrics_path, config.resume);
+    problems = opened.problems;
+    if (opened.ok()) metrics = std::move(opened.value);
+  }
+  if (agree_max(*world, has_errors(problems)) != 0 && !has_errors(problems))
+    problems.push_back(error(config.metrics_path, "rank 0 could not open the metrics file"));
+  return problems;
+}
+
+Loaded<std::unique_ptr<TrainingSession>> TrainingSession::open(const SessionConfig& config, const PlanFile& plan_file,
+                                                               comm::Communicator& world, SessionHooks hooks) {
+  auto state = std::make_unique<State>();
+  state->config = config;
+  state->plan_file = plan_file;
+  state->world = &world;
+  state->hooks = std::move(hooks);
+  state->leader = world.rank() == 0;
+  state->plan_json = nlohmann::json::parse(plan_file_to_json(plan_file).dump());
+  Loaded<std::unique_ptr<TrainingSession>> result;
+  bool finished = false;
+  for (auto phase : {&State::build_engine, &State::build_options}) {
+    result.problems = ((*state).*phase)();
+    if (has_errors(result.problems)) break;
+  }
+  if (!has_errors(result.problems)) result.problems = state->resume(finished);
+  if (!has_errors(result.problems) && !finished) result.problems = state->open_metrics();
+  state->report(result.problems);
+  if (has_errors(result.problems)) return result;
+  const std::string unit = state->language_model ? "tokens" : "samples";
+  result.value.reset(new TrainingSession(std::move(state)));
+  result.value->already_finished_ = finished;
+  result.value->unit_ = unit;
+  return result;
+}
+
+// Collective: every rank gathers, rank 0 writes, all learn the outcome.
+Problems TrainingSession::State::save(std::int64_t steps_done) {
+  CheckpointContents contents;
+  contents.step = steps_done;
+  contents.plan = plan_json;
+  contents.seed = config.seed;
+  contents.data_state = loader->state();
+  contents.tensors = engine->checkpoint_tensors();
+  contents.extra = {{"updates", updates}, {"total_steps", options.steps}};
+  Problems problems;
+  if (leader) problems = save_checkpoint(config.checkpoint_dir, contents);
+  if (agree_max(*world, has_errors(problems)) != 0 && !leader)
+    problems.push_back(error(config.checkpoint_dir, "rank 0 could not save the checkpoint"));
+  return problems;
+}
+
+void TrainingSession::State::evaluate(std::int64_t step) {
+  eval_loader->restore(data::LoaderState{config.seed + 1, 0, 0});
+  const std::int64_t samples =
+      config.eval_samples > 0 ? config.eval_samples : (language_model ? 64 * options.micro_batch : 0);
+  const EvalResult result = engine->evaluate(*eval_loader, samples);
+  EvalMetrics e{step, loader->epoch(), result.loss, std::nullopt, result.samples};
+  if (std::isfinite(result.accuracy)) e.eval_accuracy = result.accuracy;
+  say(format_line(e));
+  if (metrics) metrics->write(e);
+}
+
+void TrainingSession::State::after_step(const StepReport& s, SessionEnd& end, bool& stopping) {
+  if (!s.skipped) ++updates;
+  if (hooks.step_time) hooks.step_time(s.step_s);
+  end.steps_done = s.step + 1;
+  if (leader) {
+    StepMetrics line;
+    line.step = s.step;
+    line.loss = s.loss;
+    line.learning_rate = s.lr;
+    line.grad_norm = s.grad_norm;
+    line.step_s = s.step_s;
+    line.throughput_per_s = s.items_per_s;
+    line.throughput_unit = language_model ? ThroughputUnit::tokens : ThroughputUnit::samples;
+    if (peak_flops > 0 && s.step_s > 0) line.mfu = flops_per_step / s.step_s / peak_flops;
+    set_memory(line, default_backend().ledger().snapshot());
+    if (hooks.step) hooks.step(s, format_line(line));
+    if (metrics) metrics->write(line);
+  }
+  if (engine->evaluates() && classifier && loader->epoch() != last_epoch) {
+    last_epoch = loader->epoch();
+    evaluate(end.steps_done);
+  } else if (engine->evaluates() && config.eval_every > 0 && end.steps_done % config.eval_every == 0) {
+    evaluate(end.steps_done);
+  }
+  // The ranks agree on a signal that reached any of them: one small all-reduce per step.
+  end.interrupted = agree_max(*world, hooks.interrupt_requested && hooks.interrupt_requested()) != 0;
+  const AfterStep after = decide_after_step(control, end.steps_done, end.interrupted);
+  if (after.save) {
+    const Problems p = save(end.steps_done);
+    end.save_problems.insert(end.save_problems.end(), p.begin(), p.end());
+  }
+  stopping = after.stop;
+}
+
+SessionEnd TrainingSession::train() {
+  State& s = *state_;
+  SessionEnd end;
+  end.steps_done = s.options.first_step;
+  bool stopping = false;
+  s.last_epoch = s.loader->epoch();
+  TrainOptions o = s.options;
+  o.on_step = [&](const StepReport& report) { s.after_step(report, end, stopping); };
+  o.stop_requested = [&] { return stopping; };
+  const TrainResult result = s.engine->train(*s.loader, o);
+  end.problems = result.problems;
+  end.kind = !result.ok() ? SessionEnd::failed : result.stopped_early ? SessionEnd::stopped : SessionEnd::finished;
+  return end;
+}
+
+void TrainingSession::final_evaluation() {
+  if (state_->engine->evaluates() && !state_->classifier) state_->evaluate(state_->options.steps);
+}
+
+}  // namespace meshplan::exec
