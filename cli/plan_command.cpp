@@ -1,6 +1,6 @@
 // `meshplan plan`: search every plan for one model on one cluster and show
 // the best ones, the trade-off between speed and memory, why the rest were
-// turned down, and the seeds' decision guide; or (--json) the top plans as
+// turned down, and a decision guide (model/decision_guide.hpp); or (--json) the top plans as
 // the objects `meshplan explain --json` prints; or (--emit-plan) write the
 // chosen plan as a plan file for `meshplan train`. When no plan fits, it
 // says how much memory a device would need and the fewest devices that fit

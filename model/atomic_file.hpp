@@ -1,6 +1,6 @@
 // Writing a file so that readers see the old file or the whole new one,
 // never half of one: write a temporary next to it, flush, fsync, rename.
-// Plan files, traces and (later) checkpoints all go through here.
+// Plan files, traces and checkpoints all go through here.
 #pragma once
 
 #include <functional>

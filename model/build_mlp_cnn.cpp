@@ -1,4 +1,4 @@
-// The two small model kinds: a multi-layer perceptron (the seeds' MLP and a
+// The two small model kinds: a multi-layer perceptron (a plain classifier and a
 // Fashion-MNIST classifier) and a ResNet with bottleneck blocks (He et al.
 // 2016, Table 1; torchvision's v1.5 puts the stride on the 3x3 convolution).
 //

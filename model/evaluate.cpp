@@ -11,7 +11,9 @@
 #include <limits>
 
 #include "model/collectives.hpp"
+#include "model/model_states.hpp"
 #include "model/pipeline_time.hpp"
+#include "model/stage_partition.hpp"
 
 namespace meshplan {
 namespace {
@@ -328,14 +330,14 @@ const BlockCost& cost_of_block(const ModelProfile& prof, const std::vector<Block
   return kind_cost[static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(block)])];
 }
 
-// Chunk c holds the next stage_layers[c] (or layers / chunks) layers and runs on stage c mod pp.
+// Chunk c holds the next chunk_layers(c) layers (stage_partition.hpp) and runs on stage c mod pp.
 void fold_stages(std::vector<StageSum>& sum, const ModelProfile& prof, const Plan& plan,
                  const std::vector<BlockCost>& kind_cost, std::int64_t pp, std::int64_t v) {
   const std::int64_t layers = static_cast<std::int64_t>(prof.layer_blocks.size());
   const std::int64_t chunks = pp * v;
   std::int64_t next_layer = 0;
   for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
-    const std::int64_t size = plan.stage_layers.empty() ? layers / chunks : plan.stage_layers[static_cast<std::size_t>(chunk)];
+    const std::int64_t size = chunk_layers(layers, chunks, plan.stage_layers, chunk);
     StageSum& s = sum[static_cast<std::size_t>(chunk % pp)];
     if (prof.uniform_layer_kind >= 0) {  // every layer alike: add them all at once
       const std::int64_t n = std::min(size, layers - next_layer);
@@ -369,8 +371,8 @@ StageMemory stage_memory(StageSum& s, std::int64_t r, const StageMemoryInputs& i
   const PrecisionBytes& bytes = in.ps.bytes;
   const double dp = in.ps.dp, fsdp = in.ps.fsdp, ep = in.ps.ep, tp = in.ps.tp, cp = in.ps.cp, act = in.ps.act;
   const std::int64_t pp = in.pp;
-  auto dense_group = [&](int needed) { return fsdp * (plan.zero_stage >= needed ? dp * ep : 1.0); };
-  auto expert_group = [&](int needed) { return fsdp * (plan.zero_stage >= needed ? dp : 1.0); };
+  auto dense_group = [&](ModelState state) { return sharding_group(fsdp, dp, ep, plan.zero_stage, state, false); };
+  auto expert_group = [&](ModelState state) { return sharding_group(fsdp, dp, ep, plan.zero_stage, state, true); };
   if (r > 0 && prof.head_block >= 0 && r == pp - 1) {
     // Megatron keeps a copy of a tied embedding on the last stage for the output layer.
     const BlockCost& head = cost_of_block(prof, in.kind_cost, prof.head_block);
@@ -381,11 +383,11 @@ StageMemory stage_memory(StageSum& s, std::int64_t r, const StageMemoryInputs& i
   StageMemory sm;
   sm.stage = r;
   sm.layers = s.layers;
-  sm.parameters_on_device = s.dense / dense_group(3) + s.expert / expert_group(3);
+  sm.parameters_on_device = s.dense / dense_group(ModelState::parameters) + s.expert / expert_group(ModelState::parameters);
   MemoryBreakdown& mem = sm.memory;
   mem.parameters_bytes = sm.parameters_on_device * bytes.weight_bytes_per_parameter;
-  mem.gradients_bytes = (s.dense / dense_group(2) + s.expert / expert_group(2)) * bytes.gradient_bytes_per_parameter;
-  s.optimizer_parameters = s.dense / dense_group(1) + s.expert / expert_group(1);
+  mem.gradients_bytes = (s.dense / dense_group(ModelState::gradients) + s.expert / expert_group(ModelState::gradients)) * bytes.gradient_bytes_per_parameter;
+  s.optimizer_parameters = s.dense / dense_group(ModelState::optimizer) + s.expert / expert_group(ModelState::optimizer);
   mem.optimizer_bytes = s.optimizer_parameters * bytes.optimizer_bytes_per_parameter;
   s.gradient_bytes = (s.dense + s.expert) * bytes.gradient_bytes_per_parameter;
   s.parameter_bytes = (s.dense + s.expert) * bytes.weight_bytes_per_parameter;
@@ -411,11 +413,11 @@ StageMemory stage_memory(StageSum& s, std::int64_t r, const StageMemoryInputs& i
   mem.activations_bytes = activations;
 
   double buffers = 0;
-  if (dense_group(3) > 1 || expert_group(3) > 1) {
+  if (dense_group(ModelState::parameters) > 1 || expert_group(ModelState::parameters) > 1) {
     const double gathered = s.blocks_with_parameters > 1 ? 2 : 1;  // the running block and the prefetched next one
     buffers += s.largest_block * (gathered * bytes.weight_bytes_per_parameter + bytes.gradient_bytes_per_parameter);
   }
-  if (dp * ep > 1 && plan.zero_stage < 3) {
+  if (dp * ep > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)) {
     buffers += std::min(2 * plan.gradient_bucket_bytes, s.gradient_bytes);
   }
   if (pp > 1) buffers += 4 * in.boundary_bytes;
@@ -466,10 +468,10 @@ AfterPipeline after_pipeline(const std::vector<StageSum>& sum, std::size_t slowe
   for (std::size_t r = 0; r < sum.size(); ++r) {
     const StageSum& s = sum[r];
     double reduce = 0, gather = 0;
-    if (dp_group.size > 1 && plan.zero_stage < 3) {
+    if (dp_group.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)) {
       const double local_gradients = s.gradient_bytes / ps.fsdp;  // HSDP: fsdp already reduce-scattered
       reduce = cost(gradient_reduction(plan.zero_stage), local_gradients, dp_group);
-      if (plan.zero_stage >= 1) gather = cost(Collective::all_gather, s.parameter_bytes / ps.fsdp, dp_group);
+      if (zero_shards(plan.zero_stage, ModelState::optimizer)) gather = cost(Collective::all_gather, s.parameter_bytes / ps.fsdp, dp_group);
       const double last_bucket = local_gradients > 0 ? reduce * std::min(1.0, plan.gradient_bucket_bytes / local_gradients) : 0;
       const double exposed = plan.overlap_gradient_reduction && dp_group.overlaps_compute
                                  ? std::max(reduce - s.backward_s, last_bucket)
@@ -487,7 +489,7 @@ AfterPipeline after_pipeline(const std::vector<StageSum>& sum, std::size_t slowe
 // Communication per axis and in total, of the slowest stage over the step.
 void account_axes(TimeEstimate& time, const StageSum& slow, const Plan& plan, double fsdp, double md, double p2p_s,
                   const AfterPipeline& after) {
-  const std::size_t fsdp_axis = plan.zero_stage >= 3 && fsdp == 1 ? static_cast<std::size_t>(Axis::dp) : static_cast<std::size_t>(Axis::fsdp);
+  const std::size_t fsdp_axis = zero_shards(plan.zero_stage, ModelState::parameters) && fsdp == 1 ? static_cast<std::size_t>(Axis::dp) : static_cast<std::size_t>(Axis::fsdp);
   time.axis_communication_s[static_cast<std::size_t>(Axis::tp)] = md * slow.tp_s;
   time.axis_exposed_s[static_cast<std::size_t>(Axis::tp)] = md * slow.tp_exposed_s;
   time.axis_communication_s[static_cast<std::size_t>(Axis::pp)] = md * 2 * p2p_s;
@@ -568,7 +570,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   // the weight gathers when weights are sharded.
   TimeEstimate& time = estimate.time;
   const Link& tp_link = ps.links.of(Axis::tp);
-  const Link fsdp_group = plan.zero_stage >= 3 ? combine({ps.links.of(Axis::fsdp), ps.links.of(Axis::dp), ps.links.of(Axis::ep)})
+  const Link fsdp_group = zero_shards(plan.zero_stage, ModelState::parameters) ? combine({ps.links.of(Axis::fsdp), ps.links.of(Axis::dp), ps.links.of(Axis::ep)})
                                                : ps.links.of(Axis::fsdp);
   const double p2p_gather_s = transfer.gather_after_receive ? cost(Collective::all_gather, transfer.boundary_bytes, tp_link) : 0;
   const double p2p_s = pp > 1 ? static_cast<double>(v) * (cost(Collective::send_recv, transfer.send_bytes, ps.links.of(Axis::pp)) + p2p_gather_s) : 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/model_states.hpp"
 #include "model/stage_cost.hpp"
 
 namespace meshplan {
@@ -133,8 +134,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
   // ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 shards optimizer state,
   // 2 also gradients, 3 also parameters, over the dp group; fsdp is stage 3
   // over its own axis. Dense weights are replicated over dp x ep, experts over dp.
-  auto dense_group = [&](int needed_stage) { return fsdp * (plan.zero_stage >= needed_stage ? dp * ep : 1.0); };
-  auto expert_group = [&](int needed_stage) { return fsdp * (plan.zero_stage >= needed_stage ? dp : 1.0); };
+  auto dense_group = [&](ModelState state) { return sharding_group(fsdp, dp, ep, plan.zero_stage, state, false); };
+  auto expert_group = [&](ModelState state) { return sharding_group(fsdp, dp, ep, plan.zero_stage, state, true); };
 
   for (std::int64_t stage = 0; stage < pp; ++stage) {
     StageMemory sm;
@@ -144,12 +145,12 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
     const ParameterTotals params = stage_parameters(graph, blocks, mesh, stage == 0);
 
     MemoryBreakdown& mem = sm.memory;
-    sm.parameters_on_device = params.dense / dense_group(3) + params.expert / expert_group(3);
+    sm.parameters_on_device = params.dense / dense_group(ModelState::parameters) + params.expert / expert_group(ModelState::parameters);
     mem.parameters_bytes = sm.parameters_on_device * bytes.weight_bytes_per_parameter;
     mem.gradients_bytes =
-        (params.dense / dense_group(2) + params.expert / expert_group(2)) * bytes.gradient_bytes_per_parameter;
+        (params.dense / dense_group(ModelState::gradients) + params.expert / expert_group(ModelState::gradients)) * bytes.gradient_bytes_per_parameter;
     mem.optimizer_bytes =
-        (params.dense / dense_group(1) + params.expert / expert_group(1)) * bytes.optimizer_bytes_per_parameter;
+        (params.dense / dense_group(ModelState::optimizer) + params.expert / expert_group(ModelState::optimizer)) * bytes.optimizer_bytes_per_parameter;
 
     // Activations of the layer chunks: per chunk-micro-batch bytes x how many are in flight.
     const double in_flight = in_flight_chunk_micro_batches(plan.schedule, pp, stage, m);
@@ -197,12 +198,12 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
 
     // Communication buffers (docs/cost-model.md, "Communication buffers").
     double buffers = 0;
-    if (dense_group(3) > 1 || expert_group(3) > 1) {
+    if (dense_group(ModelState::parameters) > 1 || expert_group(ModelState::parameters) > 1) {
       // FSDP / ZeRO-3: gathered weights of the running and the prefetched block, and one block's unsharded gradients.
       const double gathered = params.blocks_with_parameters > 1 ? 2 : 1;  // the running block and the prefetched next one
       buffers += params.largest_block * (gathered * bytes.weight_bytes_per_parameter + bytes.gradient_bytes_per_parameter);
     }
-    if (dp * ep > 1 && plan.zero_stage < 3) {
+    if (dp * ep > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)) {
       // Gradient buckets in flight for all-reduce / reduce-scatter (two: one filling, one reducing).
       const double all_gradients = (params.dense + params.expert) * bytes.gradient_bytes_per_parameter;
       buffers += std::min(2 * plan.gradient_bucket_bytes, all_gradients);

@@ -50,7 +50,7 @@ struct Mesh {
 
 // "dp=16,tp=8" (also "dp:16 tp:8"); every problem names `flag`.
 Loaded<Mesh> parse_mesh(std::string_view text, const std::string& flag);
-// The seeds' mesh_shape: '[[4, 1], ["fsdp", "tp"]]' (JSON or YAML flow style).
+// A JAX-style mesh shape, sizes then axis names: '[[4, 1], ["fsdp", "tp"]]' (JSON or YAML flow style).
 Loaded<Mesh> parse_mesh_shape(std::string_view text, const std::string& flag);
 
 }  // namespace meshplan

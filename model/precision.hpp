@@ -3,7 +3,7 @@
 // Mixed precision follows Micikevicius et al. 2018 and ZeRO (Rajbhandari et
 // al. 2020, Sec. 3.1): 16-bit weights (2 B) and gradients (2 B) plus an fp32
 // master copy and two fp32 Adam moments (K = 12 B) = 16 B per parameter.
-// Pure fp32 keeps 4 + 4 + 8 = 16 B too (the seeds' "4x the fp32 model size").
+// Pure fp32 keeps 4 + 4 + 8 = 16 B too (the common rule of thumb "4x the fp32 model size").
 // fp8 (Transformer Engine style) keeps the bf16 weights and adds a 1-byte fp8
 // copy of each weight for the GEMMs: 17 B per parameter.
 #pragma once

@@ -32,6 +32,7 @@
 #include "model/device_spec.hpp"
 #include "model/layer_graph.hpp"
 #include "model/mesh.hpp"
+#include "model/model_states.hpp"
 #include "model/plan.hpp"
 #include "model/precision.hpp"
 #include "model/profile.hpp"
@@ -132,7 +133,7 @@ PipelineTransfer pipeline_transfer(const ModelProfile& profile, const Plan& plan
 
 // The data-parallel gradient collective: all-reduce without ZeRO, reduce-scatter with ZeRO-1/2.
 inline Collective gradient_reduction(int zero_stage) {
-  return zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+  return zero_shards(zero_stage, ModelState::optimizer) ? Collective::reduce_scatter : Collective::all_reduce;
 }
 
 // Adam per locally owned parameter: master weights and both moments read and

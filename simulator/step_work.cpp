@@ -14,6 +14,7 @@
 #include <map>
 
 #include "model/compute_model.hpp"
+#include "model/model_states.hpp"
 #include "model/schedule.hpp"
 #include "model/stage_partition.hpp"
 
@@ -203,7 +204,7 @@ struct Groups {
         pp(group_of(placements, {Axis::pp}, Axis::pp)),
         dp(group_of(placements, {Axis::dp, Axis::ep}, Axis::dp)),
         // ZeRO-3 on dp shards over dp x ep too (the evaluator's fsdp group).
-        fsdp(plan.zero_stage >= 3
+        fsdp(zero_shards(plan.zero_stage, ModelState::parameters)
                  ? group_of(placements, {Axis::fsdp, Axis::dp, Axis::ep},
                             plan.mesh.size(Axis::fsdp) == 1 ? Axis::dp : Axis::fsdp)
                  : group_of(placements, {Axis::fsdp}, Axis::fsdp)) {}
@@ -352,7 +353,7 @@ StageWork build_stage(const Context& cx, Builder& build, std::int64_t r, const S
   }
   const double optimizer_parameters = memory.memory.optimizer_bytes / cx.bytes.optimizer_bytes_per_parameter;
   stage.optimizer_s = stream_time_s(optimizer_traffic_bytes(optimizer_parameters, cx.bytes), rates, StreamOp::optimizer);
-  if (cx.reduce_over_dp && cx.plan.zero_stage >= 1) {
+  if (cx.reduce_over_dp && zero_shards(cx.plan.zero_stage, ModelState::optimizer)) {
     stage.parameter_gather_after_step =
         build.collective(Collective::all_gather,
                          stage_parameters * cx.bytes.weight_bytes_per_parameter /
@@ -402,7 +403,7 @@ Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, c
 
   const Groups groups(placements, plan);
   const Context cx{prof, plan, options, costs, partition.value, groups, bytes_for(plan.precision), pp, v,
-                   groups.fsdp.size > 1, groups.dp.size > 1 && plan.zero_stage < 3};
+                   groups.fsdp.size > 1, groups.dp.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)};
   StepWork& work = result.value;
   work.schedule = plan.schedule;
   work.stages = pp;
@@ -411,7 +412,7 @@ Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, c
   work.overlap_gradient_reduction = plan.overlap_gradient_reduction && overlaps(placements, {Axis::dp, Axis::ep});
   work.overlap_parameter_gather =
       plan.overlap_parameter_gather &&
-      (plan.zero_stage >= 3 ? overlaps(placements, {Axis::fsdp, Axis::dp, Axis::ep}) : overlaps(placements, {Axis::fsdp}));
+      (zero_shards(plan.zero_stage, ModelState::parameters) ? overlaps(placements, {Axis::fsdp, Axis::dp, Axis::ep}) : overlaps(placements, {Axis::fsdp}));
 
   Builder build(evaluator, plan, options, pp);
   const PipelineTransfer transfer = pipeline_transfer(prof, plan);

@@ -1,5 +1,5 @@
 // The fast evaluator against the reference memory model, the pipeline
-// closed form against the seeds' examples, and sanity properties of time.
+// closed form against the bubble examples of docs/validation.md, and sanity properties of time.
 #include <gtest/gtest.h>
 
 #include <random>

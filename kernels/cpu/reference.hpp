@@ -3,7 +3,7 @@
 // causal softmax row by row; the reference builds the full score matrix,
 // masks with -infinity and softmaxes each row). Plain loops in double, no
 // BLAS, no saved intermediates shared with the fast path, so a bug in one is
-// not repeated in the other. Tests and `meshplan selftest` compare every fast
+// not repeated in the other. The tests compare every fast
 // or CUDA variant against these. Slow by design; never used for training.
 //
 // Defines: reference_matmul_forward, reference_matmul_backward,
