@@ -36,6 +36,7 @@ nlohmann::ordered_json memory_to_json(const MemoryBreakdown& memory) {
   j["gradients"] = memory.gradients_bytes;
   j["optimizer"] = memory.optimizer_bytes;
   j["activations"] = memory.activations_bytes;
+  j["dropout_masks"] = memory.dropout_mask_bytes;  // of activations: the 1-byte masks of the model's `dropout`
   j["buffers"] = memory.buffers_bytes;
   j["loss_transient"] = memory.loss_transient_bytes;
   j["activation_gradients"] = memory.activation_gradient_bytes;
