@@ -16,6 +16,17 @@ std::string gib(double bytes) {
 
 }  // namespace
 
+std::optional<Problem> dropout_mask_note(const StageMemory& stage) {
+  const MemoryBreakdown& m = stage.memory;
+  if (m.activations_bytes <= 0 || m.dropout_mask_bytes <= kDropoutMaskNoteShare * m.activations_bytes) return std::nullopt;
+  char share[16];
+  std::snprintf(share, sizeof share, "%.0f%%", 100 * m.dropout_mask_bytes / m.activations_bytes);
+  return Problem{Severity::warning, "dropout",
+                 std::string("dropout masks are ") + share + " of the activations (" + gib(m.dropout_mask_bytes) +
+                     " per device on pipeline stage " + std::to_string(stage.stage) +
+                     "); `dropout: 0` in the model, as most recent recipes use, removes them"};
+}
+
 Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, const Deployment& deployment,
                          const Plan& plan) {
   Explanation ex;
@@ -46,6 +57,7 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
       if (ex.reordering) ex.problems.push_back(reordering_warning(cluster, ex.axis_links, *ex.reordering));
     }
     const StageMemory& worst = ex.memory->worst();
+    if (const auto note = dropout_mask_note(worst)) ex.problems.push_back(*note);
     if (!ex.memory->fits()) {
       ex.problems.push_back({Severity::error, "memory",
                              "pipeline stage " + std::to_string(worst.stage) + " needs " +

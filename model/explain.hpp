@@ -3,7 +3,8 @@
 // reference, memory_model.hpp) and, for a valid plan, the step time of the
 // fast evaluator, the link each mesh axis rides, and a warning when another
 // order of the axes keeps tp / cp / ep inside a node and is faster
-// (axis_links.hpp). What `meshplan explain` prints.
+// (axis_links.hpp), and a warning when dropout masks are a large share of
+// the activations. What `meshplan explain` prints.
 #pragma once
 
 #include <optional>
@@ -40,5 +41,12 @@ struct Explanation {
 
 Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, const Deployment& deployment,
                          const Plan& plan);
+
+// Dropout masks (1 byte per element, the model's `dropout` > 0) above this
+// share of a stage's activations earn a warning: most recent recipes train
+// with dropout 0, and a preset that keeps a published 0.1 (GPT-2) pays for it.
+inline constexpr double kDropoutMaskNoteShare = 0.10;
+// That warning for `stage` (where "dropout"), or none below the share.
+std::optional<Problem> dropout_mask_note(const StageMemory& stage);
 
 }  // namespace meshplan

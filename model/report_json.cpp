@@ -71,6 +71,19 @@ void add_time_to_json(nlohmann::ordered_json& j, const TimeEstimate& time) {
   j["hardware_flops_per_step"] = time.hardware_flops_per_step;
 }
 
+namespace {
+
+// explain's memory object: memory_to_json plus the dropout masks, which the
+// memory model counts inside `activations` (informative; plan files leave
+// them out, as they are not read back).
+nlohmann::ordered_json explained_memory_to_json(const MemoryBreakdown& memory) {
+  nlohmann::ordered_json j = memory_to_json(memory);
+  j["dropout_masks"] = memory.dropout_mask_bytes;  // of activations: the 1-byte masks of the model's `dropout`
+  return j;
+}
+
+}  // namespace
+
 nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
                                            const Explanation& ex) {
   nlohmann::ordered_json j;
@@ -102,7 +115,7 @@ nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const Cluster
     device["stage"] = shown.stage;
     device["worst"] = shown.stage == mem.worst().stage;
     j["device"] = device;
-    j["memory_bytes"] = memory_to_json(shown.memory);
+    j["memory_bytes"] = explained_memory_to_json(shown.memory);
     j["capacity_bytes"] = mem.capacity_bytes;
     j["usable_bytes"] = mem.usable_bytes;
     j["parameters_per_device"] = whole_count(shown.parameters_on_device);
@@ -113,7 +126,7 @@ nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const Cluster
       s["layers"] = stage.layers;
       s["in_flight_micro_batches"] = stage.in_flight_micro_batches;
       s["parameters_per_device"] = whole_count(stage.parameters_on_device);
-      s["memory_bytes"] = memory_to_json(stage.memory);
+      s["memory_bytes"] = explained_memory_to_json(stage.memory);
       stages.push_back(s);
     }
     j["stages"] = stages;

@@ -1,6 +1,7 @@
 // Golden tests against published memory figures (../shared/reference/
-// validation-visible.md), read from model/published_cases.cpp, the same list
-// `meshplan validation` reports on. No constant in the model was fitted to them.
+// validation-visible.md) and published multi-GPU throughputs, read from
+// model/published_cases.cpp, the same list `meshplan validation` reports on.
+// No constant in the model was fitted to them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,6 +38,72 @@ TEST(KorthikantiFigure1, FirstStageActivationsWithinFivePercent) {
   const auto results = predict(korthikanti_activation_cases());
   ASSERT_EQ(results.size(), 8u);
   expect_within(results, 0.05);
+}
+
+// Published multi-GPU runs as step times (docs/validation.md, "Published
+// multi-GPU runs"). The conversions first, by hand from the sources' numbers.
+TEST(PublishedMultiGpu, StepTimesImpliedByThePublishedThroughputs) {
+  const auto cases = published_multi_gpu_cases();
+  ASSERT_EQ(cases.size(), 15u);
+  const auto results = predict(cases);
+  // Narayanan et al. 2021 Table 1, 1T row: Eq. 3 with B 3072, s 2048, l 128,
+  // h 25600, V 51200, at 163 TFLOP/s on each of 3072 GPUs.
+  const double l = 128, h = 25600, s = 2048, v = 51200, b = 3072;
+  const double flops = 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h));
+  EXPECT_NEAR(results[9].c.published, flops / (163e12 * 3072), 1e-9);
+  // 102.6 s: with 3072 x 2048 tokens a step, the paper's 450B tokens take
+  // 71,526 steps, 85 days, as its Sec. 5.1 estimate (84 days) says.
+  EXPECT_NEAR(results[9].c.published, 102.6, 0.1);
+  // torchtitan, Llama 3 8B: 64 sequences of 8192 tokens at 2973 tokens/s on each of 64 GPUs.
+  EXPECT_NEAR(results[10].c.published, 64.0 * 8192 / (2973.0 * 64), 1e-12);
+  // Llama 3 Table 4, first row: 2048 x 8192 tokens on 8192 GPUs at 430 TFLOP/s,
+  // with meshplan's model FLOPs (6 N D-style) of that step.
+  EXPECT_EQ(results[12].c.plan.global_batch, 2048);
+  EXPECT_EQ(results[12].c.plan.mesh.world_size(), 8192);
+  EXPECT_EQ(results[14].c.plan.mesh.world_size(), 16384);
+  EXPECT_EQ(results[14].c.plan.global_batch * results[14].c.plan.seq_len, 16 * 8 * 131072);
+  for (const auto& r : results) {
+    std::printf("[ golden ] %-36s implied %8.3f s  predicted %8.3f s  %+6.1f%%\n", r.c.name.c_str(), r.c.published,
+                r.predicted, 100 * r.error());
+    EXPECT_GT(r.c.published, 0) << r.c.name;
+    EXPECT_GT(r.predicted, 0) << r.c.name << ": the plan must be valid";
+    EXPECT_FALSE(r.c.note.empty()) << r.c.name;
+  }
+}
+
+// Each row within issue 15's 12% (the 90th-percentile target), or, for the
+// rows docs/validation.md states as misses, within that miss + 2 points: a
+// regression fails here; a row that improves past its target is then to be
+// moved to the first kind. The median is pinned the same way (8.1% stated).
+TEST(PublishedMultiGpu, RowsWithinTargetOrStatedMiss) {
+  const std::pair<const char*, double> stated_misses[] = {
+      {"76.1B, 1024 A100", 0.128},
+      {"Llama 3 8B, 64 A100, FSDP", 0.317},
+      {"Llama 3 70B, 64 A100, FSDP", 0.166},
+      {"Llama 3 405B, 16384 H100, seq 131072", 0.180},
+  };
+  const auto results = predict(published_multi_gpu_cases());
+  for (const auto& r : results) {
+    double bound = kMultiGpuP90Target;
+    for (const auto& [name, miss] : stated_misses) {
+      if (r.c.name == name) bound = miss + 0.02;
+    }
+    EXPECT_LE(std::abs(r.error()), bound) << r.c.name << " (" << r.c.source << "): " << 100 * r.error() << "%";
+  }
+  EXPECT_LE(error_quantile(results, 0.5), 0.081 + 0.02);
+}
+
+TEST(PublishedMultiGpu, ErrorQuantilesByNearestRank) {
+  std::vector<PublishedResult> results;
+  for (double predicted : {1.01, 0.97, 1.10, 1.30, 0.95}) {  // |errors| 1, 3, 10, 30, 5 %
+    PublishedCase c;
+    c.published = 1;
+    results.push_back({c, predicted});
+  }
+  EXPECT_NEAR(error_quantile(results, 0.5), 0.05, 1e-12);
+  EXPECT_NEAR(error_quantile(results, 0.9), 0.30, 1e-12);
+  EXPECT_NEAR(error_quantile(results, 0.2), 0.01, 1e-12);
+  EXPECT_EQ(error_quantile({}, 0.5), 0);
 }
 
 TEST(SeedRuleOfThumb, AdamNeedsFourTimesTheFp32ModelSize) {

@@ -2,7 +2,10 @@
 // many faults gets all of them reported at once.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "model/explain.hpp"
+#include "model/report_json.hpp"
 #include "test_support.hpp"
 
 namespace meshplan {
@@ -126,6 +129,53 @@ TEST(Validation, MicroBatchTimesDataParallelPastInt64) {
   bool found = false;
   for (const auto& p : ex.problems) found = found || (p.where == "micro_batch" && p.message.find("past any global batch") != std::string::npos);
   EXPECT_TRUE(found) << messages(ex.problems);
+}
+
+// Issue 15, item 1: explain says when dropout masks are a large share of
+// the activations, and the JSON carries their bytes. GPT-2 with unfused
+// attention keeps the a s^2 attention-dropout mask (about a third of its
+// activations); the same model with dropout 0 keeps no masks at all.
+TEST(Validation, DropoutMasksOverATenthOfActivationsAreNamed) {
+  auto model = must(load_model("gpt2-124m"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  Plan plan = plan_with("dp=1", 4, 4);
+  plan.attention = Attention::unfused;
+  const auto find_note = [](const Explanation& ex) -> const Problem* {
+    for (const auto& p : ex.problems) {
+      if (p.where == "dropout") return &p;
+    }
+    return nullptr;
+  };
+  const auto with_dropout = explain_plan(model, cluster, {1, 0}, plan);
+  ASSERT_TRUE(with_dropout.memory);
+  const MemoryBreakdown& m = with_dropout.memory->worst().memory;
+  ASSERT_GT(m.dropout_mask_bytes, 0.10 * m.activations_bytes);
+  const Problem* note = find_note(with_dropout);
+  ASSERT_NE(note, nullptr) << messages(with_dropout.problems);
+  EXPECT_EQ(note->severity, Severity::warning);
+  const int share = static_cast<int>(std::lround(100 * m.dropout_mask_bytes / m.activations_bytes));
+  EXPECT_NE(note->message.find(std::to_string(share) + "% of the activations"), std::string::npos) << note->message;
+  EXPECT_NE(note->message.find("`dropout: 0`"), std::string::npos) << note->message;
+  EXPECT_TRUE(with_dropout.valid);
+
+  const auto json = explanation_to_json(model, cluster, plan, with_dropout);
+  EXPECT_DOUBLE_EQ(json["memory_bytes"]["dropout_masks"].get<double>(), m.dropout_mask_bytes);
+
+  model.transformer.dropout = 0;
+  const auto without = explain_plan(model, cluster, {1, 0}, plan);
+  EXPECT_EQ(find_note(without), nullptr) << messages(without.problems);
+  EXPECT_EQ(without.memory->worst().memory.dropout_mask_bytes, 0);
+  EXPECT_EQ(explanation_to_json(model, cluster, plan, without)["memory_bytes"]["dropout_masks"].get<double>(), 0);
+}
+
+// Below a tenth there is no line: the masks of full recompute are regenerated, not kept.
+TEST(Validation, NoDropoutNoteUnderATenth) {
+  StageMemory stage;
+  stage.memory.activations_bytes = 100;
+  stage.memory.dropout_mask_bytes = 10;
+  EXPECT_FALSE(dropout_mask_note(stage));
+  stage.memory.dropout_mask_bytes = 11;
+  EXPECT_TRUE(dropout_mask_note(stage));
 }
 
 }  // namespace

@@ -383,6 +383,9 @@ void MainWindow::searchFinished(SearchOutcomePtr outcome) {
   selected_row_ = -1;
   details_.reset();
   candidates_->setOutcome(outcome);
+  for (int column = 0; column < CandidatesModel::ColumnCount; ++column) {
+    table_->setColumnHidden(column, !candidates_->columnInformative(column));
+  }
   table_->resizeColumnsToContents();
   const SearchStats& stats = outcome->result.stats;
   QString text = tr("%1: %2 feasible of %3 candidates (%4 meshes) in %5 s")

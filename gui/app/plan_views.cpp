@@ -416,7 +416,7 @@ void MemoryCanvas::paintEvent(QPaintEvent*) {
              tr("every device of a stage holds the same amounts; worst stage %1: %2 of %3 usable (%4 capacity)")
                  .arg(m.worst().stage)
                  .arg(format_gib(m.worst().memory.total_bytes()), format_gib(m.usable_bytes), format_gib(m.capacity_bytes)));
-  const QRectF plot(70, 60, width() - 70 - 180, height() - 60 - 50);
+  const QRectF plot(70, 60, width() - 70 - 250, height() - 60 - 50);
   double top = m.capacity_bytes;
   for (const auto& s : m.stages) top = std::max(top, s.memory.total_bytes());
   const double max_gib = nice_ceiling(top / kGiB * 1.02);
@@ -436,20 +436,27 @@ void MemoryCanvas::paintEvent(QPaintEvent*) {
   p.rotate(-90);
   p.drawText(QRectF(-100, -8, 200, 16), Qt::AlignCenter, tr("GiB per device"));
   p.restore();
-  static const char* names[] = {"parameters", "gradients", "optimizer", "activations", "buffers"};
+  // The rows `meshplan explain` prints: steady parts, then the peak's
+  // transients and the stack's reserves; a transient not at the peak is not
+  // stacked (it is not in the total). A tick marks the allocated peak.
+  const std::vector<MemoryRow> legend = memory_rows(m.worst().memory);
   const std::size_t n = m.stages.size();
   const double slot = plot.width() / static_cast<double>(n);
   const double bar_width = std::min(80.0, slot * 0.6);
   for (std::size_t i = 0; i < n; ++i) {
     const MemoryBreakdown& b = m.stages[i].memory;
     const double x = plot.left() + slot * static_cast<double>(i) + (slot - bar_width) / 2;
-    const auto rects = stacked_bar({b.parameters_bytes, b.gradients_bytes, b.optimizer_bytes, b.activations_bytes, b.buffers_bytes},
-                                   max_bytes, plot, x, bar_width);
+    std::vector<double> parts;
+    for (const MemoryRow& row : memory_rows(b)) parts.push_back(row.at_peak ? row.bytes : 0);
+    const auto rects = stacked_bar(parts, max_bytes, plot, x, bar_width);
     for (std::size_t k = 0; k < rects.size(); ++k) {
       p.setPen(Qt::NoPen);
       p.setBrush(contrasting_color(k));
       p.drawRect(rects[k]);
     }
+    const double peak_y = bar_y(b.allocated_peak_bytes(), max_bytes, plot);
+    p.setPen(QPen(Qt::black, 1.5));
+    p.drawLine(QPointF(x - 6, peak_y), QPointF(x + bar_width + 6, peak_y));
     p.setPen(Qt::black);
     const QString total = QString::number(b.total_bytes() / kGiB, 'f', 1);
     p.drawText(QRectF(x - 20, rects.back().top() - 18, bar_width + 40, 16), Qt::AlignCenter, total);
@@ -467,16 +474,21 @@ void MemoryCanvas::paintEvent(QPaintEvent*) {
   p.setPen(QColor(198, 40, 40));
   p.drawText(QPointF(plot.right() + 6, cap_y + 4), tr("capacity %1").arg(format_gib(m.capacity_bytes)));
   p.drawText(QPointF(plot.right() + 6, usable_y + 16), tr("usable %1").arg(format_gib(m.usable_bytes)));
-  // Legend.
-  double ly = plot.bottom() - 5 * 20;
-  for (std::size_t k = 0; k < 5; ++k) {
+  // Legend, bottom part first as stacked; the worst stage's transient that
+  // is not at the peak is listed as such.
+  double ly = plot.bottom() - static_cast<double>(legend.size() + 1) * 20;
+  for (std::size_t k = legend.size(); k-- > 0;) {
     p.setPen(Qt::NoPen);
     p.setBrush(contrasting_color(k));
     p.drawRect(QRectF(plot.right() + 10, ly, 12, 12));
-    p.setPen(Qt::black);
-    p.drawText(QPointF(plot.right() + 28, ly + 11), tr(names[k]));
+    p.setPen(legend[k].at_peak ? QColor(Qt::black) : QColor(150, 150, 150));
+    p.drawText(QPointF(plot.right() + 28, ly + 11),
+               legend[k].at_peak ? tr(legend[k].name.c_str()) : tr("%1 (not at peak)").arg(tr(legend[k].name.c_str())));
     ly += 20;
   }
+  p.setPen(QPen(Qt::black, 1.5));
+  p.drawLine(QPointF(plot.right() + 8, ly + 6), QPointF(plot.right() + 24, ly + 6));
+  p.drawText(QPointF(plot.right() + 28, ly + 11), tr("allocated peak"));
   p.setPen(QPen(Qt::black, 1));
   p.drawLine(plot.bottomLeft(), plot.bottomRight());
   p.drawLine(plot.bottomLeft(), plot.topLeft());

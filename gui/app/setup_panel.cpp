@@ -74,8 +74,10 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   addField("devices_per_node", tr("GPUs per node"), per_node_, tr("Devices in one node"));
   addField("nodes", tr("Nodes"), nodes_, tr("Nodes in the job; GPUs = nodes x GPUs per node"));
   form_->addRow(tr("GPUs"), gpus_);
-  batch_ = spin(0, 1 << 30);
-  addField("global_batch", tr("Global batch"), batch_, tr("Sequences (samples) per optimizer step, all ranks"));
+  batch_ = spin(0, 1 << 30, tr("by rule"));
+  addField("global_batch", tr("Global batch"), batch_,
+           tr("Sequences (samples) per optimizer step, all ranks; 'by rule': GPT-3's batch in tokens for the nearest "
+              "GPT-3 size over the sequence length (as the CLI; the status line names it)"));
   axes_ = new QLineEdit;
   addField("axes", tr("Axes"), axes_, tr("Mesh axes to search: any of dp, fsdp, tp, pp, cp, ep"));
   max_tp_ = spin(0, 1 << 16, tr("per node"));
@@ -93,9 +95,10 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   addField("zero", tr("ZeRO stages"), zero_, tr("ZeRO stages on dp to try (0-3)"));
   recompute_ = new QLineEdit;
   addField("recompute", tr("Recompute"), recompute_, tr("none, selective, full"));
-  attention_ = new QLineEdit;
+  attention_ = new QComboBox;
+  for (const char* choice : kAttentionChoices) attention_->addItem(QString::fromLatin1(choice));
   addField("attention", tr("Attention"), attention_,
-           tr("fused (FlashAttention / cuDNN / SDPA: no s x s scores), unfused (Megatron-LM 2022)"));
+           tr("fused (FlashAttention / cuDNN / SDPA: no s x s scores), unfused (Megatron-LM 2022), or both searched"));
   threads_ = spin(0, 4096, tr("one per core"));
   addField("threads", tr("Search threads"), threads_, tr("Threads of the search"));
 
@@ -195,7 +198,7 @@ SetupInputs SetupPanel::inputs() const {
   in.schedules = schedules_->text().toStdString();
   in.zero = zero_->text().toStdString();
   in.recompute = recompute_->text().toStdString();
-  in.attention = attention_->text().toStdString();
+  in.attention = attention_->currentText().toStdString();
   in.threads = threads_->value();
   return in;
 }
@@ -217,7 +220,9 @@ void SetupPanel::setInputs(const SetupInputs& in) {
   schedules_->setText(QString::fromStdString(in.schedules));
   zero_->setText(QString::fromStdString(in.zero));
   recompute_->setText(QString::fromStdString(in.recompute));
-  attention_->setText(QString::fromStdString(in.attention));
+  // A saved value outside the choices (hand-edited settings) is kept as typed, for resolve_setup to judge.
+  if (attention_->findText(QString::fromStdString(in.attention)) < 0) attention_->addItem(QString::fromStdString(in.attention));
+  attention_->setCurrentText(QString::fromStdString(in.attention));
   threads_->setValue(in.threads);
   refreshPresetFigures();
 }

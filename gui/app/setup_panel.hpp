@@ -65,7 +65,7 @@ class SetupPanel : public QWidget {
   QLineEdit* schedules_ = nullptr;
   QLineEdit* zero_ = nullptr;
   QLineEdit* recompute_ = nullptr;
-  QLineEdit* attention_ = nullptr;
+  QComboBox* attention_ = nullptr;  // kAttentionChoices: fused, unfused, or both searched
   QSpinBox* threads_ = nullptr;
   QPushButton* run_ = nullptr;
   QPushButton* cancel_ = nullptr;

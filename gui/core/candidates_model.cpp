@@ -3,7 +3,10 @@
 // seconds, MFU in percent; the sort role carries the unrounded number.
 #include "gui/core/candidates_model.hpp"
 
+#include <algorithm>
 #include <cmath>
+
+#include "model/stage_partition.hpp"
 
 namespace meshplan::studio {
 namespace {
@@ -18,7 +21,7 @@ bool timed(const Candidate& c) { return c.rejection == Rejection::none || c.reje
 
 std::string candidate_text(const Candidate& c) {
   return c.plan.mesh.to_string() + " mb " + std::to_string(c.plan.micro_batch) + "x" + std::to_string(c.plan.micro_batches()) +
-         " zero " + std::to_string(c.plan.zero_stage) + " " + to_string(c.plan.recompute) +
+         " zero " + std::to_string(c.plan.zero_stage) + " " + to_string(c.plan.recompute) + " " + to_string(c.plan.attention) +
          (c.plan.sequence_parallel ? " sp" : "") + " " + to_string(c.plan.schedule) + " " + to_string(c.plan.precision);
 }
 
@@ -40,6 +43,17 @@ const Candidate* CandidatesModel::candidate(int row) const {
   return j < outcome_->rejected.size() ? &outcome_->rejected[j] : nullptr;
 }
 
+bool CandidatesModel::columnInformative(int column) const {
+  if (!outcome_) return column != Attention && column != StageLayers;
+  if (column == Attention) return outcome_->job.space.attentions.size() > 1;
+  if (column == StageLayers) {
+    const auto uneven = [](const Candidate& c) { return !c.plan.stage_layers.empty(); };
+    return std::any_of(outcome_->result.ranked.begin(), outcome_->result.ranked.end(), uneven) ||
+           std::any_of(outcome_->rejected.begin(), outcome_->rejected.end(), uneven);
+  }
+  return true;
+}
+
 int CandidatesModel::rowCount(const QModelIndex& parent) const {
   if (parent.isValid() || !outcome_) return 0;
   return static_cast<int>(outcome_->result.ranked.size() + outcome_->rejected.size());
@@ -54,6 +68,8 @@ QVariant CandidatesModel::headerData(int section, Qt::Orientation orientation, i
       case MicroBatch: return tr("micro-batch size x micro-batches per step (gradient accumulation)");
       case MemoryGiB: return tr("memory per device of the worst pipeline stage, GiB");
       case ExposedCommS: return tr("communication on the critical path, seconds per step");
+      case Attention: return tr("fused (FlashAttention / cuDNN / SDPA) or unfused (s x s scores stored)");
+      case StageLayers: return tr("layers per pipeline chunk when the split is uneven; empty: even");
       case Status: return tr("feasible, or the first rule the plan broke");
       default: return {};
     }
@@ -66,8 +82,10 @@ QVariant CandidatesModel::headerData(int section, Qt::Orientation orientation, i
     case MicroBatch: return tr("micro-batch");
     case Zero: return tr("zero");
     case Recompute: return tr("recompute");
+    case Attention: return tr("attention");
     case SequenceParallel: return tr("sp");
     case Schedule: return tr("schedule");
+    case StageLayers: return tr("stage layers");
     case Precision: return tr("precision");
     case MemoryGiB: return tr("GiB/device");
     case StepS: return tr("step s");
@@ -90,7 +108,8 @@ QVariant CandidatesModel::data(const QModelIndex& index, int role) const {
   if (role == RowRole) return index.row();
   if (role == Qt::TextAlignmentRole) {
     const int col = index.column();
-    const bool text = col == Mesh || col == Recompute || col == SequenceParallel || col == Schedule || col == Precision || col == Status;
+    const bool text = col == Mesh || col == Recompute || col == Attention || col == SequenceParallel || col == Schedule ||
+                      col == StageLayers || col == Precision || col == Status;
     return QVariant::fromValue(text ? (Qt::AlignLeft | Qt::AlignVCenter) : (Qt::AlignRight | Qt::AlignVCenter));
   }
   if (role == Qt::ToolTipRole && index.column() == Status && !feasible && outcome_) {
@@ -110,8 +129,10 @@ QVariant CandidatesModel::data(const QModelIndex& index, int role) const {
       return QStringLiteral("%1 x %2").arg(c.plan.micro_batch).arg(c.plan.micro_batches());
     case Zero: return c.plan.zero_stage;
     case Recompute: return QString::fromStdString(to_string(c.plan.recompute));
+    case Attention: return QString::fromStdString(to_string(c.plan.attention));
     case SequenceParallel: return c.plan.sequence_parallel ? tr("on") : tr("off");
     case Schedule: return QString::fromStdString(to_string(c.plan.schedule));
+    case StageLayers: return QString::fromStdString(c.plan.stage_layers.empty() ? "" : stage_layers_text(c.plan.stage_layers));
     case Precision: return QString::fromStdString(to_string(c.plan.precision));
     case MemoryGiB: {
       if (!timed(c)) return sort ? QVariant(1e300) : QVariant(QString());

@@ -5,7 +5,9 @@
 // plus a free-text filter on the plan's description.
 //
 // Rows of the source model: 0 .. feasible-1 are result.ranked in order,
-// the rest are SearchOutcome::rejected. Qt::UserRole (SortRole) gives the
+// the rest are SearchOutcome::rejected. The attention and stage-layers
+// columns are there for every outcome; columnInformative() says when a view
+// should show them. Qt::UserRole (SortRole) gives the
 // number a column sorts by; FeasibleRole, RankedIndexRole and RowRole let
 // views find the candidate behind a proxy row.
 //
@@ -19,14 +21,14 @@
 
 namespace meshplan::studio {
 
-// "dp=16,pp=8,tp=8 mb 1x96 zero 1 selective sp 1f1b bf16"
+// "dp=16,pp=8,tp=8 mb 1x96 zero 1 selective fused sp 1f1b bf16"
 std::string candidate_text(const Candidate& candidate);
 
 class CandidatesModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { Rank, Mesh, MicroBatch, Zero, Recompute, SequenceParallel, Schedule, Precision, MemoryGiB, StepS, Mfu,
-                Throughput, ExposedCommS, BubbleS, Status, ColumnCount };
+  enum Column { Rank, Mesh, MicroBatch, Zero, Recompute, Attention, SequenceParallel, Schedule, StageLayers, Precision,
+                MemoryGiB, StepS, Mfu, Throughput, ExposedCommS, BubbleS, Status, ColumnCount };
   enum Role { SortRole = Qt::UserRole, FeasibleRole, RankedIndexRole, RowRole };
 
   explicit CandidatesModel(QObject* parent = nullptr);
@@ -38,6 +40,10 @@ class CandidatesModel : public QAbstractTableModel {
   int feasibleCount() const;
   // Row of result.ranked[index] (the identity: feasible rows come first).
   int rowOfRanked(int index) const { return index; }
+  // Whether a column says anything for this outcome: Attention only when the
+  // search tried both, StageLayers only when a candidate splits the layers
+  // unevenly (plan's `stage_layers`); the table hides the others.
+  bool columnInformative(int column) const;
 
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;

@@ -22,6 +22,20 @@ Figure word(std::string name, std::string text) { return {std::move(name), "", 0
 
 }  // namespace
 
+std::vector<MemoryRow> memory_rows(const MemoryBreakdown& m) {
+  const bool loss_peak = m.loss_transient_bytes >= m.activation_gradient_bytes;
+  return {{"parameters", m.parameters_bytes},
+          {"gradients", m.gradients_bytes},
+          {"optimizer", m.optimizer_bytes},
+          {"activations", m.activations_bytes},
+          {"buffers", m.buffers_bytes},
+          {"loss transient", m.loss_transient_bytes, loss_peak},
+          {"activation gradients", m.activation_gradient_bytes, !loss_peak},
+          {"workspaces", m.workspace_bytes},
+          {"runtime context", m.runtime_context_bytes},
+          {"allocator reserve", m.allocator_reserve_bytes}};
+}
+
 std::vector<Figure> plan_figures(const ModelSpec& model, const Plan& plan, const Explanation& ex) {
   std::vector<Figure> out;
   out.push_back(word("mesh", plan.mesh.to_string()));
@@ -44,6 +58,11 @@ std::vector<Figure> plan_figures(const ModelSpec& model, const Plan& plan, const
     out.push_back(number("memory: optimizer", "GiB", w.optimizer_bytes / kGiB, 2));
     out.push_back(number("memory: activations", "GiB", w.activations_bytes / kGiB, 2));
     out.push_back(number("memory: buffers", "GiB", w.buffers_bytes / kGiB, 2));
+    // The peak rows, as `meshplan explain` prints them (docs/cost-model.md, "Peak memory").
+    // Of the loss transient and the activation gradients only the larger is in the total.
+    const auto rows = memory_rows(w);
+    for (std::size_t i = 5; i < rows.size(); ++i) out.push_back(number("memory: " + rows[i].name, "GiB", rows[i].bytes / kGiB, 2));
+    out.push_back(number("memory: allocated peak", "GiB", w.allocated_peak_bytes() / kGiB, 2));
     out.push_back(number("memory: total", "GiB", w.total_bytes() / kGiB, 2));
     out.push_back(number("memory: usable", "GiB", m.usable_bytes / kGiB, 2));
   }

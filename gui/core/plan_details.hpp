@@ -3,7 +3,7 @@
 // simulated step (the Timeline view), and the plan's figures as a flat list
 // of named values, which the figures table and the Compare view both use.
 //
-// Defines: Figure, PlanDetails, plan_figures, analyse_plan.
+// Defines: Figure, PlanDetails, MemoryRow, memory_rows, plan_figures, analyse_plan.
 #pragma once
 
 #include <optional>
@@ -31,6 +31,21 @@ struct PlanDetails {
   std::string simulation_problem;  // why there is no simulation
   std::vector<Figure> figures;
 };
+
+// One row of a device's memory as `meshplan explain` prints it: the steady
+// parts, the step's peak transients and the stack's reserves. Of the loss's
+// transient and the activation gradients only the larger is at the peak
+// (memory_model.hpp); the other has at_peak false and is not in the total.
+struct MemoryRow {
+  std::string name;   // "loss transient"
+  double bytes = 0;
+  bool at_peak = true;
+};
+inline constexpr std::size_t kMemoryRowCount = 10;
+// Always kMemoryRowCount rows, in the order parameters, gradients, optimizer,
+// activations, buffers, loss transient, activation gradients, workspaces,
+// runtime context, allocator reserve: the bytes at the peak sum to total_bytes().
+std::vector<MemoryRow> memory_rows(const MemoryBreakdown& memory);
 
 // Plan knobs, then memory of the worst device (GiB), then the link each axis
 // rides (and a faster mesh order, when one keeps tp / cp / ep inside a node),

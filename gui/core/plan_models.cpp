@@ -6,6 +6,7 @@
 #include <QColor>
 
 #include <cmath>
+#include <iterator>
 
 namespace meshplan::studio {
 namespace {
@@ -87,7 +88,10 @@ int StageMemoryModel::columnCount(const QModelIndex& parent) const { return pare
 QVariant StageMemoryModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
   static const char* names[] = {"stage", "devices (ranks)", "layers", "parameters GiB", "gradients GiB", "optimizer GiB",
-                                "activations GiB", "buffers GiB", "total GiB", "usable GiB"};
+                                "activations GiB", "buffers GiB", "loss transient GiB", "activation gradients GiB",
+                                "workspaces GiB", "runtime context GiB", "allocator reserve GiB", "allocated peak GiB",
+                                "total GiB", "usable GiB"};
+  static_assert(std::size(names) == ColumnCount);
   return section >= 0 && section < ColumnCount ? tr(names[section]) : QVariant();
 }
 
@@ -97,6 +101,15 @@ QVariant StageMemoryModel::data(const QModelIndex& index, int role) const {
   const MemoryBreakdown& m = s.memory;
   if (role == Qt::BackgroundRole && index.column() == Total && m.total_bytes() > memory_->usable_bytes) {
     return QBrush(QColor(255, 205, 205));
+  }
+  const bool loss_peak = m.loss_transient_bytes >= m.activation_gradient_bytes;
+  if (role == Qt::ForegroundRole && ((index.column() == LossTransient && !loss_peak) ||
+                                     (index.column() == ActivationGradients && loss_peak))) {
+    return QBrush(QColor(150, 150, 150));  // not at the peak: not in the total
+  }
+  if (role == Qt::ToolTipRole && (index.column() == LossTransient || index.column() == ActivationGradients)) {
+    const bool counted = (index.column() == LossTransient) == loss_peak;
+    return counted ? tr("at the step's peak: in the total") : tr("not at the peak (the other transient is larger): not in the total");
   }
   if (role == Qt::TextAlignmentRole) {
     return QVariant::fromValue(index.column() == Devices ? (Qt::AlignLeft | Qt::AlignVCenter) : (Qt::AlignRight | Qt::AlignVCenter));
@@ -116,6 +129,12 @@ QVariant StageMemoryModel::data(const QModelIndex& index, int role) const {
     case Optimizer: return gib(m.optimizer_bytes);
     case Activations: return gib(m.activations_bytes);
     case Buffers: return gib(m.buffers_bytes);
+    case LossTransient: return gib(m.loss_transient_bytes);
+    case ActivationGradients: return gib(m.activation_gradient_bytes);
+    case Workspaces: return gib(m.workspace_bytes);
+    case RuntimeContext: return gib(m.runtime_context_bytes);
+    case AllocatorReserve: return gib(m.allocator_reserve_bytes);
+    case AllocatedPeak: return gib(m.allocated_peak_bytes());
     case Total: return gib(m.total_bytes());
     case Usable: return gib(memory_->usable_bytes);
     default: return {};

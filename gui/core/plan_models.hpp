@@ -2,7 +2,8 @@
 //   * FiguresModel: (figure, value) rows of plan_figures();
 //   * StageMemoryModel: one row per pipeline stage (every device of a stage
 //     holds the same amounts): its ranks, layers, and the memory breakdown
-//     in GiB against the usable capacity;
+//     in GiB (steady parts, then the peak's transients and reserves, as
+//     `meshplan explain` prints them) against the usable capacity;
 //   * CompareModel: (figure, plan A, plan B, B - A) rows, the difference in
 //     the figure's unit and in percent, or "same"/"differs" for words.
 //
@@ -37,7 +38,10 @@ class FiguresModel : public QAbstractTableModel {
 class StageMemoryModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { Stage, Devices, Layers, Parameters, Gradients, Optimizer, Activations, Buffers, Total, Usable, ColumnCount };
+  // The peak rows after the steady ones, as `meshplan explain` prints them;
+  // the transient not at the peak (loss or activation gradients) is greyed.
+  enum Column { Stage, Devices, Layers, Parameters, Gradients, Optimizer, Activations, Buffers, LossTransient,
+                ActivationGradients, Workspaces, RuntimeContext, AllocatorReserve, AllocatedPeak, Total, Usable, ColumnCount };
   explicit StageMemoryModel(QObject* parent = nullptr);
   void setPlan(const Plan& plan, const std::optional<MemoryEstimate>& memory);
   int rowCount(const QModelIndex& parent = {}) const override;

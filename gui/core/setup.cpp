@@ -7,6 +7,7 @@
 #include <cctype>
 #include <set>
 
+#include "model/default_batch.hpp"
 #include "model/layer_graph.hpp"
 #include "model/validate.hpp"
 #include "model/text.hpp"
@@ -138,7 +139,9 @@ Loaded<PlanningJob> resolve_setup(const SetupInputs& in) {
     p.where = "cluster";
     problems.push_back(p);
   }
-  if (in.global_batch < 1) error(problems, "global_batch", "must be at least 1, got " + std::to_string(in.global_batch));
+  if (in.global_batch < 0) {
+    error(problems, "global_batch", "must be at least 1 (0: the default rule), got " + std::to_string(in.global_batch));
+  }
   if (in.nodes < 1) error(problems, "nodes", "must be at least 1, got " + std::to_string(in.nodes));
   if (in.devices_per_node < 0) error(problems, "devices_per_node", "must be positive (0 keeps the preset's), got " + std::to_string(in.devices_per_node));
   if (!model.ok() || !cluster.ok()) return result;
@@ -155,8 +158,14 @@ Loaded<PlanningJob> resolve_setup(const SetupInputs& in) {
   }
   if (has_errors(problems)) return result;
 
-  // The validator's rules about the job itself, on a one-axis probe plan (as the CLI does).
   const LayerGraph graph = build_layer_graph(job.model, job.seq_len);
+  if (job.global_batch == 0) {  // the CLI's rule (model/default_batch.hpp), per model and GPU count
+    const DefaultBatch batch = default_global_batch(job.model, graph.parameter_count(), job.seq_len, job.world_size);
+    job.global_batch = batch.sequences;
+    job.global_batch_rule = batch.rule;
+  }
+
+  // The validator's rules about the job itself, on a one-axis probe plan (as the CLI does).
   Plan probe;
   probe.mesh.axes = {{Axis::dp, job.world_size}};
   probe.global_batch = job.world_size;
@@ -181,6 +190,7 @@ std::string describe_job(const PlanningJob& job) {
                      job.cluster.name + ": " + std::to_string(nodes) + (nodes == 1 ? " node" : " nodes") + " of " +
                      std::to_string(per_node) + "); global batch " + std::to_string(job.global_batch);
   if (job.model.kind == ModelKind::transformer) text += " x " + std::to_string(job.seq_len) + " tokens";
+  if (!job.global_batch_rule.empty()) text += " (default: " + job.global_batch_rule + ")";
   return text;
 }
 

@@ -1,7 +1,7 @@
 // What the Setup panel asks for, and how it becomes one planning job: the
 // model and cluster (preset names or YAML paths), the model's key figures
-// and the cluster's size as overrides, the global batch and the search
-// constraints. Every problem names the Setup field it belongs to (the
+// and the cluster's size as overrides, the global batch (0: the default
+// rule of model/default_batch.hpp, as the CLI's) and the search constraints. Every problem names the Setup field it belongs to (the
 // `where` of a Problem is one of the field keys below), so the panel shows
 // the message beside that field instead of failing somewhere later.
 //
@@ -33,7 +33,7 @@ struct SetupInputs {
   // The cluster's size; 0 keeps the preset's devices per node / asks 1 node.
   std::int64_t devices_per_node = 0;
   std::int64_t nodes = 128;
-  std::int64_t global_batch = 1536;
+  std::int64_t global_batch = 0;    // 0: the stated rule of model/default_batch.hpp for this model and GPU count
   // Constraints, as the CLI's search flags spell them.
   std::string axes = "dp,fsdp,tp,pp";
   std::int64_t max_tp = 0;          // 0: devices per node
@@ -42,7 +42,7 @@ struct SetupInputs {
   std::string schedules = "gpipe,1f1b,interleaved,zb-h1";
   std::string zero = "0,1,2,3";
   std::string recompute = "none,selective,full";
-  std::string attention = "fused";  // fused, unfused (docs/cost-model.md, "Fused attention")
+  std::string attention = "fused";  // fused, unfused, or both "fused,unfused" (docs/cost-model.md, "Fused attention")
   int threads = 0;                  // 0: one per core
 };
 
@@ -50,7 +50,8 @@ struct PlanningJob {
   ModelSpec model;
   ClusterSpec cluster;
   std::int64_t world_size = 0;
-  std::int64_t global_batch = 0;
+  std::int64_t global_batch = 0;    // given, or by the default rule (below)
+  std::string global_batch_rule;    // how the default was chosen; empty when given
   std::int64_t seq_len = 0;         // resolved
   SearchSpace space;
   int threads = 0;
@@ -59,7 +60,11 @@ struct PlanningJob {
 // Loads the presets, applies the overrides and checks them; problems name fields.
 Loaded<PlanningJob> resolve_setup(const SetupInputs& inputs);
 
-// "gpt3-175b on 1024 x a100-80g (dgx-a100: 128 nodes of 8); global batch 1536 x 2048 tokens"
+// "gpt3-175b on 1024 x a100-80g (dgx-a100: 128 nodes of 8); global batch 1536 x 2048 tokens",
+// followed by " (default: <rule>)" when the batch came from the rule.
 std::string describe_job(const PlanningJob& job);
+
+// The choices the Setup panel offers for `attention`: one, or both searched.
+inline constexpr const char* kAttentionChoices[] = {"fused", "unfused", "fused,unfused"};
 
 }  // namespace meshplan::studio

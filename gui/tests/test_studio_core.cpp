@@ -13,7 +13,10 @@
 #include "gui/core/plan_models.hpp"
 #include "gui/core/roofline.hpp"
 #include "gui/core/setup.hpp"
+#include "model/default_batch.hpp"
+#include "model/layer_graph.hpp"
 #include "model/sharding_spec.hpp"
+#include "model/stage_partition.hpp"
 
 using namespace meshplan;
 using namespace meshplan::studio;
@@ -76,13 +79,35 @@ class StudioCoreTest : public QObject {
     QCOMPARE(job.value.seq_len, std::int64_t{2048});
     QCOMPARE(job.value.space.precisions.size(), std::size_t{1});
     QVERIFY(job.value.space.precisions.front() == Precision::bf16);
-    QCOMPARE(describe_job(job.value),
-             std::string("gpt3-175b on 1024 x a100-80g (dgx-a100: 128 nodes of 8); global batch 1536 x 2048 tokens"));
+    // The global batch comes from model/default_batch.hpp's rule, as the CLI's does: 1536 for GPT-3 175B.
+    QCOMPARE(job.value.global_batch, std::int64_t{1536});
+    QVERIFY(describe_job(job.value).starts_with(
+        "gpt3-175b on 1024 x a100-80g (dgx-a100: 128 nodes of 8); global batch 1536 x 2048 tokens (default: 3.15M tokens"));
+  }
+
+  // Issue 15: the studio's default batch is the CLI's rule per model and GPU
+  // count, not GPT-3's 1536 for every model; a given batch is kept as given.
+  void setupDefaultBatchFollowsTheRule() {
+    SetupInputs in;
+    in.model = "gpt2-124m";
+    in.nodes = 1;
+    auto job = resolve_setup(in);
+    QVERIFY(job.ok());
+    const DefaultBatch rule = default_global_batch(job.value.model, build_layer_graph(job.value.model, 1024).parameter_count(),
+                                                   1024, 8);
+    QCOMPARE(job.value.global_batch, rule.sequences);
+    QVERIFY(job.value.global_batch != 1536);
+    QCOMPARE(job.value.global_batch_rule, rule.rule);
+    in.global_batch = 96;
+    auto given = resolve_setup(in);
+    QCOMPARE(given.value.global_batch, std::int64_t{96});
+    QVERIFY(given.value.global_batch_rule.empty());
+    QVERIFY(describe_job(given.value).find("default") == std::string::npos);
   }
 
   void setupProblemsNameTheirField() {
     SetupInputs in;
-    in.global_batch = 0;
+    in.global_batch = -1;  // 0 is the default rule
     in.axes = "dp,xx";
     in.headroom = 1.5;
     in.schedules = "1f1b,,gpipe";
@@ -144,6 +169,53 @@ class StudioCoreTest : public QObject {
     QVERIFY(!model.data(model.index(last, 0), CandidatesModel::FeasibleRole).toBool());
   }
 
+  // Issue 15: the attention column says which attention a plan uses, and is
+  // worth showing only when both were searched; the stage-layers column shows
+  // an uneven pipeline split (gpt2-124m's 12 layers over pp = 8).
+  void candidatesShowAttentionAndStageLayers() {
+    auto outcome = small_outcome();
+    CandidatesModel model;
+    model.setOutcome(outcome);
+    QVERIFY(!model.columnInformative(CandidatesModel::Attention));
+    QCOMPARE(model.data(model.index(0, CandidatesModel::Attention)).toString(), QString("fused"));
+    int uneven_row = -1;
+    for (int r = 0; r < model.rowCount() && uneven_row < 0; ++r) {
+      if (!model.candidate(r)->plan.stage_layers.empty()) uneven_row = r;
+    }
+    QVERIFY(uneven_row >= 0);
+    QVERIFY(model.columnInformative(CandidatesModel::StageLayers));
+    QCOMPARE(model.data(model.index(uneven_row, CandidatesModel::StageLayers)).toString(),
+             QString::fromStdString(stage_layers_text(model.candidate(uneven_row)->plan.stage_layers)));
+    QCOMPARE(model.headerData(CandidatesModel::StageLayers, Qt::Horizontal).toString(), QString("stage layers"));
+
+    SetupInputs in;
+    in.model = "gpt2-124m";
+    in.nodes = 1;
+    in.global_batch = 64;
+    in.threads = 1;
+    in.axes = "dp";
+    in.zero = "0";
+    in.recompute = "none";
+    in.schedules = "1f1b";
+    in.attention = "fused,unfused";
+    auto job = resolve_setup(in);
+    QVERIFY(job.ok());
+    auto both = std::make_shared<SearchOutcome>();
+    both->job = job.value;
+    both->evaluator = std::make_shared<const Evaluator>(job.value.model, job.value.cluster, job.value.world_size, job.value.seq_len);
+    SearchOptions options;
+    options.threads = 1;
+    both->result = search(*both->evaluator, job.value.global_batch, job.value.space, options);
+    CandidatesModel searched;
+    QAbstractItemModelTester tester(&searched, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    searched.setOutcome(both);
+    QVERIFY(searched.columnInformative(CandidatesModel::Attention));
+    QVERIFY(!searched.columnInformative(CandidatesModel::StageLayers));
+    QSet<QString> attentions;
+    for (int r = 0; r < searched.rowCount(); ++r) attentions.insert(searched.data(searched.index(r, CandidatesModel::Attention)).toString());
+    QCOMPARE(attentions, (QSet<QString>{"fused", "unfused"}));
+  }
+
   void filterShowsFeasibleOrAllAndSortsOnNumbers() {
     auto outcome = small_outcome();
     CandidatesModel model;
@@ -195,6 +267,12 @@ class StudioCoreTest : public QObject {
     const double total = memory.data(memory.index(0, StageMemoryModel::Total), Qt::UserRole).toDouble();
     QCOMPARE(total, da.explanation.memory->stages[0].memory.total_bytes());
 
+    for (int column = StageMemoryModel::LossTransient; column <= StageMemoryModel::AllocatedPeak; ++column) {
+      QVERIFY(memory.data(memory.index(0, column), Qt::UserRole).isValid());
+    }
+    QCOMPARE(memory.data(memory.index(0, StageMemoryModel::AllocatedPeak), Qt::UserRole).toDouble(),
+             da.explanation.memory->stages[0].memory.allocated_peak_bytes());
+
     CompareModel compare;
     QAbstractItemModelTester t3(&compare, QAbstractItemModelTester::FailureReportingMode::QtTest);
     compare.setPlans("A", da.figures, "B", db.figures);
@@ -213,6 +291,52 @@ class StudioCoreTest : public QObject {
     QCOMPARE(CompareModel::difference(&s1, nullptr), QString("only in one plan"));
 
     QCOMPARE(stage_ranks(parse_mesh("dp=2,pp=2,tp=2", "t").value, 1), (std::vector<std::int64_t>{2, 3, 6, 7}));
+  }
+
+  // Issue 15, item 2: the memory view shows the peak rows `meshplan explain`
+  // prints (H100: a CUDA context and cuBLAS workspaces are in its preset);
+  // what is stacked sums to the total, and the transient not at the peak is not.
+  void memoryViewShowsThePeakRows() {
+    const auto model = load_model("gpt2-124m");
+    const auto cluster = load_cluster("dgx-h100");
+    QVERIFY(model.ok() && cluster.ok());
+    Plan plan;
+    plan.mesh = parse_mesh("dp=8", "t").value;
+    plan.micro_batch = 8;
+    plan.global_batch = 64;
+    const Explanation ex = explain_plan(model.value, cluster.value, Deployment{8, 0}, plan);
+    QVERIFY(ex.memory);
+    const MemoryBreakdown& m = ex.memory->stages[0].memory;
+    QVERIFY(m.runtime_context_bytes > 0 && m.workspace_bytes > 0 && m.loss_transient_bytes > 0);
+    const auto rows = memory_rows(m);
+    QCOMPARE(rows.size(), kMemoryRowCount);
+    double stacked = 0;
+    int transients_at_peak = 0;
+    for (const auto& row : rows) {
+      if (row.at_peak) stacked += row.bytes;
+      if ((row.name == "loss transient" || row.name == "activation gradients") && row.at_peak) ++transients_at_peak;
+    }
+    QCOMPARE(transients_at_peak, 1);
+    QVERIFY(std::abs(stacked - m.total_bytes()) <= 1e-6 * m.total_bytes());
+
+    StageMemoryModel table;
+    QAbstractItemModelTester tester(&table, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    table.setPlan(plan, ex.memory);
+    auto bytes = [&](int column) { return table.data(table.index(0, column), Qt::UserRole).toDouble(); };
+    QCOMPARE(bytes(StageMemoryModel::LossTransient), m.loss_transient_bytes);
+    QCOMPARE(bytes(StageMemoryModel::ActivationGradients), m.activation_gradient_bytes);
+    QCOMPARE(bytes(StageMemoryModel::Workspaces), m.workspace_bytes);
+    QCOMPARE(bytes(StageMemoryModel::RuntimeContext), m.runtime_context_bytes);
+    QCOMPARE(bytes(StageMemoryModel::AllocatorReserve), m.allocator_reserve_bytes);
+    QCOMPARE(bytes(StageMemoryModel::AllocatedPeak), m.allocated_peak_bytes());
+    QCOMPARE(table.headerData(StageMemoryModel::AllocatedPeak, Qt::Horizontal).toString(), QString("allocated peak GiB"));
+
+    bool context = false, peak = false;
+    for (const Figure& f : plan_figures(model.value, plan, ex)) {
+      context = context || (f.name == "memory: runtime context" && std::abs(f.value - m.runtime_context_bytes / (1024.0 * 1024 * 1024)) < 1e-9);
+      peak = peak || f.name == "memory: allocated peak";
+    }
+    QVERIFY(context && peak);
   }
 
   // Issue 13, item 4: the plan details say which link each axis rides, and

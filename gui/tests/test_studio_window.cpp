@@ -121,6 +121,7 @@ class StudioWindowTest : public QObject {
     in.axes = "dp,tp";
     in.headroom = 0.1;
     in.schedules = "1f1b";
+    in.attention = "fused,unfused";  // the choice that searches both
     panel.setInputs(in);
     panel.save(settings);
     SetupPanel restored;
@@ -134,6 +135,11 @@ class StudioWindowTest : public QObject {
     QCOMPARE(out.axes, in.axes);
     QCOMPARE(out.headroom, in.headroom);
     QCOMPARE(out.schedules, in.schedules);
+    QCOMPARE(out.attention, in.attention);
+    // A fresh panel offers the rule's batch ("by rule", 0) and fused attention, as the CLI's defaults.
+    const SetupInputs fresh = SetupPanel().inputs();
+    QCOMPARE(fresh.global_batch, std::int64_t{0});
+    QCOMPARE(fresh.attention, std::string("fused"));
   }
 
   // A small plan the CPU executor trains: the Launch panel runs the CLI as a
