@@ -145,7 +145,7 @@ void write_validation_report(std::ostream& out) {
          "has no rows yet. The H100 rows above (Llama 3 405B) are the published H100\n"
          "checks; single-GPU steps measured with their command belong here.\n\n";
 
-  out << "## Closed forms of the seed guides\n\n"
+  out << "## Closed forms of the pipeline and collective rules\n\n"
          "| figure | published | predicted |\n|---|---:|---:|\n";
   const std::vector<double> uniform(4, 1.0);
   for (std::int64_t m : {2, 8, 27}) {

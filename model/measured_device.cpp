@@ -115,16 +115,11 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
   DeviceMeasurements& m = result.value;
   Problems& problems = result.problems;
   m.file = file;
-  std::size_t start = 0;
-  int line_number = 0;
+  Lines lines(text);
+  std::string_view line;
   int rows = 0;
-  while (start < text.size()) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_number;
-    const std::string where = file + ":" + std::to_string(line_number);
+  while (lines.next(line)) {
+    const std::string where = file + ":" + std::to_string(lines.number());
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     const Json json = Json::parse(line, nullptr, false);
     if (json.is_discarded() || !json.is_object()) {

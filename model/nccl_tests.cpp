@@ -67,15 +67,10 @@ Loaded<NcclTestsRun> parse_nccl_tests(std::string_view text, const std::string& 
                           "'" + collective_flag + "' is not one of: all_reduce, all_gather, reduce_scatter, send_recv, all_to_all, broadcast"});
     }
   }
-  std::size_t start = 0;
-  int line_number = 0;
-  while (start < text.size()) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_number;
-    const std::string where = file + ":" + std::to_string(line_number);
+  Lines lines(text);
+  std::string_view line;
+  while (lines.next(line)) {
+    const std::string where = file + ":" + std::to_string(lines.number());
     if (collective_flag.empty() && !run.collective) {
       for (const auto& p : kPrograms) {
         if (line.find(p.name) != std::string_view::npos) run.collective = p.collective;

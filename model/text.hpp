@@ -1,6 +1,6 @@
 // Small text helpers shared by the parsers of flags, presets and /proc files.
 //
-// defines: trim, scale_decimal
+// defines: trim, scale_decimal, Lines
 #pragma once
 
 #include <cctype>
@@ -38,5 +38,27 @@ inline double scale_decimal(double value, int power) {
   std::from_chars(shifted.data(), shifted.data() + shifted.size(), result);
   return result;
 }
+
+// The lines of `text`, one per next() call ('\n' ends a line; a final line
+// needs none), with their 1-based number for messages ("FILE:LINE").
+class Lines {
+ public:
+  explicit Lines(std::string_view text) : text_(text) {}
+  bool next(std::string_view& line) {
+    if (start_ >= text_.size()) return false;
+    std::size_t end = text_.find('\n', start_);
+    if (end == std::string_view::npos) end = text_.size();
+    line = text_.substr(start_, end - start_);
+    start_ = end + 1;
+    ++number_;
+    return true;
+  }
+  int number() const { return number_; }
+
+ private:
+  std::string_view text_;
+  std::size_t start_ = 0;
+  int number_ = 0;
+};
 
 }  // namespace meshplan
