@@ -335,9 +335,12 @@ void fold_stages(std::vector<StageSum>& sum, const ModelProfile& prof, const Pla
                  const std::vector<BlockCost>& kind_cost, std::int64_t pp, std::int64_t v) {
   const std::int64_t layers = static_cast<std::int64_t>(prof.layer_blocks.size());
   const std::int64_t chunks = pp * v;
+  // chunk_layers' even split is layers / chunks for every chunk when chunks divides the layers
+  // (as validation requires): hoisted, so the hot loop does no division per chunk.
+  const std::int64_t even_size = plan.stage_layers.empty() && layers % chunks == 0 ? layers / chunks : 0;
   std::int64_t next_layer = 0;
   for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
-    const std::int64_t size = chunk_layers(layers, chunks, plan.stage_layers, chunk);
+    const std::int64_t size = even_size > 0 ? even_size : chunk_layers(layers, chunks, plan.stage_layers, chunk);
     StageSum& s = sum[static_cast<std::size_t>(chunk % pp)];
     if (prof.uniform_layer_kind >= 0) {  // every layer alike: add them all at once
       const std::int64_t n = std::min(size, layers - next_layer);
