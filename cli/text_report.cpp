@@ -6,6 +6,7 @@
 
 #include "cli/plan_options.hpp"
 #include "model/stage_partition.hpp"
+#include "model/text.hpp"
 
 namespace meshplan::cli {
 namespace {
@@ -70,12 +71,6 @@ void print_axis_links(std::ostream& out, const std::vector<AxisLink>& links) {
 }
 
 }  // namespace
-
-std::string format(const char* fmt, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, fmt, value);
-  return text;
-}
 
 std::string human_count(double count) {
   if (count >= 1e12) return format("%.2f T", count / 1e12);

@@ -8,6 +8,7 @@
 #include "model/fit_search.hpp"
 #include "model/model_spec.hpp"
 #include "model/plan.hpp"
+#include "model/text.hpp"
 
 namespace meshplan::cli {
 
@@ -22,8 +23,6 @@ void print_what_would_fit(std::ostream& out, const ClusterSpec& cluster, const S
 // "pp=8,dp=16,tp=8, micro-batch 1 x 96, ZeRO-1, selective recompute, sp on, 1f1b"
 std::string describe_plan_briefly(const Plan& plan);
 
-// printf-style formatting of one number ("%.3g").
-std::string format(const char* fmt, double value);
 // "174.6 B", "124.4 M"
 std::string human_count(double count);
 // Bytes as GiB with two decimals.

@@ -17,12 +17,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string format(const char* fmt, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, fmt, value);
-  return text;
-}
-
 // `value` rounded as printf's `fmt` writes it: what the preset holds.
 double rounded(const char* fmt, double value) { return std::stod(format(fmt, value)); }
 

@@ -11,12 +11,6 @@
 namespace meshplan {
 namespace {
 
-std::string format(const char* fmt, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, fmt, value);
-  return text;
-}
-
 std::string number(double value) { return format("%.6g", value); }
 
 std::vector<std::string> words(std::string_view line) {

@@ -1,11 +1,12 @@
 // Small text helpers shared by the parsers of flags, presets and /proc files.
 //
-// defines: trim, scale_decimal, Lines
+// defines: trim, scale_decimal, format, Lines
 #pragma once
 
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -37,6 +38,14 @@ inline double scale_decimal(double value, int power) {
   double result = value;
   std::from_chars(shifted.data(), shifted.data() + shifted.size(), result);
   return result;
+}
+
+// `value` printed with one printf conversion (`fmt`, e.g. "%.3g"), for
+// tables and generated preset files.
+inline std::string format(const char* fmt, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, fmt, value);
+  return text;
 }
 
 // The lines of `text`, one per next() call ('\n' ends a line; a final line

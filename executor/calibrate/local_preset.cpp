@@ -9,17 +9,10 @@
 #include <limits>
 #include <sstream>
 
+#include "model/text.hpp"
+
 
 namespace meshplan::exec {
-namespace {
-
-std::string format(const char* fmt, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, fmt, value);
-  return text;
-}
-
-}  // namespace
 
 std::string threads_text(int threads) { return std::to_string(threads) + (threads == 1 ? " thread" : " threads"); }
 

@@ -11,16 +11,11 @@
 #include <utility>
 
 #include "executor/comm/collective_bench.hpp"
+#include "model/text.hpp"
 
 namespace meshplan::exec {
 namespace {
 namespace fs = std::filesystem;
-
-std::string format(const char* fmt, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, fmt, value);
-  return text;
-}
 
 std::string gib(double bytes) { return format("%.2f", bytes / (1024.0 * 1024 * 1024)); }
 
