@@ -142,7 +142,7 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
     // Peak transients: the loss backward's and a layer backward's do not
     // coexist, so the total counts the larger (memory_model.hpp).
     const MemoryBreakdown& m = shown.memory;
-    const bool loss_peak = m.loss_transient_bytes >= m.activation_gradient_bytes;
+    const bool loss_peak = m.loss_transient_at_peak();
     auto transient = [&](const char* name, double bytes, bool counted) {
       if (counted) return row(name, bytes);
       out << "  " << pad(name, 24) << lpad(in_unit(bytes), 10) << lpad("-", 8) << "   (not at the peak; not in the total)\n";

@@ -39,8 +39,10 @@ struct MemoryBreakdown {
   double steady_bytes() const {
     return parameters_bytes + gradients_bytes + optimizer_bytes + activations_bytes + buffers_bytes;
   }
+  // Which of the two transients the peak takes (the loss's on a tie: the same bytes either way).
+  bool loss_transient_at_peak() const { return loss_transient_bytes >= activation_gradient_bytes; }
   double transient_bytes() const {
-    return (loss_transient_bytes > activation_gradient_bytes ? loss_transient_bytes : activation_gradient_bytes) + workspace_bytes;
+    return (loss_transient_at_peak() ? loss_transient_bytes : activation_gradient_bytes) + workspace_bytes;
   }
   // What the framework's allocator hands out at the peak (torch.cuda.max_memory_allocated()).
   double allocated_peak_bytes() const { return steady_bytes() + transient_bytes(); }

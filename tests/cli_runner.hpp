@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "read_text.hpp"
+
 namespace meshplan::testing_support {
 
 struct CliRun {
@@ -42,13 +44,6 @@ struct TempFolder {
 inline std::filesystem::path temp_path(const std::string& name) {
   static const TempFolder folder;
   return folder.path / name;
-}
-
-inline std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // Runs `prefix... meshplan args...` (e.g. prefix = mpirun -np 2); every

@@ -13,16 +13,12 @@
 
 #include "model/measured_device.hpp"
 #include "model/presets.hpp"
+#include "read_text.hpp"
 
 namespace meshplan {
 namespace {
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing_support::read_text;
 
 const std::string kFile = std::string(MESHPLAN_TEST_DATA) + "/h100-measured.jsonl";
 
@@ -37,7 +33,7 @@ DeviceSpec datasheet() {
 }
 
 TEST(MeasuredDevice, ReproducesTheH100PresetFromItsRows) {
-  const auto measured = parse_device_measurements(read(kFile), "h100-measured.jsonl");
+  const auto measured = parse_device_measurements(read_text(kFile), "h100-measured.jsonl");
   ASSERT_TRUE(measured.ok()) << (measured.problems.empty() ? "" : describe(measured.problems.front()));
   EXPECT_EQ(measured.value.gemms.size(), 125u);
   const auto figures = derive_device_figures(measured.value, datasheet());
@@ -99,7 +95,7 @@ TEST(MeasuredDevice, H200CarriesTheH100Curves) {
 }
 
 TEST(MeasuredDevice, TheWrittenPresetLoadsWithTheSameFigures) {
-  const auto measured = parse_device_measurements(read(kFile), "h100-measured.jsonl");
+  const auto measured = parse_device_measurements(read_text(kFile), "h100-measured.jsonl");
   const auto figures = derive_device_figures(measured.value, datasheet());
   ASSERT_TRUE(figures.ok());
   const DeviceSpec device = apply_measured_figures(datasheet(), figures.value, measured.value);
@@ -114,7 +110,7 @@ TEST(MeasuredDevice, TheWrittenPresetLoadsWithTheSameFigures) {
 }
 
 TEST(MeasuredDevice, NeedsThePeakAndBandwidthItCannotMeasure) {
-  const auto measured = parse_device_measurements(read(kFile), "h100-measured.jsonl");
+  const auto measured = parse_device_measurements(read_text(kFile), "h100-measured.jsonl");
   DeviceSpec bare;
   bare.name = "x";
   const auto figures = derive_device_figures(measured.value, bare);
@@ -151,7 +147,7 @@ TEST(MeasuredDevice, BadLinesNameTheirLineAndField) {
 }
 
 TEST(MeasuredDevice, GarbageIsRefusedWithoutACrash) {
-  const std::string original = read(kFile);
+  const std::string original = read_text(kFile);
   std::mt19937 rng(15);
   int refused = 0;
   for (int i = 0; i < 300; ++i) {

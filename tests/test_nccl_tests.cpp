@@ -11,21 +11,17 @@
 
 #include "model/nccl_tests.hpp"
 #include "model/presets.hpp"
+#include "read_text.hpp"
 
 namespace meshplan {
 namespace {
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing_support::read_text;
 
 const std::string kSample = std::string(MESHPLAN_TEST_DATA) + "/nccl-tests-all-reduce-8xh100.txt";
 
 TEST(NcclTests, ReadsTheTableAndItsHeader) {
-  const auto run = parse_nccl_tests(read(kSample), "sample.txt");
+  const auto run = parse_nccl_tests(read_text(kSample), "sample.txt");
   ASSERT_TRUE(run.ok()) << describe(run.problems.front());
   ASSERT_TRUE(run.value.collective);
   EXPECT_EQ(*run.value.collective, Collective::all_reduce);
@@ -39,7 +35,7 @@ TEST(NcclTests, ReadsTheTableAndItsHeader) {
 }
 
 TEST(NcclTests, FitRecoversTheFiguresTheTimesWereMadeFrom) {
-  const auto run = parse_nccl_tests(read(kSample), "sample.txt");
+  const auto run = parse_nccl_tests(read_text(kSample), "sample.txt");
   const auto link = fit_nccl_link(run.value);
   ASSERT_TRUE(link.ok());
   EXPECT_FALSE(link.value.inter_node);
@@ -50,7 +46,7 @@ TEST(NcclTests, FitRecoversTheFiguresTheTimesWereMadeFrom) {
 }
 
 TEST(NcclTests, WritesTheIntraNodeLinkOfABaseCluster) {
-  const auto run = parse_nccl_tests(read(kSample), "sample.txt");
+  const auto run = parse_nccl_tests(read_text(kSample), "sample.txt");
   const auto link = fit_nccl_link(run.value);
   const auto base = load_cluster("dgx-h100");
   ASSERT_TRUE(base.ok() && link.ok());
@@ -69,7 +65,7 @@ TEST(NcclTests, WritesTheIntraNodeLinkOfABaseCluster) {
 }
 
 TEST(NcclTests, AcrossHostsTheInterNodeLinkPerNic) {
-  std::string text = read(kSample);
+  std::string text = read_text(kSample);
   const std::size_t at = text.find("#  Rank  7 Group  0 Pid  41207 on  node-a01");
   ASSERT_NE(at, std::string::npos);
   text.replace(text.find("node-a01", at), 8, "node-a02");
@@ -103,11 +99,11 @@ TEST(NcclTests, BadRowsAndGarbageNameTheirLine) {
   const auto link = fit_nccl_link(run.value);
   ASSERT_FALSE(link.ok());
   EXPECT_NE(link.problems[0].message.find("--collective"), std::string::npos);
-  EXPECT_FALSE(parse_nccl_tests(read(kSample), "x", "all_sum").ok());
+  EXPECT_FALSE(parse_nccl_tests(read_text(kSample), "x", "all_sum").ok());
 }
 
 TEST(NcclTests, MutatedTablesNeverCrash) {
-  const std::string original = read(kSample);
+  const std::string original = read_text(kSample);
   std::mt19937 rng(212);
   int refused = 0;
   for (int i = 0; i < 300; ++i) {

@@ -23,7 +23,7 @@ Figure word(std::string name, std::string text) { return {std::move(name), "", 0
 }  // namespace
 
 std::vector<MemoryRow> memory_rows(const MemoryBreakdown& m) {
-  const bool loss_peak = m.loss_transient_bytes >= m.activation_gradient_bytes;
+  const bool loss_peak = m.loss_transient_at_peak();
   return {{"parameters", m.parameters_bytes},
           {"gradients", m.gradients_bytes},
           {"optimizer", m.optimizer_bytes},

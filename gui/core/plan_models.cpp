@@ -102,7 +102,7 @@ QVariant StageMemoryModel::data(const QModelIndex& index, int role) const {
   if (role == Qt::BackgroundRole && index.column() == Total && m.total_bytes() > memory_->usable_bytes) {
     return QBrush(QColor(255, 205, 205));
   }
-  const bool loss_peak = m.loss_transient_bytes >= m.activation_gradient_bytes;
+  const bool loss_peak = m.loss_transient_at_peak();
   if (role == Qt::ForegroundRole && ((index.column() == LossTransient && !loss_peak) ||
                                      (index.column() == ActivationGradients && loss_peak))) {
     return QBrush(QColor(150, 150, 150));  // not at the peak: not in the total
