@@ -20,7 +20,7 @@ TEST(Presets, AllRequiredPresetsExist) {
   const std::vector<std::string> models = {
       "mlp-seed",  "mlp-fashion", "resnet50",   "gpt2-124m",   "gpt2-350m",  "gpt2-774m", "gpt2-1.5b",
       "gpt3-175b", "llama2-7b",   "llama2-13b", "llama2-70b",  "llama3-8b",  "llama3-70b", "llama3-405b",
-      "gemma3-1b", "gemma3-4b",   "megatron-1t"};
+      "gemma3-1b", "gemma3-4b",   "megatron-1t", "llama3.2-1b", "llama3.2-3b"};
   const auto listed = list_presets(PresetKind::model);
   for (const auto& name : models) {
     EXPECT_NE(std::find(listed.begin(), listed.end(), name), listed.end()) << name;
@@ -28,7 +28,7 @@ TEST(Presets, AllRequiredPresetsExist) {
   for (const auto& name : {"v100-32g", "a100-40g", "a100-80g", "h100-sxm", "h200", "tpu-v5p"}) {
     EXPECT_TRUE(load_device(name).ok()) << name;
   }
-  for (const auto& name : {"dgx-a100", "dgx-h100", "pcie-a100", "ethernet-10g"}) {
+  for (const auto& name : {"dgx-a100", "dgx-h100", "dgx-h200", "pcie-a100", "ethernet-10g"}) {
     EXPECT_TRUE(load_cluster(name).ok()) << name;
   }
 }
@@ -97,6 +97,10 @@ INSTANTIATE_TEST_SUITE_P(
         PublishedCount{"llama3-8b", 8'030'261'248, 0, "HF meta-llama/Meta-Llama-3-8B"},
         PublishedCount{"llama3-70b", 70'553'706'496, 0, "HF meta-llama/Meta-Llama-3-70B"},
         PublishedCount{"llama3-405b", 405'853'388'800, 0, "HF meta-llama/Llama-3.1-405B"},
+        // "1.24B" / "3.21B" on the model cards; the exact counts are those of the
+        // architecture built in PyTorch (scripts/gpu/measure_steps.py, tests/data/h200-steps.jsonl 'params').
+        PublishedCount{"llama3.2-1b", 1'235'814'400, 0, "HF meta-llama/Llama-3.2-1B"},
+        PublishedCount{"llama3.2-3b", 3'212'749'824, 0, "HF meta-llama/Llama-3.2-3B"},
         // Gemma 3 has QK-norm and four norms per layer; the schema models two (docs/presets.md).
         PublishedCount{"gemma3-1b", 999'885'952, 1e-4, "Keras Hub gemma3_1b"},
         PublishedCount{"gemma3-4b", 3'880'099'328, 1e-4, "Keras Hub gemma3_4b text"},
