@@ -133,17 +133,22 @@ void write_validation_report(std::ostream& out) {
          "90th percentile within 12%; a row outside 12% is marked, not tuned.\n\n";
   multi_gpu_table(out, predict(published_multi_gpu_cases()));
 
-  out << "## H100, single GPU\n\n"
+  out << "## Hopper, single GPU\n\n"
          "The `h100-sxm` preset is built from one H100 SXM measured through PyTorch\n"
-         "2.11 (`../shared/reference/h100-measured.md`: bf16 GEMMs, flash attention,\n"
-         "memory-bound op classes, fused AdamW); those figures are inputs here, not\n"
-         "checks. No published single-H100 training step with a fully stated plan\n"
-         "(model, batch, sequence, recompute, attention and a per-step time or\n"
-         "throughput) was found in the sources reachable when this page was written\n"
-         "(llm.c's GPT-2 reproductions, discussions #481 and #677, state their runs\n"
-         "on 8 A100 / 8 H100 nodes and were reachable only in part), so this section\n"
-         "has no rows yet. The H100 rows above (Llama 3 405B) are the published H100\n"
-         "checks; single-GPU steps measured with their command belong here.\n\n";
+         "2.11 (`../shared/reference/h100-measured.md`: bf16 GEMMs, fused attention,\n"
+         "memory-bound op classes, fused AdamW), and `h200` from one H200 measured the\n"
+         "same way (`tests/data/h200-measured.jsonl`, `scripts/gpu/measure_device.py`);\n"
+         "those figures are inputs here, not checks. No published single-H100 training\n"
+         "step with a fully stated plan (model, batch, sequence, recompute, attention and\n"
+         "a per-step time or throughput) was found in the sources reachable when this\n"
+         "page was written (llm.c's GPT-2 reproductions, discussions #481 and #677,\n"
+         "state their runs on 8 A100 / 8 H100 nodes and were reachable only in part).\n\n"
+         "Real steps measured on one H200 with PyTorch 2.11 (GPT-2 124M-1.5B and Llama\n"
+         "3.2 1B/3B, sequence 1024-2048, with and without full recompute, fused\n"
+         "attention, eager and torch.compile; 16 cases and 6 held out) are compared in\n"
+         "[validation-h200.md](validation-h200.md), with the commands that measured and\n"
+         "compared them (`scripts/gpu/measure.sh`, `scripts/gpu/compare_steps.py`); the\n"
+         "golden test `GoldenH200Steps` checks the median errors there.\n\n";
 
   out << "## Closed forms of the pipeline and collective rules\n\n"
          "| figure | published | predicted |\n|---|---:|---:|\n";

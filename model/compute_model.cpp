@@ -28,6 +28,7 @@ ComputeRates rates_for(const DeviceSpec& device, Precision precision) {
     }
   }
   rates.launch_overhead_s = device.launch_overhead_s;
+  rates.attention_dropout_slowdown = device.attention_dropout_slowdown;
   for (std::size_t i = 0; i < kStreamOps; ++i) {
     rates.stream_bytes_per_s[i] = device.op_bandwidth_bytes_per_s[i] > 0 ? device.op_bandwidth_bytes_per_s[i] : rates.memory_bytes_per_s;
   }
@@ -99,20 +100,23 @@ double interpolate(double x, const double* xs, const double* ys, int points) {
 
 }  // namespace
 
-AttentionTime fused_attention_time_s(double forward_flops, double unfused_gemms_forward_s, const ComputeRates& rates) {
+AttentionTime fused_attention_time_s(double forward_flops, double unfused_gemms_forward_s, const ComputeRates& rates,
+                                     bool dropout) {
   AttentionTime t;
   if (forward_flops <= 0) return t;
   constexpr double kBackwardFlopsPerForward = 2.5;
+  const double forward_slowdown = dropout ? rates.attention_dropout_slowdown[0] : 1.0;
+  const double backward_slowdown = dropout ? rates.attention_dropout_slowdown[1] : 1.0;
   if (rates.attention_points[0] == 0 || rates.attention_points[1] == 0) {
-    t.forward_s = 0.5 * unfused_gemms_forward_s;
-    t.backward_s = kBackwardFlopsPerForward * t.forward_s;
+    t.forward_s = 0.5 * unfused_gemms_forward_s * forward_slowdown;
+    t.backward_s = kBackwardFlopsPerForward * 0.5 * unfused_gemms_forward_s * backward_slowdown;
     return t;
   }
   const double x = std::log(forward_flops);
   const double forward_rate = interpolate(x, rates.attention_log_flops[0].data(), rates.attention_flops_per_s[0].data(), rates.attention_points[0]);
   const double backward_rate = interpolate(x, rates.attention_log_flops[1].data(), rates.attention_flops_per_s[1].data(), rates.attention_points[1]);
-  t.forward_s = forward_flops / forward_rate;
-  t.backward_s = kBackwardFlopsPerForward * forward_flops / backward_rate;
+  t.forward_s = forward_flops / forward_rate * forward_slowdown;
+  t.backward_s = kBackwardFlopsPerForward * forward_flops / backward_rate * backward_slowdown;
   return t;
 }
 

@@ -36,6 +36,7 @@ struct ComputeRates {
   std::array<double, kMaxGemmCurvePoints> attention_log_flops[2]{};
   std::array<double, kMaxGemmCurvePoints> attention_flops_per_s[2]{};
   double launch_overhead_s = 0;     // host time per kernel (0 = no floor)
+  std::array<double, 2> attention_dropout_slowdown{1, 1};  // DeviceSpec's: {forward, backward}
 };
 
 struct AttentionTime {
@@ -51,7 +52,11 @@ struct AttentionTime {
 // rates beyond them. Without a measured curve: the causal half of the
 // unfused Q K^T and P V GEMM time, `unfused_gemms_forward_s`, and 2.5x that
 // backward, with no memory-bound softmax or dropout passes.
-AttentionTime fused_attention_time_s(double forward_flops, double unfused_gemms_forward_s, const ComputeRates& rates);
+// With `dropout` (the model's p > 0) both are multiplied by the device's
+// attention_dropout_slowdown (the in-kernel RNG draws the mask in the forward
+// and again in the backward).
+AttentionTime fused_attention_time_s(double forward_flops, double unfused_gemms_forward_s, const ComputeRates& rates,
+                                     bool dropout);
 
 // `kernels` kernels that together take `device_s` on the device take at
 // least kernels x launch_overhead_s: the host issues them one by one and

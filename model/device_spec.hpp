@@ -84,6 +84,11 @@ struct DeviceSpec {
   // the fallback of compute_model.hpp, fused_attention_time_s).
   std::vector<AttentionRatePoint> attention_forward_curve;
   std::vector<AttentionRatePoint> attention_backward_curve;
+  // Fused attention with dropout (p > 0) over the same call without it:
+  // the kernel draws its mask from an in-kernel RNG in the forward and again
+  // in the backward (Dao 2023, FlashAttention-2, Sec. 3.1). {forward,
+  // backward}; {1, 1} = not modelled.
+  std::array<double, 2> attention_dropout_slowdown{1, 1};
 
   // The software stack on the device (`runtime:`; docs/cost-model.md, "Peak
   // memory" and "Launch floor"; 0 = not modelled, as on a CPU):

@@ -155,7 +155,8 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
   }
   if (fused && bp.fused_attention_flops_per_sample > 0) {
     const AttentionTime attention =
-        fused_attention_time_s(bp.fused_attention_flops_per_sample * b / ps.split.tensor_parallel, unfused_attention_gemms_s, rates);
+        fused_attention_time_s(bp.fused_attention_flops_per_sample * b / ps.split.tensor_parallel, unfused_attention_gemms_s, rates,
+                               bp.attention_dropout);
     c.forward_compute_s += attention.forward_s;
     c.backward_compute_s += attention.backward_s;
     core_forward_s += attention.forward_s;

@@ -155,6 +155,19 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
         problems.push_back({Severity::error, where + " key 'fwd_bwd_s'", "must exceed fwd_s (it includes the forward)"});
       }
       if (problems.size() == before) m.attention.push_back(a);
+    } else if (section == "attention_dropout") {
+      DeviceMeasurements::AttentionDropout a;
+      a.plain = {row.count("B"), row.count("H"), row.count("T"), row.count("D"), row.positive("fwd_s").value_or(0),
+                 row.positive("fwd_bwd_s").value_or(0)};
+      a.dropped = a.plain;
+      a.dropped.forward_s = row.positive("dropout_fwd_s").value_or(0);
+      a.dropped.forward_backward_s = row.positive("dropout_fwd_bwd_s").value_or(0);
+      a.dropout = row.positive("dropout").value_or(0);
+      if (problems.size() == before && !(a.plain.forward_backward_s > a.plain.forward_s &&
+                                         a.dropped.forward_backward_s > a.dropped.forward_s)) {
+        problems.push_back({Severity::error, where + " key 'fwd_bwd_s'", "must exceed fwd_s, with and without dropout"});
+      }
+      if (problems.size() == before) m.attention_dropout.push_back(a);
     } else if (section == "op") {
       DeviceMeasurements::Op op;
       op.op = row.text("op");
@@ -178,7 +191,7 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
       if (problems.size() == before) m.ops.push_back(op);
     } else {
       problems.push_back({Severity::warning, where + " key 'section'",
-                          "'" + section + "' is not one of: device, ceiling, gemm, attention, op; not used"});
+                          "'" + section + "' is not one of: device, ceiling, gemm, attention, attention_dropout, op; not used"});
     }
   }
   if (rows == 0) problems.push_back({Severity::error, file, "no measurements (one JSON object per line)"});
@@ -267,6 +280,16 @@ Loaded<MeasuredDeviceFigures> derive_device_figures(const DeviceMeasurements& m,
     f.attention_backward_curve.push_back({x, rounded("%.0f", 2.5 * flops / (a.forward_backward_s - a.forward_s) / 1e12) * 1e12});
   }
 
+  if (!m.attention_dropout.empty()) {
+    std::vector<double> forward, backward;
+    for (const auto& a : m.attention_dropout) {
+      forward.push_back(a.dropped.forward_s / a.plain.forward_s);
+      backward.push_back((a.dropped.forward_backward_s - a.dropped.forward_s) / (a.plain.forward_backward_s - a.plain.forward_s));
+    }
+    f.attention_dropout_slowdown = std::array<double, 2>{std::max(1.0, rounded("%.3f", median(forward))),
+                                                         std::max(1.0, rounded("%.3f", median(backward)))};
+  }
+
   // Op classes at the largest measured tokens x d, where the launch floor matters least.
   double largest = 0;
   for (const auto& op : m.ops) {
@@ -344,6 +367,7 @@ DeviceSpec apply_measured_figures(const DeviceSpec& base, const MeasuredDeviceFi
     d.attention_forward_curve = f.attention_forward_curve;
     d.attention_backward_curve = f.attention_backward_curve;
   }
+  if (f.attention_dropout_slowdown) d.attention_dropout_slowdown = *f.attention_dropout_slowdown;
   for (const auto& c : f.op_classes) d.op_bandwidth_bytes_per_s[static_cast<std::size_t>(c.op_class)] = c.bytes_per_s;
   if (f.launch_overhead_s > 0) d.launch_overhead_s = f.launch_overhead_s;
   d.threaded.reset();  // a CPU's per-thread figures do not describe the measured device
@@ -460,6 +484,19 @@ std::string measured_device_yaml(const DeviceSpec& d, const MeasuredDeviceFigure
       }
       y << "]\n";
     }
+  }
+  if (f.attention_dropout_slowdown) {
+    double p = 0;
+    for (const auto& a : m.attention_dropout) p = std::max(p, a.dropout);
+    y << "  # Measured fused attention with dropout over the same call without it\n"
+      << "  # (dropout " << number(p) << ", " << m.attention_dropout.size()
+      << " calls): the median of the forward ratios and of the backward-only ones.\n"
+      << "  attention_dropout_slowdown: {forward: " << format("%.3f", d.attention_dropout_slowdown[0])
+      << ", backward: " << format("%.3f", d.attention_dropout_slowdown[1]) << "}\n";
+  } else if (d.attention_dropout_slowdown[0] > 1 || d.attention_dropout_slowdown[1] > 1) {
+    y << "  attention_dropout_slowdown: {forward: " << format("%.3f", d.attention_dropout_slowdown[0])
+      << ", backward: " << format("%.3f", d.attention_dropout_slowdown[1]) << "}   # "
+      << kept("achievable.attention_dropout_slowdown") << "\n";
   }
   if (!f.op_classes.empty()) {
     y << "  # Measured memory-bound op classes, bf16 [tokens, d] kernels at the largest\n"

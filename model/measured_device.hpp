@@ -11,6 +11,8 @@
 //   ceiling:   what = "bf16_gemm_8192" (tflops_med) | "d2d_copy_1GiB" (gb_per_s_med, read + written) | others (kept as comments)
 //   gemm:      m, k, n, s_med, tflops_med              bf16 C[m,n] = A[m,k] B[k,n]
 //   attention: B, H, T, D, fwd_s, fwd_bwd_s            causal fused attention, bf16
+//   attention_dropout: B, H, T, D, dropout, fwd_s, fwd_bwd_s, dropout_fwd_s, dropout_fwd_bwd_s
+//              the same kernel timed without and with dropout p = `dropout`
 //   op:        op, and tokens, d, fwd_s, fwd_bwd_s     bf16 [tokens, d] kernels (layernorm, rmsnorm, gelu_tanh, silu, residual_add)
 //              | op = cross_entropy_fp32: tokens, vocab, fwd_s, fwd_bwd_s
 //              | op = adamw_fused_fp32: params, s
@@ -24,6 +26,7 @@
 // measured_device_yaml.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -61,6 +64,11 @@ struct DeviceMeasurements {
   };
   std::vector<Gemm> gemms;
   std::vector<Attention> attention;
+  struct AttentionDropout {
+    Attention plain, dropped;  // the same call without and with dropout
+    double dropout = 0;
+  };
+  std::vector<AttentionDropout> attention_dropout;
   std::vector<Op> ops;
 };
 
@@ -90,6 +98,9 @@ struct MeasuredDeviceFigures {
   int gemm_curve_measured = 0;             // GEMMs timed above twice the launch floor
   std::vector<AttentionRatePoint> attention_forward_curve;
   std::vector<AttentionRatePoint> attention_backward_curve;
+  // Median over attention_dropout rows of forward (with / without dropout)
+  // and of backward-only; nullopt when the file has no such rows.
+  std::optional<std::array<double, 2>> attention_dropout_slowdown;
   std::vector<OpClassFigure> op_classes;   // norm, activation, elementwise, cross_entropy, optimizer (those measured)
 };
 
@@ -102,6 +113,8 @@ struct MeasuredDeviceFigures {
 //   8 bins of equal count by intensity, the median intensity and residual of each;
 // - attention curves: forward and backward-only (2.5x forward FLOPs over
 //   fwd_bwd - fwd) rates by forward FLOPs;
+// - attention_dropout_slowdown: the medians of forward time with dropout over
+//   without, and of backward-only time likewise, over the attention_dropout rows;
 // - op classes: the traffic the cost model counts, forward + backward (3x
 //   forward), over the measured forward + backward time, median over the rows
 //   at the largest measured tokens x d; cross-entropy 10 bytes per logit

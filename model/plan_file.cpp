@@ -216,6 +216,8 @@ Json device_to_json(const DeviceSpec& device) {
   };
   j["attention_forward_curve"] = attention_curve(device.attention_forward_curve);
   j["attention_backward_curve"] = attention_curve(device.attention_backward_curve);
+  j["attention_dropout_slowdown"] = {{"forward", device.attention_dropout_slowdown[0]},
+                                     {"backward", device.attention_dropout_slowdown[1]}};
   j["runtime"] = {{"launch_overhead_s", device.launch_overhead_s},
                   {"context_bytes", device.context_bytes},
                   {"workspace_bytes", device.workspace_bytes},
@@ -342,6 +344,12 @@ void read_device(JsonObject& device, DeviceSpec& out) {
   // Optional: files written before fused attention and the stack's figures were modelled have none.
   read_attention_curve(device, "attention_forward_curve", out.attention_forward_curve);
   read_attention_curve(device, "attention_backward_curve", out.attention_backward_curve);
+  // Optional: files written before 2026-11-26 have none (read as not modelled).
+  if (auto slowdown = device.object("attention_dropout_slowdown", Need::optional)) {
+    out.attention_dropout_slowdown[0] = slowdown->number("forward", Need::required, 1, 10).value_or(1);
+    out.attention_dropout_slowdown[1] = slowdown->number("backward", Need::required, 1, 10).value_or(1);
+    slowdown->finish();
+  }
   if (auto runtime = device.object("runtime", Need::optional)) {
     out.launch_overhead_s = runtime->number("launch_overhead_s", Need::optional, 0, 1).value_or(0);
     out.context_bytes = runtime->number("context_bytes", Need::optional, 0, 1e18).value_or(0);

@@ -62,6 +62,7 @@ bool BlockProfile::same_as(const BlockProfile& o) const {
          core_attention_flops_per_sample == o.core_attention_flops_per_sample &&
          attention_scores_flops_per_sample == o.attention_scores_flops_per_sample &&
          fused_attention_flops_per_sample == o.fused_attention_flops_per_sample &&
+         attention_dropout == o.attention_dropout &&
          forward_kernels[0] == o.forward_kernels[0] && forward_kernels[1] == o.forward_kernels[1] &&
          same_2x2(largest_output_elements, o.largest_output_elements) &&
          loss_logit_elements[0] == o.loss_logit_elements[0] && loss_logit_elements[1] == o.loss_logit_elements[1] &&
@@ -146,6 +147,7 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
         if (op.core_attention) {
           bp.core_attention_flops_per_sample += op.forward_flops_per_sample;
           bp.fused_attention_flops_per_sample += op.forward_flops_per_sample / 2;  // causal: half the score matrix
+          bp.attention_dropout = model.transformer.dropout > 0;
         }
         if (op.kind == OpKind::attention_scores) bp.attention_scores_flops_per_sample += op.forward_flops_per_sample;
       } else {

@@ -48,6 +48,7 @@ struct BlockProfile {
   double attention_scores_flops_per_sample = 0;
   // A fused attention call's forward FLOPs: the causal half of Q K^T and P V.
   double fused_attention_flops_per_sample = 0;
+  bool attention_dropout = false;  // the model's dropout > 0 reaches core attention (fused: the kernel's in-kernel RNG)
   // Kernels the forward pass launches, [Attention]: one per op, the core
   // attention ops (Q K^T, softmax, dropout, P V) one together when fused.
   double forward_kernels[2] = {};

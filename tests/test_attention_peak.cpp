@@ -108,19 +108,54 @@ TEST(FusedAttention, PricedAtTheDevicesMeasuredRates) {
   EXPECT_NEAR(slow.backward_compute_s - fast.backward_compute_s, 2.5 * F / 50e12 - 2.5 * F / 200e12, 1e-9 * F / 50e12);
 }
 
+TEST(FusedAttention, DropoutSlowsTheKernelByTheDevicesMeasuredRatio) {
+  DeviceSpec device;
+  device.peak_flops_per_s[Dtype::bf16] = 1e15;
+  device.attention_forward_curve = {{1e10, 100e12}, {1e12, 300e12}};
+  device.attention_backward_curve = {{1e10, 50e12}, {1e12, 150e12}};
+  device.attention_dropout_slowdown = {1.9, 1.7};
+  const ComputeRates rates = rates_for(device, Precision::bf16);
+  const AttentionTime plain = fused_attention_time_s(1e11, 0, rates, false);
+  const AttentionTime dropped = fused_attention_time_s(1e11, 0, rates, true);
+  EXPECT_NEAR(dropped.forward_s, 1.9 * plain.forward_s, 1e-15);
+  EXPECT_NEAR(dropped.backward_s, 1.7 * plain.backward_s, 1e-15);
+  // Through the evaluator: a model with dropout pays (slowdown - 1) x its
+  // attention time per layer; the same model without dropout pays nothing.
+  auto layer = [](double dropout, std::array<double, 2> slowdown) {
+    ModelSpec model = must(load_model("gpt2-124m"));
+    model.transformer.dropout = dropout;
+    ClusterSpec c = must(load_cluster("dgx-h200"));
+    c.device.attention_dropout_slowdown = slowdown;
+    Plan plan = plan_with("dp=1", 8, 8);
+    plan.attention = Attention::fused;
+    const Evaluator evaluator(model, c, 1, 1024);
+    const auto costs = evaluator.block_costs(plan, place_axes(evaluator.topology(), plan.mesh));
+    return costs[static_cast<std::size_t>(evaluator.profile().uniform_layer_kind)];
+  };
+  const BlockCost none = layer(0.1, {1, 1}), slowed = layer(0.1, {1.9, 1.7}), no_dropout = layer(0.0, {1.9, 1.7});
+  const double s = 1024, h = 768, b = 8;
+  const double forward_flops = 2 * b * s * s * h;  // 2 B H T^2 D: the causal half of Q K^T and P V, H x D = h
+  const ComputeRates h200 = rates_for(must(load_cluster("dgx-h200")).device, Precision::bf16);
+  const AttentionTime at = fused_attention_time_s(forward_flops, 0, h200, false);
+  EXPECT_NEAR(slowed.forward_compute_s - none.forward_compute_s, 0.9 * at.forward_s, 1e-9);
+  EXPECT_NEAR(slowed.backward_compute_s - none.backward_compute_s, 0.7 * at.backward_s, 1e-9);
+  EXPECT_LT(no_dropout.forward_compute_s, slowed.forward_compute_s);
+  EXPECT_NEAR(no_dropout.forward_compute_s, layer(0.0, {1, 1}).forward_compute_s, 1e-15);
+}
+
 TEST(FusedAttention, CurveInterpolatesInLogFlopsAndFallsBackToHalfTheGemms) {
   DeviceSpec device;
   device.peak_flops_per_s[Dtype::bf16] = 1e15;
   device.attention_forward_curve = {{1e10, 100e12}, {1e12, 300e12}};
   device.attention_backward_curve = {{1e10, 50e12}, {1e12, 150e12}};
   const ComputeRates rates = rates_for(device, Precision::bf16);
-  const AttentionTime mid = fused_attention_time_s(1e11, 0, rates);  // halfway in ln: 200 and 100 TFLOP/s
+  const AttentionTime mid = fused_attention_time_s(1e11, 0, rates, false);  // halfway in ln: 200 and 100 TFLOP/s
   EXPECT_NEAR(mid.forward_s, 1e11 / 200e12, 1e-18);
   EXPECT_NEAR(mid.backward_s, 2.5e11 / 100e12, 1e-18);
-  const AttentionTime below = fused_attention_time_s(1e9, 0, rates);  // the end rates beyond the points
+  const AttentionTime below = fused_attention_time_s(1e9, 0, rates, false);  // the end rates beyond the points
   EXPECT_NEAR(below.forward_s, 1e9 / 100e12, 1e-18);
   device.attention_forward_curve.clear();
-  const AttentionTime fallback = fused_attention_time_s(1e11, 0.4, rates_for(device, Precision::bf16));
+  const AttentionTime fallback = fused_attention_time_s(1e11, 0.4, rates_for(device, Precision::bf16), false);
   EXPECT_DOUBLE_EQ(fallback.forward_s, 0.2);
   EXPECT_DOUBLE_EQ(fallback.backward_s, 0.5);
 }
@@ -234,7 +269,7 @@ TEST(LaunchFloor, SmallKernelsWaitForTheHost) {
 }
 
 // The presets carry the measured figures; H200 differs only in HBM.
-TEST(MeasuredPresets, H100CarriesItsMeasurementsAndH200OnlyScalesHbm) {
+TEST(MeasuredPresets, H100AndH200EachCarryTheirOwnMeasurements) {
   const DeviceSpec h100 = must(load_device("h100-sxm"));
   const DeviceSpec h200 = must(load_device("h200"));
   EXPECT_NEAR(h100.gemm_efficiency, 795.2 / 989.4, 1e-3);
@@ -245,14 +280,24 @@ TEST(MeasuredPresets, H100CarriesItsMeasurementsAndH200OnlyScalesHbm) {
   EXPECT_DOUBLE_EQ(h100.context_bytes, 400 * kMiB);
   EXPECT_DOUBLE_EQ(h100.workspace_bytes, 32 * kMiB);
   EXPECT_EQ(h100.l2_bandwidth_bytes_per_s, 0);  // no citable measurement; the curve carries it
+  // H200: the same GH100 compute (datasheet peaks), its own HBM3e and its own
+  // measurements (tests/data/h200-measured.jsonl).
   EXPECT_DOUBLE_EQ(h200.memory_bandwidth_bytes_per_s, 4800e9);
-  EXPECT_DOUBLE_EQ(h200.memory_bytes, 141 * kGiB);
+  EXPECT_NEAR(h200.memory_bytes, 139.8 * kGiB, 1e-9 * kGiB);  // what the card reports, not the datasheet's 141 GB
   EXPECT_EQ(h200.peak_flops_per_s, h100.peak_flops_per_s);
-  EXPECT_EQ(h200.gemm_efficiency, h100.gemm_efficiency);
-  EXPECT_EQ(h200.launch_overhead_s, h100.launch_overhead_s);
-  ASSERT_EQ(h200.gemm_curve.size(), h100.gemm_curve.size());
-  for (std::size_t i = 0; i < h100.gemm_curve.size(); ++i) EXPECT_EQ(h200.gemm_curve[i].fraction, h100.gemm_curve[i].fraction);
-  EXPECT_EQ(h200.op_bandwidth_bytes_per_s, h100.op_bandwidth_bytes_per_s);
+  EXPECT_NEAR(h200.gemm_efficiency, 774.5 / 989.4, 1e-3);
+  EXPECT_DOUBLE_EQ(h200.launch_overhead_s, 20.9e-6);
+  EXPECT_EQ(h200.gemm_curve.size(), 8u);
+  EXPECT_EQ(h200.attention_forward_curve.size(), 6u);
+  // Memory-bound classes stream faster on the faster HBM, each measured.
+  for (StreamOp op : {StreamOp::norm, StreamOp::activation, StreamOp::elementwise, StreamOp::cross_entropy, StreamOp::optimizer}) {
+    const auto i = static_cast<std::size_t>(op);
+    EXPECT_GT(h200.op_bandwidth_bytes_per_s[i], h100.op_bandwidth_bytes_per_s[i]) << to_string(op);
+  }
+  // Dropout's slowdown of fused attention: measured on the H200, carried to the H100 (same SMs and clocks).
+  EXPECT_DOUBLE_EQ(h200.attention_dropout_slowdown[0], 1.927);
+  EXPECT_DOUBLE_EQ(h200.attention_dropout_slowdown[1], 1.768);
+  EXPECT_EQ(h100.attention_dropout_slowdown, h200.attention_dropout_slowdown);
 }
 
 TEST(MeasuredPresets, BadRuntimeAndAttentionCurvesAreNamedErrors) {

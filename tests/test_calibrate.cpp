@@ -501,6 +501,12 @@ TEST(CalibrateFrom, WritesTheCommittedH100PresetByteForByte) {
   EXPECT_EQ(r.out, read_text(fs::path(MESHPLAN_SOURCE_ROOT) / "presets/devices/h100-sxm.yaml"));
 }
 
+TEST(CalibrateFrom, WritesTheCommittedH200PresetByteForByte) {
+  const CliRun r = run_in_source({"calibrate", "--from", "tests/data/h200-measured.jsonl", "--base", "h200"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, read_text(fs::path(MESHPLAN_SOURCE_ROOT) / "presets/devices/h200.yaml"));
+}
+
 TEST(CalibrateFrom, DatasheetFlagsAloneGiveTheH100PresetsMeasuredFigures) {
   const fs::path out = temp_path("h100-from-flags.yaml");
   const CliRun r = run_in_source({"calibrate", "--from", "tests/data/h100-measured.jsonl", "--name", "h100-check",

@@ -71,27 +71,31 @@ TEST(MeasuredDevice, ReproducesTheH100PresetFromItsRows) {
 // h200 is the same compute die with HBM3e: it carries h100-sxm's measured
 // curves unchanged (its header says so), so a regenerated h100-sxm must not
 // leave it behind.
-TEST(MeasuredDevice, H200CarriesTheH100Curves) {
-  const auto h100 = load_device("h100-sxm");
-  const auto h200 = load_device("h200");
-  ASSERT_TRUE(h100.ok() && h200.ok());
-  const DeviceSpec &a = h100.value, &b = h200.value;
-  EXPECT_DOUBLE_EQ(a.gemm_efficiency, b.gemm_efficiency);
-  EXPECT_DOUBLE_EQ(a.memory_efficiency, b.memory_efficiency);
-  EXPECT_DOUBLE_EQ(a.launch_overhead_s, b.launch_overhead_s);
-  EXPECT_EQ(a.compute_units, b.compute_units);
-  ASSERT_EQ(a.gemm_curve.size(), b.gemm_curve.size());
-  for (std::size_t i = 0; i < a.gemm_curve.size(); ++i) {
-    EXPECT_DOUBLE_EQ(a.gemm_curve[i].intensity, b.gemm_curve[i].intensity);
-    EXPECT_DOUBLE_EQ(a.gemm_curve[i].fraction, b.gemm_curve[i].fraction);
-  }
-  ASSERT_EQ(a.attention_forward_curve.size(), b.attention_forward_curve.size());
-  for (std::size_t i = 0; i < a.attention_forward_curve.size(); ++i) {
-    EXPECT_DOUBLE_EQ(a.attention_forward_curve[i].flops_per_s, b.attention_forward_curve[i].flops_per_s);
-    EXPECT_DOUBLE_EQ(a.attention_backward_curve[i].flops_per_s, b.attention_backward_curve[i].flops_per_s);
-  }
-  EXPECT_EQ(a.op_bandwidth_bytes_per_s, b.op_bandwidth_bytes_per_s);
-  EXPECT_GT(b.memory_bandwidth_bytes_per_s, a.memory_bandwidth_bytes_per_s);  // what HBM3e changes
+TEST(MeasuredDevice, AttentionDropoutRowsGiveTheMedianSlowdowns) {
+  // Three calls: forward ratios 1.5, 2, 3 and backward-only ratios 1.2, 1.8, 1.4.
+  const std::string text =
+      R"({"section": "attention_dropout", "B": 1, "H": 8, "T": 1024, "D": 64, "dropout": 0.1, "fwd_s": 1.0, "fwd_bwd_s": 3.0, "dropout_fwd_s": 1.5, "dropout_fwd_bwd_s": 3.9})"
+      "\n"
+      R"({"section": "attention_dropout", "B": 2, "H": 8, "T": 1024, "D": 64, "dropout": 0.1, "fwd_s": 1.0, "fwd_bwd_s": 2.0, "dropout_fwd_s": 2.0, "dropout_fwd_bwd_s": 3.8})"
+      "\n"
+      R"({"section": "attention_dropout", "B": 4, "H": 8, "T": 1024, "D": 64, "dropout": 0.1, "fwd_s": 1.0, "fwd_bwd_s": 2.0, "dropout_fwd_s": 3.0, "dropout_fwd_bwd_s": 4.4})"
+      "\n";
+  const auto measured = parse_device_measurements(text, "dropout.jsonl");
+  ASSERT_TRUE(measured.ok()) << describe(measured.problems.front());
+  ASSERT_EQ(measured.value.attention_dropout.size(), 3u);
+  const auto figures = derive_device_figures(measured.value, datasheet());
+  ASSERT_TRUE(figures.ok());
+  ASSERT_TRUE(figures.value.attention_dropout_slowdown.has_value());
+  EXPECT_DOUBLE_EQ((*figures.value.attention_dropout_slowdown)[0], 2.0);
+  EXPECT_DOUBLE_EQ((*figures.value.attention_dropout_slowdown)[1], 1.4);
+  const DeviceSpec device = apply_measured_figures(datasheet(), figures.value, measured.value);
+  EXPECT_DOUBLE_EQ(device.attention_dropout_slowdown[0], 2.0);
+  // A row whose backward is not longer than its forward is an error naming the line.
+  const auto bad = parse_device_measurements(
+      R"({"section": "attention_dropout", "B": 1, "H": 8, "T": 1024, "D": 64, "dropout": 0.1, "fwd_s": 1.0, "fwd_bwd_s": 3.0, "dropout_fwd_s": 1.5, "dropout_fwd_bwd_s": 1.2})",
+      "bad.jsonl");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(describe(bad.problems.front()).find("bad.jsonl:1"), std::string::npos) << describe(bad.problems.front());
 }
 
 TEST(MeasuredDevice, TheWrittenPresetLoadsWithTheSameFigures) {
