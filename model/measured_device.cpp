@@ -75,16 +75,17 @@ constexpr CountedKernel kCountedKernels[] = {
     {"silu", StreamOp::activation, 2},      {"residual_add", StreamOp::elementwise, 3},
 };
 constexpr double kBf16Bytes = 2;
-// Cross-entropy over bf16 logits upcast to fp32: 10 bytes per logit forward
-// (bf16 read, fp32 written, fp32 read again by the loss).
-constexpr double kCrossEntropyBytesPerLogit = 10;
+// The fused cross-entropy the cost model prices (build_transformer.cpp,
+// head.loss): bf16 logits read twice forward, 4 bytes per logit.
+constexpr double kCrossEntropyBytesPerLogit = 4;
 // AdamW as the cost model counts it per parameter (model/evaluate.cpp):
 // fp32 master weight and two moments read and written (2 x 12), the bf16
 // gradient read (2), the bf16 weight written (2). The measured fused kernel
 // ran fp32 tensors: 4 read and 3 written, 28 bytes as well.
 constexpr double kOptimizerBytesPerParameter = 28;
 // Measurement kernels that are known and used; any other op is a warning.
-constexpr const char* kCrossEntropyOp = "cross_entropy_fp32";
+constexpr const char* kCrossEntropyOp = "cross_entropy_compiled";  // the fused loss (torch.compile)
+constexpr const char* kEagerCrossEntropyOp = "cross_entropy_fp32";  // read, not used for the class
 constexpr const char* kOptimizerOp = "adamw_fused_fp32";
 // Where the written source: text says what was measured; a base written by
 // calibrate --from before keeps only what precedes it, so rewriting is idempotent.
@@ -176,11 +177,16 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
         op.width = row.count("d");
         op.forward_s = row.positive("fwd_s").value_or(0);
         op.forward_backward_s = row.positive("fwd_bwd_s").value_or(0);
-      } else if (op.op == kCrossEntropyOp) {
+      } else if (op.op == kCrossEntropyOp || op.op == kEagerCrossEntropyOp) {
         op.tokens = row.count("tokens");
         op.vocab = row.count("vocab");
         op.forward_s = row.positive("fwd_s").value_or(0);
         op.forward_backward_s = row.positive("fwd_bwd_s").value_or(0);
+        if (op.op == kEagerCrossEntropyOp) {
+          problems.push_back({Severity::warning, where + " key 'op'",
+                              "'" + op.op + "' is the eager loss; the cost model prices the fused one (" + kCrossEntropyOp +
+                                  " rows, scripts/gpu/measure_loss.py): not used for the cross_entropy rate"});
+        }
       } else if (op.op == kOptimizerOp) {
         op.parameters = row.count("params");
         op.step_s = row.positive("s").value_or(0);
@@ -317,8 +323,8 @@ Loaded<MeasuredDeviceFigures> derive_device_figures(const DeviceMeasurements& m,
       OpClassFigure& c = figure_for(StreamOp::cross_entropy);
       c.rows_bytes_per_s.push_back(3 * kCrossEntropyBytesPerLogit * static_cast<double>(op.tokens) *
                                    static_cast<double>(op.vocab) / op.forward_backward_s);
-      c.kernels = "fp32 cross-entropy over bf16 logits";
-      c.counted = "10 bytes per logit forward (bf16 read, fp32 written and read), 3x that forward + backward";
+      c.kernels = "compiled (fused) fp32 cross-entropy over bf16 logits";
+      c.counted = "4 bytes per logit forward (the bf16 logits read twice), 3x that forward + backward";
     }
   }
   for (const auto& op : m.ops) {

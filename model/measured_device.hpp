@@ -14,7 +14,8 @@
 //   attention_dropout: B, H, T, D, dropout, fwd_s, fwd_bwd_s, dropout_fwd_s, dropout_fwd_bwd_s
 //              the same kernel timed without and with dropout p = `dropout`
 //   op:        op, and tokens, d, fwd_s, fwd_bwd_s     bf16 [tokens, d] kernels (layernorm, rmsnorm, gelu_tanh, silu, residual_add)
-//              | op = cross_entropy_fp32: tokens, vocab, fwd_s, fwd_bwd_s
+//              | op = cross_entropy_compiled: tokens, vocab, fwd_s, fwd_bwd_s   the fused loss
+//              | op = cross_entropy_fp32: the same, eager (a warning: not used for the rate)
 //              | op = adamw_fused_fp32: params, s
 // Other sections and ops are reported as warnings and not used.
 //
@@ -117,8 +118,8 @@ struct MeasuredDeviceFigures {
 //   without, and of backward-only time likewise, over the attention_dropout rows;
 // - op classes: the traffic the cost model counts, forward + backward (3x
 //   forward), over the measured forward + backward time, median over the rows
-//   at the largest measured tokens x d; cross-entropy 10 bytes per logit
-//   forward; the optimizer 28 bytes per parameter over the step.
+//   at the largest measured tokens x d; the fused cross-entropy 4 bytes per
+//   logit forward; the optimizer 28 bytes per parameter over the step.
 // Errors when the base has no bf16 peak or memory bandwidth.
 Loaded<MeasuredDeviceFigures> derive_device_figures(const DeviceMeasurements& measured, const DeviceSpec& base);
 

@@ -34,6 +34,7 @@ using namespace testing_support;
 struct Measured {
   double fastest_s = 0;     // the faster of eager and compiled
   double eager_bytes = 0;   // device memory in use after the eager steps (0 = not run)
+  bool compiled = false;    // a compiled run exists (else the time is eager's alone: not compared)
 };
 using Case = std::tuple<std::string, std::int64_t, std::int64_t, std::string>;  // model, seq, micro-batch, recompute
 
@@ -49,6 +50,7 @@ std::map<Case, Measured> read_cases(const std::vector<std::string>& files) {
       const double step = row["step_s"];
       if (m.fastest_s == 0 || step < m.fastest_s) m.fastest_s = step;
       if (row["mode"] == "eager") m.eager_bytes = row["device_used_bytes"];
+      if (row["mode"] != "eager") m.compiled = true;
     }
   }
   return cases;
@@ -79,7 +81,7 @@ Errors compare(const std::vector<std::string>& files) {
     const PlanEstimate estimate = Evaluator(model, cluster, 1, seq).evaluate(plan);
     ++e.cases;
     if (!estimate.fits) ++e.called_too_big;
-    e.time.push_back(std::abs(estimate.time.step_s / measured.fastest_s - 1));
+    if (measured.compiled) e.time.push_back(std::abs(estimate.time.step_s / measured.fastest_s - 1));
     if (measured.eager_bytes > 0) e.memory.push_back(std::abs(estimate.worst_memory.total_bytes() / measured.eager_bytes - 1));
   }
   return e;
@@ -87,16 +89,19 @@ Errors compare(const std::vector<std::string>& files) {
 
 TEST(GoldenH200Steps, EveryMeasuredCaseIsComparedAndNoneThatTrainedIsCalledTooBig) {
   const Errors e = compare({"h200-steps.jsonl", "h200-steps-holdout.jsonl"});
-  EXPECT_EQ(e.cases, 22);  // 16 cases + 6 holdout
+  EXPECT_EQ(e.cases, 22);       // 16 cases + 6 holdout
+  EXPECT_EQ(e.time.size(), 20u);  // all but the two eager-only cases
   EXPECT_EQ(e.called_too_big, 0);
 }
 
-// Measured in this tree: median 4.6% (16 cases), holdout median 3.0% (6 cases).
-TEST(GoldenH200Steps, StepTimeMedianWithinTenPercentOfTheFastestRun) {
-  const Errors seen = compare({"h200-steps.jsonl"});
-  const Errors holdout = compare({"h200-steps-holdout.jsonl"});
-  EXPECT_LE(median(seen.time), 0.10);
-  EXPECT_LE(median(holdout.time), 0.10);
+// Issue 15's targets: median <= 10%, worst <= 25%. Measured in this tree:
+// median 6.1% and worst 16.2% (14 cases), holdout median 6.2% and worst 14.9% (6).
+TEST(GoldenH200Steps, StepTimeAgainstTheFastestRunMeetsTheTargets) {
+  for (const char* file : {"h200-steps.jsonl", "h200-steps-holdout.jsonl"}) {
+    const Errors e = compare({file});
+    EXPECT_LE(median(e.time), 0.10) << file;
+    EXPECT_LE(*std::max_element(e.time.begin(), e.time.end()), 0.25) << file;
+  }
 }
 
 // Measured in this tree: median 5.0% over the 16 eager runs, 5.3% over the 6 holdout ones.

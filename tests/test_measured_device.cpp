@@ -98,6 +98,34 @@ TEST(MeasuredDevice, AttentionDropoutRowsGiveTheMedianSlowdowns) {
   EXPECT_NE(describe(bad.problems.front()).find("bad.jsonl:1"), std::string::npos) << describe(bad.problems.front());
 }
 
+TEST(MeasuredDevice, TheLossRateComesFromTheFusedLossAndTheEagerOneIsAWarning) {
+  // 1000 x 1000 logits: the fused loss counts 4 bytes per logit forward, 3x that
+  // forward + backward: 12e6 bytes over 1e-3 s = 12 GB/s. The eager row, 4x
+  // slower, must not move it.
+  const std::string text =
+      R"({"section": "op", "op": "cross_entropy_compiled", "tokens": 1000, "vocab": 1000, "fwd_s": 0.0004, "fwd_bwd_s": 0.001})"
+      "\n"
+      R"({"section": "op", "op": "cross_entropy_fp32", "tokens": 1000, "vocab": 1000, "fwd_s": 0.002, "fwd_bwd_s": 0.004})"
+      "\n";
+  const auto measured = parse_device_measurements(text, "loss.jsonl");
+  ASSERT_TRUE(measured.ok());
+  ASSERT_EQ(measured.problems.size(), 1u);
+  EXPECT_NE(describe(measured.problems.front()).find("loss.jsonl:2"), std::string::npos);
+  EXPECT_NE(describe(measured.problems.front()).find("the eager loss"), std::string::npos);
+  const auto figures = derive_device_figures(measured.value, datasheet());
+  ASSERT_TRUE(figures.ok());
+  const DeviceSpec device = apply_measured_figures(datasheet(), figures.value, measured.value);
+  EXPECT_DOUBLE_EQ(device.op_bandwidth_bytes_per_s[static_cast<std::size_t>(StreamOp::cross_entropy)], 12e9);
+  // Eager rows alone leave the class unmeasured (the copy bandwidth prices it).
+  const auto eager_only = parse_device_measurements(
+      R"({"section": "op", "op": "cross_entropy_fp32", "tokens": 1000, "vocab": 1000, "fwd_s": 0.002, "fwd_bwd_s": 0.004})", "e.jsonl");
+  const auto eager_figures = derive_device_figures(eager_only.value, datasheet());
+  ASSERT_TRUE(eager_figures.ok());
+  EXPECT_EQ(apply_measured_figures(datasheet(), eager_figures.value, eager_only.value)
+                .op_bandwidth_bytes_per_s[static_cast<std::size_t>(StreamOp::cross_entropy)],
+            datasheet().op_bandwidth_bytes_per_s[static_cast<std::size_t>(StreamOp::cross_entropy)]);
+}
+
 TEST(MeasuredDevice, TheWrittenPresetLoadsWithTheSameFigures) {
   const auto measured = parse_device_measurements(read_text(kFile), "h100-measured.jsonl");
   const auto figures = derive_device_figures(measured.value, datasheet());
