@@ -53,8 +53,8 @@ struct AttentionTime {
 // unfused Q K^T and P V GEMM time, `unfused_gemms_forward_s`, and 2.5x that
 // backward, with no memory-bound softmax or dropout passes.
 // With `dropout` (the model's p > 0) both are multiplied by the device's
-// attention_dropout_slowdown (the in-kernel RNG draws the mask in the forward
-// and again in the backward).
+// measured attention_dropout_slowdown (the kernel that can draw the mask,
+// against the one the curves measured).
 AttentionTime fused_attention_time_s(double forward_flops, double unfused_gemms_forward_s, const ComputeRates& rates,
                                      bool dropout);
 

@@ -85,9 +85,11 @@ struct DeviceSpec {
   std::vector<AttentionRatePoint> attention_forward_curve;
   std::vector<AttentionRatePoint> attention_backward_curve;
   // Fused attention with dropout (p > 0) over the same call without it:
-  // the kernel draws its mask from an in-kernel RNG in the forward and again
-  // in the backward (Dao 2023, FlashAttention-2, Sec. 3.1). {forward,
-  // backward}; {1, 1} = not modelled.
+  // the stack runs a kernel that can draw the mask (an in-kernel RNG in the
+  // forward and again in the backward, Dao 2023, FlashAttention-2, Sec. 3.1),
+  // which in PyTorch 2.11 is the flash kernel, slower than the one it picks
+  // without dropout (docs/cost-model.md). {forward, backward}; {1, 1} = not
+  // modelled.
   std::array<double, 2> attention_dropout_slowdown{1, 1};
 
   // The software stack on the device (`runtime:`; docs/cost-model.md, "Peak
