@@ -491,18 +491,17 @@ std::string measured_device_yaml(const DeviceSpec& d, const MeasuredDeviceFigure
       y << "]\n";
     }
   }
+  const std::string slowdown_line = "  attention_dropout_slowdown: {forward: " + format("%.3f", d.attention_dropout_slowdown[0]) +
+                                    ", backward: " + format("%.3f", d.attention_dropout_slowdown[1]) + "}";
   if (f.attention_dropout_slowdown) {
     double p = 0;
     for (const auto& a : m.attention_dropout) p = std::max(p, a.dropout);
     y << "  # Measured fused attention with dropout over the same call without it\n"
       << "  # (dropout " << number(p) << ", " << m.attention_dropout.size()
       << " calls): the median of the forward ratios and of the backward-only ones.\n"
-      << "  attention_dropout_slowdown: {forward: " << format("%.3f", d.attention_dropout_slowdown[0])
-      << ", backward: " << format("%.3f", d.attention_dropout_slowdown[1]) << "}\n";
+      << slowdown_line << "\n";
   } else if (d.attention_dropout_slowdown[0] > 1 || d.attention_dropout_slowdown[1] > 1) {
-    y << "  attention_dropout_slowdown: {forward: " << format("%.3f", d.attention_dropout_slowdown[0])
-      << ", backward: " << format("%.3f", d.attention_dropout_slowdown[1]) << "}   # "
-      << kept("achievable.attention_dropout_slowdown") << "\n";
+    y << slowdown_line << "   # " << kept("achievable.attention_dropout_slowdown") << "\n";
   }
   if (!f.op_classes.empty()) {
     y << "  # Measured memory-bound op classes, bf16 [tokens, d] kernels at the largest\n"

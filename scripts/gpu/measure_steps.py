@@ -21,7 +21,6 @@ Usage: python3 scripts/gpu/measure_steps.py OUT.jsonl [--deadline SECONDS] [--ca
 import argparse
 import contextlib
 import json
-import math
 import os
 import statistics
 import sys
