@@ -283,16 +283,12 @@ class TransformerBuilder {
     // Cross-entropy in fp32 over the logits. Memory: the unfused loss of an
     // eager step (Megatron-LM and autocast cast the logits to float), the
     // largest the loss can hold: fp32 logits, 4 bytes. Time: the fused loss
-    // today's fastest stacks run (torch.compile, Megatron's and llm.c's fused
-    // kernels), which never writes fp32 logits: it reads the logits twice
-    // forward (the max pass, then the exp-sum pass), and its backward reads
-    // them and writes their gradient (the generic 2x forward). Measured on an
-    // H200: 3.7x faster than the eager loss (docs/validation-h200.md).
+    // (layer_graph.hpp, kLossLogitPasses).
     Op loss = make_op("head.loss", OpKind::cross_entropy, block);
     loss.forward_flops_per_sample = 5 * s * vocab;
     loss.output_elements_per_sample = 1;
     loss.saved = {{"logits (fp32)", s * vocab, 4, true, false}};
-    loss.memory_elements_per_sample = 2 * s * vocab;  // read the logits twice
+    loss.memory_elements_per_sample = kLossLogitPasses * s * vocab;
     loss.tensor_parallel_region = true;
     const OpId loss_id = g.add_op(loss);
     g.connect(lm_head_id, loss_id);

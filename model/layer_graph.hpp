@@ -24,6 +24,13 @@
 
 namespace meshplan {
 
+// The loss's time is the fused cross-entropy today's fastest stacks run
+// (torch.compile, Megatron's and llm.c's fused kernels): it reads the logits
+// this many times forward (the max pass, then the exp-sum pass) and never
+// writes fp32 logits; its backward is the generic 2x forward. The memory
+// model keeps the eager loss's fp32 logits instead (docs/cost-model.md).
+inline constexpr double kLossLogitPasses = 2;
+
 enum class OpKind {
   gemm,              // dense matmul with weights (m x k) . (k x n)
   attention_scores,  // Q K^T, batched over heads
@@ -33,7 +40,7 @@ enum class OpKind {
   elementwise,       // residual adds, dropout, ReLU, bias
   activation,        // transcendental activations: GELU, SiLU / SwiGLU
   embedding,         // table lookup
-  cross_entropy,
+  cross_entropy,     // the loss; its traffic: kLossLogitPasses below
   conv,
   pool,
 };

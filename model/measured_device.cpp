@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "model/compute_model.hpp"
+#include "model/layer_graph.hpp"
 #include "model/text.hpp"
 
 namespace meshplan {
@@ -75,9 +76,9 @@ constexpr CountedKernel kCountedKernels[] = {
     {"silu", StreamOp::activation, 2},      {"residual_add", StreamOp::elementwise, 3},
 };
 constexpr double kBf16Bytes = 2;
-// The fused cross-entropy the cost model prices (build_transformer.cpp,
-// head.loss): bf16 logits read twice forward, 4 bytes per logit.
-constexpr double kCrossEntropyBytesPerLogit = 4;
+// The fused cross-entropy the cost model prices (layer_graph.hpp,
+// kLossLogitPasses): bf16 logits read that many times forward.
+constexpr double kCrossEntropyBytesPerLogit = kLossLogitPasses * kBf16Bytes;
 // AdamW as the cost model counts it per parameter (model/evaluate.cpp):
 // fp32 master weight and two moments read and written (2 x 12), the bf16
 // gradient read (2), the bf16 weight written (2). The measured fused kernel
