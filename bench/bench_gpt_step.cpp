@@ -1,7 +1,8 @@
 // One training step of a GPT-2-small-shaped model on this machine's CPU:
 // forward + backward + global-norm clipping + AdamW, timed by the real
-// trainer (exec::train reports each step's wall time, data included), in
-// tokens per second. bench/torch_gpt_step.py times the same step in PyTorch
+// trainer (the executor's GPT on the mesh of one device, as `meshplan train`
+// runs a one-device plan; train_parallel reports each step's wall time, data
+// included), in tokens per second. bench/torch_gpt_step.py times the same step in PyTorch
 // and bench/compare_gpt_step.sh runs both with the same threads and prints
 // the ratio (issue "Executor core": target >= 1.0, stretch 1.3).
 //
@@ -37,9 +38,14 @@
 
 #include "executor/data/loader.hpp"
 #include "executor/data/random.hpp"
-#include "executor/model/model.hpp"
+#include "executor/comm/communicator.hpp"
+#include "executor/comm/mesh_comms.hpp"
+#include "executor/model/parameters.hpp"
+#include "executor/parallel/parallel_gpt.hpp"
+#include "executor/parallel/parallel_trainer.hpp"
 #include "executor/train/trainer.hpp"
 #include "model/model_spec.hpp"
+#include "model/plan.hpp"
 
 namespace {
 using namespace meshplan;
@@ -132,8 +138,18 @@ int main(int argc, char** argv) {
   const int omp_threads = 0;  // the kernels are built without OpenMP
 #endif
 
-  Loaded<std::unique_ptr<exec::Model<float>>> model = exec::make_model<float>(spec.value, 1, o.batch, o.seq);
-  if (!model.ok()) {
+  Plan plan;
+  plan.mesh = parse_mesh("dp=1", "mesh").value;
+  plan.micro_batch = o.batch;
+  plan.global_batch = o.batch;
+  plan.precision = Precision::fp32;
+  plan.schedule = *parse_schedule("1f1b");
+  auto world = exec::comm::make_self_communicator("world");
+  auto groups = exec::comm::MeshCommunicators::create(*world, plan.mesh);
+  auto model = groups.ok() ? exec::parallel::ParallelGpt::create(spec.value, plan, groups.value, 1, o.seq)
+                           : Loaded<std::unique_ptr<exec::parallel::ParallelGpt>>{};
+  if (!groups.ok() || !model.ok()) {
+    for (const Problem& p : groups.problems) std::cerr << "bench_gpt_step: " << describe(p) << "\n";
     for (const Problem& p : model.problems) std::cerr << "bench_gpt_step: " << describe(p) << "\n";
     return 1;
   }
@@ -158,7 +174,7 @@ int main(int argc, char** argv) {
     cpu_before = cpu_now;
     std::fprintf(stderr, "  step %lld: %.3f s, loss %.4f\n", static_cast<long long>(r.step), r.step_s, r.loss);
   };
-  const exec::TrainResult result = exec::train(*model.value, loader, train);
+  const exec::TrainResult result = exec::parallel::train_parallel(*model.value, plan, loader, train);
   if (!result.ok()) {
     for (const Problem& p : result.problems) std::cerr << "bench_gpt_step: " << describe(p) << "\n";
     return 1;
@@ -172,7 +188,7 @@ int main(int argc, char** argv) {
   const double median_cpu = median_of(cpu_s);
   const double fastest = *std::min_element(step_s.begin(), step_s.end());
   const double tokens = static_cast<double>(o.batch * o.seq);
-  const std::int64_t parameters = model.value->parameters().layout.total_elements;
+  const std::int64_t parameters = exec::parameter_layout(spec.value).value.total_elements;
 
   std::printf("threads: OpenBLAS %d, OpenMP %d\n", openblas_get_num_threads(), omp_threads);
   std::printf("%-10s %-12s %10s %3s %5s %8s %6s %12s %12s %12s %14s\n", "impl", "model", "params", "B", "T",

@@ -85,24 +85,12 @@ std::string gib_text(double bytes) {
   return text;
 }
 
-// The world size, sequence and precision rules of validate_plan, checked on a
-// one-axis probe plan before the search builds a topology for --gpus devices
-// (as `meshplan plan` checks a job, cli/search_options.cpp).
+// job_problems (model/validate.hpp) before the search builds a topology for
+// --gpus devices, named by flag.
 Problems plannable(const ModelSpec& model, const ClusterSpec& cluster, const PlanFlags& f, Precision precision) {
-  Plan probe;
-  probe.mesh.axes = {{Axis::dp, f.gpus}};
-  probe.global_batch = f.gpus;
-  probe.seq_len = f.seq;
-  probe.precision = precision;
   const std::int64_t seq_len = f.seq > 0 ? f.seq : model.default_seq_len();
-  Problems problems;
-  for (auto& p : validate_plan(model, build_layer_graph(model, seq_len), cluster, Deployment{f.gpus, 0}, probe)) {
-    if (p.severity != Severity::error) continue;
-    if (p.where == "world_size" || p.where == "seq_len" || p.where == "precision") {
-      p.where = flag_for_field(p.where);
-      problems.push_back(std::move(p));
-    }
-  }
+  Problems problems = job_problems(model, build_layer_graph(model, seq_len), cluster, f.gpus, f.seq, precision);
+  for (Problem& p : problems) p.where = flag_for_field(p.where);
   return problems;
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "cli/plan_options.hpp"
 #include "model/default_batch.hpp"
 #include "model/layer_graph.hpp"
 #include "model/validate.hpp"
@@ -235,8 +236,7 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
   }
   if (has_errors(problems)) return result;
 
-  // Whether each job can be planned at all: the rules of validate_plan about
-  // the world size, the sequence and the precision, on a one-axis plan.
+  // Whether each job can be planned at all (job_problems, model/validate.hpp).
   std::set<std::string> seen;
   for (const ModelSpec& model : models) {
     const std::int64_t seq_len = f.seq > 0 ? f.seq : model.default_seq_len();
@@ -249,18 +249,8 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
       for (std::int64_t world : gpus.value) {
         bool plannable = true;
         for (Precision precision : job_space.precisions) {
-          Plan probe;
-          probe.mesh.axes = {{Axis::dp, world}};
-          probe.global_batch = world;
-          probe.seq_len = f.seq;
-          probe.precision = precision;
-          for (const auto& p : validate_plan(model, graph, cluster, Deployment{world, 0}, probe)) {
-            if (p.severity != Severity::error) continue;
-            std::string flag;
-            if (p.where == "world_size") flag = "--gpus";
-            if (p.where == "seq_len") flag = "--seq";
-            if (p.where == "precision") flag = "--precision";
-            if (flag.empty()) continue;  // the probe's own shape; the search tries others
+          for (const Problem& p : job_problems(model, graph, cluster, world, f.seq, precision)) {
+            const std::string flag = flag_for_field(p.where);
             plannable = false;
             std::string message = p.message;
             if (flag == "--seq" && models.size() > 1) message += " (" + model.name + ")";

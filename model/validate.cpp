@@ -179,4 +179,18 @@ Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const Cl
   return problems;
 }
 
+Problems job_problems(const ModelSpec& model, const LayerGraph& graph, const ClusterSpec& cluster,
+                      std::int64_t world_size, std::int64_t seq_len, Precision precision) {
+  Plan probe;
+  probe.mesh.axes = {{Axis::dp, world_size}};
+  probe.global_batch = world_size;
+  probe.seq_len = seq_len;
+  probe.precision = precision;
+  Problems problems;
+  for (Problem& p : validate_plan(model, graph, cluster, Deployment{world_size, 0}, probe))
+    if (p.severity == Severity::error && (p.where == "world_size" || p.where == "seq_len" || p.where == "precision"))
+      problems.push_back(std::move(p));
+  return problems;
+}
+
 }  // namespace meshplan

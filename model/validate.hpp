@@ -25,4 +25,13 @@ struct Deployment {
 Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const ClusterSpec& cluster,
                        const Deployment& deployment, const Plan& plan);
 
+// Whether a job (model, cluster, `world_size` devices, `seq_len` as the plan
+// gives it, 0 for the model's, at `precision`) can be planned at all: the
+// errors of validate_plan on a one-axis probe (dp = world_size) whose field
+// is "world_size", "seq_len" or "precision", the rules no mesh can change.
+// `graph` is built for that sequence length. What `plan`, `sweep` and
+// `explain` check before they search.
+Problems job_problems(const ModelSpec& model, const LayerGraph& graph, const ClusterSpec& cluster,
+                      std::int64_t world_size, std::int64_t seq_len, Precision precision);
+
 }  // namespace meshplan

@@ -30,6 +30,7 @@
 #include "executor/parallel/parallel_trainer.hpp"
 #include "executor/train/lr_schedule.hpp"
 #include "executor/train/trainer.hpp"
+#include "reference/reference_gpt.hpp"
 #include "tiny_gpt.hpp"
 #include "test_support.hpp"
 
@@ -54,7 +55,7 @@ ModelSpec mlp_spec(std::vector<std::int64_t> sizes, const std::string& activatio
 
 template <typename T>
 std::unique_ptr<Model<T>> must_model(const ModelSpec& spec, std::uint64_t seed, std::int64_t max_batch) {
-  Loaded<std::unique_ptr<Model<T>>> model = make_model<T>(spec, seed, max_batch);
+  Loaded<std::unique_ptr<Model<T>>> model = make_reference_model<T>(spec, seed, max_batch);
   EXPECT_TRUE(model.ok()) << messages(model.problems);
   return std::move(model.value);
 }
@@ -361,7 +362,7 @@ TEST(ExecutorModels, UnsupportedFeaturesAreProblems) {
   llama.transformer.tied_embeddings = false;
   llama.transformer.bias = false;
   llama.transformer.experts = 8;
-  const Loaded<std::unique_ptr<Model<float>>> model = make_model<float>(llama, 1, 1);
+  const Loaded<std::unique_ptr<Model<float>>> model = make_reference_model<float>(llama, 1, 1);
   EXPECT_FALSE(model.ok());
   for (const char* field : {"model.feed_forward", "model.norm", "model.positions", "model.kv_heads",
                             "model.tied_embeddings", "model.bias", "model.experts"})
@@ -383,11 +384,13 @@ TEST(ExecutorModels, UnsupportedFeaturesAreProblems) {
   EXPECT_FALSE(train(*mlp, wrong, options).ok());
 }
 
+// The executor's GPT as `meshplan train` runs a one-device plan (ParallelGpt
+// on the mesh of one) learns: the loss starts at log(vocab) and falls below 1.5.
 TEST(ExecutorTrainer, TinyGptLearnsRepeatedText) {
-  auto model = must_model<float>(gpt_spec(256, 16, 32, 2, 4), 1, 8);
+  testing_support::OneRankGpt gpt(gpt_spec(256, 16, 32, 2, 4), 1, 8, 1, 16);
+  ASSERT_TRUE(gpt.model != nullptr) << messages(gpt.problems);
   auto loader = text_loader(16, 3);
   TrainOptions options;
-  options.micro_batch = 8;
   options.steps = 60;
   options.adamw.learning_rate = 1e-2;
   options.warmup_steps = 5;
@@ -397,10 +400,53 @@ TEST(ExecutorTrainer, TinyGptLearnsRepeatedText) {
     if (m.step == 0) first = m.loss;
     last = m.loss;
   };
-  const TrainResult result = train(*model, *loader, options);
+  const TrainResult result = gpt.train(*loader, options);
   ASSERT_TRUE(result.ok()) << messages(result.problems);
   EXPECT_NEAR(first, std::log(256.0), 0.1);
   EXPECT_LT(last, 1.5) << "first loss " << first;
+}
+
+// One executor: on one rank, ParallelGpt computes what the reference GPT
+// computes. Same seed and batches, 8 steps of 2 micro-batches with clipping
+// and weight decay: every loss and gradient norm within 1e-6 relative
+// (printed: they are usually equal to the last bit), and an evaluation of 11
+// samples (a last batch of 3 of 4, padded) with the same loss and the same
+// correct tokens.
+TEST(ExecutorTrainer, OneRankParallelGptIsTheReferenceGpt) {
+  const ModelSpec spec = testing_support::tiny_gpt_spec("gpt-one", 2, 32, 4, 128, 257, 16);
+  testing_support::OneRankGpt gpt(spec, 11, 4, 2, 16);
+  ASSERT_TRUE(gpt.model != nullptr) << messages(gpt.problems);
+  auto reference = must_model<float>(spec, 11, 4);
+  ASSERT_TRUE(reference != nullptr);
+  TrainOptions options = testing_support::tiny_gpt_train_options(8);
+  options.micro_batch = 4;
+  options.micro_batches = 2;
+  std::vector<StepReport> ours, theirs;
+  options.on_step = [&](const StepReport& r) { ours.push_back(r); };
+  auto loader = text_loader(16, 5);
+  ASSERT_TRUE(gpt.train(*loader, options).ok());
+  options.on_step = [&](const StepReport& r) { theirs.push_back(r); };
+  auto ref_loader = text_loader(16, 5);
+  ASSERT_TRUE(train(*reference, *ref_loader, options).ok());
+  ASSERT_EQ(ours.size(), 8u);
+  ASSERT_EQ(theirs.size(), 8u);
+  int identical = 0;
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_NEAR(ours[i].loss, theirs[i].loss, 1e-6 * std::abs(theirs[i].loss)) << "step " << i;
+    EXPECT_NEAR(ours[i].grad_norm, theirs[i].grad_norm, 1e-6 * theirs[i].grad_norm) << "step " << i;
+    identical += ours[i].loss == theirs[i].loss ? 1 : 0;
+  }
+  std::printf("one-rank ParallelGpt vs reference: %d of 8 losses bit-identical; last %.9f vs %.9f\n", identical,
+              ours.back().loss, theirs.back().loss);
+  auto eval_loader = text_loader(16, 9);
+  const EvalResult evaluated = parallel::evaluate_parallel(*gpt.model, *eval_loader, 11);
+  auto ref_eval_loader = text_loader(16, 9);
+  const EvalResult ref_evaluated = evaluate(*reference, *ref_eval_loader, 11);
+  EXPECT_EQ(evaluated.samples, 11);
+  EXPECT_EQ(ref_evaluated.samples, 11);
+  EXPECT_NEAR(evaluated.loss, ref_evaluated.loss, 1e-6 * ref_evaluated.loss);
+  EXPECT_DOUBLE_EQ(evaluated.accuracy, ref_evaluated.accuracy);
+  EXPECT_GT(evaluated.accuracy, 0.0);
 }
 
 TEST(ExecutorTrainer, FashionMnistMlpReaches85Percent) {

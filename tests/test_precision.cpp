@@ -40,15 +40,27 @@ constexpr double kLossCurveTolerance = 0.03;  // relative, per step
 
 using testing_support::messages;
 
-// Losses of `steps` training steps of a fresh model (same seed, same data) at `precision`.
+// Losses of `steps` training steps of a fresh model (same seed, same data) at
+// `precision`: a GPT as `meshplan train` runs it (ParallelGpt on one rank),
+// an MLP on its single-rank model.
 std::vector<double> loss_curve(const ModelSpec& spec, std::int64_t seq_len, data::DataLoader& loader,
                                TrainOptions options, Precision precision) {
+  std::vector<double> losses;
+  options.on_step = [&](const StepReport& s) { losses.push_back(s.loss); };
+  if (spec.kind == ModelKind::transformer) {
+    testing_support::OneRankGpt gpt(spec, 5, options.micro_batch, options.micro_batches, seq_len);
+    EXPECT_TRUE(gpt.model != nullptr) << messages(gpt.problems);
+    if (gpt.model == nullptr) return losses;
+    EXPECT_TRUE(gpt.model->set_matmul_precision(precision).empty());
+    EXPECT_EQ(gpt.model->matmul_precision(), precision);
+    const TrainResult result = gpt.train(loader, options);
+    EXPECT_TRUE(result.ok()) << messages(result.problems);
+    return losses;
+  }
   auto model = make_model<float>(spec, 5, options.micro_batch, seq_len);
   EXPECT_TRUE(model.ok()) << messages(model.problems);
   EXPECT_TRUE(model.value->set_matmul_precision(precision).empty());
   EXPECT_EQ(model.value->matmul_precision(), precision);
-  std::vector<double> losses;
-  options.on_step = [&](const StepReport& s) { losses.push_back(s.loss); };
   const TrainResult result = train(*model.value, loader, options);
   EXPECT_TRUE(result.ok()) << messages(result.problems);
   return losses;

@@ -1,15 +1,22 @@
 // The small GPT-2-style decoders the executor tests train: GELU MLP, layer
 // norm, learned positions, tied embeddings, biases, multi-head attention
 // (kv_heads = heads, head_dim = hidden / heads). One builder, so every test
-// model is a complete, valid spec; and the optimizer settings the parallel
-// tests share.
+// model is a complete, valid spec; the optimizer settings the parallel
+// tests share; and the executor's GPT on a world of one rank (OneRankGpt),
+// which is how `meshplan train` runs a one-device plan.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "executor/comm/mesh_comms.hpp"
+#include "executor/parallel/parallel_gpt.hpp"
+#include "executor/parallel/parallel_trainer.hpp"
 #include "executor/train/trainer.hpp"
 #include "model/model_spec.hpp"
+#include "model/plan.hpp"
+#include "model/schedule.hpp"
 
 namespace meshplan::testing_support {
 
@@ -47,5 +54,39 @@ inline exec::TrainOptions tiny_gpt_train_options(std::int64_t steps) {
   o.max_grad_norm = 1.0;
   return o;
 }
+
+// ParallelGpt on the mesh of one device (dp=1), micro-batches of
+// `micro_batch` sequences of `seq_len` tokens, `micro_batches` per step.
+// `model` is null and `problems` say why when it could not be built.
+struct OneRankGpt {
+  std::unique_ptr<exec::comm::Communicator> world = exec::comm::make_self_communicator("world");
+  std::unique_ptr<exec::comm::MeshCommunicators> groups;
+  Plan plan;
+  std::unique_ptr<exec::parallel::ParallelGpt> model;
+  Problems problems;
+
+  OneRankGpt(const ModelSpec& spec, std::uint64_t seed, std::int64_t micro_batch, std::int64_t micro_batches,
+             std::int64_t seq_len) {
+    plan.mesh = parse_mesh("dp=1", "mesh").value;
+    plan.micro_batch = micro_batch;
+    plan.global_batch = micro_batch * micro_batches;
+    plan.precision = Precision::fp32;
+    plan.schedule = *parse_schedule("1f1b");
+    auto made = exec::comm::MeshCommunicators::create(*world, plan.mesh);
+    problems = made.problems;
+    if (!made.ok()) return;
+    groups = std::make_unique<exec::comm::MeshCommunicators>(std::move(made.value));
+    auto gpt = exec::parallel::ParallelGpt::create(spec, plan, *groups, seed, seq_len);
+    problems.insert(problems.end(), gpt.problems.begin(), gpt.problems.end());
+    model = std::move(gpt.value);
+  }
+
+  // Trains as exec::train would with `options` (steps, optimizer); the batch comes from the plan.
+  exec::TrainResult train(data::DataLoader& loader, exec::TrainOptions options) {
+    options.micro_batch = plan.micro_batch;
+    options.micro_batches = plan.micro_batches();
+    return exec::parallel::train_parallel(*model, plan, loader, options);
+  }
+};
 
 }  // namespace meshplan::testing_support

@@ -1,8 +1,8 @@
 // A multi-layer perceptron: linear -> activation -> ... -> linear, then
 // softmax cross-entropy (classification) or mean squared error (regression).
 // The seed material's first model and the smallest thing the executor can
-// train end to end on real data (Fashion-MNIST), so it is written exactly like
-// the GPT below: saved activations in one buffer, a forward that fills them,
+// train end to end on real data (Fashion-MNIST), written like llm.c's GPT-2
+// (and the reference GPT of tests/reference/): saved activations in one buffer, a forward that fills them,
 // a backward that walks them in reverse with the kernels of kernels/cpu/.
 // No dropout. Memory (executor/backend/): saved activations (input copy,
 // pre- and post-activations, probabilities) are recorded as activations,

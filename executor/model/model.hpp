@@ -65,10 +65,10 @@ class Model {
   virtual Precision matmul_precision() const { return Precision::fp32; }
 };
 
-// An Mlp or a Gpt (by spec.kind) with parameters initialised from `seed` and
-// activations for `max_batch` samples of `seq_len` tokens (seq_len is
-// ignored for MLPs; 0 means the model's seq_len), all allocated from
-// `backend`. Problems for unsupported features.
+// An Mlp with parameters initialised from `seed` and activations for
+// `max_batch` samples, all allocated from `backend` (seq_len is unused).
+// Problems for unsupported features, and for a transformer: every GPT plan,
+// one device included, trains on ParallelGpt (executor/parallel/).
 template <typename T>
 Loaded<std::unique_ptr<Model<T>>> make_model(const ModelSpec& spec, std::uint64_t seed, std::int64_t max_batch,
                                              std::int64_t seq_len = 0, Backend& backend = default_backend());

@@ -1,9 +1,9 @@
-// The passes of parallel_gpt.hpp. Each op is gpt.cpp's, on this rank's
+// The passes of parallel_gpt.hpp. Each op is the reference GPT's, on this rank's
 // slice: matrices of [rows, C] are the residual stream (rows_local_ rows:
 // all B x T of the micro-batch, or this rank's 1/tp of them under sequence
 // parallelism), matrices of [B x T, *] are inside a tensor-parallel region.
 // Collectives on the tp group of one (tp = 1) are no-ops, so the code has no
-// tp = 1 special case and then computes exactly what gpt.cpp computes.
+// tp = 1 special case and then computes exactly what the reference computes.
 #include "executor/parallel/parallel_gpt.hpp"
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "executor/model/parameters.hpp"
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/fast_math.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "model/layer_graph.hpp"
@@ -57,15 +58,6 @@ void zero(Floats& buffer) { std::fill(buffer.begin(), buffer.end(), 0.0f); }
 // Frees the buffer's memory (clear() keeps it), under the category it was recorded in.
 void release(Floats& buffer) { Floats(buffer.get_allocator()).swap(buffer); }
 
-// dbias[c] += sum over rows of d[row, c].
-void add_column_sums(float* dbias, const float* d, std::int64_t rows, std::int64_t C) {
-  for (std::int64_t c = 0; c < C; ++c) {
-    float sum = 0;
-    for (std::int64_t r = 0; r < rows; ++r) sum += d[r * C + c];
-    dbias[c] += sum;
-  }
-}
-
 // out = x + (y + bias), row by row, the residual add of a row-parallel linear's output.
 void add_residual_bias(float* out, const float* x, const float* y, const float* bias, std::int64_t rows,
                        std::int64_t C) {
@@ -78,41 +70,77 @@ void add_residual_bias(float* out, const float* x, const float* y, const float* 
 // of exponentials are reduced over tp, and the target's logit comes from the
 // rank whose shard holds it. Only the first `vocab_real` columns are real;
 // padding columns are masked out of the maximum and the sum and get
-// probability 0. Overwrites logits[N, Vp] with this shard's probabilities;
-// returns the mean loss over the N rows (accumulated in double).
-double vocab_parallel_cross_entropy(float* logits, const std::int32_t* targets, std::int64_t N, std::int64_t Vp,
-                                    std::int64_t vocab_real, std::int64_t vocab_begin, comm::Communicator& tp) {
-  Floats row_max(static_cast<std::size_t>(N), -std::numeric_limits<float>::infinity());
+// probability 0. Overwrites logits[N, Vp] with this shard's probabilities.
+// Each row is kernels::cross_entropy_forward's arithmetic (the same max,
+// vectorised exp, sums and loss formula), rows in OpenMP threads, the mean
+// summed in row order in double; with tp = 1 the two agree bit for bit.
+// Rows whose target is negative (padding of a last evaluation batch) are
+// left out of the loss and the count.
+struct VocabLoss {
+  double mean = 0;           // over the rows with a target
+  std::int64_t correct = 0;  // rows whose target is in this shard and has the row's largest logit
+};
+
+VocabLoss vocab_parallel_cross_entropy(float* logits, const std::int32_t* targets, std::int64_t N, std::int64_t Vp,
+                                       std::int64_t vocab_real, std::int64_t vocab_begin, comm::Communicator& tp,
+                                       LossScratch& scratch) {
+  const auto n_rows = static_cast<std::size_t>(N);
+  const bool threads = N * Vp >= (1 << 17);
+  Floats& row_max = scratch.row_max;
+  row_max.assign(n_rows, -std::numeric_limits<float>::infinity());
+#pragma omp parallel for schedule(static) if (threads)
   for (std::int64_t n = 0; n < N; ++n) {
     const float* z = logits + n * Vp;
-    for (std::int64_t v = 0; v < vocab_real; ++v) row_max[static_cast<std::size_t>(n)] = std::max(row_max[static_cast<std::size_t>(n)], z[v]);
+    float m = row_max[static_cast<std::size_t>(n)];
+    for (std::int64_t v = 0; v < vocab_real; ++v)
+      if (z[v] > m) m = z[v];
+    row_max[static_cast<std::size_t>(n)] = m;
   }
   tp.all_reduce(row_max.data(), N, DataType::f32, ReduceOp::max);
-  Floats sums(static_cast<std::size_t>(2 * N), 0.0f, floats(MemoryCategory::communication).get_allocator());  // [sum of exp | target logit]
+  // [sum of exp | target logit], reduced over tp in one call.
+  Floats& sums = scratch.sums;
+  sums.assign(2 * n_rows, 0.0f);
+  Floats& correct = scratch.correct;  // 1 or 0 by row
+  correct.assign(n_rows, 0.0f);
+#pragma omp parallel for schedule(static) if (threads)
   for (std::int64_t n = 0; n < N; ++n) {
     float* z = logits + n * Vp;
     const float m = row_max[static_cast<std::size_t>(n)];
     const std::int64_t target = targets[n] - vocab_begin;
-    if (target >= 0 && target < vocab_real) sums[static_cast<std::size_t>(N + n)] = z[target];
-    float sum = 0;
-    for (std::int64_t v = 0; v < vocab_real; ++v) {
-      z[v] = std::exp(z[v] - m);
-      sum += z[v];
+    if (target >= 0 && target < vocab_real) {
+      sums[n_rows + static_cast<std::size_t>(n)] = z[target];
+      correct[static_cast<std::size_t>(n)] = z[target] == m ? 1.0f : 0.0f;
     }
+#pragma omp simd
+    for (std::int64_t v = 0; v < vocab_real; ++v) z[v] = kernels::exp_of(z[v] - m);
+    float sum = 0;
+    for (std::int64_t v = 0; v < vocab_real; ++v) sum += z[v];
     for (std::int64_t v = vocab_real; v < Vp; ++v) z[v] = 0;  // padding: masked
     sums[static_cast<std::size_t>(n)] = sum;
   }
   tp.all_reduce(sums.data(), 2 * N, DataType::f32, ReduceOp::sum);
-  double loss_sum = 0;
+  Floats& row_loss = scratch.row_loss;
+  row_loss.resize(n_rows);
+#pragma omp parallel for schedule(static) if (threads)
   for (std::int64_t n = 0; n < N; ++n) {
     float* p = logits + n * Vp;
     const float sum = sums[static_cast<std::size_t>(n)];
     const float inv_sum = 1.0f / sum;
     for (std::int64_t v = 0; v < vocab_real; ++v) p[v] *= inv_sum;
-    const float loss = std::log(sum) - (sums[static_cast<std::size_t>(N + n)] - row_max[static_cast<std::size_t>(n)]);
-    loss_sum += static_cast<double>(loss);
+    row_loss[static_cast<std::size_t>(n)] =
+        std::log(sum) - (sums[n_rows + static_cast<std::size_t>(n)] - row_max[static_cast<std::size_t>(n)]);
   }
-  return N > 0 ? loss_sum / static_cast<double>(N) : 0.0;
+  VocabLoss result;
+  double loss_sum = 0;
+  std::int64_t counted = 0;
+  for (std::size_t n = 0; n < n_rows; ++n) {
+    if (targets[n] < 0) continue;
+    loss_sum += static_cast<double>(row_loss[n]);
+    result.correct += correct[n] > 0 ? 1 : 0;
+    ++counted;
+  }
+  result.mean = counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
+  return result;
 }
 
 Problem error(const std::string& field, const std::string& message) { return {Severity::error, field, message}; }
@@ -393,6 +421,8 @@ double ParallelGpt::forward(std::int64_t chunk, std::int64_t mb, const std::int3
   return chunk == chunk_count_ - 1 ? head_forward(s, x) : 0.0;
 }
 
+void ParallelGpt::release_pass(std::int64_t chunk, std::int64_t mb) { slot_of(chunk, mb).micro_batch = -1; }
+
 void ParallelGpt::backward(std::int64_t chunk, std::int64_t mb, float dloss, bool final_pass,
                            const std::function<void(Unit&)>& on_unit_final, BackwardPart part) {
   Slot& s = slot_of(chunk, mb);
@@ -452,9 +482,9 @@ void ParallelGpt::layer_forward(Unit& u, LayerActs& a, const float* x) {
   kernels::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p + off(u, ln1w),
                              p + off(u, ln1b), R, C);
   const float* ln1 = enter_region(a.ln1.data(), a.ln1_full.data());
-  kernels::matmul_forward(a.qkv.data(), ln1, p + off(u, qkvw), p + off(u, qkvb), BT, C, 3 * Ct);
+  matmul_.forward(a.qkv.data(), ln1, p + off(u, qkvw), p + off(u, qkvb), BT, C, 3 * Ct);
   kernels::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), batch_, seq_len_, Ct, NHt);
-  kernels::matmul_forward(full_a_.data(), a.atty.data(), p + off(u, attw), static_cast<const float*>(nullptr), BT,
+  matmul_.forward(full_a_.data(), a.atty.data(), p + off(u, attw), static_cast<const float*>(nullptr), BT,
                           Ct, C);
   leave_region(full_a_.data(), dlocal_.data());
   add_residual_bias(a.res2.data(), x, dlocal_.data(), p + off(u, attb), R, C);
@@ -462,9 +492,9 @@ void ParallelGpt::layer_forward(Unit& u, LayerActs& a, const float* x) {
   kernels::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p + off(u, ln2w),
                              p + off(u, ln2b), R, C);
   const float* ln2 = enter_region(a.ln2.data(), a.ln2_full.data());
-  kernels::matmul_forward(a.fch.data(), ln2, p + off(u, fcw), p + off(u, fcb), BT, C, Ft);
+  matmul_.forward(a.fch.data(), ln2, p + off(u, fcw), p + off(u, fcb), BT, C, Ft);
   kernels::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * Ft);
-  kernels::matmul_forward(full_a_.data(), a.fch_gelu.data(), p + off(u, fcow), static_cast<const float*>(nullptr),
+  matmul_.forward(full_a_.data(), a.fch_gelu.data(), p + off(u, fcow), static_cast<const float*>(nullptr),
                           BT, Ft, C);
   leave_region(full_a_.data(), dlocal_.data());
   add_residual_bias(a.res3.data(), a.res2.data(), dlocal_.data(), p + off(u, fcob), R, C);
@@ -482,33 +512,33 @@ void ParallelGpt::layer_backward(Unit& u, LayerActs& a, const float* x, Backward
   const float* ln1 = sequence_parallel_ ? a.ln1_full.data() : a.ln1.data();
   const float* ln2 = sequence_parallel_ ? a.ln2_full.data() : a.ln2.data();
 
-  add_column_sums(g + off(u, fcob), dstream_.data(), R, C);
+  kernels::bias_backward(g + off(u, fcob), dstream_.data(), R, C);
   const float* dfcproj = enter_region(dstream_.data(), full_a_.data());
   zero(dgelu_);
   if (keep) a.d_fcproj.assign(dfcproj, dfcproj + BT * C);
-  kernels::matmul_backward(dgelu_.data(), weight_grad(fcow), static_cast<float*>(nullptr), dfcproj, a.fch_gelu.data(),
+  matmul_.backward(dgelu_.data(), weight_grad(fcow), static_cast<float*>(nullptr), dfcproj, a.fch_gelu.data(),
                            p + off(u, fcow), BT, Ft, C);
   zero(dfch_);
   kernels::gelu_backward(dfch_.data(), a.fch.data(), dgelu_.data(), BT * Ft);
   if (keep) a.d_fch = dfch_;
   zero(full_b_);
-  kernels::matmul_backward(full_b_.data(), weight_grad(fcw), g + off(u, fcb), dfch_.data(), ln2, p + off(u, fcw), BT,
+  matmul_.backward(full_b_.data(), weight_grad(fcw), g + off(u, fcb), dfch_.data(), ln2, p + off(u, fcw), BT,
                            C, Ft);
   leave_region(full_b_.data(), dlocal_.data());
   kernels::layernorm_backward(dstream_.data(), g + off(u, ln2w), g + off(u, ln2b), dlocal_.data(), a.res2.data(),
                               p + off(u, ln2w), a.ln2_mean.data(), a.ln2_rstd.data(), R, C);
 
-  add_column_sums(g + off(u, attb), dstream_.data(), R, C);
+  kernels::bias_backward(g + off(u, attb), dstream_.data(), R, C);
   const float* dattproj = enter_region(dstream_.data(), full_a_.data());
   zero(datty_);
   if (keep) a.d_attproj.assign(dattproj, dattproj + BT * C);
-  kernels::matmul_backward(datty_.data(), weight_grad(attw), static_cast<float*>(nullptr), dattproj, a.atty.data(),
+  matmul_.backward(datty_.data(), weight_grad(attw), static_cast<float*>(nullptr), dattproj, a.atty.data(),
                            p + off(u, attw), BT, Ct, C);
   zero(dqkv_);
   kernels::attention_backward(dqkv_.data(), datty_.data(), a.qkv.data(), a.att.data(), batch_, seq_len_, Ct, NHt);
   if (keep) a.d_qkv = dqkv_;
   zero(full_b_);
-  kernels::matmul_backward(full_b_.data(), weight_grad(qkvw), g + off(u, qkvb), dqkv_.data(), ln1, p + off(u, qkvw),
+  matmul_.backward(full_b_.data(), weight_grad(qkvw), g + off(u, qkvb), dqkv_.data(), ln1, p + off(u, qkvw),
                            BT, C, 3 * Ct);
   leave_region(full_b_.data(), dlocal_.data());
   kernels::layernorm_backward(dstream_.data(), g + off(u, ln1w), g + off(u, ln1b), dlocal_.data(), x,
@@ -522,10 +552,10 @@ void ParallelGpt::layer_weight_gradients(Unit& u, LayerActs& a, const float*) {
   const float* ln1 = sequence_parallel_ ? a.ln1_full.data() : a.ln1.data();
   const float* ln2 = sequence_parallel_ ? a.ln2_full.data() : a.ln2.data();
   float* none = nullptr;
-  kernels::matmul_backward(none, g + off(u, fcow), none, a.d_fcproj.data(), a.fch_gelu.data(), p + off(u, fcow), BT, Ft, C);
-  kernels::matmul_backward(none, g + off(u, fcw), none, a.d_fch.data(), ln2, p + off(u, fcw), BT, C, Ft);
-  kernels::matmul_backward(none, g + off(u, attw), none, a.d_attproj.data(), a.atty.data(), p + off(u, attw), BT, Ct, C);
-  kernels::matmul_backward(none, g + off(u, qkvw), none, a.d_qkv.data(), ln1, p + off(u, qkvw), BT, C, 3 * Ct);
+  matmul_.backward(none, g + off(u, fcow), none, a.d_fcproj.data(), a.fch_gelu.data(), p + off(u, fcow), BT, Ft, C);
+  matmul_.backward(none, g + off(u, fcw), none, a.d_fch.data(), ln2, p + off(u, fcw), BT, C, Ft);
+  matmul_.backward(none, g + off(u, attw), none, a.d_attproj.data(), a.atty.data(), p + off(u, attw), BT, Ct, C);
+  matmul_.backward(none, g + off(u, qkvw), none, a.d_qkv.data(), ln1, p + off(u, qkvw), BT, C, 3 * Ct);
 }
 
 void ParallelGpt::embedding_forward(Slot& s) {
@@ -581,12 +611,13 @@ double ParallelGpt::head_forward(Slot& s, const float* x) {
   kernels::layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, lnf.values.data(),
                              lnf.values.data() + C, R, C);
   const float* h = enter_region(s.lnf.data(), s.lnf_full.data());
-  kernels::matmul_forward(s.probs.data(), h, wte.values.data(), static_cast<const float*>(nullptr), rows_, C, Vp);
-  const double loss = vocab_parallel_cross_entropy(s.probs.data(), s.targets.data(), rows_, Vp, shape_.vocab_real(),
-                                                   shape_.vocab_begin(), *tp_);
+  matmul_.forward(s.probs.data(), h, wte.values.data(), static_cast<const float*>(nullptr), rows_, C, Vp);
+  const VocabLoss loss = vocab_parallel_cross_entropy(s.probs.data(), s.targets.data(), rows_, Vp,
+                                                      shape_.vocab_real(), shape_.vocab_begin(), *tp_, loss_scratch_);
+  correct_ = loss.correct;
   done_values(wte);
   done_values(lnf);
-  return loss;
+  return loss.mean;
 }
 
 void ParallelGpt::head_weight_gradients(Slot& s) {
@@ -595,7 +626,7 @@ void ParallelGpt::head_weight_gradients(Slot& s) {
   use_grads(wte);
   const float* h = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
   float* none = nullptr;
-  kernels::matmul_backward(none, wte.grads.data(), none, s.d_logits.data(), h, wte.values.data(), rows_,
+  matmul_.backward(none, wte.grads.data(), none, s.d_logits.data(), h, wte.values.data(), rows_,
                            shape_.channels, shape_.vocab_local);
   done_grads(wte);
   done_values(wte);
@@ -611,6 +642,7 @@ void ParallelGpt::head_backward(Slot& s, const float* x, float dloss, BackwardPa
   use_grads(lnf);
   use_grads(wte);
   const float scale = dloss / static_cast<float>(rows_);
+#pragma omp parallel for schedule(static) if (rows_ * Vp >= (1 << 17))
   for (std::int64_t n = 0; n < rows_; ++n) {
     const float* p = s.probs.data() + n * Vp;
     float* dz = dlogits_.data() + n * Vp;
@@ -621,7 +653,7 @@ void ParallelGpt::head_backward(Slot& s, const float* x, float dloss, BackwardPa
   const float* h = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
   if (part == BackwardPart::input) s.d_logits = dlogits_;
   zero(full_b_);
-  kernels::matmul_backward(full_b_.data(), part == BackwardPart::whole ? wte.grads.data() : nullptr,
+  matmul_.backward(full_b_.data(), part == BackwardPart::whole ? wte.grads.data() : nullptr,
                            static_cast<float*>(nullptr), dlogits_.data(), h, wte.values.data(), rows_, C, Vp);
   leave_region(full_b_.data(), dlocal_.data());
   zero(dstream_);

@@ -1,6 +1,6 @@
-// The GPT-2 of executor/model/gpt.hpp, as one rank of a dp x fsdp x tp x pp
-// mesh holds and runs it. The math is gpt.cpp's, op for op, on the same
-// kernels; what changes is which slice of each tensor this rank holds and
+// The executor's GPT-2, as one rank of a dp x fsdp x tp x pp mesh holds and
+// runs it. The math is the reference GPT's (tests/reference/reference_gpt.hpp,
+// llm.c's train_gpt2.c), op for op, on the same kernels; what changes is which slice of each tensor this rank holds and
 // the collectives between ops:
 //
 //   tp   Megatron-LM (Shoeybi et al. 2019, Sec. 3): qkv and fc column-parallel,
@@ -37,10 +37,19 @@
 // under fsdp a unit's gathered values and full gradient are freed after use.
 //
 // Activations of a (chunk, micro-batch) live in a slot from its forward to
-// its backward; slots are reused, so a stage holds as many as its schedule
-// keeps in flight (peak_in_flight in schedule.hpp).
+// its backward (or to release_pass(), after a forward-only evaluation pass);
+// slots are reused, so a stage holds as many as its schedule keeps in
+// flight (peak_in_flight in schedule.hpp).
 //
-// defines: Floats, floats, ShardMode, Unit, ParallelGpt
+// A plan of one device is the case dp = fsdp = tp = pp = 1: every group is
+// the group of one, every collective a no-op, and the passes compute what
+// the reference GPT of tests/reference/ computes. `meshplan train` runs GPT
+// plans of one rank this way too, so there is one GPT executor.
+//
+// Precision: the linear layers' GEMMs go through a MatmulRunner (fp32, or
+// bf16 operands with fp32 accumulation and fp32 master weights).
+//
+// defines: Floats, floats, ShardMode, Unit, LossScratch, ParallelGpt
 #pragma once
 
 #include <cstdint>
@@ -51,10 +60,12 @@
 
 #include "executor/backend/tracked_allocator.hpp"
 #include "executor/comm/mesh_comms.hpp"
+#include "executor/model/matmul_runner.hpp"
 #include "executor/model/parameters.hpp"
 #include "executor/parallel/shard_layout.hpp"
 #include "model/model_spec.hpp"
 #include "model/plan.hpp"
+#include "model/precision.hpp"
 #include "model/problem.hpp"
 
 namespace meshplan::exec::parallel {
@@ -92,6 +103,14 @@ struct Unit {
   Floats adam_m = floats(MemoryCategory::optimizer), adam_v = floats(MemoryCategory::optimizer);  // optimizer range
 };
 
+// The vocabulary-parallel loss's per-row buffers, kept between passes so a
+// step allocates nothing after the first.
+struct LossScratch {
+  Floats row_max = floats(MemoryCategory::workspace), row_loss = floats(MemoryCategory::workspace);
+  Floats correct = floats(MemoryCategory::workspace);
+  Floats sums = floats(MemoryCategory::communication);  // [sum of exp | target logit], reduced over tp
+};
+
 class ParallelGpt {
  public:
   ~ParallelGpt();
@@ -108,10 +127,22 @@ class ParallelGpt {
   // ([rows_local, C]); takes the pass's activation slot.
   float* forward_input(std::int64_t chunk, std::int64_t mb);
   // Runs the chunk; tokens/targets are the micro-batch's [B, T] (all ranks have them).
-  // Returns the micro-batch's mean loss on the last chunk, 0 otherwise.
+  // Returns the micro-batch's mean loss on the last chunk, 0 otherwise. A
+  // negative target marks a padding row (evaluation only: no backward may
+  // follow), left out of the loss and of correct_predictions().
   double forward(std::int64_t chunk, std::int64_t mb, const std::int32_t* tokens, const std::int32_t* targets);
   // The activation leaving `chunk` ([rows_local, C]).
   const float* forward_output(std::int64_t chunk, std::int64_t mb) const;
+  // Frees the activations of a pass that will have no backward (evaluation).
+  void release_pass(std::int64_t chunk, std::int64_t mb);
+  // Of the last forward of the last chunk: the rows whose target is in this
+  // rank's vocabulary shard and whose target logit is the row's maximum over
+  // the whole vocabulary (the arg-max prediction; a tie counts as correct).
+  // Summed over tp, the micro-batch's correct next-token predictions.
+  std::int64_t correct_predictions() const { return correct_; }
+  // fp32 (default) or bf16 GEMMs; problems name "--precision" (MatmulRunner).
+  Problems set_matmul_precision(Precision precision) { return matmul_.set_precision(precision); }
+  Precision matmul_precision() const { return matmul_.precision(); }
   // Where the gradient of the chunk's output is received before backward (not on the last chunk).
   float* backward_input() { return dstream_recv_.data(); }
   // Backward of a pass (frees its slot). `dloss` scales the loss (1 / micro-batches
@@ -189,6 +220,10 @@ class ParallelGpt {
   int prefetch_unit_ = -1;
   std::vector<std::vector<int>> chunk_units_;  // by local chunk (chunk / stages): layer unit indices
   std::vector<std::vector<Slot>> slots_;       // by local chunk
+
+  MatmulRunner<float> matmul_{default_backend()};
+  LossScratch loss_scratch_;
+  std::int64_t correct_ = 0;
 
   // Scratch shared by passes.
   Floats full_a_, full_b_, dqkv_, datty_, dfch_, dgelu_, dlogits_, dlocal_, dstream_;  // workspace

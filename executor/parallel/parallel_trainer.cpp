@@ -386,4 +386,58 @@ TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoade
   return result;
 }
 
+EvalResult evaluate_parallel(ParallelGpt& model, data::DataLoader& loader, std::int64_t max_samples) {
+  comm::MeshCommunicators& groups = model.groups();
+  const Mesh& mesh = groups.mesh();
+  const std::int64_t B = model.micro_batch(), T = model.seq_len(), D = mesh.data_parallel_size();
+  const std::int64_t stages = mesh.size(Axis::pp), stage = groups.coordinate(Axis::pp);
+  const std::int64_t chunks = model.chunk_count();
+  const std::int64_t d_index = groups.coordinate(Axis::dp) * mesh.size(Axis::fsdp) + groups.coordinate(Axis::fsdp);
+  std::int64_t samples = loader.samples_per_epoch();
+  if (max_samples > 0) samples = std::min(samples, max_samples);
+  comm::Communicator& pp = groups.group(Axis::pp);
+  const std::int64_t rows = model.rows_local() * model.channels();
+  // [loss x samples (tp rank 0 of the last stage), correct tokens (every tp rank of the last stage)]
+  double sums[2] = {0, 0};
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B * T)), targets(tokens.size());
+  for (std::int64_t taken = 0; taken < samples; taken += B * D) {
+    // Every rank draws the round's samples; a last round short of B x D is padded (target -1).
+    const std::int64_t round = std::min(B * D, samples - taken);
+    const data::Batch batch = loader.next_batch(round);
+    const std::int64_t mine = std::clamp<std::int64_t>(round - d_index * B, 0, B);
+    std::fill(tokens.begin(), tokens.end(), 0);
+    std::fill(targets.begin(), targets.end(), -1);
+    const auto first = static_cast<std::size_t>(d_index * B * T);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(mine * T); ++i) {
+      tokens[i] = static_cast<std::int32_t>(batch.inputs[first + i]);
+      targets[i] = batch.targets[first + i];
+    }
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      if (c % stages != stage) continue;
+      const auto previous = static_cast<int>((c - 1) % stages), next = static_cast<int>((c + 1) % stages);
+      if (c > 0 && previous != stage)
+        pp.recv(model.forward_input(c, 0), rows, DataType::f32, previous, transfer_tag(c - 1, 0, chunks, false));
+      const double loss = model.forward(c, 0, tokens.data(), targets.data());
+      if (c + 1 < chunks && next == stage) {
+        const float* out = model.forward_output(c, 0);
+        std::copy(out, out + rows, model.forward_input(c + 1, 0));
+      } else if (c + 1 < chunks) {
+        // Blocking: chunks run in one order on every rank, and the next chunk's stage receives this next.
+        pp.send(model.forward_output(c, 0), rows, DataType::f32, next, transfer_tag(c, 0, chunks, false));
+      } else {
+        if (groups.coordinate(Axis::tp) == 0) sums[0] += loss * static_cast<double>(mine);
+        sums[1] += static_cast<double>(model.correct_predictions());
+      }
+      model.release_pass(c, 0);
+    }
+  }
+  groups.world().all_reduce(sums, 2, DataType::f64, ReduceOp::sum);
+  EvalResult result;
+  result.samples = samples;
+  if (samples <= 0) return result;
+  result.loss = sums[0] / static_cast<double>(samples);
+  result.accuracy = sums[1] / static_cast<double>(samples * T);
+  return result;
+}
+
 }  // namespace meshplan::exec::parallel

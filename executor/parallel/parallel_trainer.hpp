@@ -37,7 +37,13 @@
 //            replica, averaged in the same all-reduce, so every rank knows
 //            it (the caller reports it from world rank 0 only).
 //
-// defines: train_parallel
+// Evaluation runs forward passes only, in chunk order: each chunk's stage
+// receives the activation from the previous stage, runs it, sends it on and
+// frees the pass. Every rank draws B x D samples a round, and data-parallel
+// rank d takes the d-th micro-batch of them, so the replicas evaluate
+// different samples and the sums over the world are the whole set's.
+//
+// defines: train_parallel, evaluate_parallel
 #pragma once
 
 #include "executor/data/loader.hpp"
@@ -50,5 +56,12 @@ namespace meshplan::exec::parallel {
 // options.micro_batch / micro_batches are per data-parallel rank (plan.micro_batch,
 // plan.micro_batches()); on_step runs on every rank with the same report.
 TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoader& loader, const TrainOptions& options);
+
+// Mean loss and next-token accuracy over the next min(samples_per_epoch,
+// max_samples) samples of `loader` (max_samples 0: one epoch), as
+// exec::evaluate gives them on one rank: a last round short of B x D samples
+// is padded, the padding left out. Collective over the world; every rank
+// returns the same result.
+EvalResult evaluate_parallel(ParallelGpt& model, data::DataLoader& loader, std::int64_t max_samples);
 
 }  // namespace meshplan::exec::parallel

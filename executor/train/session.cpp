@@ -1,7 +1,7 @@
 // The session of session.hpp. The model-specific part is an Engine: the
-// parallel GPT over the mesh (any plan of a GPT with more than one device)
-// or the single-rank Model<float> (one-device plans); everything else —
-// options, resume, saving, metrics, evaluation, stopping — is written once.
+// GPT over the mesh (ParallelGpt; a one-device plan is the mesh of one) or
+// the single-rank Model<float> (MLPs); everything else — options, resume,
+// saving, metrics, evaluation, stopping — is written once.
 #include "executor/train/session.hpp"
 
 #include <cmath>
@@ -30,8 +30,7 @@ class Engine {
   virtual TrainResult train(data::DataLoader& loader, const TrainOptions& options) = 0;
   virtual std::vector<TensorBlob> checkpoint_tensors() = 0;  // collective; full tensors on rank 0
   virtual Problems restore(const std::vector<TensorBlob>& blobs, const std::string& where) = 0;
-  virtual bool evaluates() const = 0;  // whether evaluate() runs (one rank)
-  virtual EvalResult evaluate(data::DataLoader& loader, std::int64_t max_samples) = 0;
+  virtual EvalResult evaluate(data::DataLoader& loader, std::int64_t max_samples) = 0;  // collective
   virtual bool classifier(const data::BatchShape& shape) const = 0;  // evaluated once per epoch
 };
 
@@ -48,9 +47,11 @@ class ParallelEngine final : public Engine {
   Problems restore(const std::vector<TensorBlob>& blobs, const std::string& where) override {
     return parallel::restore_checkpoint_tensors(*model_, blobs, where);
   }
-  bool evaluates() const override { return false; }
-  EvalResult evaluate(data::DataLoader&, std::int64_t) override { return {}; }
-  bool classifier(const data::BatchShape&) const override { return false; }
+  EvalResult evaluate(data::DataLoader& loader, std::int64_t max_samples) override {
+    return parallel::evaluate_parallel(*model_, loader, max_samples);
+  }
+  // Next-token prediction over a vocabulary is classification: evaluated once per epoch.
+  bool classifier(const data::BatchShape& shape) const override { return shape.classes > 0; }
 
  private:
   comm::MeshCommunicators groups_;  // before model_: the model refers to them
@@ -73,7 +74,6 @@ class SingleRankEngine final : public Engine {
     Parameters<float>& p = model_->parameters();
     return parallel::checkpoint_full(p.layout, blobs, where, {p.values, p.adam_m, p.adam_v});
   }
-  bool evaluates() const override { return true; }
   EvalResult evaluate(data::DataLoader& loader, std::int64_t max_samples) override {
     return exec::evaluate(*model_, loader, max_samples);
   }
@@ -136,27 +136,28 @@ Problems TrainingSession::State::build_engine() {
   auto train_loader = data::make_loader(config.data, data::Split::train, config.seed, seq_len);
   if (!train_loader.ok()) return train_loader.problems;
   loader = std::move(train_loader.value);
-  if (world->size() > 1 || plan.mesh.world_size() > 1) {
-    Problems flags;
-    for (const auto& [given, flag] : {std::pair{config.eval_every > 0, "--eval-every"},
-                                     {config.eval_samples > 0, "--eval-samples"},
-                                     {config.compute != Precision::fp32, "--precision"}})
-      if (given) flags.push_back(error(flag, "is not supported for multi-rank plans yet (single-rank plans only)"));
-    if (has_errors(flags)) return flags;
+  auto validation = data::make_loader(config.data, data::Split::validation, config.seed + 1, seq_len);
+  if (!validation.ok()) return validation.problems;
+  eval_loader = std::move(validation.value);
+  if (plan_file.model.kind == ModelKind::transformer) {
     auto groups = comm::MeshCommunicators::create(*world, plan.mesh);
     if (!groups.ok()) return groups.problems;
     auto parallel_engine = std::make_unique<ParallelEngine>(std::move(groups.value), plan);
     auto model = parallel::ParallelGpt::create(plan_file.model, plan, parallel_engine->groups(), config.seed, seq_len);
     if (!model.ok()) return model.problems;
+    if (Problems p = model.value->set_matmul_precision(config.compute); has_errors(p)) return p;
     parallel_engine->set_model(std::move(model.value));
     engine = std::move(parallel_engine);
-    say("training " + plan.mesh.to_string() + " on " + std::to_string(world->size()) + " ranks (" +
-        to_string(plan.schedule) + ", zero " + std::to_string(plan.zero_stage) +
-        (plan.sequence_parallel ? ", sequence parallel" : "") + ")");
+    if (world->size() > 1)
+      say("training " + plan.mesh.to_string() + " on " + std::to_string(world->size()) + " ranks (" +
+          to_string(plan.schedule) + ", zero " + std::to_string(plan.zero_stage) +
+          (plan.sequence_parallel ? ", sequence parallel" : "") + ")");
+  } else if (world->size() > 1 || plan.mesh.world_size() > 1) {
+    // A launch that does not match the mesh is named first (it says which mpirun fits).
+    if (auto groups = comm::MeshCommunicators::create(*world, plan.mesh); !groups.ok()) return groups.problems;
+    return {error("model.kind", "multi-rank plans train GPT models (kind: transformer); an MLP trains on one rank "
+                                "(a plan whose mesh has one device)")};
   } else {
-    auto validation = data::make_loader(config.data, data::Split::validation, config.seed + 1, seq_len);
-    if (!validation.ok()) return validation.problems;
-    eval_loader = std::move(validation.value);
     auto model = make_model<float>(plan_file.model, config.seed, plan.micro_batch, seq_len);
     if (!model.ok()) return model.problems;
     if (Problems p = model.value->set_matmul_precision(config.compute); has_errors(p)) return p;
@@ -312,10 +313,10 @@ void TrainingSession::State::after_step(const StepReport& s, SessionEnd& end, bo
     if (hooks.step) hooks.step(s, format_line(line));
     if (metrics) metrics->write(line);
   }
-  if (engine->evaluates() && classifier && loader->epoch() != last_epoch) {
+  if (classifier && loader->epoch() != last_epoch) {
     last_epoch = loader->epoch();
     evaluate(end.steps_done);
-  } else if (engine->evaluates() && config.eval_every > 0 && end.steps_done % config.eval_every == 0) {
+  } else if (config.eval_every > 0 && end.steps_done % config.eval_every == 0) {
     evaluate(end.steps_done);
   }
   // The ranks agree on a signal that reached any of them: one small all-reduce per step.
@@ -344,7 +345,7 @@ SessionEnd TrainingSession::train() {
 }
 
 void TrainingSession::final_evaluation() {
-  if (state_->engine->evaluates() && !state_->classifier) state_->evaluate(state_->options.steps);
+  if (!state_->classifier) state_->evaluate(state_->options.steps);
 }
 
 }  // namespace meshplan::exec

@@ -3,8 +3,9 @@
 // cannot drift apart (the CLI parses flags, prints, and turns the outcome
 // into an exit status):
 //
-//   open     the loaders, the model (a multi-rank plan: ParallelGpt over the
-//            mesh's groups; a one-device plan: the single-rank Model<float>),
+//   open     the loaders, the model (a GPT: ParallelGpt over the mesh's
+//            groups, a one-device plan being the mesh of one; an MLP: the
+//            single-rank Model<float>),
 //            the options from the plan, --resume from the newest intact
 //            checkpoint (damaged newer ones set aside), the metrics file;
 //   train    the steps; after each one, on every rank: the metrics line
@@ -55,10 +56,10 @@ struct SessionConfig {
   std::int64_t stop_after = 0;        // <= 0: off
   bool resume = false;                // needs checkpoints_on
   std::string metrics_path;           // empty: no metrics file
-  std::int64_t eval_every = 0;        // steps between evaluations (one rank)
+  std::int64_t eval_every = 0;        // steps between evaluations
   std::int64_t eval_samples = 0;      // 0: language models 64 micro-batches, classifiers the whole test split
   bool skip_non_finite = false;
-  Precision compute = Precision::fp32;  // the matmuls' arithmetic (one rank: fp32 or bf16)
+  Precision compute = Precision::fp32;  // the matmuls' arithmetic (fp32 or bf16)
   int threads = 1;                      // BLAS/OpenMP threads per rank (the MFU's peak on local-cpu)
 };
 

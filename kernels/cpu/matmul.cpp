@@ -79,13 +79,20 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
     // dweight[OC, C] += dout[N, OC]^T . inp[N, C]
     if (dweight != nullptr) gemm(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, T(1), dweight, C);
   }
-  if (dbias != nullptr) gemv_transposed_accumulate(N, OC, dout, ones<T>(N), dbias);
+  if (dbias != nullptr) bias_backward(dbias, dout, N, OC);
+}
+
+template <typename T>
+void bias_backward(T* dbias, const T* dout, std::int64_t N, std::int64_t OC) {
+  if (N > 0 && OC > 0) gemv_transposed_accumulate(N, OC, dout, ones<T>(N), dbias);
 }
 
 template void matmul_forward<float>(float*, const float*, const float*, const float*, std::int64_t, std::int64_t,
                                     std::int64_t);
 template void matmul_forward<double>(double*, const double*, const double*, const double*, std::int64_t,
                                      std::int64_t, std::int64_t);
+template void bias_backward<float>(float*, const float*, std::int64_t, std::int64_t);
+template void bias_backward<double>(double*, const double*, std::int64_t, std::int64_t);
 template void matmul_backward<float>(float*, float*, float*, const float*, const float*, const float*, std::int64_t,
                                      std::int64_t, std::int64_t);
 template void matmul_backward<double>(double*, double*, double*, const double*, const double*, const double*,

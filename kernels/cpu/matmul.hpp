@@ -14,7 +14,7 @@
 // or AMX), because Debian's OpenBLAS 0.3.21 is built without cblas_sbgemm.
 // Run them only where bf16_matmul_support() says so.
 //
-// Defines: matmul_forward, matmul_backward, Bf16Support, bf16_matmul_support,
+// Defines: matmul_forward, matmul_backward, bias_backward, Bf16Support, bf16_matmul_support,
 // matmul_bf16_workspace_elements, matmul_forward_bf16, matmul_backward_bf16.
 #pragma once
 
@@ -39,6 +39,11 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::i
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, std::int64_t N,
                      std::int64_t C, std::int64_t OC);
+
+// dbias[OC] += sum over the N rows of dout[N, OC] (matmul_backward's bias
+// term alone, for a bias added outside the GEMM: a row-parallel linear's).
+template <typename T>
+void bias_backward(T* dbias, const T* dout, std::int64_t N, std::int64_t OC);
 
 struct Bf16Support {
   bool supported = false;

@@ -6,7 +6,9 @@
 # checkpoint saved by the 4-rank run after step 3 must resume under the
 # 8-rank plan with the uninterrupted run's losses; and a job with the wrong
 # number of ranks must be refused with exit status 2 and the right command.
-# Multi-rank metrics lines carry mfu and memory like one rank's.
+# Multi-rank metrics lines carry mfu and memory like one rank's, and the
+# evaluations (--eval-every 3 --eval-samples 5: a padded last round on 2
+# data-parallel ranks) equal the one-device plan's (loss 1e-5, accuracy).
 #
 # usage: cli_train_mpi.sh MPIEXEC MESHPLAN MODEL_YAML CORPUS WORK_DIR
 set -u
@@ -35,10 +37,18 @@ compare() {  # reference.jsonl other.jsonl label
     END { printf "%s: %d steps, largest relative loss difference %.3g\n", label, NR, worst; exit bad }' || exit 1
 }
 
-"$meshplan" "${train[@]}" --plan one.json --metrics one.jsonl > one.out 2>&1 || fail "one rank: $(tail -3 one.out)"
-"$mpiexec" -np 4 "$meshplan" "${train[@]}" --plan four.json --metrics four.jsonl > four.out 2>&1 ||
-  fail "4 ranks: $(tail -5 four.out)"
+"$meshplan" "${train[@]}" --plan one.json --metrics one.jsonl --eval-every 3 --eval-samples 5 > one.out 2>&1 ||
+  fail "one rank: $(tail -3 one.out)"
+"$mpiexec" -np 4 "$meshplan" "${train[@]}" --plan four.json --metrics four.jsonl --eval-every 3 --eval-samples 5 \
+  > four.out 2>&1 || fail "4 ranks: $(tail -5 four.out)"
 compare one.jsonl four.jsonl "dp=2,tp=2 zero 1 (4 ranks)"
+# The fields in the order the metrics lines write them: accuracy, loss, samples.
+evals() { grep '"kind":"eval"' "$1" | grep -o '"eval_\(accuracy\|loss\|samples\)":[^,}]*' | cut -d: -f2 | paste - - -; }
+[ "$(evals one.jsonl | wc -l)" -eq 2 ] || fail "one rank: $(evals one.jsonl | wc -l) evaluations, not 2"
+paste <(evals one.jsonl) <(evals four.jsonl) | awk '
+  { d = ($5 - $2) / $2; if (d < 0) d = -d
+    if (NF != 6 || d > 1e-5 || $1 != $4 || $3 != $6) { printf "FAILED: evaluation %d: 4 ranks %s %s %s, one device %s %s %s\n", NR, $4, $5, $6, $1, $2, $3; bad = 1 } }
+  END { printf "evaluations: %d equal to the one-device plan'"'"'s (loss, accuracy, samples)\n", NR; exit bad }' || exit 1
 "$mpiexec" -np 8 "$meshplan" "${train[@]}" --plan eight.json --metrics eight.jsonl > eight.out 2>&1 ||
   fail "8 ranks: $(tail -5 eight.out)"
 compare one.jsonl eight.jsonl "dp=2,pp=2,tp=2 interleaved:2 sp zero 1 (8 ranks)"
@@ -54,7 +64,7 @@ grep -q '"memory":{' four.jsonl || fail "4-rank metrics without the memory break
 "$mpiexec" -np 8 "$meshplan" "${train[@]}" --plan eight.json --checkpoint-dir ck --resume --metrics resumed.jsonl \
   > resumed.out 2>&1 || fail "8 ranks, --resume: $(tail -5 resumed.out)"
 grep -q "resumed from ck/step-000003 at step 3" resumed.out || fail "no resume line: $(head -3 resumed.out)"
-tail -n 3 one.jsonl > one-tail.jsonl
+grep '"kind":"train"' one.jsonl | tail -n 3 > one-tail.jsonl
 compare one-tail.jsonl resumed.jsonl "saved under dp=2,tp=2, resumed under dp=2,pp=2,tp=2 (steps 3-5)"
 
 # The wrong number of ranks is refused, naming the command that fits.

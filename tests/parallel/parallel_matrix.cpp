@@ -2,11 +2,15 @@
 // show"): one plan per invocation, run under `mpirun -np <world size>`
 // (ctest runs one test per plan, tests/CMakeLists.txt). Every rank trains the
 // plan with the parallel runtime; world rank 0 also trains the single-rank
-// reference (executor/train/trainer.hpp on executor/model/gpt.hpp) on the
-// same global batches, then compares
-//   * the loss of every step: relative difference <= tolerance, and
+// reference (executor/train/trainer.hpp on tests/reference/reference_gpt.hpp)
+// on the same global batches, then compares
+//   * the loss of every step: relative difference <= tolerance,
 //   * the parameters after the last step, gathered from every shard:
-//     ||p - p_ref|| / ||p_ref|| <= tolerance,
+//     ||p - p_ref|| / ||p_ref|| <= tolerance, and
+//   * an evaluation of the trained model (evaluate_parallel, every rank) on
+//     13 samples, not a multiple of B x D, so the last round is padded,
+//     against exec::evaluate of the reference: loss within the tolerance,
+//     correct tokens within 2 of 208 (an arg-max may flip on a near-tie),
 // prints the largest differences seen, and exits 1 naming the plan and the
 // first step (or tensor) that diverges.
 //
@@ -32,6 +36,7 @@
 #include "executor/parallel/parallel_gpt.hpp"
 #include "executor/parallel/parallel_trainer.hpp"
 #include "executor/train/trainer.hpp"
+#include "reference/reference_gpt.hpp"
 #include "../tiny_gpt.hpp"
 
 namespace {
@@ -158,10 +163,13 @@ int main(int argc, char** argv) {
   for (const auto& p : trained.problems) std::fprintf(stderr, "parallel_matrix %s: %s\n", name.c_str(), describe(p).c_str());
   const std::vector<float> params = model.value->gather_full(0);
   if (!trained.ok()) return 1;
+  constexpr std::int64_t eval_samples = 13;
+  auto eval_loader = matrix_loader(seed + 1, T);
+  const exec::EvalResult evaluated = exec::parallel::evaluate_parallel(*model.value, *eval_loader, eval_samples);
   if (comm.rank() != 0) return 0;
 
   // The single-rank reference on the same global batches.
-  auto reference = exec::make_model<float>(spec, seed, micro_batch, T);
+  auto reference = exec::make_reference_model<float>(spec, seed, micro_batch, T);
   if (!reference.ok()) return 1;
   exec::TrainOptions ref_options = matrix_options(steps);
   ref_options.micro_batch = micro_batch;
@@ -203,6 +211,18 @@ int main(int argc, char** argv) {
     if (rel > worst_tensor) worst_tensor = rel, worst_name = t.name;
   }
   const double param_diff = std::sqrt(diff2 / ref2);
+  auto ref_eval_loader = matrix_loader(seed + 1, T);
+  const exec::EvalResult ref_evaluated = exec::evaluate(*reference.value, *ref_eval_loader, eval_samples);
+  const double tokens = static_cast<double>(eval_samples * T);
+  const double correct_gap = std::abs(evaluated.accuracy - ref_evaluated.accuracy) * tokens;
+  if (evaluated.samples != ref_evaluated.samples || relative(evaluated.loss, ref_evaluated.loss) > tolerance ||
+      !(correct_gap <= 2.0)) {
+    std::fprintf(stderr, "parallel_matrix %s: evaluation differs: %lld samples, loss %.9g, accuracy %.6f; single rank "
+                         "%lld samples, loss %.9g, accuracy %.6f\n",
+                 name.c_str(), static_cast<long long>(evaluated.samples), evaluated.loss, evaluated.accuracy,
+                 static_cast<long long>(ref_evaluated.samples), ref_evaluated.loss, ref_evaluated.accuracy);
+    ok = false;
+  }
   if (param_diff > tolerance) {
     std::fprintf(stderr, "parallel_matrix %s: DIVERGED parameters after %zu steps: relative norm %.3g > %.1g "
                          "(worst tensor %s: %.3g)\n",
@@ -215,5 +235,8 @@ int main(int argc, char** argv) {
               static_cast<long long>(worst_step), param_diff, worst_name.c_str(), worst_tensor, tolerance,
               ok ? "OK" : "FAILED");
   std::printf("  grad norms: first %.4f last %.4f\n", norms.front(), norms.back());
+  std::printf("  evaluation: loss %.9g (single rank %.9g), accuracy %.6f (single rank %.6f) on %lld samples\n",
+              evaluated.loss, ref_evaluated.loss, evaluated.accuracy, ref_evaluated.accuracy,
+              static_cast<long long>(evaluated.samples));
   return ok ? 0 : 1;
 }

@@ -20,6 +20,7 @@
 #include "executor/data/text.hpp"
 #include "executor/model/model.hpp"
 #include "executor/parallel/parallel_checkpoint.hpp"
+#include "reference/reference_gpt.hpp"
 #include "executor/parallel/parallel_trainer.hpp"
 #include "../tiny_gpt.hpp"
 
@@ -137,7 +138,7 @@ int main(int argc, char** argv) {
   // C: one rank, the single-rank trainer.
   std::vector<double> c_losses;
   {
-    auto model = exec::make_model<float>(spec, seed + 200, micro_batch, T);
+    auto model = exec::make_reference_model<float>(spec, seed + 200, micro_batch, T);
     if (!model.ok()) return report("C", model.problems), 1;
     auto& params = model.value->parameters();
     for (const auto& blob : saved.tensors) {

@@ -1,5 +1,7 @@
-// The executor's half of the PyTorch reference test (gpt_torch_reference.py
-// is the other half): builds the GPT of a model YAML with the executor,
+// The C++ half of the PyTorch reference test (gpt_torch_reference.py is the
+// other half): builds the reference GPT (reference_gpt.hpp, which the
+// executor's ParallelGpt is checked against step by step in tests/parallel/
+// and test_executor_models) of a model YAML,
 // writes its weights as a real checkpoint (executor/checkpoint), runs one
 // forward/backward on a fixed batch and ten optimizer steps with the real
 // trainer (exec::train: gradient accumulation, global-norm clipping, warmup +
@@ -40,7 +42,7 @@
 #include "executor/checkpoint/checkpoint.hpp"
 #include "executor/data/loader.hpp"
 #include "executor/data/random.hpp"
-#include "executor/model/gpt.hpp"
+#include "reference/reference_gpt.hpp"
 #include "executor/model/model.hpp"
 #include "executor/train/trainer.hpp"
 #include "model/model_spec.hpp"
@@ -154,7 +156,7 @@ int run(const std::string& model_path, const std::filesystem::path& out_dir) {
   }
   const TransformerDims& dims = spec.value.transformer;
   const std::int64_t T = dims.seq_len, V = dims.vocab;
-  Loaded<std::unique_ptr<Model<float>>> made = make_model<float>(spec.value, kSeed, kBatch, T);
+  Loaded<std::unique_ptr<Model<float>>> made = make_reference_model<float>(spec.value, kSeed, kBatch, T);
   if (!report(made.problems)) return 1;
   auto& gpt = dynamic_cast<Gpt<float>&>(*made.value);
   Parameters<float>& params = gpt.parameters();

@@ -1,20 +1,25 @@
-// A GPT-2 decoder (Radford et al. 2019) trained on one CPU rank, structured
-// as llm.c's train_gpt2.c: every saved activation lives in one buffer carved
-// into named tensors (GptActivations, like llm.c's ActivationTensors), the
-// forward walks embedding -> L x [ln1, qkv, attention, proj, residual, ln2,
-// fc, gelu, fc_out, residual] -> ln_f -> logits (tied to wte) -> softmax
-// cross-entropy, and the backward walks the same list in reverse, with a
-// second buffer of the same layout for the activation gradients.
-// Per-layer activations are stored [L, B, T, ...] so layer l's are a slice.
-// Dropout is omitted (GPT-2 was trained with 0.1; llm.c omits it too).
-// Memory (executor/backend/): the saved activations are recorded as
-// activations, the activation-gradient buffer as workspace (it is scratch
-// of the backward, which no activation estimate counts).
+// The reference GPT-2 decoder (Radford et al. 2019): the simple, single-rank
+// statement of the math that the executor's one GPT
+// (executor/parallel/parallel_gpt.hpp, which also trains one-device plans)
+// is tested against. It is test code: it runs in double for the
+// finite-difference gradient tests, it is what tests/reference/ compares
+// with PyTorch, and the parallel matrix (tests/parallel/) compares every
+// mesh's loss curve with it. Structured as llm.c's train_gpt2.c: every saved
+// activation lives in one buffer carved into named tensors (GptActivations,
+// like llm.c's ActivationTensors), the forward walks embedding -> L x [ln1,
+// qkv, attention, proj, residual, ln2, fc, gelu, fc_out, residual] -> ln_f
+// -> logits (tied to wte) -> softmax cross-entropy, and the backward walks
+// the same list in reverse, with a second buffer of the same layout for the
+// activation gradients. Per-layer activations are stored [L, B, T, ...] so
+// layer l's are a slice. Dropout is omitted (GPT-2 was trained with 0.1;
+// llm.c omits it too). Memory: the saved activations are recorded as
+// activations, the activation-gradient buffer as workspace.
 //
-// defines: GptDims, GptActivations, Gpt
+// defines: GptDims, GptActivations, Gpt, make_reference_model
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "executor/backend/tracked_allocator.hpp"
@@ -114,5 +119,12 @@ class Gpt final : public Model<T> {
   std::vector<std::int32_t> tokens_, targets_;
   std::int64_t correct_ = 0;
 };
+
+// A Gpt (spec.kind transformer) or, for any other kind, make_model's model;
+// arguments as make_model (model.hpp).
+template <typename T>
+Loaded<std::unique_ptr<Model<T>>> make_reference_model(const ModelSpec& spec, std::uint64_t seed,
+                                                       std::int64_t max_batch, std::int64_t seq_len = 0,
+                                                       Backend& backend = default_backend());
 
 }  // namespace meshplan::exec

@@ -2,7 +2,7 @@
 // (train_gpt2.c) op for op, on this project's kernels and without vocabulary
 // padding. Layer slices use the allocated B and T as strides, so a smaller
 // last batch (evaluation) reuses the same buffers.
-#include "executor/model/gpt.hpp"
+#include "reference/reference_gpt.hpp"
 
 #include <algorithm>
 #include <array>
@@ -203,6 +203,29 @@ void Gpt<T>::backward(T dloss) {
   kernels::embedding_backward(g + wte_, g + wpe_, d.encoded, tokens_.data(), B, T_len, C);
 }
 
+template <typename T>
+Loaded<std::unique_ptr<Model<T>>> make_reference_model(const ModelSpec& spec, std::uint64_t seed,
+                                                       std::int64_t max_batch, std::int64_t seq_len,
+                                                       Backend& backend) {
+  if (spec.kind != ModelKind::transformer) return make_model<T>(spec, seed, max_batch, seq_len, backend);
+  Loaded<std::unique_ptr<Model<T>>> result;
+  if (max_batch <= 0) result.problems.push_back({Severity::error, "plan.micro_batch", "must be at least 1"});
+  if (seq_len == 0) seq_len = spec.transformer.seq_len;
+  if (seq_len <= 0 || seq_len > spec.transformer.seq_len)
+    result.problems.push_back({Severity::error, "plan.seq_len",
+                               std::to_string(seq_len) + " must be between 1 and the model's learned positions (" +
+                                   std::to_string(spec.transformer.seq_len) + ")"});
+  Loaded<Parameters<T>> parameters = make_parameters<T>(spec, seed, backend);
+  result.problems.insert(result.problems.end(), parameters.problems.begin(), parameters.problems.end());
+  if (!result.ok()) return result;
+  result.value = std::make_unique<Gpt<T>>(spec, std::move(parameters.value), max_batch, seq_len);
+  return result;
+}
+
+template Loaded<std::unique_ptr<Model<float>>> make_reference_model<float>(const ModelSpec&, std::uint64_t,
+                                                                           std::int64_t, std::int64_t, Backend&);
+template Loaded<std::unique_ptr<Model<double>>> make_reference_model<double>(const ModelSpec&, std::uint64_t,
+                                                                             std::int64_t, std::int64_t, Backend&);
 template struct GptActivations<float>;
 template struct GptActivations<double>;
 template class Gpt<float>;
