@@ -8,6 +8,11 @@
 //     start at kPrefill rather than 0, which checks that backward accumulates.
 //  3. AdamW against its closed form; the global gradient norm.
 //  4. Cross-entropy edge cases: uniform logits give log V; huge logits stay finite.
+//  5. bf16 matmuls: rounding, and the GEMMs on rounded operands.
+//  6. The Llama ops (RMSNorm, RoPE, SwiGLU, grouped-query attention): forwards
+//     against their references, backwards by finite differences, GQA with as
+//     many key/value heads as query heads against attention_*, RoPE's
+//     identities and a known value, and that every backward accumulates.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,6 +37,9 @@
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/reference.hpp"
 #include "kernels/cpu/residual.hpp"
+#include "kernels/cpu/rmsnorm.hpp"
+#include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/swiglu.hpp"
 
 namespace meshplan::kernels {
 namespace {
@@ -627,6 +635,392 @@ TEST(Bf16, MatmulBackwardMatchesReferenceOnRoundedInputs) {
     expect_close(dweight_t, dweight, kReferenceTolerance<float>, "bf16 matmul dweight" + shape);
     expect_close(dbias_t, dbias, kReferenceTolerance<float>, "bf16 matmul dbias" + shape);
   }
+}
+
+// ---------------------------------------------------------------- (6) Llama ops
+
+constexpr double kRmsNormEps = 1e-5;  // Llama 2's norm_eps
+
+// RMSNorm: (N, C, eps, input range). In the second case eps is about a third
+// of the mean square, so where eps enters the formula shows far above rounding.
+struct RmsNormCase {
+  std::int64_t N, C;
+  double eps, input_range;
+};
+constexpr RmsNormCase kRmsNormCases[] = {{7, 13, kRmsNormEps, 2.0}, {3, 8, 0.1, 0.5}, {1, 1, 1e-6, 1.0}};
+
+TYPED_TEST(KernelsVsReference, RmsNormForward) {
+  using T = TypeParam;
+  std::mt19937_64 rng(31);
+  for (const auto [N, C, eps, range] : kRmsNormCases) {
+    const Vec inp = random_vector(sz(N * C), rng, -range, range), weight = random_vector(sz(C), rng);
+    Vec out(inp.size()), rstd(sz(N));
+    reference_rmsnorm_forward(out.data(), rstd.data(), inp.data(), weight.data(), N, C, eps);
+    const auto inp_t = cast_to<T>(inp), weight_t = cast_to<T>(weight);
+    std::vector<T> out_t(out.size(), T(7)), rstd_t(rstd.size(), T(7));  // garbage: forward must overwrite
+    rmsnorm_forward(out_t.data(), rstd_t.data(), inp_t.data(), weight_t.data(), N, C, eps);
+    const std::string shape = " C=" + std::to_string(C);
+    expect_close(out_t, out, kReferenceTolerance<T>, "rmsnorm out" + shape);
+    expect_close(rstd_t, rstd, kReferenceTolerance<T>, "rmsnorm rstd" + shape);
+  }
+}
+
+TYPED_TEST(KernelsVsReference, RmsNormBackward) {
+  using T = TypeParam;
+  std::mt19937_64 rng(32);
+  for (const auto [N, C, eps, range] : kRmsNormCases) {
+    const Vec inp = random_vector(sz(N * C), rng, -range, range), weight = random_vector(sz(C), rng);
+    const Vec dout = random_vector(inp.size(), rng);
+    Vec dinp = prefilled(inp.size()), dweight = prefilled(sz(C));
+    reference_rmsnorm_backward(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(), N, C, eps);
+    const auto inp_t = cast_to<T>(inp), weight_t = cast_to<T>(weight), dout_t = cast_to<T>(dout);
+    std::vector<T> out_t(inp.size()), rstd_t(sz(N));
+    rmsnorm_forward(out_t.data(), rstd_t.data(), inp_t.data(), weight_t.data(), N, C, eps);
+    auto dinp_t = cast_to<T>(prefilled(inp.size())), dweight_t = cast_to<T>(prefilled(sz(C)));
+    rmsnorm_backward(dinp_t.data(), dweight_t.data(), dout_t.data(), inp_t.data(), weight_t.data(), rstd_t.data(), N,
+                     C);
+    const std::string shape = " C=" + std::to_string(C);
+    expect_close(dinp_t, dinp, kReferenceTolerance<T>, "rmsnorm dinp" + shape);
+    expect_close(dweight_t, dweight, kReferenceTolerance<T>, "rmsnorm dweight" + shape);
+  }
+}
+
+// A packed Llama qkv buffer [B, seq_len, (NH + 2 KVH) * D], the layout
+// rope_apply's strided view exists for.
+struct PackedQkv {
+  std::int64_t B, seq_len, NH, KVH, D;
+  double theta;
+  std::int64_t rows() const { return B * seq_len; }
+  std::int64_t width() const { return (NH + 2 * KVH) * D; }
+  std::size_t size() const { return sz(rows() * width()); }
+};
+// The second: Llama 3's theta, positions up to 299 (angles of hundreds of radians).
+constexpr PackedQkv kRopeShapes[] = {{2, 5, 4, 2, 6, 1e4}, {1, 300, 2, 1, 8, 5e5}};
+
+// Rotates the q and the k part of a packed qkv buffer, leaving v alone.
+template <typename T, typename Rope>
+void rope_q_and_k(T* qkv, const PackedQkv& s, bool inverse, Rope rope) {
+  rope(qkv, s.rows(), s.seq_len, s.NH, s.D, s.width(), s.theta, inverse);
+  rope(qkv + s.NH * s.D, s.rows(), s.seq_len, s.KVH, s.D, s.width(), s.theta, inverse);
+}
+
+TYPED_TEST(KernelsVsReference, RopeForwardAndInverse) {
+  using T = TypeParam;
+  std::mt19937_64 rng(33);
+  for (const PackedQkv& s : kRopeShapes) {
+    for (const bool inverse : {false, true}) {
+      const Vec qkv = random_vector(s.size(), rng);
+      Vec expected = qkv;
+      rope_q_and_k(expected.data(), s, inverse, reference_rope_apply);
+      auto qkv_t = cast_to<T>(qkv);
+      rope_q_and_k(qkv_t.data(), s, inverse, rope_apply<T>);
+      expect_close(qkv_t, expected, kReferenceTolerance<T>,
+                   "rope seq_len=" + std::to_string(s.seq_len) + " inverse=" + std::to_string(inverse));
+    }
+  }
+}
+
+struct SwigluShape {
+  std::int64_t N, F;
+};
+constexpr SwigluShape kSwigluShapes[] = {{7, 11}, {1, 1}, {3, 64}};
+
+TYPED_TEST(KernelsVsReference, SwigluForward) {
+  using T = TypeParam;
+  std::mt19937_64 rng(34);
+  for (const auto [N, F] : kSwigluShapes) {
+    const Vec inp = random_vector(sz(N * 2 * F), rng, -6.0, 6.0);
+    Vec out(sz(N * F));
+    reference_swiglu_forward(out.data(), inp.data(), N, F);
+    const auto inp_t = cast_to<T>(inp);
+    std::vector<T> out_t(out.size(), T(7));  // garbage: forward must overwrite
+    swiglu_forward(out_t.data(), inp_t.data(), N, F);
+    expect_close(out_t, out, kReferenceTolerance<T>, "swiglu out F=" + std::to_string(F));
+  }
+}
+
+// SwiGLU's backward is the plain chain rule (no separate reference): the float
+// instantiation against the double one, which FiniteDifferences.Swiglu checks.
+TYPED_TEST(KernelsVsReference, SwigluBackwardFloatMatchesDouble) {
+  using T = TypeParam;
+  std::mt19937_64 rng(35);
+  const std::int64_t N = 7, F = 11;
+  const Vec inp = random_vector(sz(N * 2 * F), rng, -6.0, 6.0), dout = random_vector(sz(N * F), rng);
+  Vec dinp = prefilled(inp.size());
+  swiglu_backward(dinp.data(), dout.data(), inp.data(), N, F);
+  const auto inp_t = cast_to<T>(inp), dout_t = cast_to<T>(dout);
+  auto dinp_t = cast_to<T>(prefilled(inp.size()));
+  swiglu_backward(dinp_t.data(), dout_t.data(), inp_t.data(), N, F);
+  expect_close(dinp_t, dinp, kReferenceTolerance<T>, "swiglu dinp");
+}
+
+struct GqaShape {
+  std::int64_t B, T_len, NH, KVH, D;
+};
+// Multi-query (KVH = 1), grouped (KVH = 2) and multi-head (KVH = NH); one
+// shape with several causal row blocks (the kernel blocks query rows by 128).
+constexpr GqaShape kGqaShapes[] = {
+    {2, 5, 4, 1, 6}, {2, 5, 4, 2, 6}, {2, 5, 4, 4, 6}, {1, 7, 4, 2, 8}, {1, 261, 4, 2, 8}};
+
+std::string gqa_name(const GqaShape& s) {
+  return " T=" + std::to_string(s.T_len) + " NH=" + std::to_string(s.NH) + " KVH=" + std::to_string(s.KVH) +
+         " D=" + std::to_string(s.D);
+}
+
+TYPED_TEST(KernelsVsReference, GqaAttentionForward) {
+  using T = TypeParam;
+  std::mt19937_64 rng(36);
+  for (const GqaShape& s : kGqaShapes) {
+    const Vec qkv = random_vector(sz(s.B * s.T_len * (s.NH + 2 * s.KVH) * s.D), rng, -2.0, 2.0);
+    Vec out(sz(s.B * s.T_len * s.NH * s.D)), att(sz(s.B * s.NH * s.T_len * s.T_len));
+    reference_gqa_attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T_len, s.NH, s.KVH, s.D);
+    const auto qkv_t = cast_to<T>(qkv);
+    std::vector<T> out_t(out.size(), T(7)), att_t(att.size(), T(7));
+    gqa_attention_forward(out_t.data(), att_t.data(), qkv_t.data(), s.B, s.T_len, s.NH, s.KVH, s.D);
+    expect_close(out_t, out, kReferenceTolerance<T>, "gqa out" + gqa_name(s));
+    expect_close(att_t, att, kReferenceTolerance<T>, "gqa att" + gqa_name(s));
+  }
+}
+
+TYPED_TEST(KernelsVsReference, GqaAttentionBackward) {
+  using T = TypeParam;
+  std::mt19937_64 rng(37);
+  for (const GqaShape& s : kGqaShapes) {
+    const Vec qkv = random_vector(sz(s.B * s.T_len * (s.NH + 2 * s.KVH) * s.D), rng, -2.0, 2.0);
+    const Vec dout = random_vector(sz(s.B * s.T_len * s.NH * s.D), rng);
+    Vec out(dout.size()), att(sz(s.B * s.NH * s.T_len * s.T_len));
+    reference_gqa_attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T_len, s.NH, s.KVH, s.D);
+    Vec dqkv = prefilled(qkv.size());
+    reference_gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T_len, s.NH, s.KVH,
+                                     s.D);
+    const auto qkv_t = cast_to<T>(qkv), dout_t = cast_to<T>(dout), att_t = cast_to<T>(att);
+    auto dqkv_t = cast_to<T>(prefilled(qkv.size()));
+    gqa_attention_backward(dqkv_t.data(), dout_t.data(), qkv_t.data(), att_t.data(), s.B, s.T_len, s.NH, s.KVH, s.D);
+    expect_close(dqkv_t, dqkv, kReferenceTolerance<T>, "gqa dqkv" + gqa_name(s));
+  }
+}
+
+// With KVH == NH the packed layout [q heads | k heads | v heads] is
+// attention_forward's [q C | k C | v C] with C = NH * D, so both kernels
+// must compute the same out, att and dqkv.
+TYPED_TEST(KernelsVsReference, GqaWithAllKeyValueHeadsIsMultiHeadAttention) {
+  using T = TypeParam;
+  std::mt19937_64 rng(38);
+  for (const auto [B, T_len, C, NH] : kAttentionShapes) {
+    const std::int64_t D = C / NH;
+    const auto qkv = cast_to<T>(random_vector(sz(B * T_len * 3 * C), rng, -2.0, 2.0));
+    const auto dout = cast_to<T>(random_vector(sz(B * T_len * C), rng));
+    std::vector<T> out(dout.size()), att(sz(B * NH * T_len * T_len)), dqkv(qkv.size(), T(kPrefill));
+    attention_forward(out.data(), att.data(), qkv.data(), B, T_len, C, NH);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T_len, C, NH);
+    std::vector<T> gqa_out(out.size(), T(7)), gqa_att(att.size(), T(7)), gqa_dqkv(qkv.size(), T(kPrefill));
+    gqa_attention_forward(gqa_out.data(), gqa_att.data(), qkv.data(), B, T_len, NH, NH, D);
+    gqa_attention_backward(gqa_dqkv.data(), dout.data(), qkv.data(), gqa_att.data(), B, T_len, NH, NH, D);
+    const auto as_double = [](const std::vector<T>& v) { return Vec(v.begin(), v.end()); };
+    const std::string shape = " T=" + std::to_string(T_len);
+    expect_close(gqa_out, as_double(out), kReferenceTolerance<T>, "gqa vs mha out" + shape);
+    expect_close(gqa_att, as_double(att), kReferenceTolerance<T>, "gqa vs mha att" + shape);
+    expect_close(gqa_dqkv, as_double(dqkv), kReferenceTolerance<T>, "gqa vs mha dqkv" + shape);
+  }
+}
+
+// RoPE's identities, in float and double.
+template <typename T>
+class RopeIdentities : public ::testing::Test {};
+TYPED_TEST_SUITE(RopeIdentities, Scalars);
+
+TYPED_TEST(RopeIdentities, PositionZeroIsTheIdentity) {
+  using T = TypeParam;
+  std::mt19937_64 rng(39);
+  const PackedQkv s = {3, 4, 4, 2, 6, 1e4};
+  const auto before = cast_to<T>(random_vector(s.size(), rng));
+  auto after = before;
+  rope_q_and_k(after.data(), s, false, rope_apply<T>);
+  for (std::int64_t r = 0; r < s.rows(); ++r) {
+    const bool at_position_zero = r % s.seq_len == 0;
+    std::int64_t changed = 0;
+    for (std::int64_t i = 0; i < s.width(); ++i) {
+      const std::size_t at = sz(r * s.width() + i);
+      changed += after[at] != before[at];
+      if (at_position_zero) {
+        EXPECT_EQ(after[at], before[at]) << "row " << r << " element " << i;
+      }
+    }
+    // Positions > 0 rotate every q and k value (the v part, D * KVH per row, never).
+    if (!at_position_zero) {
+      EXPECT_EQ(changed, (s.NH + s.KVH) * s.D) << "row " << r;
+    }
+  }
+}
+
+TYPED_TEST(RopeIdentities, InverseUndoesForward) {
+  using T = TypeParam;
+  std::mt19937_64 rng(40);
+  for (const PackedQkv& s : kRopeShapes) {
+    const Vec qkv = random_vector(s.size(), rng);
+    auto x = cast_to<T>(qkv);
+    rope_q_and_k(x.data(), s, false, rope_apply<T>);
+    rope_q_and_k(x.data(), s, true, rope_apply<T>);
+    expect_close(x, qkv, kReferenceTolerance<T>, "rope inverse after forward seq_len=" + std::to_string(s.seq_len));
+  }
+}
+
+// Hand-computed values: D = 2, theta = 10000, position 1 turns (1, 0) into
+// (cos 1, sin 1). D = 4: pair 1 is elements (1, 3) (rotate_half, not the
+// neighbours (2, 3)), with frequency 10000^(-2/4) = 0.01.
+TEST(Rope, KnownValues) {
+  Vec two = {1.0, 0.0, 1.0, 0.0};  // positions 0 and 1
+  rope_apply(two.data(), 2, 2, 1, 2, 2, 1e4, false);
+  expect_close(two, Vec{1.0, 0.0, std::cos(1.0), std::sin(1.0)}, {1e-15, 1e-15}, "rope D=2");
+  Vec four = {0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0};
+  rope_apply(four.data(), 2, 2, 1, 4, 4, 1e4, false);
+  expect_close(four, Vec{0.0, 0.0, 0.0, 0.0, 0.0, std::cos(0.01), 0.0, std::sin(0.01)}, {1e-15, 1e-15}, "rope D=4");
+}
+
+TEST(Swiglu, SaturatesWithoutNaNs) {
+  // silu(g) -> 0 for g << 0 and -> g for g >> 0; exp(-g) overflows double for g < -710.
+  const std::vector<float> inp_f = {-1000.0f, -100.0f, 100.0f, 1000.0f, 2.0f, 2.0f, 2.0f, 2.0f};
+  const Vec inp(inp_f.begin(), inp_f.end());
+  std::vector<float> out_f(4), dinp_f(8, 0.0f);
+  Vec out(4), dinp(8, 0.0);
+  swiglu_forward(out_f.data(), inp_f.data(), 1, 4);
+  swiglu_forward(out.data(), inp.data(), 1, 4);
+  swiglu_backward(dinp_f.data(), std::vector<float>(4, 1.0f).data(), inp_f.data(), 1, 4);
+  swiglu_backward(dinp.data(), Vec(4, 1.0).data(), inp.data(), 1, 4);
+  expect_close(out_f, Vec{0.0, 0.0, 200.0, 2000.0}, {1e-30, 1e-7}, "swiglu float out");
+  expect_close(out, Vec{0.0, 0.0, 200.0, 2000.0}, {1e-30, 1e-15}, "swiglu double out");
+  expect_close(dinp_f, Vec{0.0, 0.0, 2.0, 2.0, 0.0, 0.0, 100.0, 1000.0}, {1e-30, 1e-7}, "swiglu float dinp");
+  expect_close(dinp, Vec{0.0, 0.0, 2.0, 2.0, 0.0, 0.0, 100.0, 1000.0}, {1e-30, 1e-15}, "swiglu double dinp");
+}
+
+TEST(FiniteDifferences, RmsNorm) {
+  std::mt19937_64 rng(41);
+  const std::int64_t N = 7, C = 13;
+  Vec inp = random_vector(sz(N * C), rng, -2.0, 2.0), weight = random_vector(sz(C), rng);
+  const Vec w = random_vector(inp.size(), rng);
+  Vec out(inp.size()), rstd(sz(N));
+  auto loss = [&] {
+    rmsnorm_forward(out.data(), rstd.data(), inp.data(), weight.data(), N, C, kRmsNormEps);
+    return dot(out, w);
+  };
+  loss();
+  Vec dinp = prefilled(inp.size()), dweight = prefilled(weight.size());
+  rmsnorm_backward(dinp.data(), dweight.data(), w.data(), inp.data(), weight.data(), rstd.data(), N, C);
+  expect_gradient_matches_fd(inp, dinp, loss, "rmsnorm inp");
+  expect_gradient_matches_fd(weight, dweight, loss, "rmsnorm weight");
+}
+
+// L = sum(w * rope(x)) is linear in x with gradient R^T w, which is what the
+// inverse application computes from w. The loss rotates the q and k parts of
+// a packed buffer, so the v part's gradient is w itself, untouched.
+TEST(FiniteDifferences, Rope) {
+  std::mt19937_64 rng(42);
+  const PackedQkv s = {2, 5, 4, 2, 6, 1e4};
+  Vec qkv = random_vector(s.size(), rng);
+  const Vec w = random_vector(qkv.size(), rng);
+  Vec rotated(qkv.size());
+  auto loss = [&] {
+    rotated = qkv;
+    rope_q_and_k(rotated.data(), s, false, rope_apply<double>);
+    return dot(rotated, w);
+  };
+  Vec grad = w;
+  rope_q_and_k(grad.data(), s, true, rope_apply<double>);
+  // rope_apply rewrites its buffer rather than accumulating; add the prefill the helper subtracts.
+  for (double& g : grad) g += kPrefill;
+  expect_gradient_matches_fd(qkv, grad, loss, "rope qkv");
+}
+
+TEST(FiniteDifferences, Swiglu) {
+  std::mt19937_64 rng(43);
+  const std::int64_t N = 7, F = 11;
+  Vec inp = random_vector(sz(N * 2 * F), rng, -4.0, 4.0);
+  const Vec w = random_vector(sz(N * F), rng);
+  Vec out(w.size());
+  auto loss = [&] {
+    swiglu_forward(out.data(), inp.data(), N, F);
+    return dot(out, w);
+  };
+  Vec dinp = prefilled(inp.size());
+  swiglu_backward(dinp.data(), w.data(), inp.data(), N, F);
+  expect_gradient_matches_fd(inp, dinp, loss, "swiglu inp");
+}
+
+TEST(FiniteDifferences, GqaAttention) {
+  std::mt19937_64 rng(44);
+  for (const std::int64_t KVH : {2, 1}) {
+    const std::int64_t B = 2, T_len = 5, NH = 4, D = 6;
+    Vec qkv = random_vector(sz(B * T_len * (NH + 2 * KVH) * D), rng, -1.5, 1.5);
+    const Vec w = random_vector(sz(B * T_len * NH * D), rng);
+    Vec out(w.size()), att(sz(B * NH * T_len * T_len));
+    auto loss = [&] {
+      gqa_attention_forward(out.data(), att.data(), qkv.data(), B, T_len, NH, KVH, D);
+      return dot(out, w);
+    };
+    loss();
+    Vec dqkv = prefilled(qkv.size());
+    gqa_attention_backward(dqkv.data(), w.data(), qkv.data(), att.data(), B, T_len, NH, KVH, D);
+    expect_gradient_matches_fd(qkv, dqkv, loss, "gqa qkv KVH=" + std::to_string(KVH));
+  }
+}
+
+// Every Llama backward adds into its gradient buffers (micro-batch gradient
+// accumulation relies on it): from a buffer holding kPoison it must give
+// kPoison + the gradient from zero, in float too (the float and double code
+// are one template, but each instantiation is checked).
+template <typename T>
+class LlamaBackward : public ::testing::Test {};
+TYPED_TEST_SUITE(LlamaBackward, Scalars);
+
+constexpr double kPoison = 3.0;
+
+// Runs backward(buffers...) once on zeroed and once on poisoned buffers and
+// compares them element by element.
+template <typename T, typename Backward>
+void expect_accumulates(std::vector<std::vector<T>*> buffers, Backward backward, const std::string& what) {
+  for (auto* buffer : buffers) std::fill(buffer->begin(), buffer->end(), T(0));
+  backward();
+  std::vector<std::vector<T>> from_zero;
+  for (auto* buffer : buffers) from_zero.push_back(*buffer);
+  for (auto* buffer : buffers) std::fill(buffer->begin(), buffer->end(), T(kPoison));
+  backward();
+  for (std::size_t b = 0; b < buffers.size(); ++b) {
+    Vec expected(from_zero[b].size());
+    for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<double>(from_zero[b][i]) + kPoison;
+    expect_close(*buffers[b], expected, kReferenceTolerance<T>, what + " buffer " + std::to_string(b));
+  }
+}
+
+TYPED_TEST(LlamaBackward, AddsIntoTheGradientBuffers) {
+  using T = TypeParam;
+  std::mt19937_64 rng(45);
+  const std::int64_t N = 7, C = 13;
+  const auto x = cast_to<T>(random_vector(sz(N * C), rng, -2.0, 2.0));
+  const auto weight = cast_to<T>(random_vector(sz(C), rng));
+  const auto dout = cast_to<T>(random_vector(sz(N * C), rng));
+  std::vector<T> out(x.size()), rstd(sz(N)), dinp(x.size()), dweight(sz(C));
+  rmsnorm_forward(out.data(), rstd.data(), x.data(), weight.data(), N, C, kRmsNormEps);
+  const auto rmsnorm = [&] {
+    rmsnorm_backward(dinp.data(), dweight.data(), dout.data(), x.data(), weight.data(), rstd.data(), N, C);
+  };
+  expect_accumulates<T>({&dinp, &dweight}, rmsnorm, "rmsnorm");
+
+  const std::int64_t F = 11;
+  const auto gate_up = cast_to<T>(random_vector(sz(N * 2 * F), rng, -4.0, 4.0));
+  const auto dact = cast_to<T>(random_vector(sz(N * F), rng));
+  std::vector<T> dgate_up(gate_up.size());
+  const auto swiglu = [&] { swiglu_backward(dgate_up.data(), dact.data(), gate_up.data(), N, F); };
+  expect_accumulates<T>({&dgate_up}, swiglu, "swiglu");
+
+  const std::int64_t B = 2, T_len = 5, NH = 4, KVH = 2, D = 6;
+  const auto qkv = cast_to<T>(random_vector(sz(B * T_len * (NH + 2 * KVH) * D), rng, -2.0, 2.0));
+  const auto datt_out = cast_to<T>(random_vector(sz(B * T_len * NH * D), rng));
+  std::vector<T> att_out(datt_out.size()), att(sz(B * NH * T_len * T_len)), dqkv(qkv.size());
+  gqa_attention_forward(att_out.data(), att.data(), qkv.data(), B, T_len, NH, KVH, D);
+  const auto gqa = [&] {
+    gqa_attention_backward(dqkv.data(), datt_out.data(), qkv.data(), att.data(), B, T_len, NH, KVH, D);
+  };
+  expect_accumulates<T>({&dqkv}, gqa, "gqa attention");
 }
 
 }  // namespace

@@ -7,7 +7,14 @@
 // recomputation; that is B * NH * T * T values, fine at the sizes one CPU
 // rank trains. Backward accumulates (+=) into dqkv.
 //
-// Defines: attention_forward, attention_backward.
+// Grouped-query attention (Ainslie et al. 2023, "GQA", section 2.2), as
+// Llama 2 (70B) and Llama 3 use it: NH query heads share KVH key/value heads
+// in groups of NH / KVH consecutive query heads. KVH == NH is multi-head
+// attention (and computes what attention_forward/backward do); KVH == 1 is
+// multi-query attention (Shazeer 2019).
+//
+// Defines: attention_forward, attention_backward, gqa_attention_forward,
+// gqa_attention_backward.
 #pragma once
 
 #include <cstdint>
@@ -30,5 +37,22 @@ void attention_forward(T* out, T* att, const T* qkv, std::int64_t B, std::int64_
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, std::int64_t B, std::int64_t T_len,
                         std::int64_t C, std::int64_t NH);
+
+// qkv[B, T, (NH + 2 KVH) * D]: for each position, NH query heads, then KVH key
+// heads, then KVH value heads, D values each (KVH must divide NH); query head
+// h reads key/value head h / (NH / KVH). Scale 1 / sqrt(D), causal.
+// att[B, NH, T, T] (written): the softmax probabilities, zeros above the
+// diagonal, as attention_forward's.
+// out[B, T, NH * D] (written): out[b, t, h * D + i] = sum_t2 att[b, h, t, t2] v[b, t2, h / (NH / KVH), i].
+template <typename T>
+void gqa_attention_forward(T* out, T* att, const T* qkv, std::int64_t B, std::int64_t T_len, std::int64_t NH,
+                           std::int64_t KVH, std::int64_t D);
+
+// Given dout[B, T, NH * D], the forward input qkv and the saved att,
+// accumulates dqkv[B, T, (NH + 2 KVH) * D] in the same packed layout; the
+// key and value gradients of a key/value head sum over its group's query heads.
+template <typename T>
+void gqa_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, std::int64_t B, std::int64_t T_len,
+                            std::int64_t NH, std::int64_t KVH, std::int64_t D);
 
 }  // namespace meshplan::kernels
