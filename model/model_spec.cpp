@@ -33,6 +33,8 @@ void read_transformer(YamlMap& root, TransformerDims& t) {
   t.bias = root.boolean("bias", Need::optional).value_or(true);
   t.tied_embeddings = root.boolean("tied_embeddings", Need::required).value_or(false);
   t.dropout = root.number("dropout", Need::optional, 0.0, 0.999).value_or(0.0);
+  t.rope_theta = root.number("rope_theta", Need::optional, 1.0, 1e12).value_or(10000.0);
+  t.norm_eps = root.number("norm_eps", Need::optional, 1e-12, 1e-1).value_or(1e-5);
   t.experts = root.integer("experts", Need::optional, 0, 1 << 20).value_or(0);
   t.top_k = root.integer("top_k", Need::optional, 1, 1 << 20).value_or(1);
 

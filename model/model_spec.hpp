@@ -32,6 +32,8 @@ struct TransformerDims {
   bool bias = true;
   bool tied_embeddings = false;
   double dropout = 0;           // > 0 adds 1-byte dropout masks to saved activations
+  double rope_theta = 10000;    // rotary positions: the base of the frequencies (RoFormer's 10000; Llama 3: 500000)
+  double norm_eps = 1e-5;       // added to the variance (layernorm) or mean square (rmsnorm) under the root
   std::int64_t experts = 0;     // 0 = dense; otherwise every layer's MLP is a mixture of experts
   std::int64_t top_k = 1;
 };

@@ -579,6 +579,8 @@ nlohmann::ordered_json model_to_json(const ModelSpec& model) {
       j["bias"] = t.bias;
       j["tied_embeddings"] = t.tied_embeddings;
       j["dropout"] = t.dropout;
+      j["rope_theta"] = t.rope_theta;
+      j["norm_eps"] = t.norm_eps;
       j["experts"] = t.experts;
       j["top_k"] = t.top_k;
       break;

@@ -38,7 +38,15 @@ Rung rung(const ModelSpec& original, const Plan& plan, double s, const ShrinkBud
   const std::int64_t dim = std::min(head_dim, std::max(budget.min_head_dim, scaled(head_dim, s)));
   d.hidden = d.heads * dim;
   d.head_dim = t.head_dim > 0 ? dim : 0;
-  if (d.kv_heads != 0) d.kv_heads = d.heads;  // GQA groups are not rehearsed: as many kv heads as heads
+  if (t.kv_heads != 0 && t.kv_heads != t.heads) {
+    // Grouped-query attention keeps its group size where it can; the kv heads must divide the heads and
+    // be a multiple of tp (the executor splits them over tp), and tp always qualifies.
+    std::int64_t kv = std::max(tp, d.heads / (t.heads / t.kv_heads));
+    while (kv > tp && (d.heads % kv != 0 || kv % tp != 0)) --kv;
+    d.kv_heads = kv;
+  } else if (d.kv_heads != 0) {
+    d.kv_heads = d.heads;
+  }
   const double ffn_ratio = static_cast<double>(t.ffn) / static_cast<double>(t.hidden);
   d.ffn = std::max(tp, round_down(static_cast<std::int64_t>(std::floor(ffn_ratio * static_cast<double>(d.hidden))), tp));
   d.vocab = std::min(t.vocab, budget.vocab_floor);

@@ -33,14 +33,40 @@ TransformerDims dims() {
   return t;
 }
 
-std::vector<UnitLayout> units(const TpShape& s) { return {wte_unit(s), wpe_unit(s), layer_unit(s, 0), lnf_unit(s)}; }
+// A Llama-style model: 8 query heads sharing 4 key/value heads (head_dim 2),
+// SwiGLU, RMSNorm, rotary positions, untied output layer, no biases.
+TransformerDims llama_dims() {
+  TransformerDims t = dims();
+  t.hidden = 16;
+  t.heads = 8;
+  t.kv_heads = 4;
+  t.head_dim = 2;
+  t.feed_forward = FeedForward::swiglu;
+  t.norm = Norm::rmsnorm;
+  t.positions = Positions::rotary;
+  t.tied_embeddings = false;
+  t.bias = false;
+  return t;
+}
 
-TEST(ParallelLayout, SlicesOfAllTpRanksRebuildEveryTensor) {
+// The units of a one-stage model, as ParallelGpt::create lists them.
+std::vector<UnitLayout> units(const TpShape& s) {
+  std::vector<UnitLayout> out = {wte_unit(s)};
+  if (s.learned_positions()) out.push_back(wpe_unit(s));
+  out.push_back(layer_unit(s, 0));
+  out.push_back(lnf_unit(s));
+  if (!s.tied()) out.push_back(head_unit(s));
+  return out;
+}
+
+class ParallelLayoutModels : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ParallelLayoutModels, SlicesOfAllTpRanksRebuildEveryTensor) {
   ModelSpec spec;
   spec.kind = ModelKind::transformer;
-  spec.transformer = dims();
-  spec.transformer.positions = Positions::learned;
-  spec.transformer.tied_embeddings = true;
+  spec.transformer = GetParam() ? llama_dims() : dims();
+  if (!GetParam()) spec.transformer.positions = Positions::learned;
+  if (!GetParam()) spec.transformer.tied_embeddings = true;
   const auto layout = exec::parameter_layout(spec);
   ASSERT_TRUE(layout.ok());
   std::vector<float> full(static_cast<std::size_t>(layout.value.total_elements));
@@ -63,10 +89,34 @@ TEST(ParallelLayout, SlicesOfAllTpRanksRebuildEveryTensor) {
       }
     }
     EXPECT_EQ(rebuilt, full) << "tp " << tp;
-    // Each element once, plus the vocabulary padding rows.
-    const std::int64_t padding = (tp_shape(spec.transformer, tp, 0).vocab_local * tp - spec.transformer.vocab) * 8;
+    // Each element once, plus the vocabulary padding rows (of wte, and of lm_head when untied).
+    const std::int64_t padded_rows = tp_shape(spec.transformer, tp, 0).vocab_local * tp - spec.transformer.vocab;
+    const std::int64_t padding = padded_rows * spec.transformer.hidden * (spec.transformer.tied_embeddings ? 1 : 2);
     EXPECT_EQ(covered, layout.value.total_elements + padding) << "tp " << tp;
   }
+}
+
+// Under tp, grouped-query attention's rows are the rank's query heads, then its
+// key heads, then its value heads; SwiGLU's fc rows its gate block, then its up block.
+TEST(ParallelLayout, GroupedHeadsAndGatedRowsArePackedByPart) {
+  const TransformerDims t = llama_dims();  // Q = 16, K = 8 (4 kv heads x 2), F = 12
+  const TpShape s1 = tp_shape(t, 2, 1);
+  const UnitLayout layer = layer_unit(s1, 0);
+  ASSERT_EQ(layer.tensors.size(), 6u);  // ln1.w, qkv.w, attn_out.w, ln2.w, fc.w, fc_out.w: no biases
+  const LocalTensor& qkv = layer.tensors[1];
+  ASSERT_EQ(qkv.name, "layer0.qkv.w");
+  ASSERT_EQ(qkv.rows, 16);  // (8 + 2 x 4) / 2
+  EXPECT_EQ(global_row(qkv, s1, 0), 8);    // q: heads 4..7 are rows 8..15
+  EXPECT_EQ(global_row(qkv, s1, 7), 15);
+  EXPECT_EQ(global_row(qkv, s1, 8), 20);   // k starts at 16; rank 1 holds kv heads 2, 3: rows 20..23
+  EXPECT_EQ(global_row(qkv, s1, 12), 28);  // v starts at 24: rows 28..31
+  EXPECT_EQ(global_row(qkv, s1, 15), 31);
+  const LocalTensor& fc = layer.tensors[4];
+  ASSERT_EQ(fc.name, "layer0.fc.w");
+  ASSERT_EQ(fc.rows, 12);  // 2F / 2
+  EXPECT_EQ(global_row(fc, s1, 0), 6);     // gate rows 6..11
+  EXPECT_EQ(global_row(fc, s1, 6), 18);    // up rows start at F = 12: 18..23
+  EXPECT_EQ(head_unit(s1).tensors[0].name, "lm_head.w");
 }
 
 TEST(ParallelLayout, HeadsStayTogetherAndTheVocabularyIsPadded) {
@@ -114,6 +164,14 @@ ModelSpec small_gpt() {
   return spec;
 }
 
+ModelSpec small_llama() {
+  ModelSpec spec;
+  spec.kind = ModelKind::transformer;
+  spec.transformer = llama_dims();
+  spec.transformer.layers = 4;
+  return spec;
+}
+
 // The units a rank of `stage` holds, as ParallelGpt::create lists them: wte
 // and wpe with chunk 0, the layers of its chunks, the tied output layer's wte
 // copy and ln_f with the last chunk.
@@ -123,7 +181,7 @@ std::vector<UnitLayout> stage_units(const TpShape& s, const StagePartition& part
   const std::int64_t pp = partition.stages;
   if (stage == 0) {
     out.push_back(wte_unit(s));
-    out.push_back(wpe_unit(s));
+    if (s.learned_positions()) out.push_back(wpe_unit(s));
   }
   for (std::int64_t c = stage; c < partition.chunk_count(); c += pp) {
     for (const int block : partition.chunk_blocks[static_cast<std::size_t>(c)]) {
@@ -131,8 +189,9 @@ std::vector<UnitLayout> stage_units(const TpShape& s, const StagePartition& part
     }
   }
   if (stage == pp - 1) {
-    if (stage != 0) out.push_back(wte_unit(s));
+    if (stage != 0 && s.tied()) out.push_back(wte_unit(s));
     out.push_back(lnf_unit(s));
+    if (!s.tied()) out.push_back(head_unit(s));
   }
   return out;
 }
@@ -176,7 +235,7 @@ void expect_matches_spec(const LocalTensor& t, const TpShape& s, const ShardingS
     EXPECT_EQ(pass.dims[d].axes.size(), spec_splits ? 1u : 0u) << where << ": only tp splits a gathered weight";
     if (spec_splits) {
       EXPECT_EQ(local[i], (*shape)[d]) << where << " dimension " << i;
-      if (t.packing != TpPacking::qkv_heads && local[i] > 0) {  // which block: the first element's global index
+      if (t.packing != TpPacking::parts && local[i] > 0) {  // which block: the first element's global index
         const std::int64_t first = i == 0 ? global_row(t, s, 0) : global_col(t, s, 0);
         EXPECT_EQ(first, block[d] * split_extents(pass.dims[d].size, mesh.size(Axis::tp)).front()) << where;
       }
@@ -187,8 +246,8 @@ void expect_matches_spec(const LocalTensor& t, const TpShape& s, const ShardingS
   }
 }
 
-TEST(ParallelLayout, EveryRanksShardsAreTheShardingSpecsBlocks) {
-  const ModelSpec model = small_gpt();
+TEST_P(ParallelLayoutModels, EveryRanksShardsAreTheShardingSpecsBlocks) {
+  const ModelSpec model = GetParam() ? small_llama() : small_gpt();
   const LayerGraph graph = build_layer_graph(model, model.transformer.seq_len);
   const std::vector<int> layer_blocks = graph.layer_blocks();
   std::mt19937_64 rng(14);
@@ -231,5 +290,8 @@ TEST(ParallelLayout, EveryRanksShardsAreTheShardingSpecsBlocks) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(GptAndLlama, ParallelLayoutModels, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "llama" : "gpt2"; });
 
 }  // namespace

@@ -45,6 +45,8 @@ void expect_divisible(const ShrinkResult& r) {
   EXPECT_EQ(t.heads % tp, 0) << t.heads << " heads, tp " << tp;
   EXPECT_EQ(t.hidden % t.heads, 0) << t.hidden << " hidden, " << t.heads << " heads";
   EXPECT_EQ(t.ffn % tp, 0) << t.ffn << " ffn, tp " << tp;
+  EXPECT_EQ(t.heads % t.kv_heads, 0) << t.heads << " heads, " << t.kv_heads << " kv heads";
+  EXPECT_EQ(t.kv_heads % tp, 0) << t.kv_heads << " kv heads, tp " << tp;
   EXPECT_EQ(t.layers % (pp * v), 0) << t.layers << " layers, pp x v " << pp * v;
   EXPECT_GE(t.layers, pp * v);
   if (r.plan.sequence_parallel) {
@@ -52,6 +54,19 @@ void expect_divisible(const ShrinkResult& r) {
   }
   EXPECT_LE(r.plan.seq_len, t.seq_len);
   EXPECT_GT(r.plan.micro_batches(), 0);
+}
+
+// A grouped-query model keeps grouped-query attention, with kv heads the executor can split over tp.
+TEST(Shrink, LlamaKeepsGroupedQueryAttentionSplittableOverTp) {
+  const ModelSpec llama = must(load_model("llama3-8b"));  // 32 heads, 8 kv heads
+  for (const std::int64_t tp : {1, 2, 4}) {
+    const Plan plan = make_plan(1, tp, 2, 1, tp > 1, 1, 4);
+    const ShrinkResult r = must(shrink_plan(llama, plan, budget(1.0, 2.0)));
+    expect_divisible(r);
+    EXPECT_LT(r.model.transformer.kv_heads, r.model.transformer.heads) << "tp " << tp;
+    EXPECT_EQ(r.model.transformer.norm, Norm::rmsnorm);
+    EXPECT_EQ(r.model.transformer.rope_theta, 500000);
+  }
 }
 
 TEST(Shrink, Gpt3OnFourRanksKeepsTheMeshAndFitsByThePlannersEstimate) {

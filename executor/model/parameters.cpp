@@ -21,7 +21,7 @@ void add_tensor(ParameterLayout& layout, std::string name, std::vector<std::int6
 }
 
 void unsupported(Problems& problems, const std::string& field, const std::string& what) {
-  problems.push_back({Severity::error, field, what + " is not supported by the single-rank CPU executor yet"});
+  problems.push_back({Severity::error, field, what + " is not supported by the CPU executor yet"});
 }
 
 bool ends_with(const std::string& text, const std::string& suffix) {
@@ -29,6 +29,12 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 }
 
 }  // namespace
+
+std::int64_t head_dim(const TransformerDims& t) {
+  return t.head_dim > 0 ? t.head_dim : t.hidden / std::max<std::int64_t>(t.heads, 1);
+}
+std::int64_t kv_heads(const TransformerDims& t) { return t.kv_heads > 0 ? t.kv_heads : t.heads; }
+bool gated(const TransformerDims& t) { return t.feed_forward != FeedForward::gelu; }
 
 const ParameterTensor* ParameterLayout::find(const std::string& name) const {
   const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const ParameterTensor& t) { return t.name == name; });
@@ -60,15 +66,14 @@ Problems check_supported(const ModelSpec& spec) {
   const TransformerDims& t = spec.transformer;
   if (t.layers <= 0 || t.hidden <= 0 || t.heads <= 0 || t.vocab <= 0 || t.seq_len <= 0 || t.ffn <= 0)
     problems.push_back({Severity::error, "model", "layers, hidden, heads, ffn, vocab and seq_len must be positive"});
-  else if (t.hidden % t.heads != 0 || (t.head_dim != 0 && t.head_dim * t.heads != t.hidden))
-    unsupported(problems, "model.head_dim", "head_dim != hidden / heads");
-  if (t.feed_forward != FeedForward::gelu) unsupported(problems, "model.feed_forward", "a gated MLP (swiglu/geglu)");
-  if (t.norm != Norm::layernorm) unsupported(problems, "model.norm", "rmsnorm");
-  if (t.positions != Positions::learned) unsupported(problems, "model.positions", "rotary or no position embedding");
-  if (t.kv_heads != 0 && t.kv_heads != t.heads) unsupported(problems, "model.kv_heads", "grouped-query attention");
+  else if (t.head_dim == 0 && t.hidden % t.heads != 0)
+    problems.push_back({Severity::error, "model.head_dim", "hidden is not a multiple of heads; state head_dim"});
+  if (head_dim(t) % 2 != 0 && t.positions == Positions::rotary)
+    problems.push_back({Severity::error, "model.head_dim", "rotary positions need an even head_dim"});
+  if (t.feed_forward == FeedForward::geglu) unsupported(problems, "model.feed_forward", "a GeGLU MLP (gelu and swiglu are)");
+  if (t.kv_heads > 0 && t.heads % t.kv_heads != 0)
+    problems.push_back({Severity::error, "model.kv_heads", "heads must be a multiple of kv_heads"});
   if (t.experts > 0) unsupported(problems, "model.experts", "a mixture of experts");
-  if (!t.tied_embeddings) unsupported(problems, "model.tied_embeddings", "an untied output layer");
-  if (!t.bias) unsupported(problems, "model.bias", "bias: false");
   if (t.dropout > 0)
     problems.push_back({Severity::warning, "model.dropout",
                         "dropout is not implemented by the CPU executor; training runs without it"});
@@ -89,27 +94,29 @@ Loaded<ParameterLayout> parameter_layout(const ModelSpec& spec) {
     return result;
   }
   const TransformerDims& t = spec.transformer;
-  const std::int64_t C = t.hidden;
-  const std::int64_t F = t.ffn;
+  const std::int64_t C = t.hidden, F = t.ffn, F_in = gated(t) ? 2 * F : F;
+  const std::int64_t Q = t.heads * head_dim(t), QKV = Q + 2 * kv_heads(t) * head_dim(t);
+  const bool norm_bias = t.norm == Norm::layernorm;
   add_tensor(layout, "wte", {t.vocab, C});
-  add_tensor(layout, "wpe", {t.seq_len, C});
+  if (t.positions == Positions::learned) add_tensor(layout, "wpe", {t.seq_len, C});
   for (std::int64_t l = 0; l < t.layers; ++l) {
     const std::string p = "layer" + std::to_string(l) + ".";
     add_tensor(layout, p + "ln1.w", {C});
-    add_tensor(layout, p + "ln1.b", {C});
-    add_tensor(layout, p + "qkv.w", {3 * C, C});
-    add_tensor(layout, p + "qkv.b", {3 * C});
-    add_tensor(layout, p + "attn_out.w", {C, C});
-    add_tensor(layout, p + "attn_out.b", {C});
+    if (norm_bias) add_tensor(layout, p + "ln1.b", {C});
+    add_tensor(layout, p + "qkv.w", {QKV, C});
+    if (t.bias) add_tensor(layout, p + "qkv.b", {QKV});
+    add_tensor(layout, p + "attn_out.w", {C, Q});
+    if (t.bias) add_tensor(layout, p + "attn_out.b", {C});
     add_tensor(layout, p + "ln2.w", {C});
-    add_tensor(layout, p + "ln2.b", {C});
-    add_tensor(layout, p + "fc.w", {F, C});
-    add_tensor(layout, p + "fc.b", {F});
+    if (norm_bias) add_tensor(layout, p + "ln2.b", {C});
+    add_tensor(layout, p + "fc.w", {F_in, C});
+    if (t.bias) add_tensor(layout, p + "fc.b", {F_in});
     add_tensor(layout, p + "fc_out.w", {C, F});
-    add_tensor(layout, p + "fc_out.b", {C});
+    if (t.bias) add_tensor(layout, p + "fc_out.b", {C});
   }
   add_tensor(layout, "ln_f.w", {C});
-  add_tensor(layout, "ln_f.b", {C});
+  if (norm_bias) add_tensor(layout, "ln_f.b", {C});
+  if (!t.tied_embeddings) add_tensor(layout, "lm_head.w", {t.vocab, C});
   return result;
 }
 

@@ -5,24 +5,33 @@
 // checkpoints address tensors by name, and the gradient and the AdamW moment
 // buffers share the same layout (same offsets) as the values.
 //
-// Supported now (single rank): GPT-2-style transformers (GELU MLP, layer norm,
-// learned positions, tied embeddings, biases) and MLPs (relu or gelu). Any
-// other feature is reported as a Problem by check_supported, never a crash.
+// Supported: decoder-only transformers in the GPT-2 family (GELU MLP, layer
+// norm, learned positions, tied embeddings, biases) and the Llama family
+// (SwiGLU, RMSNorm, rotary positions, grouped-query attention, untied output
+// layer, no biases), any mix of those features, and MLPs (relu or gelu).
+// Any other feature (experts, GeGLU, CNNs) is reported as a Problem by
+// check_supported, never a crash.
 //
 // Layouts (weights are [out, in], as nn.Linear and llm.c store them):
 //   MLP:  linear{i}.weight [out, in], linear{i}.bias [out], i = 0..n-2
-//   GPT:  wte [V, C], wpe [maxT, C], then per layer l: layer{l}.ln1.w/b [C],
-//         layer{l}.qkv.w [3C, C] / .b [3C], layer{l}.attn_out.w [C, C] / .b [C],
-//         layer{l}.ln2.w/b [C], layer{l}.fc.w [F, C] / .b [F],
-//         layer{l}.fc_out.w [C, F] / .b [C]; then ln_f.w/b [C]. F = ffn (4C in
-//         GPT-2). The output layer is wte (tied), so it has no tensor of its own.
+//   transformer: wte [V, C]; wpe [maxT, C] with learned positions; then per
+//         layer l: layer{l}.ln1.w [C] (and .b with layer norm),
+//         layer{l}.qkv.w [Q + 2K, C] (.b [Q + 2K] with biases; Q = heads x
+//         head_dim, K = kv_heads x head_dim: the query rows, then the key
+//         rows, then the value rows), layer{l}.attn_out.w [C, Q] (.b [C]),
+//         layer{l}.ln2.w (.b), layer{l}.fc.w [F, C] (gated: [2F, C], the gate
+//         rows then the up rows; .b), layer{l}.fc_out.w [C, F] (.b [C]); then
+//         ln_f.w (.b) [C]; then lm_head.w [V, C] when the output layer is not
+//         tied to wte. F = ffn (4C in GPT-2). GPT-2's layout is the case with
+//         every optional tensor present and no lm_head.
 //
 // Initialisation is deterministic from a seed on every platform (draws go
 // through executor/data/random.hpp; tensor i uses stream derive_seed(seed, i)):
 //   GPT-2 (Radford et al. 2019; nanoGPT / llm.c): every matrix and both
 //     embeddings ~ N(0, 0.02); the residual projections attn_out.w and
 //     fc_out.w ~ N(0, 0.02 / sqrt(2 L)) (GPT-2 paper, section 2.3); biases 0;
-//     layer-norm weights 1, biases 0.
+//     norm weights 1, biases 0. The Llama family gets the same rule (its
+//     Hugging Face initializer_range is 0.02 too; lm_head.w ~ N(0, 0.02)).
 //   MLP: PyTorch's nn.Linear default, kaiming_uniform_(a = sqrt(5)), which
 //     reduces to weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)).
 //
@@ -31,7 +40,7 @@
 // Backend's ledger as parameters, gradients and optimizer (m and v), so the
 // trainer reports what training really holds.
 //
-// defines: ParameterTensor, ParameterLayout, check_supported, parameter_layout,
+// defines: ParameterTensor, ParameterLayout, head_dim, kv_heads, gated, check_supported, parameter_layout,
 //          Parameters, make_parameters
 #pragma once
 
@@ -63,7 +72,13 @@ struct ParameterLayout {
   const ParameterTensor& at(const std::string& name) const;
 };
 
-// Every feature of `spec` the single-rank executor cannot train yet, as
+// head_dim as stated, else hidden / heads; kv_heads as stated, else heads;
+// whether the MLP is gated (swiglu or geglu: fc holds the gate and the up rows).
+std::int64_t head_dim(const TransformerDims& t);
+std::int64_t kv_heads(const TransformerDims& t);
+bool gated(const TransformerDims& t);
+
+// Every feature of `spec` the executor cannot train yet, as
 // errors naming the field ("model.norm", "model.experts", ...); dropout > 0
 // is a warning (it is omitted: training runs as if dropout were 0).
 Problems check_supported(const ModelSpec& spec);

@@ -17,6 +17,9 @@
 #include "kernels/cpu/fast_math.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/rmsnorm.hpp"
+#include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/swiglu.hpp"
 #include "model/layer_graph.hpp"
 #include "model/schedule.hpp"
 #include "model/stage_partition.hpp"
@@ -46,11 +49,27 @@ struct ParallelGpt::Slot {
 
 namespace {
 
-// Offsets of a layer unit's tensors, in layer_unit()'s order.
-enum LayerTensor { ln1w, ln1b, qkvw, qkvb, attw, attb, ln2w, ln2b, fcw, fcb, fcow, fcob };
+// A layer unit's tensors by kind; Unit::offsets holds each one's offset, -1
+// when the model has none (norm biases under RMSNorm, linear biases).
+enum LayerTensor { ln1w, ln1b, qkvw, qkvb, attw, attb, ln2w, ln2b, fcw, fcb, fcow, fcob, layer_tensor_count };
+constexpr const char* kLayerTensorSuffix[layer_tensor_count] = {
+    ".ln1.w", ".ln1.b", ".qkv.w", ".qkv.b", ".attn_out.w", ".attn_out.b",
+    ".ln2.w", ".ln2.b", ".fc.w",  ".fc.b",  ".fc_out.w",   ".fc_out.b"};
 
-std::int64_t off(const Unit& unit, int tensor) {
-  return unit.layout.tensors[static_cast<std::size_t>(tensor)].offset;
+std::vector<std::int64_t> layer_offsets(const UnitLayout& layout) {
+  std::vector<std::int64_t> offsets(layer_tensor_count, -1);
+  for (const LocalTensor& t : layout.tensors)
+    for (int k = 0; k < layer_tensor_count; ++k)
+      if (t.name.ends_with(kLayerTensorSuffix[k])) offsets[static_cast<std::size_t>(k)] = t.offset;
+  return offsets;
+}
+
+std::int64_t off(const Unit& unit, int tensor) { return unit.offsets[static_cast<std::size_t>(tensor)]; }
+// The tensor in `base` (values or gradients of the unit), or null when the model has none.
+template <typename P>
+P* at(P* base, const Unit& unit, int tensor) {
+  const std::int64_t o = off(unit, tensor);
+  return o < 0 ? nullptr : base + o;
 }
 
 void fit(Floats& buffer, std::int64_t n) { buffer.resize(static_cast<std::size_t>(n)); }
@@ -58,11 +77,56 @@ void zero(Floats& buffer) { std::fill(buffer.begin(), buffer.end(), 0.0f); }
 // Frees the buffer's memory (clear() keeps it), under the category it was recorded in.
 void release(Floats& buffer) { Floats(buffer.get_allocator()).swap(buffer); }
 
-// out = x + (y + bias), row by row, the residual add of a row-parallel linear's output.
+// out = x + (y + bias), row by row, the residual add of a row-parallel linear's
+// output (bias null: out = x + y).
 void add_residual_bias(float* out, const float* x, const float* y, const float* bias, std::int64_t rows,
                        std::int64_t C) {
+  if (bias == nullptr) {
+    for (std::int64_t i = 0; i < rows * C; ++i) out[i] = x[i] + y[i];
+    return;
+  }
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < C; ++c) out[r * C + c] = x[r * C + c] + (y[r * C + c] + bias[c]);
+}
+
+// The model's norm: layer norm (weight, bias; mean and rstd saved) or RMSNorm (weight; rstd saved).
+void norm_forward(const TpShape& s, float* out, float* mean, float* rstd, const float* x, const float* weight,
+                  const float* bias, std::int64_t rows, std::int64_t C) {
+  if (s.rms()) kernels::rmsnorm_forward(out, rstd, x, weight, rows, C, s.dims.norm_eps);
+  else kernels::layernorm_forward(out, mean, rstd, x, weight, bias, rows, C);
+}
+
+void norm_backward(const TpShape& s, float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                   const float* weight, const float* mean, const float* rstd, std::int64_t rows, std::int64_t C) {
+  if (s.rms()) kernels::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, rows, C);
+  else kernels::layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, rows, C);
+}
+
+// ln_f's bias in its unit's buffer (after the weight), or null under RMSNorm.
+float* final_norm_bias(const TpShape& s, Floats& unit) { return s.rms() ? nullptr : unit.data() + s.channels; }
+
+// Rotary positions on the query and key heads of a [rows, qkv_local] buffer
+// (values in the forward; their gradients, rotated back, in the backward).
+void rotate_qk(const TpShape& s, float* qkv, std::int64_t rows, std::int64_t seq_len, bool inverse) {
+  if (!s.rotary()) return;
+  const std::int64_t D = s.head_dim, stride = s.qkv_local();
+  kernels::rope_apply(qkv, rows, seq_len, s.heads_local(), D, stride, s.dims.rope_theta, inverse);
+  kernels::rope_apply(qkv + s.q_local(), rows, seq_len, s.kv_heads_local(), D, stride, s.dims.rope_theta, inverse);
+}
+
+void attention_forward(const TpShape& s, float* out, float* att, const float* qkv, std::int64_t B, std::int64_t T) {
+  if (s.kv_heads == s.heads)
+    kernels::attention_forward(out, att, qkv, B, T, s.q_local(), s.heads_local());
+  else
+    kernels::gqa_attention_forward(out, att, qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim);
+}
+
+void attention_backward(const TpShape& s, float* dqkv, const float* dout, const float* qkv, const float* att,
+                        std::int64_t B, std::int64_t T) {
+  if (s.kv_heads == s.heads)
+    kernels::attention_backward(dqkv, dout, qkv, att, B, T, s.q_local(), s.heads_local());
+  else
+    kernels::gqa_attention_backward(dqkv, dout, qkv, att, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim);
 }
 
 // Softmax cross-entropy over a vocabulary split by rows of wte across tp
@@ -158,6 +222,10 @@ Problems plan_problems(const ModelSpec& spec, const Plan& plan, std::int64_t seq
   if (t.heads % tp != 0)
     problems.push_back(error("mesh.tp", "tp " + std::to_string(tp) + " must divide the heads (" +
                                             std::to_string(t.heads) + ") to split them"));
+  if (kv_heads(t) % tp != 0)
+    problems.push_back(error("mesh.tp", "tp " + std::to_string(tp) + " must divide the kv heads (" +
+                                            std::to_string(kv_heads(t)) + "); replicating key/value heads over tp "
+                                            "is not run by the executor"));
   if (t.ffn % tp != 0)
     problems.push_back(error("mesh.tp", "tp " + std::to_string(tp) + " must divide ffn (" + std::to_string(t.ffn) +
                                             ") for the column-parallel fc"));
@@ -242,19 +310,22 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
   const bool first = m.stage_ == 0, last = m.stage_ == pp - 1;
   if (first) {
     m.wte_ = add_unit(wte_unit(m.shape_), true);
-    m.wpe_ = add_unit(wpe_unit(m.shape_), true);
+    if (m.shape_.learned_positions()) m.wpe_ = add_unit(wpe_unit(m.shape_), true);
   }
   for (std::int64_t c = m.stage_; c < m.chunk_count_; c += pp) {
     std::vector<int> units;
     for (const int block : partition.value.chunk_blocks[static_cast<std::size_t>(c)]) {
       const auto layer = std::find(layer_blocks.begin(), layer_blocks.end(), block) - layer_blocks.begin();
-      units.push_back(add_unit(layer_unit(m.shape_, layer), true));
+      const int index = add_unit(layer_unit(m.shape_, layer), true);
+      m.units_[static_cast<std::size_t>(index)].offsets = layer_offsets(m.units_[static_cast<std::size_t>(index)].layout);
+      units.push_back(index);
     }
     m.chunk_units_.push_back(std::move(units));
   }
   if (last) {
-    if (!first) m.wte_ = add_unit(wte_unit(m.shape_), false);  // the tied output layer's copy, counted on stage 0
+    if (m.shape_.tied() && !first) m.wte_ = add_unit(wte_unit(m.shape_), false);  // the tied copy, counted on stage 0
     m.lnf_ = add_unit(lnf_unit(m.shape_), true);
+    m.head_ = m.shape_.tied() ? m.wte_ : add_unit(head_unit(m.shape_), true);
   }
   m.slots_.resize(m.chunk_units_.size());
 
@@ -266,7 +337,6 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
 // Each unit's padded values (this rank's slices of `full`), shards, gradients
 // and moments by shard mode, and the passes' scratch.
 void ParallelGpt::allocate(const Parameters<float>& full) {
-  const std::int64_t tp = shape_.tp;
   const std::int64_t S = shard_group_->size(), shard_rank = shard_group_->rank();
   for (Unit& u : units_) {
     u.padded = (u.layout.elements + S - 1) / S * S;
@@ -294,10 +364,10 @@ void ParallelGpt::allocate(const Parameters<float>& full) {
   const std::int64_t C = shape_.channels, BT = rows_;
   fit(full_a_, BT * C);
   fit(full_b_, BT * C);
-  fit(dqkv_, BT * 3 * C / tp);
-  fit(datty_, BT * C / tp);
-  fit(dfch_, BT * shape_.ffn / tp);
-  fit(dgelu_, BT * shape_.ffn / tp);
+  fit(dqkv_, BT * shape_.qkv_local());
+  fit(datty_, BT * shape_.q_local());
+  fit(dfch_, BT * shape_.fc_local());
+  fit(dgelu_, BT * shape_.ffn_local());
   fit(dlogits_, BT * shape_.vocab_local);
   fit(dlocal_, rows_local_ * C);
   fit(dstream_, rows_local_ * C);
@@ -423,6 +493,8 @@ double ParallelGpt::forward(std::int64_t chunk, std::int64_t mb, const std::int3
 
 void ParallelGpt::release_pass(std::int64_t chunk, std::int64_t mb) { slot_of(chunk, mb).micro_batch = -1; }
 
+const Floats& ParallelGpt::probabilities(std::int64_t chunk, std::int64_t mb) const { return slot_of(chunk, mb).probs; }
+
 void ParallelGpt::backward(std::int64_t chunk, std::int64_t mb, float dloss, bool final_pass,
                            const std::function<void(Unit&)>& on_unit_final, BackwardPart part) {
   Slot& s = slot_of(chunk, mb);
@@ -459,11 +531,12 @@ void ParallelGpt::backward(std::int64_t chunk, std::int64_t mb, float dloss, boo
   if (final_pass) {
     if (last) {
       on_unit_final(units_[static_cast<std::size_t>(lnf_)]);
-      if (stages_ > 1) on_unit_final(units_[static_cast<std::size_t>(wte_)]);  // stage 0 uses wte later
+      // An untied lm_head is final here; a tied wte is when stage 0 is another stage (stage 0 uses its own later).
+      if (!tied() || stages_ > 1) on_unit_final(units_[static_cast<std::size_t>(head_)]);
     }
     for (std::size_t i = units.size(); i-- > 0;) on_unit_final(units_[static_cast<std::size_t>(units[i])]);
     if (chunk == 0) {
-      on_unit_final(units_[static_cast<std::size_t>(wpe_)]);
+      if (wpe_ >= 0) on_unit_final(units_[static_cast<std::size_t>(wpe_)]);
       on_unit_final(units_[static_cast<std::size_t>(wte_)]);
     }
   }
@@ -471,33 +544,33 @@ void ParallelGpt::backward(std::int64_t chunk, std::int64_t mb, float dloss, boo
 }
 
 void ParallelGpt::layer_forward(Unit& u, LayerActs& a, const float* x) {
-  const std::int64_t C = shape_.channels, tp = shape_.tp, Ct = C / tp, Ft = shape_.ffn / tp;
-  const std::int64_t NHt = shape_.heads / tp, R = rows_local_, BT = rows_;
+  const TpShape& sh = shape_;
+  const std::int64_t C = sh.channels, Q = sh.q_local(), QKV = sh.qkv_local(), Ft = sh.ffn_local(), FC = sh.fc_local();
+  const std::int64_t NHt = sh.heads_local(), R = rows_local_, BT = rows_;
   const float* p = u.values.data();
-  fit(a.ln1, R * C), fit(a.ln1_mean, R), fit(a.ln1_rstd, R), fit(a.qkv, BT * 3 * Ct), fit(a.atty, BT * Ct);
-  fit(a.att, batch_ * NHt * seq_len_ * seq_len_), fit(a.res2, R * C), fit(a.ln2, R * C), fit(a.ln2_mean, R);
-  fit(a.ln2_rstd, R), fit(a.fch, BT * Ft), fit(a.fch_gelu, BT * Ft), fit(a.res3, R * C);
+  fit(a.ln1, R * C), fit(a.ln1_mean, sh.rms() ? 0 : R), fit(a.ln1_rstd, R), fit(a.qkv, BT * QKV), fit(a.atty, BT * Q);
+  fit(a.att, batch_ * NHt * seq_len_ * seq_len_), fit(a.res2, R * C), fit(a.ln2, R * C), fit(a.ln2_mean, sh.rms() ? 0 : R);
+  fit(a.ln2_rstd, R), fit(a.fch, BT * FC), fit(a.fch_gelu, BT * Ft), fit(a.res3, R * C);
   if (sequence_parallel_) fit(a.ln1_full, BT * C), fit(a.ln2_full, BT * C);
 
-  kernels::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p + off(u, ln1w),
-                             p + off(u, ln1b), R, C);
+  norm_forward(sh, a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p + off(u, ln1w), at(p, u, ln1b), R, C);
   const float* ln1 = enter_region(a.ln1.data(), a.ln1_full.data());
-  matmul_.forward(a.qkv.data(), ln1, p + off(u, qkvw), p + off(u, qkvb), BT, C, 3 * Ct);
-  kernels::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), batch_, seq_len_, Ct, NHt);
-  matmul_.forward(full_a_.data(), a.atty.data(), p + off(u, attw), static_cast<const float*>(nullptr), BT,
-                          Ct, C);
+  matmul_.forward(a.qkv.data(), ln1, p + off(u, qkvw), at(p, u, qkvb), BT, C, QKV);
+  rotate_qk(sh, a.qkv.data(), BT, seq_len_, false);
+  attention_forward(sh, a.atty.data(), a.att.data(), a.qkv.data(), batch_, seq_len_);
+  matmul_.forward(full_a_.data(), a.atty.data(), p + off(u, attw), static_cast<const float*>(nullptr), BT, Q, C);
   leave_region(full_a_.data(), dlocal_.data());
-  add_residual_bias(a.res2.data(), x, dlocal_.data(), p + off(u, attb), R, C);
+  add_residual_bias(a.res2.data(), x, dlocal_.data(), at(p, u, attb), R, C);
 
-  kernels::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p + off(u, ln2w),
-                             p + off(u, ln2b), R, C);
+  norm_forward(sh, a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p + off(u, ln2w), at(p, u, ln2b),
+               R, C);
   const float* ln2 = enter_region(a.ln2.data(), a.ln2_full.data());
-  matmul_.forward(a.fch.data(), ln2, p + off(u, fcw), p + off(u, fcb), BT, C, Ft);
-  kernels::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * Ft);
-  matmul_.forward(full_a_.data(), a.fch_gelu.data(), p + off(u, fcow), static_cast<const float*>(nullptr),
-                          BT, Ft, C);
+  matmul_.forward(a.fch.data(), ln2, p + off(u, fcw), at(p, u, fcb), BT, C, FC);
+  if (sh.gated()) kernels::swiglu_forward(a.fch_gelu.data(), a.fch.data(), BT, Ft);
+  else kernels::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * Ft);
+  matmul_.forward(full_a_.data(), a.fch_gelu.data(), p + off(u, fcow), static_cast<const float*>(nullptr), BT, Ft, C);
   leave_region(full_a_.data(), dlocal_.data());
-  add_residual_bias(a.res3.data(), a.res2.data(), dlocal_.data(), p + off(u, fcob), R, C);
+  add_residual_bias(a.res3.data(), a.res2.data(), dlocal_.data(), at(p, u, fcob), R, C);
 }
 
 void ParallelGpt::layer_backward(Unit& u, LayerActs& a, const float* x, BackwardPart part) {
@@ -505,64 +578,65 @@ void ParallelGpt::layer_backward(Unit& u, LayerActs& a, const float* x, Backward
   // the linears' weight gradients to layer_weight_gradients and keeps their output gradients.
   const bool weights = part == BackwardPart::whole, keep = part == BackwardPart::input;
   const auto weight_grad = [&](int tensor) { return weights ? u.grads.data() + off(u, tensor) : nullptr; };
-  const std::int64_t C = shape_.channels, tp = shape_.tp, Ct = C / tp, Ft = shape_.ffn / tp;
-  const std::int64_t NHt = shape_.heads / tp, R = rows_local_, BT = rows_;
+  const TpShape& sh = shape_;
+  const std::int64_t C = sh.channels, Q = sh.q_local(), QKV = sh.qkv_local(), Ft = sh.ffn_local(), FC = sh.fc_local();
+  const std::int64_t R = rows_local_, BT = rows_;
   const float* p = u.values.data();
   float* g = u.grads.data();
   const float* ln1 = sequence_parallel_ ? a.ln1_full.data() : a.ln1.data();
   const float* ln2 = sequence_parallel_ ? a.ln2_full.data() : a.ln2.data();
 
-  kernels::bias_backward(g + off(u, fcob), dstream_.data(), R, C);
+  if (float* dbias = at(g, u, fcob)) kernels::bias_backward(dbias, dstream_.data(), R, C);
   const float* dfcproj = enter_region(dstream_.data(), full_a_.data());
   zero(dgelu_);
   if (keep) a.d_fcproj.assign(dfcproj, dfcproj + BT * C);
   matmul_.backward(dgelu_.data(), weight_grad(fcow), static_cast<float*>(nullptr), dfcproj, a.fch_gelu.data(),
-                           p + off(u, fcow), BT, Ft, C);
+                   p + off(u, fcow), BT, Ft, C);
   zero(dfch_);
-  kernels::gelu_backward(dfch_.data(), a.fch.data(), dgelu_.data(), BT * Ft);
+  if (sh.gated()) kernels::swiglu_backward(dfch_.data(), dgelu_.data(), a.fch.data(), BT, Ft);
+  else kernels::gelu_backward(dfch_.data(), a.fch.data(), dgelu_.data(), BT * Ft);
   if (keep) a.d_fch = dfch_;
   zero(full_b_);
-  matmul_.backward(full_b_.data(), weight_grad(fcw), g + off(u, fcb), dfch_.data(), ln2, p + off(u, fcw), BT,
-                           C, Ft);
+  matmul_.backward(full_b_.data(), weight_grad(fcw), at(g, u, fcb), dfch_.data(), ln2, p + off(u, fcw), BT, C, FC);
   leave_region(full_b_.data(), dlocal_.data());
-  kernels::layernorm_backward(dstream_.data(), g + off(u, ln2w), g + off(u, ln2b), dlocal_.data(), a.res2.data(),
-                              p + off(u, ln2w), a.ln2_mean.data(), a.ln2_rstd.data(), R, C);
+  norm_backward(sh, dstream_.data(), g + off(u, ln2w), at(g, u, ln2b), dlocal_.data(), a.res2.data(), p + off(u, ln2w),
+                a.ln2_mean.data(), a.ln2_rstd.data(), R, C);
 
-  kernels::bias_backward(g + off(u, attb), dstream_.data(), R, C);
+  if (float* dbias = at(g, u, attb)) kernels::bias_backward(dbias, dstream_.data(), R, C);
   const float* dattproj = enter_region(dstream_.data(), full_a_.data());
   zero(datty_);
   if (keep) a.d_attproj.assign(dattproj, dattproj + BT * C);
   matmul_.backward(datty_.data(), weight_grad(attw), static_cast<float*>(nullptr), dattproj, a.atty.data(),
-                           p + off(u, attw), BT, Ct, C);
+                   p + off(u, attw), BT, Q, C);
   zero(dqkv_);
-  kernels::attention_backward(dqkv_.data(), datty_.data(), a.qkv.data(), a.att.data(), batch_, seq_len_, Ct, NHt);
+  attention_backward(sh, dqkv_.data(), datty_.data(), a.qkv.data(), a.att.data(), batch_, seq_len_);
+  rotate_qk(sh, dqkv_.data(), BT, seq_len_, true);  // d(rotated q, k) -> d(q, k)
   if (keep) a.d_qkv = dqkv_;
   zero(full_b_);
-  matmul_.backward(full_b_.data(), weight_grad(qkvw), g + off(u, qkvb), dqkv_.data(), ln1, p + off(u, qkvw),
-                           BT, C, 3 * Ct);
+  matmul_.backward(full_b_.data(), weight_grad(qkvw), at(g, u, qkvb), dqkv_.data(), ln1, p + off(u, qkvw), BT, C, QKV);
   leave_region(full_b_.data(), dlocal_.data());
-  kernels::layernorm_backward(dstream_.data(), g + off(u, ln1w), g + off(u, ln1b), dlocal_.data(), x,
-                              p + off(u, ln1w), a.ln1_mean.data(), a.ln1_rstd.data(), R, C);
+  norm_backward(sh, dstream_.data(), g + off(u, ln1w), at(g, u, ln1b), dlocal_.data(), x, p + off(u, ln1w),
+                a.ln1_mean.data(), a.ln1_rstd.data(), R, C);
 }
 
 void ParallelGpt::layer_weight_gradients(Unit& u, LayerActs& a, const float*) {
-  const std::int64_t C = shape_.channels, tp = shape_.tp, Ct = C / tp, Ft = shape_.ffn / tp, BT = rows_;
+  const TpShape& sh = shape_;
+  const std::int64_t C = sh.channels, Q = sh.q_local(), QKV = sh.qkv_local(), Ft = sh.ffn_local(), FC = sh.fc_local();
+  const std::int64_t BT = rows_;
   const float* p = u.values.data();
   float* g = u.grads.data();
   const float* ln1 = sequence_parallel_ ? a.ln1_full.data() : a.ln1.data();
   const float* ln2 = sequence_parallel_ ? a.ln2_full.data() : a.ln2.data();
   float* none = nullptr;
   matmul_.backward(none, g + off(u, fcow), none, a.d_fcproj.data(), a.fch_gelu.data(), p + off(u, fcow), BT, Ft, C);
-  matmul_.backward(none, g + off(u, fcw), none, a.d_fch.data(), ln2, p + off(u, fcw), BT, C, Ft);
-  matmul_.backward(none, g + off(u, attw), none, a.d_attproj.data(), a.atty.data(), p + off(u, attw), BT, Ct, C);
-  matmul_.backward(none, g + off(u, qkvw), none, a.d_qkv.data(), ln1, p + off(u, qkvw), BT, C, 3 * Ct);
+  matmul_.backward(none, g + off(u, fcw), none, a.d_fch.data(), ln2, p + off(u, fcw), BT, C, FC);
+  matmul_.backward(none, g + off(u, attw), none, a.d_attproj.data(), a.atty.data(), p + off(u, attw), BT, Q, C);
+  matmul_.backward(none, g + off(u, qkvw), none, a.d_qkv.data(), ln1, p + off(u, qkvw), BT, C, QKV);
 }
 
 void ParallelGpt::embedding_forward(Slot& s) {
   Unit& wte = units_[static_cast<std::size_t>(wte_)];
-  Unit& wpe = units_[static_cast<std::size_t>(wpe_)];
   use_values(wte);
-  use_values(wpe);
   const std::int64_t C = shape_.channels, begin = shape_.vocab_begin(), real = shape_.vocab_real();
   for (std::int64_t n = 0; n < rows_; ++n) {
     const std::int64_t row = s.tokens[static_cast<std::size_t>(n)] - begin;
@@ -571,24 +645,29 @@ void ParallelGpt::embedding_forward(Slot& s) {
     else std::fill(out, out + C, 0.0f);
   }
   leave_region(full_a_.data(), s.input.data());  // each token's row comes from the one rank holding it
+  done_values(wte);
+  if (wpe_ < 0) return;  // rotary or no positions: nothing added to the stream
+  Unit& wpe = units_[static_cast<std::size_t>(wpe_)];
+  use_values(wpe);
   for (std::int64_t r = 0; r < rows_local_; ++r) {
     const std::int64_t position = (row_offset_ + r) % seq_len_;
     for (std::int64_t c = 0; c < C; ++c) s.input[static_cast<std::size_t>(r * C + c)] += wpe.values[static_cast<std::size_t>(position * C + c)];
   }
   done_values(wpe);
-  done_values(wte);
 }
 
 void ParallelGpt::embedding_backward(Slot& s) {
   Unit& wte = units_[static_cast<std::size_t>(wte_)];
-  Unit& wpe = units_[static_cast<std::size_t>(wpe_)];
   const std::int64_t C = shape_.channels, begin = shape_.vocab_begin(), real = shape_.vocab_real();
-  use_grads(wpe);
-  for (std::int64_t r = 0; r < rows_local_; ++r) {
-    const std::int64_t position = (row_offset_ + r) % seq_len_;
-    for (std::int64_t c = 0; c < C; ++c) wpe.grads[static_cast<std::size_t>(position * C + c)] += dstream_[static_cast<std::size_t>(r * C + c)];
+  if (wpe_ >= 0) {
+    Unit& wpe = units_[static_cast<std::size_t>(wpe_)];
+    use_grads(wpe);
+    for (std::int64_t r = 0; r < rows_local_; ++r) {
+      const std::int64_t position = (row_offset_ + r) % seq_len_;
+      for (std::int64_t c = 0; c < C; ++c) wpe.grads[static_cast<std::size_t>(position * C + c)] += dstream_[static_cast<std::size_t>(r * C + c)];
+    }
+    done_grads(wpe);
   }
-  done_grads(wpe);
   const float* d = enter_region(dstream_.data(), full_a_.data());
   use_grads(wte);
   for (std::int64_t n = 0; n < rows_; ++n) {
@@ -601,46 +680,46 @@ void ParallelGpt::embedding_backward(Slot& s) {
 }
 
 double ParallelGpt::head_forward(Slot& s, const float* x) {
-  Unit& wte = units_[static_cast<std::size_t>(wte_)];
+  Unit& head = units_[static_cast<std::size_t>(head_)];
   Unit& lnf = units_[static_cast<std::size_t>(lnf_)];
   const std::int64_t C = shape_.channels, R = rows_local_, Vp = shape_.vocab_local;
   use_values(lnf);
-  use_values(wte);
-  fit(s.lnf, R * C), fit(s.lnf_mean, R), fit(s.lnf_rstd, R), fit(s.probs, rows_ * Vp);
+  use_values(head);
+  fit(s.lnf, R * C), fit(s.lnf_mean, shape_.rms() ? 0 : R), fit(s.lnf_rstd, R), fit(s.probs, rows_ * Vp);
   if (sequence_parallel_) fit(s.lnf_full, rows_ * C);
-  kernels::layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, lnf.values.data(),
-                             lnf.values.data() + C, R, C);
+  norm_forward(shape_, s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, lnf.values.data(), final_norm_bias(shape_, lnf.values), R,
+               C);
   const float* h = enter_region(s.lnf.data(), s.lnf_full.data());
-  matmul_.forward(s.probs.data(), h, wte.values.data(), static_cast<const float*>(nullptr), rows_, C, Vp);
+  matmul_.forward(s.probs.data(), h, head.values.data(), static_cast<const float*>(nullptr), rows_, C, Vp);
   const VocabLoss loss = vocab_parallel_cross_entropy(s.probs.data(), s.targets.data(), rows_, Vp,
                                                       shape_.vocab_real(), shape_.vocab_begin(), *tp_, loss_scratch_);
   correct_ = loss.correct;
-  done_values(wte);
+  done_values(head);
   done_values(lnf);
   return loss.mean;
 }
 
 void ParallelGpt::head_weight_gradients(Slot& s) {
-  Unit& wte = units_[static_cast<std::size_t>(wte_)];
-  use_values(wte);
-  use_grads(wte);
+  Unit& head = units_[static_cast<std::size_t>(head_)];
+  use_values(head);
+  use_grads(head);
   const float* h = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
   float* none = nullptr;
-  matmul_.backward(none, wte.grads.data(), none, s.d_logits.data(), h, wte.values.data(), rows_,
-                           shape_.channels, shape_.vocab_local);
-  done_grads(wte);
-  done_values(wte);
+  matmul_.backward(none, head.grads.data(), none, s.d_logits.data(), h, head.values.data(), rows_, shape_.channels,
+                   shape_.vocab_local);
+  done_grads(head);
+  done_values(head);
 }
 
 void ParallelGpt::head_backward(Slot& s, const float* x, float dloss, BackwardPart part) {
-  Unit& wte = units_[static_cast<std::size_t>(wte_)];
+  Unit& head = units_[static_cast<std::size_t>(head_)];
   Unit& lnf = units_[static_cast<std::size_t>(lnf_)];
   const std::int64_t C = shape_.channels, R = rows_local_, Vp = shape_.vocab_local;
   const std::int64_t begin = shape_.vocab_begin(), real = shape_.vocab_real();
   use_values(lnf);
-  use_values(wte);
+  use_values(head);
   use_grads(lnf);
-  use_grads(wte);
+  use_grads(head);
   const float scale = dloss / static_cast<float>(rows_);
 #pragma omp parallel for schedule(static) if (rows_ * Vp >= (1 << 17))
   for (std::int64_t n = 0; n < rows_; ++n) {
@@ -653,15 +732,15 @@ void ParallelGpt::head_backward(Slot& s, const float* x, float dloss, BackwardPa
   const float* h = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
   if (part == BackwardPart::input) s.d_logits = dlogits_;
   zero(full_b_);
-  matmul_.backward(full_b_.data(), part == BackwardPart::whole ? wte.grads.data() : nullptr,
-                           static_cast<float*>(nullptr), dlogits_.data(), h, wte.values.data(), rows_, C, Vp);
+  matmul_.backward(full_b_.data(), part == BackwardPart::whole ? head.grads.data() : nullptr,
+                   static_cast<float*>(nullptr), dlogits_.data(), h, head.values.data(), rows_, C, Vp);
   leave_region(full_b_.data(), dlocal_.data());
   zero(dstream_);
-  kernels::layernorm_backward(dstream_.data(), lnf.grads.data(), lnf.grads.data() + C, dlocal_.data(), x,
-                              lnf.values.data(), s.lnf_mean.data(), s.lnf_rstd.data(), R, C);
-  done_grads(wte);
+  norm_backward(shape_, dstream_.data(), lnf.grads.data(), final_norm_bias(shape_, lnf.grads), dlocal_.data(), x, lnf.values.data(),
+                s.lnf_mean.data(), s.lnf_rstd.data(), R, C);
+  done_grads(head);
   done_grads(lnf);
-  done_values(wte);
+  done_values(head);
   done_values(lnf);
 }
 

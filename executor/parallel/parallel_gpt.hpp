@@ -90,6 +90,7 @@ inline Floats floats(MemoryCategory category) { return Floats(TrackedAllocator<f
 // (elements rounded up to a multiple of the sharding group's size).
 struct Unit {
   UnitLayout layout;
+  std::vector<std::int64_t> offsets;  // a layer unit's tensors by kind (parallel_gpt.cpp's LayerTensor), -1: absent
   std::int64_t padded = 0;
   std::int64_t shard_begin = 0;       // this rank's shard: optimizer state, fsdp values, zero2 gradients
   std::int64_t shard_size = 0;
@@ -133,6 +134,10 @@ class ParallelGpt {
   double forward(std::int64_t chunk, std::int64_t mb, const std::int32_t* tokens, const std::int32_t* targets);
   // The activation leaving `chunk` ([rows_local, C]).
   const float* forward_output(std::int64_t chunk, std::int64_t mb) const;
+  // The last chunk's softmax probabilities of pass (chunk, mb), [B x T, Vp]
+  // with this rank's vocabulary shard (padding columns 0); valid from its
+  // forward until the slot is reused (tests and reference dumps read it).
+  const Floats& probabilities(std::int64_t chunk, std::int64_t mb) const;
   // Frees the activations of a pass that will have no backward (evaluation).
   void release_pass(std::int64_t chunk, std::int64_t mb);
   // Of the last forward of the last chunk: the rows whose target is in this
@@ -163,6 +168,8 @@ class ParallelGpt {
   const TpShape& shape() const { return shape_; }
   std::vector<Unit>& units() { return units_; }
   Unit* wte() { return wte_ < 0 ? nullptr : &units_[static_cast<std::size_t>(wte_)]; }
+  // Whether the output layer is wte (tied): the first and last stage then both hold it.
+  bool tied() const { return shape_.tied(); }
   // The group a unit is sharded over (fsdp, or dp under ZeRO), and the one its shards are replicated over.
   comm::Communicator& shard_group() { return *shard_group_; }
   comm::Communicator& replica_group() { return *replica_group_; }
@@ -216,6 +223,7 @@ class ParallelGpt {
 
   std::vector<Unit> units_;
   int wte_ = -1, wpe_ = -1, lnf_ = -1;
+  int head_ = -1;  // the output layer's unit on the last stage: wte (or its copy) when tied, lm_head otherwise
   std::unique_ptr<comm::Request> prefetch_;  // fsdp: the gather in flight, of units_[prefetch_unit_]
   int prefetch_unit_ = -1;
   std::vector<std::vector<int>> chunk_units_;  // by local chunk (chunk / stages): layer unit indices

@@ -246,7 +246,7 @@ class ParallelStep {
       if (mode_ == ShardMode::fsdp && model_.replica_group().size() > 1)
         model_.replica_group().all_reduce(u.shard_grads.data(), u.shard_size, DataType::f32, ReduceOp::sum);
     }
-    if (stages_ > 1 && model_.wte() != nullptr) sum_tied_embedding();
+    if (stages_ > 1 && model_.tied() && model_.wte() != nullptr) sum_tied_embedding();
     if (model_.sequence_parallel()) {
       for (Unit& u : model_.units()) {
         const GradView view = grad_view(u, mode_);

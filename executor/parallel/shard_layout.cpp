@@ -9,25 +9,19 @@
 
 #include <cassert>
 
+#include "executor/model/parameters.hpp"
 #include "model/model_states.hpp"
 #include "model/sharding_spec.hpp"
 
 namespace meshplan::exec::parallel {
 namespace {
 
-// The GPT-2 this runtime trains (parameters.hpp: layer norm, GELU, biases,
-// learned positions, tied embeddings, no grouped-query attention) with the
-// given dimensions: the model the ShardingSpec is asked about.
+// The transformer this runtime trains (parameters.hpp) with the given
+// dimensions: the model the ShardingSpec is asked about.
 ModelSpec layout_model(const TransformerDims& dims) {
   ModelSpec model;
   model.kind = ModelKind::transformer;
   model.transformer = dims;
-  model.transformer.kv_heads = dims.heads;
-  model.transformer.head_dim = 0;
-  model.transformer.norm = Norm::layernorm;
-  model.transformer.feed_forward = FeedForward::gelu;
-  model.transformer.positions = Positions::learned;
-  model.transformer.tied_embeddings = true;
   model.transformer.experts = 0;
   return model;
 }
@@ -41,6 +35,7 @@ struct TensorSource {
   TpPacking packing = TpPacking::contiguous;
   std::string spec_tensor;
   std::vector<int> spec_dims;
+  std::vector<std::int64_t> parts = {};
 };
 
 // The extents of tp rank `tp_rank`'s block of `spec_tensor`, one per spec dimension.
@@ -48,7 +43,7 @@ std::vector<std::int64_t> tp_block(const TpShape& s, const std::string& spec_ten
   Plan plan;
   plan.mesh.axes = {{Axis::tp, s.tp}};
   const Loaded<ShardingSpec> spec = sharding_spec(layout_model(s.dims), plan, spec_tensor, TensorRole::parameters);
-  assert(spec.ok() && "the executor asks only for GPT-2 tensors");
+  assert(spec.ok() && "the executor asks only for tensors its models have");
   const auto shape = block_shape(spec.value, plan.mesh, tp_rank);
   assert(shape.has_value());
   return *shape;
@@ -60,6 +55,7 @@ void add(UnitLayout& unit, const TpShape& s, TensorSource source) {
   t.global_shape = std::move(source.global_shape);
   t.split = source.split;
   t.packing = source.packing;
+  t.parts = std::move(source.parts);
   t.spec_tensor = std::move(source.spec_tensor);
   t.spec_dims = std::move(source.spec_dims);
   // Stored dimension d holds the spec's block extent when tp splits it, the whole extent otherwise.
@@ -91,6 +87,8 @@ TpShape tp_shape(const TransformerDims& dims, std::int64_t tp, std::int64_t tp_r
   s.channels = dims.hidden;
   s.ffn = dims.ffn;
   s.heads = dims.heads;
+  s.kv_heads = exec::kv_heads(dims);
+  s.head_dim = exec::head_dim(dims);
   s.tp = tp;
   s.tp_rank = tp_rank;
   return s;
@@ -108,31 +106,44 @@ UnitLayout wpe_unit(const TpShape& s) {
   return unit;
 }
 
+// The tensors in parameter_layout()'s order, optional ones (norm and linear
+// biases) only where the model has them.
 UnitLayout layer_unit(const TpShape& s, std::int64_t layer) {
-  const std::int64_t C = s.channels, F = s.ffn;
+  const std::int64_t C = s.channels, F = s.ffn, Q = s.heads * s.head_dim, K = s.kv_heads * s.head_dim;
+  const std::vector<std::int64_t> qkv_parts = {Q, K, K};
+  const std::vector<std::int64_t> fc_parts = s.gated() ? std::vector<std::int64_t>{F, F} : std::vector<std::int64_t>{F};
+  const std::int64_t QKV = Q + 2 * K, F_in = s.gated() ? 2 * F : F;
   const std::string p = "layer" + std::to_string(layer) + ".";
   UnitLayout unit{"layer" + std::to_string(layer), {}, 0};
-  const TpPacking contiguous = TpPacking::contiguous, qkv = TpPacking::qkv_heads;
+  const TpPacking contiguous = TpPacking::contiguous, parts = TpPacking::parts;
+  const TpPacking fc_packing = s.gated() ? parts : contiguous;
+  const bool norm_bias = !s.rms(), bias = s.bias();
   // Spec dimensions: ln [norm]; attn.qkv [hidden, q+2kv]; attn.out [q, hidden]; mlp.w_in [hidden, ffn]; mlp.w_out [ffn, hidden].
   add(unit, s, {p + "ln1.w", {C}, TpSplit::none, contiguous, p + "ln1", {0}});
-  add(unit, s, {p + "ln1.b", {C}, TpSplit::none, contiguous, p + "ln1", {0}});
-  add(unit, s, {p + "qkv.w", {3 * C, C}, TpSplit::columns, qkv, p + "attn.qkv", {1, 0}});
-  add(unit, s, {p + "qkv.b", {3 * C}, TpSplit::columns, qkv, p + "attn.qkv", {1}});
-  add(unit, s, {p + "attn_out.w", {C, C}, TpSplit::rows, contiguous, p + "attn.out", {1, 0}});
-  add(unit, s, {p + "attn_out.b", {C}, TpSplit::none, contiguous, p + "attn.out", {1}});
+  if (norm_bias) add(unit, s, {p + "ln1.b", {C}, TpSplit::none, contiguous, p + "ln1", {0}});
+  add(unit, s, {p + "qkv.w", {QKV, C}, TpSplit::columns, parts, p + "attn.qkv", {1, 0}, qkv_parts});
+  if (bias) add(unit, s, {p + "qkv.b", {QKV}, TpSplit::columns, parts, p + "attn.qkv", {1}, qkv_parts});
+  add(unit, s, {p + "attn_out.w", {C, Q}, TpSplit::rows, contiguous, p + "attn.out", {1, 0}});
+  if (bias) add(unit, s, {p + "attn_out.b", {C}, TpSplit::none, contiguous, p + "attn.out", {1}});
   add(unit, s, {p + "ln2.w", {C}, TpSplit::none, contiguous, p + "ln2", {0}});
-  add(unit, s, {p + "ln2.b", {C}, TpSplit::none, contiguous, p + "ln2", {0}});
-  add(unit, s, {p + "fc.w", {F, C}, TpSplit::columns, contiguous, p + "mlp.w_in", {1, 0}});
-  add(unit, s, {p + "fc.b", {F}, TpSplit::columns, contiguous, p + "mlp.w_in", {1}});
+  if (norm_bias) add(unit, s, {p + "ln2.b", {C}, TpSplit::none, contiguous, p + "ln2", {0}});
+  add(unit, s, {p + "fc.w", {F_in, C}, TpSplit::columns, fc_packing, p + "mlp.w_in", {1, 0}, fc_parts});
+  if (bias) add(unit, s, {p + "fc.b", {F_in}, TpSplit::columns, fc_packing, p + "mlp.w_in", {1}, fc_parts});
   add(unit, s, {p + "fc_out.w", {C, F}, TpSplit::rows, contiguous, p + "mlp.w_out", {1, 0}});
-  add(unit, s, {p + "fc_out.b", {C}, TpSplit::none, contiguous, p + "mlp.w_out", {1}});
+  if (bias) add(unit, s, {p + "fc_out.b", {C}, TpSplit::none, contiguous, p + "mlp.w_out", {1}});
   return unit;
 }
 
 UnitLayout lnf_unit(const TpShape& s) {
   UnitLayout unit{"ln_f", {}, 0};
   add(unit, s, {"ln_f.w", {s.channels}, TpSplit::none, TpPacking::contiguous, "head.norm", {0}});
-  add(unit, s, {"ln_f.b", {s.channels}, TpSplit::none, TpPacking::contiguous, "head.norm", {0}});
+  if (!s.rms()) add(unit, s, {"ln_f.b", {s.channels}, TpSplit::none, TpPacking::contiguous, "head.norm", {0}});
+  return unit;
+}
+
+UnitLayout head_unit(const TpShape& s) {
+  UnitLayout unit{"lm_head", {}, 0};
+  add(unit, s, {"lm_head.w", {s.vocab, s.channels}, TpSplit::columns, TpPacking::vocab_padded, "head.output", {0, 1}});
   return unit;
 }
 
@@ -140,10 +151,17 @@ std::int64_t global_row(const LocalTensor& t, const TpShape& s, std::int64_t i) 
   if (t.split != TpSplit::columns) return i;  // stored dimension 0 is whole
   switch (t.packing) {
     case TpPacking::contiguous: return s.tp_rank * t.rows + i;
-    case TpPacking::qkv_heads: {
-      // Local rows are [q_r; k_r; v_r], each C/tp rows; part k of the global tensor starts at k C.
-      const std::int64_t per_part = t.rows / 3, part = i / per_part, within = i % per_part;
-      return part * s.channels + s.tp_rank * per_part + within;
+    case TpPacking::parts: {
+      // Local rows are the parts' blocks one after another ([q_r; k_r; v_r]); part p's block is
+      // rows [r n_p / tp, (r + 1) n_p / tp) of the p-th part, which starts at the sum of the earlier parts.
+      std::int64_t local_begin = 0, global_begin = 0;
+      for (const std::int64_t part : t.parts) {
+        const std::int64_t block = part / s.tp;
+        if (i < local_begin + block) return global_begin + s.tp_rank * block + (i - local_begin);
+        local_begin += block;
+        global_begin += part;
+      }
+      return -1;
     }
     case TpPacking::vocab_padded: {
       const std::int64_t row = s.vocab_begin() + i;

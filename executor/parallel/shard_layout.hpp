@@ -1,6 +1,7 @@
-// What one tensor-parallel rank holds of each GPT-2 tensor, grouped into the
-// units the runtime gathers, reduces and updates together (one unit per
-// transformer layer, plus wte, wpe and ln_f). A unit is a flat buffer: the
+// What one tensor-parallel rank holds of each transformer tensor, grouped
+// into the units the runtime gathers, reduces and updates together (one unit
+// per transformer layer, plus wte, wpe with learned positions, ln_f, and
+// lm_head when the output layer is not tied). A unit is a flat buffer: the
 // same idea as parameters.hpp's one flat buffer, cut where FSDP gathers and
 // where pipeline stages split the model.
 //
@@ -14,17 +15,22 @@
 // (parameters.hpp), so columns split stored dimension 0 and rows dimension 1.
 //
 // Megatron-LM's tensor parallelism (Shoeybi et al. 2019, Sec. 3):
-//   qkv.w [3C, C], qkv.b [3C]  columns, packed by heads: rank r holds the
-//                              rows of its NH/tp heads in each of q, k and v,
-//                              packed [q_r; k_r; v_r] as attention expects
-//   attn_out.w [C, C]          rows: the input columns of rank r's heads
-//   fc.w [F, C], fc.b [F]      columns: rows [r F/tp, (r+1) F/tp)
+//   qkv.w [Q+2K, C], .b         columns, by heads in parts: rank r holds the
+//                              rows of its NH/tp query heads and of its
+//                              KVH/tp key and value heads, packed
+//                              [q_r; k_r; v_r] as attention expects (tp
+//                              must divide the kv heads: replicating them
+//                              is not run)
+//   attn_out.w [C, Q]          rows: the input columns of rank r's heads
+//   fc.w [F, C], fc.b [F]      columns: rows [r F/tp, (r+1) F/tp); gated
+//                              ([2F, C]: gate rows, then up rows) in two
+//                              parts, packed [gate_r; up_r]
 //   fc_out.w [C, F]            rows: columns [r F/tp, (r+1) F/tp)
-//   wte [V, C]                 columns (vocabulary-parallel output layer),
-//                              padded: rows [r Vp, (r+1) Vp) with Vp =
-//                              ceil(V / tp), the spec's largest block; rows
-//                              past V are padding (zero, never looked up,
-//                              masked out of the softmax)
+//   wte [V, C], lm_head.w      columns (vocabulary-parallel embedding and
+//                              output layer), padded: rows [r Vp, (r+1) Vp)
+//                              with Vp = ceil(V / tp), the spec's largest
+//                              block; rows past V are padding (zero, never
+//                              looked up, masked out of the softmax)
 //   wpe, ln*.w/b, attn_out.b, fc_out.b, ln_f  none: whole on every tp rank
 //
 // The data-parallel axes shard a unit as one flat buffer (FSDP's flat
@@ -33,7 +39,7 @@
 // same elements in total over that group, cut differently.
 //
 // defines: TpPacking, LocalTensor, UnitLayout, TpShape, tp_shape, wte_unit,
-//          wpe_unit, layer_unit, lnf_unit, global_row, global_col,
+//          wpe_unit, layer_unit, lnf_unit, head_unit, global_row, global_col,
 //          extract_shard, insert_shard, DataSharding, data_sharding
 #pragma once
 
@@ -50,7 +56,8 @@ namespace meshplan::exec::parallel {
 // How a tp rank's block of the split dimension lies in the global tensor.
 enum class TpPacking : std::uint8_t {
   contiguous,    // block r of the split dimension, in order
-  qkv_heads,     // q, k and v each split by heads; the local parts packed [q_r; k_r; v_r]
+  parts,         // the dimension is parts laid end to end (q, k, v; gate, up), each split over
+                 // tp; the local blocks packed part after part ([q_r; k_r; v_r])
   vocab_padded,  // Vp = ceil(V / tp) rows on every rank; rows past V are zero padding
 };
 
@@ -61,17 +68,18 @@ struct LocalTensor {
   std::int64_t cols = 1;
   TpSplit split = TpSplit::none;           // columns: stored dim 0 split; rows: stored dim 1 split
   TpPacking packing = TpPacking::contiguous;
+  std::vector<std::int64_t> parts;         // TpPacking::parts: the global extent of each part
   std::int64_t offset = 0;                 // first element in its unit's buffer
   std::string spec_tensor;                 // the ShardingSpec tensor ("layer0.attn.qkv")
   std::vector<int> spec_dims;              // per stored dimension, the spec dimension it runs along
 
   std::int64_t elements() const { return rows * cols; }
-  // AdamW decays matrices and embeddings only (rank >= 2), as the single-rank trainer.
+  // AdamW decays matrices and embeddings only (rank >= 2), as the single-rank trainer does.
   bool decays() const { return global_shape.size() >= 2; }
 };
 
 struct UnitLayout {
-  std::string name;  // "wte", "wpe", "layer3", "ln_f"
+  std::string name;  // "wte", "wpe", "layer3", "ln_f", "lm_head"
   std::vector<LocalTensor> tensors;
   std::int64_t elements = 0;
 };
@@ -85,9 +93,23 @@ struct TpShape {
   std::int64_t channels = 0;       // C
   std::int64_t ffn = 0;            // F
   std::int64_t heads = 0;          // NH
+  std::int64_t kv_heads = 0;       // KVH (= NH without grouped-query attention)
+  std::int64_t head_dim = 0;       // D
   std::int64_t tp = 1;
   std::int64_t tp_rank = 0;
 
+  std::int64_t heads_local() const { return heads / tp; }
+  std::int64_t kv_heads_local() const { return kv_heads / tp; }
+  std::int64_t q_local() const { return heads_local() * head_dim; }  // attention output width on this rank
+  std::int64_t qkv_local() const { return (heads_local() + 2 * kv_heads_local()) * head_dim; }
+  std::int64_t ffn_local() const { return ffn / tp; }
+  std::int64_t fc_local() const { return gated() ? 2 * ffn_local() : ffn_local(); }  // fc's output width
+  bool gated() const { return dims.feed_forward != FeedForward::gelu; }
+  bool rms() const { return dims.norm == Norm::rmsnorm; }
+  bool bias() const { return dims.bias; }
+  bool learned_positions() const { return dims.positions == Positions::learned; }
+  bool rotary() const { return dims.positions == Positions::rotary; }
+  bool tied() const { return dims.tied_embeddings; }
   std::int64_t vocab_begin() const { return tp_rank * vocab_local; }
   // Real (non-padding) rows of this rank's wte shard.
   std::int64_t vocab_real() const;
@@ -99,6 +121,7 @@ UnitLayout wte_unit(const TpShape& s);
 UnitLayout wpe_unit(const TpShape& s);
 UnitLayout layer_unit(const TpShape& s, std::int64_t layer);
 UnitLayout lnf_unit(const TpShape& s);
+UnitLayout head_unit(const TpShape& s);  // lm_head.w: the untied output layer
 
 // The global row of local row i (-1 for vocabulary padding), and the global column of local column j.
 std::int64_t global_row(const LocalTensor& tensor, const TpShape& s, std::int64_t i);

@@ -14,6 +14,10 @@
 // prints the largest differences seen, and exits 1 naming the plan and the
 // first step (or tensor) that diverges.
 //
+// The llama-* plans train a Llama-style model (matrix_model) and compare it
+// with the executor's GPT on the mesh of one device instead, since the
+// reference GPT is GPT-2's architecture only.
+//
 // The model: GPT-2's block at 4 layers (so pp 2 x v 2 has a layer per
 // chunk), C = 32, 4 heads, F = 128, T = 16, and vocabulary 257, odd, so
 // tp = 2 splits it 129 + 128 and the padded row of the second shard must be
@@ -48,6 +52,7 @@ struct MatrixPlan {
   int zero_stage = 0;
   bool sequence_parallel = false;
   std::string schedule = "1f1b";
+  bool llama = false;  // the Llama-style model (matrix_model), against ParallelGpt on one rank
 };
 
 const std::map<std::string, MatrixPlan>& matrix_plans() {
@@ -73,12 +78,45 @@ const std::map<std::string, MatrixPlan>& matrix_plans() {
       {"dp2-zero1-tp2-sp-pp2-interleaved", {"dp=2,pp=2,tp=2", 1, true, "interleaved:2"}},
       {"fsdp2-tp2-sp-pp2-zb-h1", {"fsdp=2,pp=2,tp=2", 0, true, "zb-h1"}},
       {"dp2-zero2-tp2-pp2-gpipe", {"dp=2,pp=2,tp=2", 2, false, "gpipe"}},
+      // The Llama-style model: grouped-query attention split over tp, rotary positions, SwiGLU, RMSNorm,
+      // an untied output layer (its own unit on the last stage), no biases.
+      {"llama-dp2-zero1", {"dp=2", 1, false, "1f1b", true}},
+      {"llama-fsdp2", {"fsdp=2", 0, false, "1f1b", true}},
+      {"llama-tp2", {"tp=2", 0, false, "1f1b", true}},
+      {"llama-tp2-sp", {"tp=2", 0, true, "1f1b", true}},
+      {"llama-pp2-interleaved", {"pp=2", 0, false, "interleaved:2", true}},
+      {"llama-pp2-zb-h1", {"pp=2", 0, false, "zb-h1", true}},
+      {"llama-dp2-tp2-sp-pp2", {"dp=2,pp=2,tp=2", 0, true, "1f1b", true}},
   };
   return plans;
 }
 
 // 257 does not divide over tp = 2: the vocabulary-parallel padding is exercised.
-ModelSpec matrix_model() { return testing_support::tiny_gpt_spec("gpt-matrix", 4, 32, 4, 128, 257, 16); }
+// The Llama-style model: 4 query heads sharing 2 key/value heads (tp = 2 holds
+// one kv head per rank), head_dim 8, SwiGLU with ffn 48, RMSNorm, rotary
+// positions at Llama 3's theta, untied output layer, no biases.
+ModelSpec matrix_model(bool llama) {
+  ModelSpec spec = testing_support::tiny_gpt_spec(llama ? "llama-matrix" : "gpt-matrix", 4, 32, 4, 128, 257, 16);
+  if (!llama) return spec;
+  TransformerDims& t = spec.transformer;
+  t.kv_heads = 2;
+  t.ffn = 48;
+  t.feed_forward = FeedForward::swiglu;
+  t.norm = Norm::rmsnorm;
+  t.positions = Positions::rotary;
+  t.rope_theta = 500000;
+  t.tied_embeddings = false;
+  t.bias = false;
+  return spec;
+}
+
+// What the single-device run gives for comparison.
+struct SingleDevice {
+  bool ok = false;
+  std::vector<double> losses;
+  std::vector<float> params;  // parameter_layout order
+  exec::EvalResult evaluated;
+};
 
 // A deterministic corpus of a few kilobytes: varied enough that the loss moves.
 std::vector<std::uint8_t> matrix_corpus() {
@@ -101,7 +139,53 @@ std::unique_ptr<data::DataLoader> matrix_loader(std::uint64_t seed, std::int64_t
 
 exec::TrainOptions matrix_options(std::int64_t steps) { return testing_support::tiny_gpt_train_options(steps); }
 
+// Evaluation samples: not a multiple of B x D, so the last round is padded.
+constexpr std::int64_t kEvalSamples = 13;
+
 double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
+
+// The reference GPT (tests/reference/reference_gpt.hpp) trained on the same global batches.
+SingleDevice reference_gpt(const ModelSpec& spec, std::uint64_t seed, std::int64_t micro_batch, std::int64_t global_batch,
+                           std::int64_t T, std::int64_t steps) {
+  SingleDevice out;
+  auto reference = exec::make_reference_model<float>(spec, seed, micro_batch, T);
+  if (!reference.ok()) return out;
+  exec::TrainOptions options = matrix_options(steps);
+  options.micro_batch = micro_batch;
+  options.micro_batches = global_batch / micro_batch;
+  options.on_step = [&](const exec::StepReport& r) { out.losses.push_back(r.loss); };
+  auto loader = matrix_loader(seed, T);
+  if (!exec::train(*reference.value, *loader, options).ok()) return out;
+  const auto& values = reference.value->parameters().values;
+  out.params.assign(values.begin(), values.end());
+  auto eval_loader = matrix_loader(seed + 1, T);
+  out.evaluated = exec::evaluate(*reference.value, *eval_loader, kEvalSamples);
+  out.ok = true;
+  return out;
+}
+
+// The executor's GPT on the mesh of one device (what `meshplan train` runs for
+// a one-device plan) on the same global batches: the yardstick for the
+// features the reference GPT does not have (the Llama family's), whose ops are
+// each checked against double-precision references in tests/test_kernels.cpp.
+SingleDevice one_rank_parallel(const ModelSpec& spec, std::uint64_t seed, std::int64_t micro_batch,
+                               std::int64_t global_batch, std::int64_t T, std::int64_t steps) {
+  SingleDevice out;
+  testing_support::OneRankGpt gpt(spec, seed, micro_batch, global_batch / micro_batch, T);
+  if (gpt.model == nullptr) {
+    for (const auto& p : gpt.problems) std::fprintf(stderr, "parallel_matrix one rank: %s\n", describe(p).c_str());
+    return out;
+  }
+  exec::TrainOptions options = matrix_options(steps);
+  options.on_step = [&](const exec::StepReport& r) { out.losses.push_back(r.loss); };
+  auto loader = matrix_loader(seed, T);
+  if (!gpt.train(*loader, options).ok()) return out;
+  out.params = gpt.model->gather_full(0);
+  auto eval_loader = matrix_loader(seed + 1, T);
+  out.evaluated = exec::parallel::evaluate_parallel(*gpt.model, *eval_loader, kEvalSamples);
+  out.ok = true;
+  return out;
+}
 
 }  // namespace
 
@@ -127,7 +211,7 @@ int main(int argc, char** argv) {
     if (flag == "--steps") steps = std::atoll(argv[i + 1]);
   }
   const MatrixPlan& entry = matrix_plans().at(name);
-  const ModelSpec spec = matrix_model();
+  const ModelSpec spec = matrix_model(entry.llama);
   const std::uint64_t seed = 7;
   const std::int64_t T = spec.transformer.seq_len, micro_batch = 2, global_batch = 8;
 
@@ -163,25 +247,18 @@ int main(int argc, char** argv) {
   for (const auto& p : trained.problems) std::fprintf(stderr, "parallel_matrix %s: %s\n", name.c_str(), describe(p).c_str());
   const std::vector<float> params = model.value->gather_full(0);
   if (!trained.ok()) return 1;
-  constexpr std::int64_t eval_samples = 13;
   auto eval_loader = matrix_loader(seed + 1, T);
-  const exec::EvalResult evaluated = exec::parallel::evaluate_parallel(*model.value, *eval_loader, eval_samples);
+  const exec::EvalResult evaluated = exec::parallel::evaluate_parallel(*model.value, *eval_loader, kEvalSamples);
   if (comm.rank() != 0) return 0;
 
-  // The single-rank reference on the same global batches.
-  auto reference = exec::make_reference_model<float>(spec, seed, micro_batch, T);
-  if (!reference.ok()) return 1;
-  exec::TrainOptions ref_options = matrix_options(steps);
-  ref_options.micro_batch = micro_batch;
-  ref_options.micro_batches = global_batch / micro_batch;
-  std::vector<double> ref_losses;
-  ref_options.on_step = [&](const exec::StepReport& r) { ref_losses.push_back(r.loss); };
-  auto ref_loader = matrix_loader(seed, T);
-  const exec::TrainResult ref_trained = exec::train(*reference.value, *ref_loader, ref_options);
-  if (!ref_trained.ok() || ref_losses.size() != losses.size()) {
-    std::fprintf(stderr, "parallel_matrix %s: the reference run failed or ran another number of steps\n", name.c_str());
+  const SingleDevice single = entry.llama ? one_rank_parallel(spec, seed, micro_batch, global_batch, T, steps)
+                                          : reference_gpt(spec, seed, micro_batch, global_batch, T, steps);
+  if (!single.ok || single.losses.size() != losses.size()) {
+    std::fprintf(stderr, "parallel_matrix %s: the single-device run failed or ran another number of steps\n",
+                 name.c_str());
     return 1;
   }
+  const std::vector<double>& ref_losses = single.losses;
 
   bool ok = true;
   double worst_loss = 0;
@@ -195,13 +272,13 @@ int main(int argc, char** argv) {
       ok = false;
     }
   }
-  const auto& ref_params = reference.value->parameters();
+  const exec::ParameterLayout layout = exec::parameter_layout(spec).value;
   double diff2 = 0, ref2 = 0, worst_tensor = 0;
   std::string worst_name;
-  for (const auto& t : ref_params.layout.tensors) {
+  for (const auto& t : layout.tensors) {
     double d2 = 0, r2 = 0;
     for (std::int64_t k = t.offset; k < t.offset + t.elements; ++k) {
-      const double r = ref_params.values[static_cast<std::size_t>(k)], p = params[static_cast<std::size_t>(k)];
+      const double r = single.params[static_cast<std::size_t>(k)], p = params[static_cast<std::size_t>(k)];
       d2 += (p - r) * (p - r);
       r2 += r * r;
     }
@@ -211,9 +288,8 @@ int main(int argc, char** argv) {
     if (rel > worst_tensor) worst_tensor = rel, worst_name = t.name;
   }
   const double param_diff = std::sqrt(diff2 / ref2);
-  auto ref_eval_loader = matrix_loader(seed + 1, T);
-  const exec::EvalResult ref_evaluated = exec::evaluate(*reference.value, *ref_eval_loader, eval_samples);
-  const double tokens = static_cast<double>(eval_samples * T);
+  const exec::EvalResult& ref_evaluated = single.evaluated;
+  const double tokens = static_cast<double>(kEvalSamples * T);
   const double correct_gap = std::abs(evaluated.accuracy - ref_evaluated.accuracy) * tokens;
   if (evaluated.samples != ref_evaluated.samples || relative(evaluated.loss, ref_evaluated.loss) > tolerance ||
       !(correct_gap <= 2.0)) {

@@ -1,27 +1,29 @@
 // The C++ half of the PyTorch reference test (gpt_torch_reference.py is the
-// other half): builds the reference GPT (reference_gpt.hpp, which the
-// executor's ParallelGpt is checked against step by step in tests/parallel/
-// and test_executor_models) of a model YAML,
-// writes its weights as a real checkpoint (executor/checkpoint), runs one
-// forward/backward on a fixed batch and ten optimizer steps with the real
-// trainer (exec::train: gradient accumulation, global-norm clipping, warmup +
-// cosine, AdamW with decay on rank >= 2 tensors), and writes everything a
-// second implementation needs to redo the same computation and compare:
+// other half): builds the executor's GPT (executor/parallel/parallel_gpt.hpp
+// on the mesh of one device, which is how `meshplan train` runs a one-device
+// plan) for a model YAML (GPT-2 or Llama family), writes its weights as a
+// real checkpoint (executor/checkpoint), runs one forward/backward on a fixed
+// batch and ten optimizer steps with the real trainer (train_parallel:
+// gradient accumulation, global-norm clipping, warmup + cosine, AdamW with
+// decay on rank >= 2 tensors), and writes everything a second implementation
+// needs to redo the same computation and compare:
 //
 //   OUT/checkpoint/step-000000/   the initial weights (and zero Adam moments)
-//   OUT/reference.json            dims, the batch loss, the gradient layout,
-//                                 the training options and every step's
-//                                 loss, lr and gradient norm
+//   OUT/reference.json            the model, the batch loss, the gradient
+//                                 layout, the training options and every
+//                                 step's loss, lr and gradient norm
 //   OUT/batch_tokens.i32, batch_targets.i32     [B, T] int32 little-endian
-//   OUT/logits.f32                [B, T, V] float32 little-endian
+//   OUT/probs.f32                 [B, T, V] float32 little-endian: the softmax
+//                                 of the logits (the executor's loss keeps
+//                                 the probabilities in place of the logits)
 //   OUT/grads.f32                 the flat gradient buffer (layout in the JSON)
 //   OUT/train_tokens.i32, train_targets.i32     [steps, micro_batches, B, T]
 //
 // The weights are not the GPT-2 initialisation: that one (std 0.02, biases 0,
-// layer-norm weights 1) leaves every activation so small that GELU is nearly
-// linear, the attention nearly uniform and the bias and layer-norm paths
+// norm weights 1) leaves every activation so small that GELU is nearly
+// linear, the attention nearly uniform and the bias and norm paths
 // untested, so a wrong GELU constant would hide below the tolerance. Here
-// every matrix is N(0, 1/fan_in), biases N(0, 0.1^2), layer-norm weights
+// every matrix is N(0, 1/fan_in), biases N(0, 0.1^2), norm weights
 // 1 + N(0, 0.2^2): unit-scale activations that exercise every term.
 //
 // Usage: gpt_reference_dump MODEL.yaml OUT_DIR   (OUT_DIR must not hold a checkpoint)
@@ -42,10 +44,12 @@
 #include "executor/checkpoint/checkpoint.hpp"
 #include "executor/data/loader.hpp"
 #include "executor/data/random.hpp"
-#include "reference/reference_gpt.hpp"
-#include "executor/model/model.hpp"
+#include "executor/model/parameters.hpp"
+#include "executor/parallel/shard_layout.hpp"
 #include "executor/train/trainer.hpp"
 #include "model/model_spec.hpp"
+#include "model/plan_file.hpp"
+#include "tiny_gpt.hpp"
 
 namespace meshplan::exec {
 namespace {
@@ -102,34 +106,42 @@ class RandomTokenLoader final : public data::DataLoader {
 };
 
 // The reference initialisation described at the top, tensor i from stream derive_seed(seed, i).
-void reference_initialisation(Parameters<float>& params, std::uint64_t seed) {
-  for (std::size_t i = 0; i < params.layout.tensors.size(); ++i) {
-    const ParameterTensor& tensor = params.layout.tensors[i];
+std::vector<float> reference_initialisation(const ParameterLayout& layout, std::uint64_t seed) {
+  std::vector<float> values(static_cast<std::size_t>(layout.total_elements));
+  for (std::size_t i = 0; i < layout.tensors.size(); ++i) {
+    const ParameterTensor& tensor = layout.tensors[i];
     std::mt19937_64 engine(data::derive_seed(seed, i));
     const bool matrix = tensor.shape.size() == 2;
     const bool norm_weight = !matrix && (tensor.name.ends_with("ln1.w") || tensor.name.ends_with("ln2.w") ||
                                          tensor.name == "ln_f.w");
     const double stddev = matrix ? 1.0 / std::sqrt(static_cast<double>(tensor.shape[1])) : norm_weight ? 0.2 : 0.1;
     const double mean = norm_weight ? 1.0 : 0.0;
-    float* out = params.values.data() + tensor.offset;
+    float* out = values.data() + tensor.offset;
     for (std::int64_t k = 0; k < tensor.elements; ++k)
       out[k] = static_cast<float>(mean + stddev * data::standard_normal(engine));
   }
+  return values;
 }
 
-// Parameters and both Adam moments, named as `meshplan train` names them.
-std::vector<TensorBlob> parameter_blobs(const Parameters<float>& params) {
+// Parameters and both (zero) Adam moments, named as `meshplan train` names them.
+std::vector<TensorBlob> parameter_blobs(const ParameterLayout& layout, const std::vector<float>& values) {
   std::vector<TensorBlob> blobs;
-  const auto slice = [](const auto& buffer, const ParameterTensor& t) {
-    const auto begin = buffer.begin() + static_cast<std::ptrdiff_t>(t.offset);
-    return std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(t.elements));
-  };
-  for (const ParameterTensor& t : params.layout.tensors) {
-    blobs.push_back({t.name, t.shape, slice(params.values, t)});
-    blobs.push_back({t.name + ".adam_m", t.shape, slice(params.adam_m, t)});
-    blobs.push_back({t.name + ".adam_v", t.shape, slice(params.adam_v, t)});
+  for (const ParameterTensor& t : layout.tensors) {
+    const auto begin = values.begin() + static_cast<std::ptrdiff_t>(t.offset);
+    blobs.push_back({t.name, t.shape, std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(t.elements))});
+    blobs.push_back({t.name + ".adam_m", t.shape, std::vector<float>(static_cast<std::size_t>(t.elements), 0.0f)});
+    blobs.push_back({t.name + ".adam_v", t.shape, std::vector<float>(static_cast<std::size_t>(t.elements), 0.0f)});
   }
   return blobs;
+}
+
+// The gradient of one rank holding every tensor whole (the mesh of one), in parameter_layout order.
+std::vector<float> full_gradient(parallel::ParallelGpt& model, const ParameterLayout& layout) {
+  std::vector<float> grads(static_cast<std::size_t>(layout.total_elements), 0.0f);
+  for (parallel::Unit& u : model.units())
+    for (const parallel::LocalTensor& t : u.layout.tensors)
+      parallel::insert_shard(t, model.shape(), u.grads.data() + t.offset, grads.data() + layout.at(t.name).offset);
+  return grads;
 }
 
 // Raw little-endian values (this program runs on little-endian hosts only; checked in main).
@@ -156,43 +168,38 @@ int run(const std::string& model_path, const std::filesystem::path& out_dir) {
   }
   const TransformerDims& dims = spec.value.transformer;
   const std::int64_t T = dims.seq_len, V = dims.vocab;
-  Loaded<std::unique_ptr<Model<float>>> made = make_reference_model<float>(spec.value, kSeed, kBatch, T);
-  if (!report(made.problems)) return 1;
-  auto& gpt = dynamic_cast<Gpt<float>&>(*made.value);
-  Parameters<float>& params = gpt.parameters();
-  reference_initialisation(params, kSeed);
+  testing_support::OneRankGpt gpt(spec.value, kSeed, kBatch, kMicroBatches, T);
+  if (!report(gpt.problems) || gpt.model == nullptr) return 1;
+  const Loaded<ParameterLayout> layout = parameter_layout(spec.value);
+  if (!report(layout.problems)) return 1;
+  const std::vector<float> values = reference_initialisation(layout.value, kSeed);
+  gpt.model->scatter_full(0, values);
 
-  // The weights, through the project's checkpoint writer.
+  // The weights, through the project's checkpoint writer; the model as plan files state it.
   CheckpointContents contents;
   contents.step = 0;
   contents.seed = kSeed;
-  contents.tensors = parameter_blobs(params);
-  const nlohmann::json model_json = {{"name", spec.value.name}, {"layers", dims.layers}, {"hidden", dims.hidden},
-                                     {"heads", dims.heads},    {"ffn", dims.ffn},       {"vocab", V},
-                                     {"seq_len", T}};
+  contents.tensors = parameter_blobs(layout.value, values);
+  const nlohmann::json model_json = nlohmann::json::parse(model_to_json(spec.value).dump());
   contents.extra = {{"model", model_json}, {"written_by", "tests/reference/gpt_reference_dump"}};
   if (!report(save_checkpoint((out_dir / "checkpoint").string(), contents))) return 1;
 
-  // One forward/backward on a fixed batch.
+  // One forward/backward on a fixed batch (one micro-batch of the mesh of one).
   RandomTokenLoader batch_loader(kSeed + 1, T, V);
-  const data::Batch batch = batch_loader.next_batch(kBatch);
-  params.zero_grads();
-  const float loss = gpt.forward(batch);
-  gpt.backward(1.0f);
-  // Copied now: the training below reuses both buffers.
+  batch_loader.next_batch(kBatch);  // recorded: the tokens and targets below
+  const double loss = gpt.model->forward(0, 0, batch_loader.recorded_tokens.data(), batch_loader.recorded_targets.data());
   const std::int64_t BT = kBatch * T;
-  const float* logits_buffer = gpt.logits();
-  const std::vector<float> logits(logits_buffer, logits_buffer + BT * V);
-  const std::vector<float> batch_grads(params.grads.begin(), params.grads.end());
+  const parallel::Floats& probs_buffer = gpt.model->probabilities(0, 0);
+  const std::vector<float> probs(probs_buffer.begin(), probs_buffer.begin() + BT * V);
+  gpt.model->backward(0, 0, 1.0f, true, [](parallel::Unit&) {});
+  const std::vector<float> batch_grads = full_gradient(*gpt.model, layout.value);
 
   nlohmann::json grads = nlohmann::json::array();
-  for (const ParameterTensor& t : params.layout.tensors)
+  for (const ParameterTensor& t : layout.value.tensors)
     grads.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
 
   // Ten optimizer steps with the real trainer.
   TrainOptions options;
-  options.micro_batch = kBatch;
-  options.micro_batches = kMicroBatches;
   options.steps = kSteps;
   options.adamw = {.learning_rate = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   options.warmup_steps = 3;
@@ -203,7 +210,7 @@ int run(const std::string& model_path, const std::filesystem::path& out_dir) {
     steps.push_back({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}});
   };
   RandomTokenLoader train_loader(kSeed + 2, T, V);
-  const TrainResult trained = train(gpt, train_loader, options);
+  const TrainResult trained = gpt.train(train_loader, options);
   if (!report(trained.problems)) return 1;
 
   const nlohmann::json reference = {
@@ -211,8 +218,8 @@ int run(const std::string& model_path, const std::filesystem::path& out_dir) {
       {"batch", {{"samples", kBatch}, {"seq_len", T}, {"loss", loss}}},
       {"grads", grads},
       {"train",
-       {{"micro_batch", options.micro_batch},
-        {"micro_batches", options.micro_batches},
+       {{"micro_batch", kBatch},
+        {"micro_batches", kMicroBatches},
         {"steps", options.steps},
         {"learning_rate", options.adamw.learning_rate},
         {"beta1", options.adamw.beta1},
@@ -235,7 +242,7 @@ int run(const std::string& model_path, const std::filesystem::path& out_dir) {
   const bool written =
       write_raw(out_dir / "batch_tokens.i32", batch_loader.recorded_tokens.data(), BT) &&
       write_raw(out_dir / "batch_targets.i32", batch_loader.recorded_targets.data(), BT) &&
-      write_raw(out_dir / "logits.f32", logits.data(), BT * V) &&
+      write_raw(out_dir / "probs.f32", probs.data(), BT * V) &&
       write_raw(out_dir / "grads.f32", batch_grads.data(), std::ssize(batch_grads)) &&
       write_raw(out_dir / "train_tokens.i32", train_loader.recorded_tokens.data(), train_values) &&
       write_raw(out_dir / "train_targets.i32", train_loader.recorded_targets.data(), train_values);

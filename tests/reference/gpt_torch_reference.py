@@ -2,12 +2,16 @@
 """An independent reference for the executor's GPT: the same model in PyTorch.
 
 The executor's half (gpt_reference_dump.cpp) writes a checkpoint of a tiny
-GPT-2, its logits, loss and every gradient for one batch, and the loss,
-learning rate and gradient norm of ten optimizer steps of the real trainer.
-This script builds the same GPT from plain PyTorch modules (nn.Embedding,
-nn.LayerNorm, nn.Linear, a causal attention written out, GELU with
-approximate='tanh' as kernels/cpu/activation.cpp computes it, the output layer
-tied to wte), loads the weights by reading the checkpoint files as
+transformer trained by the executor's GPT on one rank, its softmax
+probabilities, loss and every gradient for one batch, and the loss, learning
+rate and gradient norm of ten optimizer steps of the real trainer. This
+script builds the same model from plain PyTorch modules, as the model in
+reference.json says: GPT-2 (nn.Embedding with learned positions, nn.LayerNorm,
+nn.Linear with biases, GELU with approximate='tanh' as
+kernels/cpu/activation.cpp computes it, the output layer tied to wte) or the
+Llama family (RMSNorm written out, rotary positions in Hugging Face's
+rotate_half convention, grouped-query attention by repeating each key/value
+head over its group, SwiGLU, no biases, an untied lm_head); loads the weights by reading the checkpoint files as
 docs/formats.md "Checkpoints" describes them (checksums and the COMPLETE seal
 checked), redoes the batch and the ten steps with torch.optim.AdamW (weight
 decay on tensors of rank >= 2 only, clip_grad_norm_, the warmup + cosine
@@ -15,7 +19,7 @@ learning rate of executor/train/lr_schedule.hpp), and compares.
 
 Tolerances, all fp32 (relative errors; "rel norm" is |ours - torch| / |torch|
 over a whole tensor):
-  logits       rel norm <= 1e-5
+  probabilities rel norm <= 1e-5
   batch loss   rel      <= 1e-5
   gradients    rel norm <= 1e-4 per tensor
   10-step losses rel    <= 1e-5 per step
@@ -42,7 +46,7 @@ from pathlib import Path
 SKIP_EXIT = 77
 
 TOLERANCES = {
-    "logits": 1e-5,
+    "probs": 1e-5,
     "batch loss": 1e-5,
     "gradient": 1e-4,
     "train loss": 1e-5,
@@ -50,7 +54,7 @@ TOLERANCES = {
     "lr": 1e-12,
 }
 
-DUMP_OUTPUTS = ["reference.json", "batch_tokens.i32", "batch_targets.i32", "logits.f32", "grads.f32",
+DUMP_OUTPUTS = ["reference.json", "batch_tokens.i32", "batch_targets.i32", "probs.f32", "grads.f32",
                 "train_tokens.i32", "train_targets.i32"]
 
 
@@ -102,64 +106,118 @@ def build_model_classes(torch):
     nn = torch.nn
     F = torch.nn.functional
 
-    class CausalSelfAttention(nn.Module):
-        def __init__(self, C, NH):
+    class RMSNorm(nn.Module):
+        """x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019), as Llama's."""
+
+        def __init__(self, C, eps):
             super().__init__()
-            self.C, self.NH = C, NH
-            self.qkv = nn.Linear(C, 3 * C)
-            self.attn_out = nn.Linear(C, C)
+            self.eps = eps
+            self.weight = nn.Parameter(torch.ones(C))
 
         def forward(self, x):
-            B, T, C = x.shape
-            HS = C // self.NH
-            q, k, v = self.qkv(x).split(C, dim=2)
-            q, k, v = (t.view(B, T, self.NH, HS).transpose(1, 2) for t in (q, k, v))  # [B, NH, T, HS]
-            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+    def make_norm(m):
+        C = m["hidden"]
+        return RMSNorm(C, m["norm_eps"]) if m["norm"] == "rmsnorm" else nn.LayerNorm(C, eps=m["norm_eps"])
+
+    def rotate(x, theta):
+        """Rotary positions on [B, H, T, D], Hugging Face's rotate_half pairing (i, i + D/2)."""
+        T, D = x.shape[2], x.shape[3]
+        inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+        angles = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)  # [T, D/2]
+        cos = torch.cat((angles.cos(), angles.cos()), dim=-1).to(x.dtype)
+        sin = torch.cat((angles.sin(), angles.sin()), dim=-1).to(x.dtype)
+        half = torch.cat((-x[..., D // 2:], x[..., :D // 2]), dim=-1)
+        return x * cos + half * sin
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.NH, self.KVH, self.D = m["heads"], m["kv_heads"], m["head_dim"]
+            self.rotary = m["positions"] == "rotary"
+            self.theta = m["rope_theta"]
+            Q, K = self.NH * self.D, self.KVH * self.D
+            self.qkv = nn.Linear(m["hidden"], Q + 2 * K, bias=m["bias"])
+            self.attn_out = nn.Linear(Q, m["hidden"], bias=m["bias"])
+
+        def forward(self, x):
+            B, T, _ = x.shape
+            Q, K = self.NH * self.D, self.KVH * self.D
+            q, k, v = self.qkv(x).split([Q, K, K], dim=2)
+            q = q.view(B, T, self.NH, self.D).transpose(1, 2)  # [B, NH, T, D]
+            k, v = (t.view(B, T, self.KVH, self.D).transpose(1, 2) for t in (k, v))
+            if self.rotary:
+                q, k = rotate(q, self.theta), rotate(k, self.theta)
+            group = self.NH // self.KVH  # query head h reads key/value head h // group
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.D))
             future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
             att = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-            y = (att @ v).transpose(1, 2).reshape(B, T, C)
+            y = (att @ v).transpose(1, 2).reshape(B, T, Q)
             return self.attn_out(y)
 
     class Block(nn.Module):
-        def __init__(self, C, NH, FF):
+        def __init__(self, m):
             super().__init__()
-            self.ln1 = nn.LayerNorm(C, eps=1e-5)
-            self.attn = CausalSelfAttention(C, NH)
-            self.ln2 = nn.LayerNorm(C, eps=1e-5)
-            self.fc = nn.Linear(C, FF)
-            self.fc_out = nn.Linear(FF, C)
+            self.gated = m["mlp"] == "swiglu"
+            FF = m["ffn"]
+            self.ln1 = make_norm(m)
+            self.attn = CausalSelfAttention(m)
+            self.ln2 = make_norm(m)
+            self.fc = nn.Linear(m["hidden"], 2 * FF if self.gated else FF, bias=m["bias"])
+            self.fc_out = nn.Linear(FF, m["hidden"], bias=m["bias"])
 
         def forward(self, x):
             x = x + self.attn(self.ln1(x))
-            return x + self.fc_out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+            h = self.fc(self.ln2(x))
+            if self.gated:
+                gate, up = h.chunk(2, dim=-1)  # fc's rows: the gate rows, then the up rows
+                h = F.silu(gate) * up
+            else:
+                h = F.gelu(h, approximate="tanh")
+            return x + self.fc_out(h)
 
     class Gpt(nn.Module):
-        """GPT-2: token + learned position embeddings, pre-LN blocks, a final
-        layer norm, and the output layer tied to the token embedding."""
+        """A pre-norm decoder: token embedding (plus learned positions for
+        GPT-2), the blocks, a final norm, and the output layer (tied to the
+        token embedding, or its own lm_head)."""
 
-        def __init__(self, vocab, seq_len, layers, heads, hidden, ffn):
+        def __init__(self, m):
             super().__init__()
-            self.wte = nn.Embedding(vocab, hidden)
-            self.wpe = nn.Embedding(seq_len, hidden)
-            self.blocks = nn.ModuleList(Block(hidden, heads, ffn) for _ in range(layers))
-            self.ln_f = nn.LayerNorm(hidden, eps=1e-5)
+            self.m = m
+            self.wte = nn.Embedding(m["vocab"], m["hidden"])
+            self.wpe = nn.Embedding(m["seq_len"], m["hidden"]) if m["positions"] == "learned" else None
+            self.blocks = nn.ModuleList(Block(m) for _ in range(m["layers"]))
+            self.ln_f = make_norm(m)
+            self.lm_head = None if m["tied_embeddings"] else nn.Linear(m["hidden"], m["vocab"], bias=False)
 
         def forward(self, tokens):
             T = tokens.shape[1]
-            x = self.wte(tokens) + self.wpe(torch.arange(T, device=tokens.device))
+            x = self.wte(tokens)
+            if self.wpe is not None:
+                x = x + self.wpe(torch.arange(T, device=tokens.device))
             for block in self.blocks:
                 x = block(x)
-            return F.linear(self.ln_f(x), self.wte.weight)
+            out = self.wte.weight if self.lm_head is None else self.lm_head.weight
+            return F.linear(self.ln_f(x), out)
 
         def by_checkpoint_name(self):
             """Parameter for each tensor name of executor/model/parameters.hpp."""
-            named = {"wte": self.wte.weight, "wpe": self.wpe.weight}
+            named = {"wte": self.wte.weight}
+            if self.wpe is not None:
+                named["wpe"] = self.wpe.weight
             for l, b in enumerate(self.blocks):
                 for short, module in (("ln1", b.ln1), ("qkv", b.attn.qkv), ("attn_out", b.attn.attn_out),
                                       ("ln2", b.ln2), ("fc", b.fc), ("fc_out", b.fc_out)):
                     named[f"layer{l}.{short}.w"] = module.weight
-                    named[f"layer{l}.{short}.b"] = module.bias
-            named["ln_f.w"], named["ln_f.b"] = self.ln_f.weight, self.ln_f.bias
+                    if getattr(module, "bias", None) is not None:
+                        named[f"layer{l}.{short}.b"] = module.bias
+            named["ln_f.w"] = self.ln_f.weight
+            if getattr(self.ln_f, "bias", None) is not None:
+                named["ln_f.b"] = self.ln_f.bias
+            if self.lm_head is not None:
+                named["lm_head.w"] = self.lm_head.weight
             return named
 
     return Gpt
@@ -229,15 +287,15 @@ def compare(work, torch, np):
     Gpt = build_model_classes(torch)
 
     def fresh_model(dtype):
-        model = Gpt(V, m["seq_len"], m["layers"], m["heads"], m["hidden"], m["ffn"])
+        model = Gpt(m)
         load_weights(model, tensors, torch)
         return model.to(dtype)
 
     measured = []  # (quantity, measured, tolerance key)
 
-    # One batch: logits, loss, gradients; in fp32, and in fp64 for scale.
+    # One batch: probabilities, loss, gradients; in fp32, and in fp64 for scale.
     tokens, targets = ints("batch_tokens.i32", (B, T)), ints("batch_targets.i32", (B, T))
-    our_logits = np.fromfile(work / "logits.f32", dtype="<f4").reshape(B, T, V)
+    our_probs = np.fromfile(work / "probs.f32", dtype="<f4").reshape(B, T, V)
     our_grads_flat = np.fromfile(work / "grads.f32", dtype="<f4")
     runs = {}
     for dtype in (torch.float32, torch.float64):
@@ -246,9 +304,9 @@ def compare(work, torch, np):
         loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
         loss.backward()
         grads = {name: p.grad.detach().numpy().copy() for name, p in model.by_checkpoint_name().items()}
-        runs[dtype] = (logits.detach().numpy(), loss.item(), grads)
-    torch_logits, torch_loss, torch_grads = runs[torch.float32]
-    exact_logits, exact_loss, exact_grads = runs[torch.float64]
+        runs[dtype] = (F.softmax(logits, dim=-1).detach().numpy(), loss.item(), grads)
+    torch_probs, torch_loss, torch_grads = runs[torch.float32]
+    exact_probs, exact_loss, exact_grads = runs[torch.float64]
     our_loss = reference["batch"]["loss"]
 
     def our_grad(entry):
@@ -264,8 +322,8 @@ def compare(work, torch, np):
     if {row[0] for row in gradient_rows} != set(torch_grads):
         raise ReferenceError(f"{work / 'reference.json'}: the gradient layout does not name every parameter")
 
-    measured.append(("logits (rel norm)", rel_norm(our_logits, torch_logits, np), "logits",
-                     rel_norm(our_logits, exact_logits, np), rel_norm(torch_logits, exact_logits, np)))
+    measured.append(("probabilities (rel norm)", rel_norm(our_probs, torch_probs, np), "probs",
+                     rel_norm(our_probs, exact_probs, np), rel_norm(torch_probs, exact_probs, np)))
     measured.append(("batch loss (rel)", rel(our_loss, torch_loss), "batch loss",
                      rel(our_loss, exact_loss), rel(torch_loss, exact_loss)))
     worst = max(gradient_rows, key=lambda row: row[1])
