@@ -9,10 +9,9 @@
 #include <fstream>
 #include <string>
 
-#include <unistd.h>
-
 #include "executor/train/trainable.hpp"
 #include "model/presets.hpp"
+#include "temp_path.hpp"
 #include "test_support.hpp"
 #include "tiny_gpt.hpp"
 
@@ -22,6 +21,7 @@ namespace {
 using testing_support::messages;
 using testing_support::must;
 using testing_support::plan_with;
+using testing_support::temp_path;
 
 // The error naming `field`, or null.
 const Problem* error_on(const Problems& problems, const std::string& field) {
@@ -31,21 +31,6 @@ const Problem* error_on(const Problems& problems, const std::string& field) {
 }
 
 ModelSpec tiny_gpt() { return testing_support::tiny_gpt_spec("gpt-trainable", 2, 32, 4, 128, 257, 16); }
-
-// A path in this test process's folder, removed when the process ends.
-std::filesystem::path scratch(const std::string& name) {
-  struct Folder {
-    std::filesystem::path path =
-        std::filesystem::temp_directory_path() / ("meshplan-trainable-" + std::to_string(::getpid()));
-    Folder() { std::filesystem::create_directories(path); }
-    ~Folder() {
-      std::error_code ignored;
-      std::filesystem::remove_all(path, ignored);
-    }
-  };
-  static const Folder folder;
-  return folder.path / name;
-}
 
 TEST(Trainable, AcceptsGptPlansOnAMeshAndAnMlpOnOneDevice) {
   const ModelSpec gpt = tiny_gpt();
@@ -103,15 +88,15 @@ TEST(Trainable, RefusesWhatTheParallelRuntimeCannotRun) {
 TEST(TrainableInputs, DataThatCannotBeReadIsNamed) {
   EXPECT_TRUE(run_input_problems("synthetic", 1, "").empty());
   EXPECT_NE(error_on(run_input_problems("nonsense", 16, ""), "--data"), nullptr);
-  const std::string missing = scratch("no-such-corpus.txt").string();
+  const std::string missing = temp_path("no-such-corpus.txt").string();
   EXPECT_NE(error_on(run_input_problems("text:" + missing, 16, ""), missing), nullptr);
-  const std::string folder = scratch("no-fashion").string();
+  const std::string folder = temp_path("no-fashion").string();
   const Problems fashion = run_input_problems("fashion-mnist:" + folder, 1, "");
   EXPECT_NE(error_on(fashion, folder + "/train-images-idx3-ubyte.gz"), nullptr) << messages(fashion);
   EXPECT_NE(error_on(fashion, folder + "/t10k-labels-idx1-ubyte.gz"), nullptr) << messages(fashion);
 
   // 100 bytes: the validation split (10) holds no window of 17.
-  const std::string corpus = scratch("short.txt").string();
+  const std::string corpus = temp_path("short.txt").string();
   std::ofstream(corpus) << std::string(100, 'a');
   EXPECT_TRUE(run_input_problems("text:" + corpus, 8, "").empty());
   const Problems short_text = run_input_problems("text:" + corpus, 16, "");
@@ -120,12 +105,12 @@ TEST(TrainableInputs, DataThatCannotBeReadIsNamed) {
 }
 
 TEST(TrainableInputs, CheckpointFolderMustBeWritable) {
-  const auto created = scratch("ck-new") / "nested";
+  const auto created = temp_path("ck-new") / "nested";
   EXPECT_TRUE(run_input_problems("synthetic", 1, created.string()).empty());
   EXPECT_TRUE(std::filesystem::is_directory(created));
   EXPECT_TRUE(std::filesystem::is_empty(created));  // the probe file is gone
 
-  const auto file = scratch("a-file");
+  const auto file = temp_path("a-file");
   std::ofstream(file) << "not a folder";
   const Problems on_file = run_input_problems("synthetic", 1, file.string());
   EXPECT_NE(error_on(on_file, "--checkpoint-dir " + file.string()), nullptr) << messages(on_file);
