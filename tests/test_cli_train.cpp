@@ -2,8 +2,10 @@
 // JSON Lines, resume after a stop with bit-identical losses, a damaged newest
 // checkpoint skipped for an older one, a finished run resumed again, Ctrl-C
 // (save, the resume command, exit 130; twice: at once), the lines printed per
-// step, multi-rank plans refused with a reason. The progress line and the
-// resume command's text are tested directly.
+// step, multi-rank plans refused with a reason, and what train would refuse
+// found before any rank starts (train: an unwritable --checkpoint-dir;
+// launch: a Llama plan, unreadable --data, mpirun never run). The progress
+// line and the resume command's text are tested directly.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>

@@ -104,7 +104,7 @@ Loaded<std::unique_ptr<DataLoader>> make_loader(const std::string& spec, Split s
 // What make_loader would refuse for either split, found without loading the
 // data (meshplan launch and train ask it before their ranks start): the spec;
 // for fashion-mnist, that the split files can be read (not decompressed:
-// loading the 60000 training images takes seconds); for text, that the
+// loading the 60000 training images takes a second or two); for text, that the
 // corpus is readable, not empty, and each split holds one window of
 // `sequence_length` + 1 bytes; for synthetic, nothing. The images' shapes
 // and labels are still checked only by loading.
