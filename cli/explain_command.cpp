@@ -1,14 +1,16 @@
 // `meshplan explain`: one plan's validity, per-device memory, time and the
 // link each mesh axis rides, as a table or (--json) one JSON object;
-// --emit-plan also writes it as a plan file. Without --mesh the plan is the
-// search's first (cli/plan_options.hpp); when the plan does not fit, it says
-// what would (model/fit_search.hpp).
+// --emit-plan also writes it as a plan file (with a warning when train will
+// refuse it, not at all for a CNN: cli/emit_plan.hpp). Without --mesh the
+// plan is the search's first (cli/plan_options.hpp); when the plan does not
+// fit, it says what would (model/fit_search.hpp).
 #include <iostream>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/emit_plan.hpp"
 #include "cli/plan_options.hpp"
 #include "cli/text_report.hpp"
 #include "model/explain.hpp"
@@ -94,11 +96,9 @@ Command add_explain_command(CLI::App& app) {
       return exit_bad_input;
     }
     if (!emit_plan->empty()) {
-      const Problems written = write_plan_file(*emit_plan, in.model, in.cluster, in.deployment.world_size, in.plan, ex);
-      if (has_errors(written)) {
-        for (const auto& p : written) std::cerr << "meshplan explain: --emit-plan " << describe(p) << "\n";
-        return exit_bad_input;
-      }
+      const Problems emitted = emit_plan_file(*emit_plan, in.model, in.cluster, in.deployment.world_size, in.plan, ex);
+      for (const auto& p : emitted) std::cerr << "meshplan explain: " << describe(p) << "\n";
+      if (has_errors(emitted)) return exit_bad_input;
       std::cerr << "meshplan explain: wrote " << *emit_plan
                 << (ex.fits_memory() ? "\n" : " (note: the plan does not fit in device memory)\n");
     }

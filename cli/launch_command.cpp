@@ -12,6 +12,12 @@
 // the cores. The argument vector goes to execvp directly, never through a
 // shell. --dry-run prints the command instead (shell-quoted) and exits 0.
 //
+// Before mpirun starts, launch asks what `train` would refuse on every rank
+// (executor/train/trainable.hpp): a plan the executor cannot train (a Llama
+// model, an MLP on more than one device, cp > 1, ...), a --data spec that
+// cannot be read, a --checkpoint-dir that cannot be written. It prints the
+// reasons once and exits 2 without starting mpirun; --dry-run checks the same.
+//
 // Every rank is a process here, so a world larger than 4 x the hardware
 // threads is refused (with or without --shrink: shrinking keeps the mesh):
 // past that the ranks would mostly wait for a core, and a cluster plan
@@ -44,6 +50,8 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "executor/train/session.hpp"
+#include "executor/train/trainable.hpp"
 #include "model/plan_file.hpp"
 
 namespace meshplan::cli {
@@ -121,6 +129,34 @@ int run_relaying_interrupts(const std::string& program, std::vector<char*>& argv
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+void report(const Problems& problems) {
+  for (const auto& p : problems) std::cerr << "meshplan launch: " << describe(p) << "\n";
+}
+
+// The value of `--name VALUE` or `--name=VALUE` among the train flags (the
+// last one given), or `fallback`.
+std::string train_flag(const std::vector<std::string>& train_args, const std::string& name, std::string fallback) {
+  for (std::size_t i = 0; i < train_args.size(); ++i) {
+    if (train_args[i] == name && i + 1 < train_args.size()) fallback = train_args[++i];
+    else if (train_args[i].rfind(name + "=", 0) == 0) fallback = train_args[i].substr(name.size() + 1);
+  }
+  return fallback;
+}
+
+// What `train` would refuse on every rank (executor/train/trainable.hpp): the
+// plan, --data and --checkpoint-dir. With --shrink the data is checked only
+// for being readable: train shortens the sequence first and checks the
+// windows then.
+Problems refused_by_train(const LaunchFlags& flags, const PlanFile& plan_file, const std::vector<std::string>& train_args) {
+  const std::int64_t seq_len = exec::training_seq_len(plan_file.model, plan_file.plan);
+  Problems problems = exec::trainable(plan_file.model, plan_file.plan, seq_len);
+  const Problems inputs = exec::run_input_problems(train_flag(train_args, "--data", exec::SessionConfig{}.data),
+                                                   flags.shrink ? 1 : seq_len,
+                                                   train_flag(train_args, "--checkpoint-dir", ""));
+  problems.insert(problems.end(), inputs.begin(), inputs.end());
+  return problems;
+}
+
 std::string quoted(const std::string& arg) {
   if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
                           std::string::npos) {
@@ -134,7 +170,7 @@ std::string quoted(const std::string& arg) {
 int run_launch(const LaunchFlags& flags, const std::vector<std::string>& train_args) {
   const auto plan = read_plan_file(flags.plan_path);
   if (!plan.ok()) {
-    for (const auto& p : plan.problems) std::cerr << "meshplan launch: " << describe(p) << "\n";
+    report(plan.problems);
     return exit_bad_input;
   }
   const std::int64_t ranks = plan.value.plan.mesh.world_size();
@@ -152,6 +188,11 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& train_a
                  "(mpirun -np "
               << ranks << " meshplan train --plan " << flags.plan_path
               << "), or plan a mesh of at most that many ranks to rehearse here\n";
+    return exit_bad_input;
+  }
+  if (const Problems refused = refused_by_train(flags, plan.value, train_args); has_errors(refused)) {
+    report(refused);
+    std::cerr << "meshplan launch: mpirun not started: meshplan train would refuse this run\n";
     return exit_bad_input;
   }
 

@@ -2,9 +2,9 @@
 // the best ones, the trade-off between speed and memory, why the rest were
 // turned down, and a decision guide (model/decision_guide.hpp); or (--json) the top plans as
 // the objects `meshplan explain --json` prints; or (--emit-plan) write the
-// chosen plan as a plan file for `meshplan train`. When no plan fits, it
-// says how much memory a device would need and the fewest devices that fit
-// (model/fit_search.hpp).
+// chosen plan as a plan file for `meshplan train` (cli/emit_plan.hpp). When
+// no plan fits, it says how much memory a device would need and the fewest
+// devices that fit (model/fit_search.hpp).
 //
 // The ranking comes from the fast evaluator inside search(); the JSON and
 // the plan file come from explain_plan() on those few plans, so they carry
@@ -18,6 +18,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/decision_guide.hpp"
+#include "cli/emit_plan.hpp"
 #include "cli/search_options.hpp"
 #include "cli/text_report.hpp"
 #include "model/explain.hpp"
@@ -307,11 +308,9 @@ int run_plan(const PlanCommandFlags& f) {
   if (!f.emit_plan.empty()) {
     const Plan plan = plan_of(job, result.ranked[pick - 1]);
     const Explanation ex = explain_candidate(job, plan);
-    const Problems written = write_plan_file(f.emit_plan, job.model, job.cluster, job.world_size, plan, ex);
-    if (has_errors(written)) {
-      for (const auto& p : written) std::cerr << "meshplan plan: --emit-plan " << describe(p) << "\n";
-      return exit_bad_input;
-    }
+    const Problems emitted = emit_plan_file(f.emit_plan, job.model, job.cluster, job.world_size, plan, ex);
+    for (const auto& p : emitted) std::cerr << "meshplan plan: " << describe(p) << "\n";
+    if (has_errors(emitted)) return exit_bad_input;
     std::cerr << "meshplan plan: wrote plan " << f.pick << " (" << plan.mesh.to_string() << ", micro-batch "
               << batch_split(plan) << ", " << to_string(plan.schedule)
               << (plan.stage_layers.empty() ? "" : ", layers per chunk " + stage_layers_text(plan.stage_layers))

@@ -111,7 +111,7 @@ void search_default_plan(PlanInputs& in, Problems& problems, const PlanFlags& f)
   const std::vector<std::int64_t> stage_layers = in.plan.stage_layers;
   in.plan = chosen->plan;
   in.plan.seq_len = f.seq;
-  in.plan.stage_layers = stage_layers;
+  if (!stage_layers.empty()) in.plan.stage_layers = stage_layers;  // else the searched split (uneven where it must be)
   in.mesh_searched = true;
   if (best.fastest) {
     in.notes.push_back("no --mesh: using the plan the search ranks first of " + std::to_string(best.stats.feasible) +

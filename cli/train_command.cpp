@@ -6,8 +6,10 @@
 // the step lines (cli/train_progress.hpp), Ctrl-C / SIGTERM
 // (cli/train_interrupt.hpp: stop after the step, save, print the resume
 // command, exit 130), and the run report, measured against predicted step
-// time and memory per rank (cli/run_report.hpp). A job whose rank count
-// differs from the plan's world size is refused.
+// time and memory per rank (cli/run_report.hpp). A plan the executor cannot
+// train, unreadable --data and an unwritable --checkpoint-dir are refused
+// before MPI starts (executor/train/trainable.hpp); a job whose rank count
+// differs from the plan's world size is refused once it has.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +32,7 @@
 #include "executor/comm/world.hpp"
 #include "executor/metrics/metrics.hpp"
 #include "executor/train/session.hpp"
+#include "executor/train/trainable.hpp"
 #include "model/explain.hpp"
 #include "model/plan_file.hpp"
 #include "model/shrink.hpp"
@@ -199,6 +202,16 @@ int run_train(const TrainFlags& f) {
   }
   if (f.shrink && !shrink_for_this_machine(plan_file.value)) return exit_bad_input;
   const PlanFile& pf = plan_file.value;
+  // What would stop the run later, found before MPI starts: every rank
+  // checks and exits 2, so mpirun ends the job cleanly; rank 0 says why.
+  const std::int64_t seq_len = exec::training_seq_len(pf.model, pf.plan);
+  Problems refused = exec::trainable(pf.model, pf.plan, seq_len);
+  const Problems inputs = exec::run_input_problems(f.session.data, seq_len, f.checkpoint_dir);
+  refused.insert(refused.end(), inputs.begin(), inputs.end());
+  if (has_errors(refused)) {
+    if (leader_by_environment()) report(refused);
+    return exit_bad_input;
+  }
   // BLAS and OpenMP threads per rank, before any work (run_report.hpp, "Threads").
   const ComputeThreads threads = set_compute_threads(local_ranks_from_environment(1));
   auto world = world_for(pf.plan);

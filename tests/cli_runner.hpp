@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "read_text.hpp"
+#include "temp_path.hpp"
 
 namespace meshplan::testing_support {
 
@@ -28,22 +29,6 @@ inline std::string shell_quote(const std::string& arg) {
   std::string q = "'";
   for (char c : arg) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
-}
-
-// A folder of this test process's files, removed when the process ends.
-struct TempFolder {
-  std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("meshplan-cli-" + std::to_string(::getpid()));
-  TempFolder() { std::filesystem::create_directories(path); }
-  ~TempFolder() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-};
-
-inline std::filesystem::path temp_path(const std::string& name) {
-  static const TempFolder folder;
-  return folder.path / name;
 }
 
 // Runs `prefix... meshplan args...` (e.g. prefix = mpirun -np 2); every

@@ -285,6 +285,85 @@ TEST(CliPlan, UnevenSplitTravelsWithThePlan) {
   EXPECT_TRUE(found) << listed;
 }
 
+// explain without --mesh shows the searched plan with the search's own
+// pipeline split: Gemma 3 1B's 26 layers on pp = 4 when nothing fits used to
+// lose the uneven split and fail validation ("do not divide evenly").
+TEST(CliPlan, ExplainKeepsTheSearchedUnevenSplit) {
+  const CliRun r = run({"explain", "--model", "gemma3-1b", "--cluster", "dgx-a100", "--gpus", "8", "--global-batch", "64"});
+  EXPECT_EQ(r.status, 1) << r.err;  // explained, and does not fit
+  EXPECT_EQ(r.err.find("do not divide evenly"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("DOES NOT FIT"), std::string::npos) << r.out;
+}
+
+// --emit-plan says when `meshplan train` will refuse the file it writes: a
+// GPT or Llama plan is written without a word, a Gemma plan (GeGLU, which the
+// executor lacks) with a warning per reason naming the field, and a ResNet plan not at all (exit 2), while explain and
+// plan still print their whole answer.
+TEST(CliPlan, EmitPlanWarnsWhatTrainWillRefuse) {
+  const auto gpt = temp_path("emit-gpt.json");
+  CliRun r = run({"explain", "--model", "gpt2-124m", "--cluster", "dgx-a100", "--gpus", "8", "--mesh", "dp=8",
+                  "--micro-batch", "1", "--global-batch", "8", "--emit-plan", gpt.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(gpt));
+  EXPECT_EQ(r.err.find("train will refuse"), std::string::npos) << r.err;
+
+  const auto llama = temp_path("emit-llama.json");
+  r = run({"explain", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--mesh", "tp=8",
+           "--micro-batch", "1", "--global-batch", "8", "--emit-plan", llama.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(llama));
+  EXPECT_EQ(r.err.find("train will refuse"), std::string::npos) << r.err;
+
+  const std::vector<std::string> gemma_job = {"--model", "gemma3-1b", "--cluster", "dgx-a100", "--gpus", "8",
+                                              "--global-batch", "64", "--seq", "2048"};
+  std::vector<std::string> plain_args = {"explain"};
+  plain_args.insert(plain_args.end(), gemma_job.begin(), gemma_job.end());
+  const CliRun plain = run(plain_args);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  for (const std::string command : {"explain", "plan"}) {
+    const auto gemma = temp_path("emit-gemma-" + command + ".json");
+    std::vector<std::string> args = {command};
+    args.insert(args.end(), gemma_job.begin(), gemma_job.end());
+    args.insert(args.end(), {"--emit-plan", gemma.string()});
+    r = run(args);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_TRUE(std::filesystem::exists(gemma)) << command;
+    EXPECT_NE(r.err.find("meshplan " + command +
+                         ": warning: --emit-plan: meshplan train will refuse this plan: model.feed_forward: a GeGLU"),
+              std::string::npos)
+        << r.err;
+    if (command == "explain") {
+      EXPECT_EQ(r.out, plain.out);  // stdout as without --emit-plan
+    }
+  }
+
+  const std::vector<std::string> resnet = {"--model", "resnet50", "--cluster", "dgx-a100", "--gpus", "8",
+                                           "--global-batch", "256"};
+  std::vector<std::string> explain = {"explain", "--mesh", "dp=8", "--micro-batch", "32"}, plan = {"plan"};
+  explain.insert(explain.end(), resnet.begin(), resnet.end());
+  plan.insert(plan.end(), resnet.begin(), resnet.end());
+  const CliRun explained = run(explain);
+  ASSERT_EQ(explained.status, 0) << explained.err;
+  for (std::vector<std::string> args : {explain, plan}) {
+    const auto path = temp_path("emit-resnet-" + args.front() + ".json");
+    args.insert(args.end(), {"--emit-plan", path.string()});
+    r = run(args);
+    EXPECT_EQ(r.status, 2) << args.front() << ": " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(path)) << args.front();
+    EXPECT_NE(r.err.find("meshplan " + args.front() +
+                         ": --emit-plan: ResNet/CNN models are planned but not trained by the executor; no plan "
+                         "file written"),
+              std::string::npos)
+        << r.err;
+    if (args.front() == "explain") {
+      EXPECT_EQ(r.out, explained.out);
+    } else {
+      EXPECT_NE(r.out.find("Pareto front"), std::string::npos) << r.out;
+    }
+    expect_no_crash_text(r);
+  }
+}
+
 TEST(CliPlan, ExplainWritesNoPlanFileForAnInvalidPlan) {
   const auto path = temp_path("invalid.json");
   const CliRun r = run({"explain", "--mesh", "dp=16,pp=8,tp=16", "--emit-plan", path.string()});

@@ -2,8 +2,10 @@
 // JSON Lines, resume after a stop with bit-identical losses, a damaged newest
 // checkpoint skipped for an older one, a finished run resumed again, Ctrl-C
 // (save, the resume command, exit 130; twice: at once), the lines printed per
-// step, multi-rank plans refused with a reason. The progress line and the
-// resume command's text are tested directly.
+// step, multi-rank plans refused with a reason, and what train would refuse
+// found before any rank starts (train: an unwritable --checkpoint-dir;
+// launch: a GeGLU (Gemma) plan, unreadable --data, mpirun never run). The progress
+// line and the resume command's text are tested directly.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
@@ -27,6 +29,16 @@ std::string emit_plan(const std::string& name, const std::string& mesh, std::int
   const CliRun r = run({"explain", "--model", "mlp-fashion", "--cluster", "local-cpu", "--gpus",
                         mesh == "dp=1" ? "1" : "2", "--mesh", mesh, "--micro-batch", std::to_string(micro),
                         "--global-batch", std::to_string(global), "--emit-plan", path});
+  EXPECT_EQ(r.status, 0) << r.err;
+  return path;
+}
+
+// The tiny byte-level GPT (tests/parallel/gpt-tiny-bytes.yaml) on `mesh` of `gpus` devices, micro-batch 2, global batch 8.
+std::string emit_gpt_plan(const std::string& name, const std::string& mesh, int gpus) {
+  const auto path = temp_path(name).string();
+  const CliRun r = run({"explain", "--model", MESHPLAN_TEST_SOURCE "/parallel/gpt-tiny-bytes.yaml", "--cluster",
+                        "local-cpu", "--gpus", std::to_string(gpus), "--mesh", mesh, "--micro-batch", "2",
+                        "--global-batch", "8", "--precision", "fp32", "--emit-plan", path});
   EXPECT_EQ(r.status, 0) << r.err;
   return path;
 }
@@ -135,17 +147,83 @@ TEST(CliTrain, ReadmeResumeCommandRunsAndAFinishedRunSaysSo) {
 }
 
 TEST(CliTrain, RefusesWhatItCannotRunYet) {
-  const std::string plan = emit_plan("two-ranks.json", "dp=2", 16, 32);
-  CliRun r = run({"train", "--plan", plan, "--data", "fashion-mnist", "--steps", "2"});
-  EXPECT_EQ(r.status, 2);
   // A two-rank plan in one process: refused, naming the launch that fits.
+  const std::string gpt = emit_gpt_plan("two-ranks-gpt.json", "dp=2", 2);
+  CliRun r = run({"train", "--plan", gpt, "--data", "text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp", "--steps", "2"});
+  EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("mpirun -np 2"), std::string::npos) << r.err;
+  // An MLP on two devices: no launch fits (an MLP trains on one rank), refused before MPI starts.
+  const std::string mlp = emit_plan("two-ranks.json", "dp=2", 16, 32);
+  r = run({"train", "--plan", mlp, "--data", "fashion-mnist", "--steps", "2"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("meshplan train: mesh: an MLP trains on one rank"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("mpirun"), std::string::npos) << r.err;
   r = run({"train", "--plan", temp_path("nope.json").string(), "--steps", "2"});
   EXPECT_EQ(r.status, 2);
   r = run({"train", "--plan", emit_plan("one.json", "dp=1", 16, 16), "--data", "nonsense", "--steps", "2"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--data"), std::string::npos) << r.err;
   expect_no_crash_text(r);
+}
+
+// An unwritable --checkpoint-dir is found before training, not at the first
+// save: exit 2, the flag and folder named, no step run.
+TEST(CliTrain, RefusesAnUnwritableCheckpointDirBeforeTraining) {
+  const std::string plan = emit_gpt_plan("ck-check.json", "dp=1", 1);
+  const auto file = temp_path("ck-is-a-file");
+  std::ofstream(file) << "a file, not a folder";
+  const std::string under_file = (file / "ck").string();
+  const auto metrics = temp_path("ck-check.jsonl");
+  const CliRun r = run({"train", "--plan", plan, "--data", "text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp",
+                        "--steps", "2", "--checkpoint-dir", under_file, "--metrics", metrics.string()});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("meshplan train: --checkpoint-dir " + under_file + ": cannot create the folder"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(metrics)) << "a step ran: " << r.out;
+  expect_no_crash_text(r);
+}
+
+// launch asks what train would refuse before it starts mpirun: a Gemma plan
+// (GeGLU, which the executor lacks) and unreadable --data are refused (exit 2, one message, the field named)
+// and the launcher, a stand-in that leaves a mark, never runs; it does run
+// for a plan and data train accepts.
+TEST(CliLaunch, RefusesWhatTrainWouldRefuseWithoutStartingMpirun) {
+  const auto launcher = temp_path("marking-mpirun.sh");
+  const auto mark = temp_path("marking-mpirun.ran");
+  {
+    std::ofstream out(launcher);
+    out << "#!/bin/sh\ntouch '" << mark.string() << "'\n";
+  }
+  std::filesystem::permissions(launcher, std::filesystem::perms::owner_all);
+
+  const auto gemma = temp_path("launch-gemma.json").string();
+  CliRun r = run({"explain", "--model", "gemma3-1b", "--cluster", "dgx-a100", "--gpus", "2", "--mesh", "dp=2",
+                  "--micro-batch", "1", "--global-batch", "2", "--seq", "2048", "--emit-plan", gemma});
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run({"launch", "--plan", gemma, "--mpirun", launcher.string(), "--steps", "2"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("meshplan launch: model.feed_forward: a GeGLU MLP"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("meshplan launch: mpirun not started: meshplan train would refuse this run"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(mark)) << "mpirun was started";
+  r = run({"launch", "--plan", gemma, "--dry-run"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "") << "--dry-run printed a command for a plan train refuses";
+
+  const std::string gpt = emit_gpt_plan("launch-data.json", "dp=2", 2);
+  const std::string missing = temp_path("no-such-corpus.txt").string();
+  r = run({"launch", "--plan", gpt, "--mpirun", launcher.string(), "--steps", "2", "--data", "text:" + missing});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("meshplan launch: " + missing + ": no such file or folder"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(mark)) << "mpirun was started";
+  expect_no_crash_text(r);
+
+  r = run({"launch", "--plan", gpt, "--mpirun", launcher.string(), "--steps", "2",
+           "--data=text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(mark)) << "the stand-in launcher did not run: " << r.err;
 }
 
 // A language model's evaluation reads --eval-samples windows of the validation

@@ -1,6 +1,9 @@
-// make_loader: `--data` spec parsing, and the checks shared by every loader.
+// make_loader: `--data` spec parsing, and the checks shared by every loader
+// and by check_data_spec, which runs them without loading the data.
 #include "executor/data/loader.hpp"
 
+#include <fstream>
+#include <initializer_list>
 #include <utility>
 
 #include "executor/data/fashion_mnist.hpp"
@@ -14,33 +17,74 @@ namespace {
 constexpr const char* spec_flag = "--data";
 constexpr const char* allowed_specs = "allowed: fashion-mnist, fashion-mnist:DIR, text:PATH, synthetic";
 
-Loaded<std::unique_ptr<DataLoader>> spec_problem(std::string message) {
-  Loaded<std::unique_ptr<DataLoader>> result;
-  result.problems.push_back({Severity::error, spec_flag, std::move(message)});
+Problem spec_error(std::string message) { return {Severity::error, spec_flag, std::move(message)}; }
+
+// A `--data` spec split at its first ':' into a kind and an argument.
+struct DataSpec {
+  std::string kind;
+  std::string argument;
+  bool has_argument = false;
+  std::string fashion_mnist_directory() const {
+    return has_argument ? argument : std::string(default_fashion_mnist_directory);
+  }
+};
+
+// The spec's own problems (an unknown kind, a missing or superfluous argument), before any file is read.
+Loaded<DataSpec> parse_spec(const std::string& spec) {
+  Loaded<DataSpec> result;
+  DataSpec& s = result.value;
+  const std::size_t colon = spec.find(':');
+  s.kind = spec.substr(0, colon);
+  s.has_argument = colon != std::string::npos;
+  s.argument = s.has_argument ? spec.substr(colon + 1) : std::string();
+  if (s.kind == "fashion-mnist") {
+    if (s.has_argument && s.argument.empty())
+      result.problems.push_back(spec_error("'" + spec + "' names no directory after ':'"));
+  } else if (s.kind == "text") {
+    if (s.argument.empty()) result.problems.push_back(spec_error("'" + spec + "' names no file or folder: use text:PATH"));
+  } else if (s.kind == "synthetic") {
+    if (s.has_argument) result.problems.push_back(spec_error("'" + spec + "': synthetic takes no argument"));
+  } else {
+    result.problems.push_back(spec_error("unknown data kind '" + s.kind + "' in '" + spec + "' (" + allowed_specs + ")"));
+  }
   return result;
+}
+
+// A text corpus of `bytes` bytes at `path`: not empty, and each of `splits` holds one window of T + 1 bytes.
+Problems text_corpus_problems(const std::string& path, std::int64_t bytes, std::initializer_list<Split> splits,
+                              std::int64_t sequence_length) {
+  if (bytes == 0) return {{Severity::error, path, "text is empty"}};
+  Problems problems;
+  for (const Split split : splits) {
+    const TextSplitRange range = text_split_range(bytes, split);
+    if (range.end - range.begin < sequence_length + 1)
+      problems.push_back({Severity::error, path,
+                          std::string("the ") + to_string(split) + " split holds " +
+                              std::to_string(range.end - range.begin) + " bytes, fewer than one window of " +
+                              std::to_string(sequence_length + 1) + " (sequence length + 1)"});
+  }
+  return problems;
+}
+
+Loaded<std::vector<std::uint8_t>> read_text_for_windows(const std::string& path, std::int64_t sequence_length) {
+  if (sequence_length < 1) {
+    Loaded<std::vector<std::uint8_t>> result;
+    result.problems.push_back(
+        spec_error("text needs a sequence length of at least 1, got " + std::to_string(sequence_length)));
+    return result;
+  }
+  return read_text_corpus(path);
 }
 
 Loaded<std::unique_ptr<DataLoader>> make_text_loader(const std::string& path, Split split, std::uint64_t seed,
                                                      std::int64_t sequence_length) {
   Loaded<std::unique_ptr<DataLoader>> result;
-  if (sequence_length < 1) {
-    return spec_problem("text needs a sequence length of at least 1, got " + std::to_string(sequence_length));
-  }
-  Loaded<std::vector<std::uint8_t>> corpus = read_text_corpus(path);
+  Loaded<std::vector<std::uint8_t>> corpus = read_text_for_windows(path, sequence_length);
   result.problems = std::move(corpus.problems);
   if (!result.ok()) return result;
-  if (corpus.value.empty()) {
-    result.problems.push_back({Severity::error, path, "text is empty"});
-    return result;
-  }
+  result.problems = text_corpus_problems(path, std::ssize(corpus.value), {split}, sequence_length);
+  if (!result.ok()) return result;
   const TextSplitRange range = text_split_range(std::ssize(corpus.value), split);
-  if (range.end - range.begin < sequence_length + 1) {
-    result.problems.push_back({Severity::error, path,
-                               std::string("the ") + to_string(split) + " split holds " +
-                                   std::to_string(range.end - range.begin) + " bytes, fewer than one window of " +
-                                   std::to_string(sequence_length + 1) + " (sequence length + 1)"});
-    return result;
-  }
   result.value = std::make_unique<TextLoader>(std::move(corpus.value), range, sequence_length, seed);
   return result;
 }
@@ -71,31 +115,43 @@ Problems check_loader_state(const LoaderState& state, std::uint64_t seed, std::i
 
 Loaded<std::unique_ptr<DataLoader>> make_loader(const std::string& spec, Split split, std::uint64_t seed,
                                                 std::int64_t sequence_length) {
-  const std::size_t colon = spec.find(':');
-  const std::string kind = spec.substr(0, colon);
-  const bool has_argument = colon != std::string::npos;
-  const std::string argument = has_argument ? spec.substr(colon + 1) : std::string();
-
-  if (kind == "fashion-mnist") {
-    if (has_argument && argument.empty()) return spec_problem("'" + spec + "' names no directory after ':'");
-    Loaded<InMemoryDataset> data =
-        load_fashion_mnist(has_argument ? argument : std::string(default_fashion_mnist_directory), split);
-    Loaded<std::unique_ptr<DataLoader>> result;
+  Loaded<std::unique_ptr<DataLoader>> result;
+  const Loaded<DataSpec> parsed = parse_spec(spec);
+  result.problems = parsed.problems;
+  if (!result.ok()) return result;
+  const DataSpec& s = parsed.value;
+  if (s.kind == "fashion-mnist") {
+    Loaded<InMemoryDataset> data = load_fashion_mnist(s.fashion_mnist_directory(), split);
     result.problems = std::move(data.problems);
     if (result.ok()) result.value = std::make_unique<ShuffledLoader>(std::move(data.value), seed);
     return result;
   }
-  if (kind == "text") {
-    if (argument.empty()) return spec_problem("'" + spec + "' names no file or folder: use text:PATH");
-    return make_text_loader(argument, split, seed, sequence_length);
+  if (s.kind == "text") return make_text_loader(s.argument, split, seed, sequence_length);
+  result.value = std::make_unique<ShuffledLoader>(make_synthetic_regression(SyntheticConfig{}, split), seed);
+  return result;
+}
+
+Problems check_data_spec(const std::string& spec, std::int64_t sequence_length) {
+  const Loaded<DataSpec> parsed = parse_spec(spec);
+  if (!parsed.ok()) return parsed.problems;
+  const DataSpec& s = parsed.value;
+  Problems problems;
+  if (s.kind == "fashion-mnist") {
+    for (const Split split : {Split::train, Split::validation}) {
+      const auto [images, labels] = fashion_mnist_files(s.fashion_mnist_directory(), split);
+      for (const std::string& path : {images, labels}) {
+        std::ifstream file(path, std::ios::binary);
+        if (file.get() == std::char_traits<char>::eof())
+          problems.push_back({Severity::error, path, "cannot read the file (missing, unreadable or empty)"});
+      }
+    }
+  } else if (s.kind == "text") {
+    const Loaded<std::vector<std::uint8_t>> corpus = read_text_for_windows(s.argument, sequence_length);
+    if (!corpus.ok()) return corpus.problems;
+    problems = text_corpus_problems(s.argument, std::ssize(corpus.value), {Split::train, Split::validation},
+                                    sequence_length);
   }
-  if (kind == "synthetic") {
-    if (has_argument) return spec_problem("'" + spec + "': synthetic takes no argument");
-    Loaded<std::unique_ptr<DataLoader>> result;
-    result.value = std::make_unique<ShuffledLoader>(make_synthetic_regression(SyntheticConfig{}, split), seed);
-    return result;
-  }
-  return spec_problem("unknown data kind '" + kind + "' in '" + spec + "' (" + allowed_specs + ")");
+  return problems;
 }
 
 }  // namespace meshplan::data

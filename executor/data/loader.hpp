@@ -10,7 +10,7 @@
 //    batches the original would have produced next.
 //
 // defines: Split, Batch, BatchShape, LoaderState, DataLoader, make_loader,
-//          default_fashion_mnist_directory
+//          check_data_spec, default_fashion_mnist_directory
 #pragma once
 
 #include <cstdint>
@@ -100,5 +100,14 @@ inline constexpr const char* default_fashion_mnist_directory = "/usr/share/datas
 // unreadable or malformed data.
 Loaded<std::unique_ptr<DataLoader>> make_loader(const std::string& spec, Split split, std::uint64_t seed,
                                                 std::int64_t sequence_length);
+
+// What make_loader would refuse for either split, found without loading the
+// data (meshplan launch and train ask it before their ranks start): the spec;
+// for fashion-mnist, that the split files can be read (not decompressed:
+// loading the 60000 training images takes a second or two); for text, that the
+// corpus is readable, not empty, and each split holds one window of
+// `sequence_length` + 1 bytes; for synthetic, nothing. The images' shapes
+// and labels are still checked only by loading.
+Problems check_data_spec(const std::string& spec, std::int64_t sequence_length);
 
 }  // namespace meshplan::data

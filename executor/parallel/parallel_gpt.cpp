@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "executor/model/parameters.hpp"
+#include "executor/train/trainable.hpp"
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/fast_math.hpp"
@@ -209,6 +210,8 @@ VocabLoss vocab_parallel_cross_entropy(float* logits, const std::int32_t* target
 
 Problem error(const std::string& field, const std::string& message) { return {Severity::error, field, message}; }
 
+}  // namespace
+
 // What this runtime cannot run of the plan, naming its fields.
 Problems plan_problems(const ModelSpec& spec, const Plan& plan, std::int64_t seq_len) {
   Problems problems = check_supported(spec);
@@ -246,8 +249,6 @@ Problems plan_problems(const ModelSpec& spec, const Plan& plan, std::int64_t seq
   return problems;
 }
 
-}  // namespace
-
 ParallelGpt::ParallelGpt(comm::MeshCommunicators& groups) : groups_(groups) {}
 ParallelGpt::~ParallelGpt() = default;
 
@@ -261,7 +262,7 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
                                            "on one rank (a plan whose mesh has one device)"));
     return result;
   }
-  problems = plan_problems(spec, plan, seq_len);
+  problems = trainable(spec, plan, seq_len);
   if (has_errors(problems)) return result;
   const std::int64_t tp = plan.mesh.size(Axis::tp), pp = plan.mesh.size(Axis::pp);
   const LayerGraph graph = build_layer_graph(spec, seq_len);

@@ -49,7 +49,7 @@
 // Precision: the linear layers' GEMMs go through a MatmulRunner (fp32, or
 // bf16 operands with fp32 accumulation and fp32 master weights).
 //
-// defines: Floats, floats, ShardMode, Unit, LossScratch, ParallelGpt
+// defines: Floats, floats, ShardMode, Unit, LossScratch, plan_problems, ParallelGpt
 #pragma once
 
 #include <cstdint>
@@ -111,6 +111,13 @@ struct LossScratch {
   Floats correct = floats(MemoryCategory::workspace);
   Floats sums = floats(MemoryCategory::communication);  // [sum of exp | target logit], reduced over tp
 };
+
+// What ParallelGpt cannot run of a GPT plan, naming the model and plan fields:
+// the features check_supported refuses, mesh.cp and mesh.ep, mesh.tp against
+// the heads and ffn, global_batch, seq_len, sequence_parallel, zero with fsdp,
+// the schedule. Use exec::trainable (executor/train/trainable.hpp), which asks
+// this for every transformer plan.
+Problems plan_problems(const ModelSpec& spec, const Plan& plan, std::int64_t seq_len);
 
 class ParallelGpt {
  public:

@@ -16,6 +16,7 @@
 #include "executor/parallel/parallel_checkpoint.hpp"
 #include "executor/parallel/parallel_trainer.hpp"
 #include "executor/train/run_control.hpp"
+#include "executor/train/trainable.hpp"
 #include "model/evaluate.hpp"
 
 namespace meshplan::exec {
@@ -132,7 +133,7 @@ std::int64_t TrainingSession::first_step() const { return state_->options.first_
 
 Problems TrainingSession::State::build_engine() {
   const Plan& plan = plan_file.plan;
-  const std::int64_t seq_len = plan.seq_len > 0 ? plan.seq_len : plan_file.model.default_seq_len();
+  const std::int64_t seq_len = training_seq_len(plan_file.model, plan);
   auto train_loader = data::make_loader(config.data, data::Split::train, config.seed, seq_len);
   if (!train_loader.ok()) return train_loader.problems;
   loader = std::move(train_loader.value);
@@ -152,12 +153,11 @@ Problems TrainingSession::State::build_engine() {
       say("training " + plan.mesh.to_string() + " on " + std::to_string(world->size()) + " ranks (" +
           to_string(plan.schedule) + ", zero " + std::to_string(plan.zero_stage) +
           (plan.sequence_parallel ? ", sequence parallel" : "") + ")");
-  } else if (world->size() > 1 || plan.mesh.world_size() > 1) {
-    // A launch that does not match the mesh is named first (it says which mpirun fits).
-    if (auto groups = comm::MeshCommunicators::create(*world, plan.mesh); !groups.ok()) return groups.problems;
-    return {error("model.kind", "multi-rank plans train GPT models (kind: transformer); an MLP trains on one rank "
-                                "(a plan whose mesh has one device)")};
   } else {
+    // A launch that does not match the mesh is named first (it says which mpirun fits).
+    if (world->size() > 1 || plan.mesh.world_size() > 1)
+      if (auto groups = comm::MeshCommunicators::create(*world, plan.mesh); !groups.ok()) return groups.problems;
+    if (Problems p = trainable(plan_file.model, plan, seq_len); has_errors(p)) return p;
     auto model = make_model<float>(plan_file.model, config.seed, plan.micro_batch, seq_len);
     if (!model.ok()) return model.problems;
     if (Problems p = model.value->set_matmul_precision(config.compute); has_errors(p)) return p;
@@ -192,7 +192,7 @@ Problems TrainingSession::State::build_options() {
   o.on_non_finite = config.skip_non_finite ? NonFiniteAction::skip : NonFiniteAction::stop;
   control = RunControl{o.steps, config.checkpoint_every, config.checkpoints_on, config.stop_after};
   // MFU's terms (session.hpp).
-  const std::int64_t seq_len = plan.seq_len > 0 ? plan.seq_len : plan_file.model.default_seq_len();
+  const std::int64_t seq_len = training_seq_len(plan_file.model, plan);
   const Evaluator cost(plan_file.model, plan_file.cluster, 1, seq_len);
   flops_per_step = cost.profile().model_flops_per_sample * static_cast<double>(plan.global_batch);
   peak_flops = plan_file.cluster.device.peak_for(gemm_dtype(config.compute)).value_or(0) *

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -25,10 +26,23 @@ std::vector<std::string> mpirun(int ranks) {
   return prefix;
 }
 
+// A one-layer byte-level GPT (GPT-2's block, tiny): what multi-rank plans train.
+std::string tiny_gpt_model() {
+  const auto model = temp_path("gpt-launch-test.yaml");
+  if (!std::filesystem::exists(model)) {
+    std::ofstream out(model);
+    out << "name: gpt-launch-test\nkind: transformer\nsource: \"test model: GPT-2's block, tiny\"\n"
+           "layers: 1\nhidden: 32\nheads: 2\nffn: 64\nvocab: 256\nseq_len: 16\nmlp: gelu\nnorm: layernorm\n"
+           "positions: learned\nbias: true\ntied_embeddings: true\ndropout: 0.0\n";
+  }
+  return model.string();
+}
+
+// The tiny GPT on `mesh` of `gpus` devices, micro-batch 1, one sequence per data-parallel rank.
 std::string emit_plan(const std::string& name, const std::string& mesh, int gpus) {
   const auto path = temp_path(name).string();
-  const CliRun r = run({"explain", "--model", "mlp-fashion", "--cluster", "local-cpu", "--gpus", std::to_string(gpus),
-                        "--mesh", mesh, "--micro-batch", "16", "--global-batch", "32", "--emit-plan", path});
+  const CliRun r = run({"explain", "--model", tiny_gpt_model(), "--cluster", "local-cpu", "--gpus", std::to_string(gpus),
+                        "--mesh", mesh, "--micro-batch", "1", "--global-batch", "2", "--emit-plan", path});
   EXPECT_EQ(r.status, 0) << r.err;
   return path;
 }
@@ -111,7 +125,7 @@ TEST(CliLaunch, ExecsTheLauncherWithTheExactArguments) {
   }
   ::chmod(script.c_str(), 0755);
   const std::string two = emit_plan("launch-exec.json", "dp=2", 2);
-  const CliRun r = run({"launch", "--plan", two, "--mpirun", script.string(), "--data", "a b'c", "--steps", "2"});
+  const CliRun r = run({"launch", "--plan", two, "--mpirun", script.string(), "--metrics", "a b'c", "--steps", "2"});
   ASSERT_EQ(r.status, 0) << r.err;
   std::vector<std::string> args;
   std::ifstream in(record);
@@ -119,28 +133,18 @@ TEST(CliLaunch, ExecsTheLauncherWithTheExactArguments) {
   ASSERT_GE(args.size(), 8u);
   EXPECT_EQ(args[0], "-np");
   EXPECT_EQ(args[1], "2");
-  const std::vector<std::string> tail{MESHPLAN_BINARY, "train", "--plan", two, "--data", "a b'c", "--steps", "2"};
+  const std::vector<std::string> tail{MESHPLAN_BINARY, "train", "--plan", two, "--metrics", "a b'c", "--steps", "2"};
   EXPECT_EQ(std::vector<std::string>(args.end() - static_cast<std::ptrdiff_t>(tail.size()), args.end()), tail);
 }
 
 TEST(CliLaunch, StartsThePlansRanksAndTrains) {
-  // A one-layer byte-level GPT, dp=2: launch must start 2 ranks of `train`.
-  const auto model = temp_path("gpt-launch-test.yaml");
-  {
-    std::ofstream out(model);
-    out << "name: gpt-launch-test\nkind: transformer\nsource: \"test model: GPT-2's block, tiny\"\n"
-           "layers: 1\nhidden: 32\nheads: 2\nffn: 64\nvocab: 256\nseq_len: 16\nmlp: gelu\nnorm: layernorm\n"
-           "positions: learned\nbias: true\ntied_embeddings: true\ndropout: 0.0\n";
-  }
+  // The one-layer GPT, dp=2: launch must start 2 ranks of `train`.
   const auto corpus = temp_path("launch-corpus.txt");
   {
     std::ofstream out(corpus);
     for (int i = 0; i < 400; ++i) out << "a mesh plan runs on ranks " << i << ". ";
   }
-  const auto plan = temp_path("launch-gpt.json").string();
-  const CliRun emitted = run({"explain", "--model", model.string(), "--cluster", "local-cpu", "--gpus", "2", "--mesh",
-                              "dp=2", "--micro-batch", "1", "--global-batch", "2", "--emit-plan", plan});
-  ASSERT_EQ(emitted.status, 0) << emitted.err;
+  const std::string plan = emit_plan("launch-gpt.json", "dp=2", 2);
   const CliRun r = run({"launch", "--plan", plan, "--steps", "2", "--data", "text:" + corpus.string()});
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("on 2 ranks"), std::string::npos) << r.out;

@@ -1,0 +1,75 @@
+// The checks of trainable.hpp. The model and plan rules live beside the code
+// that runs them (check_supported, parallel::plan_problems); this file only
+// says which apply to which model, and probes the run's inputs.
+#include "executor/train/trainable.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "executor/data/loader.hpp"
+#include "executor/model/parameters.hpp"
+#include "executor/parallel/parallel_gpt.hpp"
+
+namespace meshplan::exec {
+namespace {
+
+Problem error(const std::string& field, const std::string& message) { return {Severity::error, field, message}; }
+
+// Created when missing (save_checkpoint creates it too), then a probe file
+// written and removed: what the first save would find out hours later.
+Problems checkpoint_dir_problems(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string where = "--checkpoint-dir " + dir;
+  std::error_code failure;
+  if (fs::exists(dir, failure) && !fs::is_directory(dir, failure)) return {error(where, "is not a folder")};
+  fs::create_directories(dir, failure);
+  if (failure) return {error(where, "cannot create the folder: " + failure.message())};
+  // Named by process: every rank of a job probes the same folder.
+  const fs::path probe = fs::path(dir) / (".meshplan-write-check-" + std::to_string(::getpid()));
+  std::FILE* file = std::fopen(probe.c_str(), "wb");
+  if (file == nullptr) return {error(where, std::string("cannot write a file in the folder: ") + std::strerror(errno))};
+  const bool written = std::fputc('x', file) != EOF;
+  const bool closed = std::fclose(file) == 0;
+  fs::remove(probe, failure);
+  if (!written || !closed) return {error(where, "cannot write a file in the folder (is the disk full?)")};
+  return {};
+}
+
+}  // namespace
+
+Problems trainable(const ModelSpec& spec, const Plan& plan, std::int64_t seq_len) {
+  switch (spec.kind) {
+    case ModelKind::transformer:
+      return parallel::plan_problems(spec, plan, seq_len);  // check_supported(spec) among them
+    case ModelKind::mlp: {
+      Problems problems = check_supported(spec);
+      if (const std::int64_t devices = plan.mesh.world_size(); devices > 1)
+        problems.push_back(error("mesh", "an MLP trains on one rank, and the mesh " + plan.mesh.to_string() + " has " +
+                                             std::to_string(devices) +
+                                             " devices; plan the MLP for one device (--gpus 1 --mesh dp=1)"));
+      return problems;
+    }
+    case ModelKind::cnn:
+      break;
+  }
+  return {error("model.kind", "ResNet/CNN models are planned but not trained by the executor")};
+}
+
+std::int64_t training_seq_len(const ModelSpec& spec, const Plan& plan) {
+  return plan.seq_len > 0 ? plan.seq_len : spec.default_seq_len();
+}
+
+Problems run_input_problems(const std::string& data_spec, std::int64_t seq_len, const std::string& checkpoint_dir) {
+  Problems problems = data::check_data_spec(data_spec, seq_len);
+  if (!checkpoint_dir.empty()) {
+    const Problems folder = checkpoint_dir_problems(checkpoint_dir);
+    problems.insert(problems.end(), folder.begin(), folder.end());
+  }
+  return problems;
+}
+
+}  // namespace meshplan::exec

@@ -1,0 +1,48 @@
+// What the executor can train, decided before anything starts. A plan the
+// planner proposes may still be one the executor cannot run (a model with
+// GeGLU or experts, a cp axis, a CNN); users should learn that when the plan file is written
+// (`explain` / `plan --emit-plan` warn) and before ranks start (`launch` and
+// `train` refuse with one message, not an MPI abort from every rank). The
+// training session and ParallelGpt::create ask the same function when they
+// build the model, so each rule is written once:
+//
+//   transformer  the features the executor has (check_supported: the GPT-2
+//                and Llama families) and what the parallel runtime runs of
+//                the plan (parallel::plan_problems: no cp or ep, tp dividing
+//                the heads, the kv heads and ffn, the schedule, ...);
+//   mlp          the supported features, on a mesh of one device (an MLP
+//                trains on one rank; there is no data-parallel MLP yet);
+//   cnn          refused: ResNets are planned, not trained.
+//
+// run_input_problems checks the rest of what `train` would otherwise fail on
+// late: the --data spec and a --checkpoint-dir that cannot be written.
+//
+// defines: trainable, training_seq_len, run_input_problems
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/model_spec.hpp"
+#include "model/plan.hpp"
+#include "model/problem.hpp"
+
+namespace meshplan::exec {
+
+// Every reason the executor cannot train `plan` of `spec` at `seq_len` tokens
+// (the plan's sequence length, training_seq_len), each naming the model or
+// plan field ("model.kind", "model.feed_forward", "mesh.cp", "mesh", ...).
+// Warnings (dropout, which training leaves out) come with the errors.
+Problems trainable(const ModelSpec& spec, const Plan& plan, std::int64_t seq_len);
+
+// The sequence length a plan trains at: the plan's, or the model's when the plan leaves it at 0.
+std::int64_t training_seq_len(const ModelSpec& spec, const Plan& plan);
+
+// What `train` would fail on about its inputs, found before training:
+// `data_spec` (data::check_data_spec, windows of `seq_len` tokens), and
+// `checkpoint_dir` when it is not empty: created when missing, as a save
+// would, and a probe file written in it and removed. Problems of the folder
+// name "--checkpoint-dir <dir>".
+Problems run_input_problems(const std::string& data_spec, std::int64_t seq_len, const std::string& checkpoint_dir);
+
+}  // namespace meshplan::exec

@@ -1,0 +1,132 @@
+// exec::trainable, asked before a plan file is written and before ranks
+// start: the Llama family is accepted; each kind of refusal names its field
+// (Gemma's GeGLU, tp against the kv heads, a ResNet, an MLP on more than one device, the cp axis, tp against the heads),
+// and the plans the executor trains pass. run_input_problems: a --data spec
+// that cannot be read, and a --checkpoint-dir that cannot be written.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "executor/train/trainable.hpp"
+#include "model/presets.hpp"
+#include "temp_path.hpp"
+#include "test_support.hpp"
+#include "tiny_gpt.hpp"
+
+namespace meshplan::exec {
+namespace {
+
+using testing_support::messages;
+using testing_support::must;
+using testing_support::plan_with;
+using testing_support::temp_path;
+
+// The error naming `field`, or null.
+const Problem* error_on(const Problems& problems, const std::string& field) {
+  for (const Problem& p : problems)
+    if (p.severity == Severity::error && p.where == field) return &p;
+  return nullptr;
+}
+
+ModelSpec tiny_gpt() { return testing_support::tiny_gpt_spec("gpt-trainable", 2, 32, 4, 128, 257, 16); }
+
+TEST(Trainable, AcceptsGptPlansOnAMeshAndAnMlpOnOneDevice) {
+  const ModelSpec gpt = tiny_gpt();
+  for (const char* mesh : {"dp=1", "dp=2,tp=2", "fsdp=2,pp=2"}) {
+    const Problems problems = trainable(gpt, plan_with(mesh, 2, 8), 16);
+    EXPECT_FALSE(has_errors(problems)) << mesh << ": " << messages(problems);
+  }
+  const ModelSpec mlp = must(load_model("mlp-fashion"));
+  const Plan one = plan_with("dp=1", 16, 16);
+  EXPECT_FALSE(has_errors(trainable(mlp, one, training_seq_len(mlp, one)))) << messages(trainable(mlp, one, 1));
+  // GPT-2's dropout is a warning (training runs without it), not a refusal.
+  const ModelSpec gpt2 = must(load_model("gpt2-124m"));
+  const Problems gpt2_problems = trainable(gpt2, one, training_seq_len(gpt2, one));
+  EXPECT_FALSE(has_errors(gpt2_problems)) << messages(gpt2_problems);
+}
+
+TEST(Trainable, AcceptsLlamaAndNamesWhatItLacks) {
+  const ModelSpec llama = must(load_model("llama3-8b"));  // 32 heads, 8 kv heads
+  const Plan tp8 = plan_with("tp=8", 1, 1);
+  const Problems accepted = trainable(llama, tp8, training_seq_len(llama, tp8));
+  EXPECT_FALSE(has_errors(accepted)) << messages(accepted);
+  const Plan tp16 = plan_with("tp=16", 1, 1);
+  const Problems kv = trainable(llama, tp16, training_seq_len(llama, tp16));
+  ASSERT_NE(error_on(kv, "mesh.tp"), nullptr) << messages(kv);
+  EXPECT_NE(error_on(kv, "mesh.tp")->message.find("kv heads"), std::string::npos) << messages(kv);
+
+  const ModelSpec gemma = must(load_model("gemma3-1b"));
+  const Plan one = plan_with("dp=1", 1, 1);
+  const Problems problems = trainable(gemma, one, training_seq_len(gemma, one));
+  ASSERT_NE(error_on(problems, "model.feed_forward"), nullptr) << messages(problems);
+  EXPECT_NE(error_on(problems, "model.feed_forward")->message.find("GeGLU"), std::string::npos);
+}
+
+TEST(Trainable, RefusesACnn) {
+  const ModelSpec resnet = must(load_model("resnet50"));
+  const Plan plan = plan_with("dp=1", 32, 32);
+  const Problems problems = trainable(resnet, plan, training_seq_len(resnet, plan));
+  const Problem* kind = error_on(problems, "model.kind");
+  ASSERT_NE(kind, nullptr) << messages(problems);
+  EXPECT_EQ(kind->message, "ResNet/CNN models are planned but not trained by the executor");
+}
+
+TEST(Trainable, RefusesAnMlpOnMoreThanOneDevice) {
+  const ModelSpec mlp = must(load_model("mlp-fashion"));
+  const Problems problems = trainable(mlp, plan_with("dp=2", 16, 32), 1);
+  const Problem* mesh = error_on(problems, "mesh");
+  ASSERT_NE(mesh, nullptr) << messages(problems);
+  EXPECT_NE(mesh->message.find("an MLP trains on one rank, and the mesh dp=2 has 2 devices"), std::string::npos)
+      << mesh->message;
+}
+
+TEST(Trainable, RefusesWhatTheParallelRuntimeCannotRun) {
+  const ModelSpec gpt = tiny_gpt();
+  const Problems cp = trainable(gpt, plan_with("dp=1,cp=2", 2, 4), 16);
+  EXPECT_NE(error_on(cp, "mesh.cp"), nullptr) << messages(cp);
+  const Problems tp = trainable(gpt, plan_with("tp=3", 2, 4), 16);  // 4 heads
+  EXPECT_NE(error_on(tp, "mesh.tp"), nullptr) << messages(tp);
+  const Problems seq = trainable(gpt, plan_with("dp=1", 2, 4), 17);  // the model has 16 positions
+  EXPECT_NE(error_on(seq, "seq_len"), nullptr) << messages(seq);
+}
+
+TEST(TrainableInputs, DataThatCannotBeReadIsNamed) {
+  EXPECT_TRUE(run_input_problems("synthetic", 1, "").empty());
+  EXPECT_NE(error_on(run_input_problems("nonsense", 16, ""), "--data"), nullptr);
+  const std::string missing = temp_path("no-such-corpus.txt").string();
+  EXPECT_NE(error_on(run_input_problems("text:" + missing, 16, ""), missing), nullptr);
+  const std::string folder = temp_path("no-fashion").string();
+  const Problems fashion = run_input_problems("fashion-mnist:" + folder, 1, "");
+  EXPECT_NE(error_on(fashion, folder + "/train-images-idx3-ubyte.gz"), nullptr) << messages(fashion);
+  EXPECT_NE(error_on(fashion, folder + "/t10k-labels-idx1-ubyte.gz"), nullptr) << messages(fashion);
+
+  // 100 bytes: the validation split (10) holds no window of 17.
+  const std::string corpus = temp_path("short.txt").string();
+  std::ofstream(corpus) << std::string(100, 'a');
+  EXPECT_TRUE(run_input_problems("text:" + corpus, 8, "").empty());
+  const Problems short_text = run_input_problems("text:" + corpus, 16, "");
+  ASSERT_NE(error_on(short_text, corpus), nullptr) << messages(short_text);
+  EXPECT_NE(error_on(short_text, corpus)->message.find("the validation split holds 10 bytes"), std::string::npos);
+}
+
+TEST(TrainableInputs, CheckpointFolderMustBeWritable) {
+  const auto created = temp_path("ck-new") / "nested";
+  EXPECT_TRUE(run_input_problems("synthetic", 1, created.string()).empty());
+  EXPECT_TRUE(std::filesystem::is_directory(created));
+  EXPECT_TRUE(std::filesystem::is_empty(created));  // the probe file is gone
+
+  const auto file = temp_path("a-file");
+  std::ofstream(file) << "not a folder";
+  const Problems on_file = run_input_problems("synthetic", 1, file.string());
+  EXPECT_NE(error_on(on_file, "--checkpoint-dir " + file.string()), nullptr) << messages(on_file);
+  const auto under_file = (file / "ck").string();
+  const Problems under = run_input_problems("synthetic", 1, under_file);
+  const Problem* named = error_on(under, "--checkpoint-dir " + under_file);
+  ASSERT_NE(named, nullptr) << messages(under);
+  EXPECT_NE(named->message.find("cannot create the folder"), std::string::npos) << named->message;
+}
+
+}  // namespace
+}  // namespace meshplan::exec
