@@ -56,7 +56,8 @@ struct MatrixPlan {
 };
 
 const std::map<std::string, MatrixPlan>& matrix_plans() {
-  static const std::map<std::string, MatrixPlan> plans = {
+  static const std::map<std::string, MatrixPlan> plans = [] {
+  std::map<std::string, MatrixPlan> gpt = {
       {"one", {"dp=1", 0, false, "1f1b"}},
       {"dp2", {"dp=2", 0, false, "1f1b"}},
       {"dp2-zero1", {"dp=2", 1, false, "1f1b"}},
@@ -78,16 +79,18 @@ const std::map<std::string, MatrixPlan>& matrix_plans() {
       {"dp2-zero1-tp2-sp-pp2-interleaved", {"dp=2,pp=2,tp=2", 1, true, "interleaved:2"}},
       {"fsdp2-tp2-sp-pp2-zb-h1", {"fsdp=2,pp=2,tp=2", 0, true, "zb-h1"}},
       {"dp2-zero2-tp2-pp2-gpipe", {"dp=2,pp=2,tp=2", 2, false, "gpipe"}},
-      // The Llama-style model: grouped-query attention split over tp, rotary positions, SwiGLU, RMSNorm,
-      // an untied output layer (its own unit on the last stage), no biases.
-      {"llama-dp2-zero1", {"dp=2", 1, false, "1f1b", true}},
-      {"llama-fsdp2", {"fsdp=2", 0, false, "1f1b", true}},
-      {"llama-tp2", {"tp=2", 0, false, "1f1b", true}},
-      {"llama-tp2-sp", {"tp=2", 0, true, "1f1b", true}},
-      {"llama-pp2-interleaved", {"pp=2", 0, false, "interleaved:2", true}},
-      {"llama-pp2-zb-h1", {"pp=2", 0, false, "zb-h1", true}},
-      {"llama-dp2-tp2-sp-pp2", {"dp=2,pp=2,tp=2", 0, true, "1f1b", true}},
   };
+  // Every multi-rank plan again for the Llama-style model: grouped-query attention split over tp,
+  // rotary positions, SwiGLU, RMSNorm, an untied output layer (its own unit on the last stage), no biases.
+  std::map<std::string, MatrixPlan> all = gpt;
+  for (const auto& [name, plan] : gpt) {
+    if (name == "one") continue;  // its yardstick is itself
+    MatrixPlan llama = plan;
+    llama.llama = true;
+    all.emplace("llama-" + name, llama);
+  }
+  return all;
+  }();
   return plans;
 }
 
