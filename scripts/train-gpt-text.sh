@@ -6,12 +6,14 @@
 #
 #   scripts/train-gpt-text.sh                 # 300 steps of 8 x 256 tokens
 #   STEPS=600 OUT=run2 scripts/train-gpt-text.sh
+#   MODEL=llama-byte-10m scripts/train-gpt-text.sh   # any byte-vocabulary model (scripts/train-llama-text.sh)
 #
 # Needs a release build (scripts/quickstart.sh makes one) and `fortunes`
 # (scripts/install-deps.sh installs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 meshplan=${MESHPLAN:-build/release/cli/meshplan}
+model=${MODEL:-gpt-byte-10m}
 out=${OUT:-gpt-text-run}
 steps=${STEPS:-300}
 fortunes=/usr/share/games/fortunes
@@ -20,7 +22,7 @@ fortunes=/usr/share/games/fortunes
 mkdir -p "$out"
 # The text files only: the folder also holds binary .dat indexes and .u8 links.
 find "$fortunes" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -print0 | sort -z | xargs -0 cat > "$out/corpus.txt"
-"$meshplan" explain --model gpt-byte-10m --cluster local-cpu --gpus 1 --mesh dp=1 \
+"$meshplan" explain --model "$model" --cluster local-cpu --gpus 1 --mesh dp=1 \
   --micro-batch 8 --global-batch 8 --precision fp32 --emit-plan "$out/plan.json" > /dev/null
 start=$(date +%s)
 "$meshplan" train --plan "$out/plan.json" --data "text:$out/corpus.txt" --steps "$steps" \

@@ -296,8 +296,9 @@ TEST(CliPlan, ExplainKeepsTheSearchedUnevenSplit) {
 }
 
 // --emit-plan says when `meshplan train` will refuse the file it writes: a
-// GPT or Llama plan is written without a word, a Gemma plan (GeGLU, which the
-// executor lacks) with a warning per reason naming the field, and a ResNet plan not at all (exit 2), while explain and
+// GPT or Llama plan is written without a word, a plan with context
+// parallelism (which the executor does not run) with a warning per reason
+// naming the field, and a ResNet plan not at all (exit 2), while explain and
 // plan still print their whole answer.
 TEST(CliPlan, EmitPlanWarnsWhatTrainWillRefuse) {
   const auto gpt = temp_path("emit-gpt.json");
@@ -314,28 +315,31 @@ TEST(CliPlan, EmitPlanWarnsWhatTrainWillRefuse) {
   EXPECT_TRUE(std::filesystem::exists(llama));
   EXPECT_EQ(r.err.find("train will refuse"), std::string::npos) << r.err;
 
-  const std::vector<std::string> gemma_job = {"--model", "gemma3-1b", "--cluster", "dgx-a100", "--gpus", "8",
-                                              "--global-batch", "64", "--seq", "2048"};
+  const std::vector<std::string> cp_job = {"--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                                           "--mesh", "cp=2,tp=4", "--micro-batch", "1", "--global-batch", "8"};
   std::vector<std::string> plain_args = {"explain"};
-  plain_args.insert(plain_args.end(), gemma_job.begin(), gemma_job.end());
+  plain_args.insert(plain_args.end(), cp_job.begin(), cp_job.end());
   const CliRun plain = run(plain_args);
   ASSERT_EQ(plain.status, 0) << plain.err;
-  for (const std::string command : {"explain", "plan"}) {
-    const auto gemma = temp_path("emit-gemma-" + command + ".json");
-    std::vector<std::string> args = {command};
-    args.insert(args.end(), gemma_job.begin(), gemma_job.end());
-    args.insert(args.end(), {"--emit-plan", gemma.string()});
-    r = run(args);
-    ASSERT_EQ(r.status, 0) << r.err;
-    EXPECT_TRUE(std::filesystem::exists(gemma)) << command;
-    EXPECT_NE(r.err.find("meshplan " + command +
-                         ": warning: --emit-plan: meshplan train will refuse this plan: model.feed_forward: a GeGLU"),
-              std::string::npos)
-        << r.err;
-    if (command == "explain") {
-      EXPECT_EQ(r.out, plain.out);  // stdout as without --emit-plan
-    }
-  }
+  const auto cp = temp_path("emit-cp.json");
+  std::vector<std::string> args = plain_args;
+  args.insert(args.end(), {"--emit-plan", cp.string()});
+  r = run(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(cp));
+  EXPECT_NE(r.err.find("meshplan explain: warning: --emit-plan: meshplan train will refuse this plan: mesh.cp: "),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out, plain.out);  // stdout as without --emit-plan
+  // plan warns the same way when the plan it writes has cp (the only axis it may use here).
+  const auto planned = temp_path("emit-cp-plan.json");
+  r = run({"plan", "--model", "gpt-byte-10m", "--cluster", "local-cpu", "--gpus", "2", "--global-batch", "2",
+           "--axes", "cp", "--precision", "fp32", "--emit-plan", planned.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(planned));
+  EXPECT_NE(r.err.find("meshplan plan: warning: --emit-plan: meshplan train will refuse this plan: mesh.cp: "),
+            std::string::npos)
+      << r.err;
 
   const std::vector<std::string> resnet = {"--model", "resnet50", "--cluster", "dgx-a100", "--gpus", "8",
                                            "--global-batch", "256"};

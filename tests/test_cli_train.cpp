@@ -4,7 +4,7 @@
 // (save, the resume command, exit 130; twice: at once), the lines printed per
 // step, multi-rank plans refused with a reason, and what train would refuse
 // found before any rank starts (train: an unwritable --checkpoint-dir;
-// launch: a GeGLU (Gemma) plan, unreadable --data, mpirun never run). The progress
+// launch: a plan with context parallelism, unreadable --data, mpirun never run). The progress
 // line and the resume command's text are tested directly.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -184,8 +184,8 @@ TEST(CliTrain, RefusesAnUnwritableCheckpointDirBeforeTraining) {
   expect_no_crash_text(r);
 }
 
-// launch asks what train would refuse before it starts mpirun: a Gemma plan
-// (GeGLU, which the executor lacks) and unreadable --data are refused (exit 2, one message, the field named)
+// launch asks what train would refuse before it starts mpirun: a plan with
+// context parallelism (which the executor does not run) and unreadable --data are refused (exit 2, one message, the field named)
 // and the launcher, a stand-in that leaves a mark, never runs; it does run
 // for a plan and data train accepts.
 TEST(CliLaunch, RefusesWhatTrainWouldRefuseWithoutStartingMpirun) {
@@ -197,18 +197,18 @@ TEST(CliLaunch, RefusesWhatTrainWouldRefuseWithoutStartingMpirun) {
   }
   std::filesystem::permissions(launcher, std::filesystem::perms::owner_all);
 
-  const auto gemma = temp_path("launch-gemma.json").string();
-  CliRun r = run({"explain", "--model", "gemma3-1b", "--cluster", "dgx-a100", "--gpus", "2", "--mesh", "dp=2",
-                  "--micro-batch", "1", "--global-batch", "2", "--seq", "2048", "--emit-plan", gemma});
+  const auto cp_plan = temp_path("launch-cp.json").string();
+  CliRun r = run({"explain", "--model", "gpt-byte-10m", "--cluster", "local-cpu", "--gpus", "2", "--mesh", "cp=2",
+                  "--micro-batch", "1", "--global-batch", "1", "--precision", "fp32", "--emit-plan", cp_plan});
   ASSERT_EQ(r.status, 0) << r.err;
-  r = run({"launch", "--plan", gemma, "--mpirun", launcher.string(), "--steps", "2"});
+  r = run({"launch", "--plan", cp_plan, "--mpirun", launcher.string(), "--steps", "2"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("meshplan launch: model.feed_forward: a GeGLU MLP"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("meshplan launch: mesh.cp: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("meshplan launch: mpirun not started: meshplan train would refuse this run"),
             std::string::npos)
       << r.err;
   EXPECT_FALSE(std::filesystem::exists(mark)) << "mpirun was started";
-  r = run({"launch", "--plan", gemma, "--dry-run"});
+  r = run({"launch", "--plan", cp_plan, "--dry-run"});
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.out, "") << "--dry-run printed a command for a plan train refuses";
 

@@ -739,6 +739,20 @@ TYPED_TEST(KernelsVsReference, SwigluForward) {
   }
 }
 
+TYPED_TEST(KernelsVsReference, GegluForward) {
+  using T = TypeParam;
+  std::mt19937_64 rng(37);
+  for (const auto [N, F] : kSwigluShapes) {
+    const Vec inp = random_vector(sz(N * 2 * F), rng, -6.0, 6.0);
+    Vec out(sz(N * F));
+    reference_geglu_forward(out.data(), inp.data(), N, F);
+    const auto inp_t = cast_to<T>(inp);
+    std::vector<T> out_t(out.size(), T(7));  // garbage: forward must overwrite
+    geglu_forward(out_t.data(), inp_t.data(), N, F);
+    expect_close(out_t, out, kReferenceTolerance<T>, "geglu out F=" + std::to_string(F));
+  }
+}
+
 // SwiGLU's backward is the plain chain rule (no separate reference): the float
 // instantiation against the double one, which FiniteDifferences.Swiglu checks.
 TYPED_TEST(KernelsVsReference, SwigluBackwardFloatMatchesDouble) {
@@ -946,6 +960,21 @@ TEST(FiniteDifferences, Swiglu) {
   expect_gradient_matches_fd(inp, dinp, loss, "swiglu inp");
 }
 
+TEST(FiniteDifferences, Geglu) {
+  std::mt19937_64 rng(45);
+  const std::int64_t N = 7, F = 11;
+  Vec inp = random_vector(sz(N * 2 * F), rng, -4.0, 4.0);
+  const Vec w = random_vector(sz(N * F), rng);
+  Vec out(w.size());
+  auto loss = [&] {
+    geglu_forward(out.data(), inp.data(), N, F);
+    return dot(out, w);
+  };
+  Vec dinp = prefilled(inp.size());
+  geglu_backward(dinp.data(), w.data(), inp.data(), N, F);
+  expect_gradient_matches_fd(inp, dinp, loss, "geglu inp");
+}
+
 TEST(FiniteDifferences, GqaAttention) {
   std::mt19937_64 rng(44);
   for (const std::int64_t KVH : {2, 1}) {
@@ -1011,6 +1040,8 @@ TYPED_TEST(LlamaBackward, AddsIntoTheGradientBuffers) {
   std::vector<T> dgate_up(gate_up.size());
   const auto swiglu = [&] { swiglu_backward(dgate_up.data(), dact.data(), gate_up.data(), N, F); };
   expect_accumulates<T>({&dgate_up}, swiglu, "swiglu");
+  const auto geglu = [&] { geglu_backward(dgate_up.data(), dact.data(), gate_up.data(), N, F); };
+  expect_accumulates<T>({&dgate_up}, geglu, "geglu");
 
   const std::int64_t B = 2, T_len = 5, NH = 4, KVH = 2, D = 6;
   const auto qkv = cast_to<T>(random_vector(sz(B * T_len * (NH + 2 * KVH) * D), rng, -2.0, 2.0));

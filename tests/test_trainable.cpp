@@ -1,6 +1,6 @@
 // exec::trainable, asked before a plan file is written and before ranks
 // start: the Llama family is accepted; each kind of refusal names its field
-// (Gemma's GeGLU, tp against the kv heads, a ResNet, an MLP on more than one device, the cp axis, tp against the heads),
+// (a mixture of experts, tp against the kv heads, a ResNet, an MLP on more than one device, the cp axis, tp against the heads),
 // and the plans the executor trains pass. run_input_problems: a --data spec
 // that cannot be read, and a --checkpoint-dir that cannot be written.
 #include <gtest/gtest.h>
@@ -57,11 +57,17 @@ TEST(Trainable, AcceptsLlamaAndNamesWhatItLacks) {
   ASSERT_NE(error_on(kv, "mesh.tp"), nullptr) << messages(kv);
   EXPECT_NE(error_on(kv, "mesh.tp")->message.find("kv heads"), std::string::npos) << messages(kv);
 
-  const ModelSpec gemma = must(load_model("gemma3-1b"));
+  const ModelSpec gemma = must(load_model("gemma3-1b"));  // GeGLU, one kv head, head_dim 256 != hidden / heads
   const Plan one = plan_with("dp=1", 1, 1);
-  const Problems problems = trainable(gemma, one, training_seq_len(gemma, one));
-  ASSERT_NE(error_on(problems, "model.feed_forward"), nullptr) << messages(problems);
-  EXPECT_NE(error_on(problems, "model.feed_forward")->message.find("GeGLU"), std::string::npos);
+  const Problems gemma_problems = trainable(gemma, one, training_seq_len(gemma, one));
+  EXPECT_FALSE(has_errors(gemma_problems)) << messages(gemma_problems);
+
+  ModelSpec moe = llama;
+  moe.transformer.experts = 8;
+  moe.transformer.top_k = 2;
+  const Problems problems = trainable(moe, tp8, training_seq_len(moe, tp8));
+  ASSERT_NE(error_on(problems, "model.experts"), nullptr) << messages(problems);
+  EXPECT_NE(error_on(problems, "model.experts")->message.find("mixture of experts"), std::string::npos);
 }
 
 TEST(Trainable, RefusesACnn) {

@@ -70,7 +70,6 @@ Problems check_supported(const ModelSpec& spec) {
     problems.push_back({Severity::error, "model.head_dim", "hidden is not a multiple of heads; state head_dim"});
   if (head_dim(t) % 2 != 0 && t.positions == Positions::rotary)
     problems.push_back({Severity::error, "model.head_dim", "rotary positions need an even head_dim"});
-  if (t.feed_forward == FeedForward::geglu) unsupported(problems, "model.feed_forward", "a GeGLU MLP (gelu and swiglu are)");
   if (t.kv_heads > 0 && t.heads % t.kv_heads != 0)
     problems.push_back({Severity::error, "model.kv_heads", "heads must be a multiple of kv_heads"});
   if (t.experts > 0) unsupported(problems, "model.experts", "a mixture of experts");

@@ -8,9 +8,9 @@
 // Supported: decoder-only transformers in the GPT-2 family (GELU MLP, layer
 // norm, learned positions, tied embeddings, biases) and the Llama family
 // (SwiGLU, RMSNorm, rotary positions, grouped-query attention, untied output
-// layer, no biases), any mix of those features, and MLPs (relu or gelu).
-// Any other feature (experts, GeGLU, CNNs) is reported as a Problem by
-// check_supported, never a crash.
+// layer, no biases), GeGLU (Gemma's gated MLP), any mix of those features,
+// and MLPs (relu or gelu). Any other feature (experts, CNNs) is reported as a
+// Problem by check_supported, never a crash.
 //
 // Layouts (weights are [out, in], as nn.Linear and llm.c store them):
 //   MLP:  linear{i}.weight [out, in], linear{i}.bias [out], i = 0..n-2

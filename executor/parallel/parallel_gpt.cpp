@@ -103,6 +103,25 @@ void norm_backward(const TpShape& s, float* dx, float* dweight, float* dbias, co
   else kernels::layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, rows, C);
 }
 
+// The MLP's activation on fc's output [rows, fc_local] -> [rows, ffn_local]:
+// GELU, or a gated one (SwiGLU, GeGLU) over the gate and up halves.
+void mlp_activation_forward(const TpShape& s, float* out, const float* in, std::int64_t rows, std::int64_t F) {
+  switch (s.dims.feed_forward) {
+    case FeedForward::gelu: kernels::gelu_forward(out, in, rows * F); return;
+    case FeedForward::swiglu: kernels::swiglu_forward(out, in, rows, F); return;
+    case FeedForward::geglu: kernels::geglu_forward(out, in, rows, F); return;
+  }
+}
+
+void mlp_activation_backward(const TpShape& s, float* din, const float* dout, const float* in, std::int64_t rows,
+                             std::int64_t F) {
+  switch (s.dims.feed_forward) {
+    case FeedForward::gelu: kernels::gelu_backward(din, in, dout, rows * F); return;
+    case FeedForward::swiglu: kernels::swiglu_backward(din, dout, in, rows, F); return;
+    case FeedForward::geglu: kernels::geglu_backward(din, dout, in, rows, F); return;
+  }
+}
+
 // ln_f's bias in its unit's buffer (after the weight), or null under RMSNorm.
 float* final_norm_bias(const TpShape& s, Floats& unit) { return s.rms() ? nullptr : unit.data() + s.channels; }
 
@@ -567,8 +586,7 @@ void ParallelGpt::layer_forward(Unit& u, LayerActs& a, const float* x) {
                R, C);
   const float* ln2 = enter_region(a.ln2.data(), a.ln2_full.data());
   matmul_.forward(a.fch.data(), ln2, p + off(u, fcw), at(p, u, fcb), BT, C, FC);
-  if (sh.gated()) kernels::swiglu_forward(a.fch_gelu.data(), a.fch.data(), BT, Ft);
-  else kernels::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * Ft);
+  mlp_activation_forward(sh, a.fch_gelu.data(), a.fch.data(), BT, Ft);
   matmul_.forward(full_a_.data(), a.fch_gelu.data(), p + off(u, fcow), static_cast<const float*>(nullptr), BT, Ft, C);
   leave_region(full_a_.data(), dlocal_.data());
   add_residual_bias(a.res3.data(), a.res2.data(), dlocal_.data(), at(p, u, fcob), R, C);
@@ -594,8 +612,7 @@ void ParallelGpt::layer_backward(Unit& u, LayerActs& a, const float* x, Backward
   matmul_.backward(dgelu_.data(), weight_grad(fcow), static_cast<float*>(nullptr), dfcproj, a.fch_gelu.data(),
                    p + off(u, fcow), BT, Ft, C);
   zero(dfch_);
-  if (sh.gated()) kernels::swiglu_backward(dfch_.data(), dgelu_.data(), a.fch.data(), BT, Ft);
-  else kernels::gelu_backward(dfch_.data(), a.fch.data(), dgelu_.data(), BT * Ft);
+  mlp_activation_backward(sh, dfch_.data(), dgelu_.data(), a.fch.data(), BT, Ft);
   if (keep) a.d_fch = dfch_;
   zero(full_b_);
   matmul_.backward(full_b_.data(), weight_grad(fcw), at(g, u, fcb), dfch_.data(), ln2, p + off(u, fcw), BT, C, FC);

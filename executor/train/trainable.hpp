@@ -1,13 +1,13 @@
 // What the executor can train, decided before anything starts. A plan the
-// planner proposes may still be one the executor cannot run (a model with
-// GeGLU or experts, a cp axis, a CNN); users should learn that when the plan file is written
+// planner proposes may still be one the executor cannot run (a mixture of
+// experts, a cp axis, a CNN); users should learn that when the plan file is written
 // (`explain` / `plan --emit-plan` warn) and before ranks start (`launch` and
 // `train` refuse with one message, not an MPI abort from every rank). The
 // training session and ParallelGpt::create ask the same function when they
 // build the model, so each rule is written once:
 //
 //   transformer  the features the executor has (check_supported: the GPT-2
-//                and Llama families) and what the parallel runtime runs of
+//                and Llama families, GeGLU) and what the parallel runtime runs of
 //                the plan (parallel::plan_problems: no cp or ep, tp dividing
 //                the heads, the kv heads and ffn, the schedule, ...);
 //   mlp          the supported features, on a mesh of one device (an MLP
@@ -31,7 +31,7 @@ namespace meshplan::exec {
 
 // Every reason the executor cannot train `plan` of `spec` at `seq_len` tokens
 // (the plan's sequence length, training_seq_len), each naming the model or
-// plan field ("model.kind", "model.feed_forward", "mesh.cp", "mesh", ...).
+// plan field ("model.kind", "model.experts", "mesh.cp", "mesh", ...).
 // Warnings (dropout, which training leaves out) come with the errors.
 Problems trainable(const ModelSpec& spec, const Plan& plan, std::int64_t seq_len);
 

@@ -184,6 +184,16 @@ void reference_rope_apply(double* x, std::int64_t rows, std::int64_t seq_len, st
   }
 }
 
+void reference_geglu_forward(double* out, const double* inp, std::int64_t N, std::int64_t F) {
+  const double pi = 3.14159265358979323846;
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t f = 0; f < F; ++f) {
+      const double gate = inp[n * 2 * F + f], up = inp[n * 2 * F + F + f];
+      const double gelu = 0.5 * gate * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (gate + 0.044715 * gate * gate * gate)));
+      out[n * F + f] = gelu * up;
+    }
+}
+
 void reference_swiglu_forward(double* out, const double* inp, std::int64_t N, std::int64_t F) {
   for (std::int64_t n = 0; n < N; ++n)
     for (std::int64_t f = 0; f < F; ++f) {

@@ -13,7 +13,7 @@
 // Defines: reference_matmul_forward, reference_matmul_backward,
 // reference_attention_forward, reference_attention_backward,
 // reference_rmsnorm_forward, reference_rmsnorm_backward, reference_rope_apply,
-// reference_swiglu_forward, reference_gqa_attention_forward,
+// reference_swiglu_forward, reference_geglu_forward, reference_gqa_attention_forward,
 // reference_gqa_attention_backward, reference_round_to_bf16,
 // reference_matmul_forward_bf16, reference_matmul_backward_bf16.
 #pragma once
@@ -61,6 +61,10 @@ void reference_rope_apply(double* x, std::int64_t rows, std::int64_t seq_len, st
 
 // Same contract as swiglu_forward (kernels/cpu/swiglu.hpp): out[N, F] from inp[N, 2F].
 void reference_swiglu_forward(double* out, const double* inp, std::int64_t N, std::int64_t F);
+
+// Same contract as geglu_forward: gelu written out (tanh form, GPT-2's
+// constants sqrt(2/pi) and 0.044715) times up.
+void reference_geglu_forward(double* out, const double* inp, std::int64_t N, std::int64_t F);
 
 // Same contract as gqa_attention_forward (kernels/cpu/attention.hpp): writes
 // out[B, T, NH * D] and att[B, NH, T, T] from qkv[B, T, (NH + 2 KVH) * D].

@@ -7,6 +7,9 @@
 // thread gets tens of microseconds of work (activation.cpp's threshold).
 #include "kernels/cpu/swiglu.hpp"
 
+#include <vector>
+
+#include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/fast_math.hpp"
 
 namespace meshplan::kernels {
@@ -52,6 +55,46 @@ void swiglu_backward(T* dinp, const T* dout, const T* inp, std::int64_t N, std::
   }
 }
 
+// GeGLU row by row on activation.hpp's gelu_forward / gelu_backward, so the
+// gelu is the one GPT-2's MLP uses (one formula, one place).
+template <typename T>
+void geglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F) {
+#pragma omp parallel for schedule(static) if (N * F >= kParallelElements)
+  for (std::int64_t n = 0; n < N; ++n) {
+    const T* gate = inp + n * 2 * F;
+    const T* up = gate + F;
+    T* y = out + n * F;
+    gelu_forward(y, gate, F);
+    for (std::int64_t f = 0; f < F; ++f) y[f] *= up[f];
+  }
+}
+
+template <typename T>
+void geglu_backward(T* dinp, const T* dout, const T* inp, std::int64_t N, std::int64_t F) {
+#pragma omp parallel for schedule(static) if (N * F >= kParallelElements)
+  for (std::int64_t n = 0; n < N; ++n) {
+    thread_local std::vector<T> scratch;
+    scratch.resize(static_cast<std::size_t>(2 * F));
+    T* act = scratch.data();  // gelu(gate)
+    T* dact = act + F;        // dout * up: the gradient reaching gelu's output
+    const T* gate = inp + n * 2 * F;
+    const T* up = gate + F;
+    const T* dy = dout + n * F;
+    T* dgate = dinp + n * 2 * F;
+    T* dup = dgate + F;
+    gelu_forward(act, gate, F);
+    for (std::int64_t f = 0; f < F; ++f) {
+      dact[f] = dy[f] * up[f];
+      dup[f] += dy[f] * act[f];
+    }
+    gelu_backward(dgate, gate, dact, F);
+  }
+}
+
+template void geglu_forward<float>(float*, const float*, std::int64_t, std::int64_t);
+template void geglu_forward<double>(double*, const double*, std::int64_t, std::int64_t);
+template void geglu_backward<float>(float*, const float*, const float*, std::int64_t, std::int64_t);
+template void geglu_backward<double>(double*, const double*, const double*, std::int64_t, std::int64_t);
 template void swiglu_forward<float>(float*, const float*, std::int64_t, std::int64_t);
 template void swiglu_forward<double>(double*, const double*, std::int64_t, std::int64_t);
 template void swiglu_backward<float>(float*, const float*, const float*, std::int64_t, std::int64_t);

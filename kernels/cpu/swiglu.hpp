@@ -4,9 +4,12 @@
 // The gate (w1) and up (w3) projections are one fused matmul whose output
 // row holds the gate half then the up half, so this op reads [N, 2F] and
 // writes [N, F]. silu(g) = g sigmoid(g) = Swish_1 (Elfwing et al. 2018).
+// GeGLU (same paper, section 2: GELU(x W) * x V) is the same gated product
+// with GELU (the tanh approximation of activation.hpp, Gemma's
+// gelu_pytorch_tanh) in place of silu.
 // Backward accumulates (+=) into dinp.
 //
-// Defines: swiglu_forward, swiglu_backward.
+// Defines: swiglu_forward, swiglu_backward, geglu_forward, geglu_backward.
 #pragma once
 
 #include <cstdint>
@@ -24,5 +27,12 @@ void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F);
 //   dup   += dout * silu(gate)
 template <typename T>
 void swiglu_backward(T* dinp, const T* dout, const T* inp, std::int64_t N, std::int64_t F);
+
+// As swiglu_forward / swiglu_backward with gelu (kernels/cpu/activation.hpp) for silu:
+// out = gelu(gate) * up; dgate += dout * up * gelu'(gate), dup += dout * gelu(gate).
+template <typename T>
+void geglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F);
+template <typename T>
+void geglu_backward(T* dinp, const T* dout, const T* inp, std::int64_t N, std::int64_t F);
 
 }  // namespace meshplan::kernels

@@ -11,7 +11,8 @@ nn.Linear with biases, GELU with approximate='tanh' as
 kernels/cpu/activation.cpp computes it, the output layer tied to wte) or the
 Llama family (RMSNorm written out, rotary positions in Hugging Face's
 rotate_half convention, grouped-query attention by repeating each key/value
-head over its group, SwiGLU, no biases, an untied lm_head); loads the weights by reading the checkpoint files as
+head over its group, SwiGLU or GeGLU, head_dim as stated, no biases, a tied
+or untied output layer); loads the weights by reading the checkpoint files as
 docs/formats.md "Checkpoints" describes them (checksums and the COMPLETE seal
 checked), redoes the batch and the ten steps with torch.optim.AdamW (weight
 decay on tensors of rank >= 2 only, clip_grad_norm_, the warmup + cosine
@@ -160,7 +161,8 @@ def build_model_classes(torch):
     class Block(nn.Module):
         def __init__(self, m):
             super().__init__()
-            self.gated = m["mlp"] == "swiglu"
+            self.gated = m["mlp"] in ("swiglu", "geglu")
+            self.glu_activation = (lambda g: F.gelu(g, approximate="tanh")) if m["mlp"] == "geglu" else F.silu
             FF = m["ffn"]
             self.ln1 = make_norm(m)
             self.attn = CausalSelfAttention(m)
@@ -173,7 +175,7 @@ def build_model_classes(torch):
             h = self.fc(self.ln2(x))
             if self.gated:
                 gate, up = h.chunk(2, dim=-1)  # fc's rows: the gate rows, then the up rows
-                h = F.silu(gate) * up
+                h = self.glu_activation(gate) * up
             else:
                 h = F.gelu(h, approximate="tanh")
             return x + self.fc_out(h)
