@@ -56,6 +56,19 @@ double accumulate_gradients(Model<T>& model, data::DataLoader& loader, std::int6
 }
 
 template <typename T>
+void adamw_update_range(const ParameterLayout& layout, std::int64_t begin, std::int64_t end, FlatView<T> values,
+                        FlatView<const T> grads, FlatView<T> adam_m, FlatView<T> adam_v, std::int64_t updates,
+                        const kernels::AdamWHyperparameters& hp) {
+  for (const ParameterTensor& tensor : layout.tensors) {
+    const std::int64_t lo = std::max(tensor.offset, begin), hi = std::min(tensor.offset + tensor.elements, end);
+    if (hi <= lo) continue;
+    kernels::AdamWHyperparameters tensor_hp = hp;
+    if (tensor.shape.size() < 2) tensor_hp.weight_decay = 0;
+    kernels::adamw_update(values.at(lo), grads.at(lo), adam_m.at(lo), adam_v.at(lo), hi - lo, updates, tensor_hp);
+  }
+}
+
+template <typename T>
 TrainResult train(Model<T>& model, data::DataLoader& loader, const TrainOptions& options) {
   TrainResult result;
   Problems& problems = result.problems;
@@ -98,13 +111,8 @@ TrainResult train(Model<T>& model, data::DataLoader& loader, const TrainOptions&
       ++updates;
       kernels::AdamWHyperparameters hp = options.adamw;
       hp.learning_rate = lr;
-      for (const ParameterTensor& tensor : params.layout.tensors) {
-        kernels::AdamWHyperparameters tensor_hp = hp;
-        if (tensor.shape.size() < 2) tensor_hp.weight_decay = 0;
-        const std::int64_t o = tensor.offset;
-        kernels::adamw_update(params.values.data() + o, params.grads.data() + o, params.adam_m.data() + o,
-                              params.adam_v.data() + o, tensor.elements, updates, tensor_hp);
-      }
+      adamw_update_range<T>(params.layout, 0, params.layout.total_elements, {params.values.data()},
+                            {params.grads.data()}, {params.adam_m.data()}, {params.adam_v.data()}, updates, hp);
     }
     metrics.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     metrics.items_per_s = metrics.step_s > 0 ? static_cast<double>(options.global_batch() * model.items_per_sample()) /
@@ -146,6 +154,12 @@ EvalResult evaluate(Model<T>& model, data::DataLoader& loader, std::int64_t max_
 
 template double accumulate_gradients<float>(Model<float>&, data::DataLoader&, std::int64_t, std::int64_t);
 template double accumulate_gradients<double>(Model<double>&, data::DataLoader&, std::int64_t, std::int64_t);
+template void adamw_update_range<float>(const ParameterLayout&, std::int64_t, std::int64_t, FlatView<float>,
+                                        FlatView<const float>, FlatView<float>, FlatView<float>, std::int64_t,
+                                        const kernels::AdamWHyperparameters&);
+template void adamw_update_range<double>(const ParameterLayout&, std::int64_t, std::int64_t, FlatView<double>,
+                                         FlatView<const double>, FlatView<double>, FlatView<double>, std::int64_t,
+                                         const kernels::AdamWHyperparameters&);
 template TrainResult train<float>(Model<float>&, data::DataLoader&, const TrainOptions&);
 template TrainResult train<double>(Model<double>&, data::DataLoader&, const TrainOptions&);
 template EvalResult evaluate<float>(Model<float>&, data::DataLoader&, std::int64_t);

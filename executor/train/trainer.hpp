@@ -17,7 +17,7 @@
 // Steps count from 0 in callbacks, problems and the schedule.
 //
 // defines: StepReport, NonFiniteAction, TrainOptions, TrainResult, StepVerdict, judge_step,
-//          accumulate_gradients, train, EvalResult, evaluate
+//          accumulate_gradients, FlatView, adamw_update_range, train, EvalResult, evaluate
 #pragma once
 
 #include <cstdint>
@@ -90,6 +90,24 @@ StepVerdict judge_step(std::int64_t step, double loss, double grad_norm, double 
 template <typename T>
 double accumulate_gradients(Model<T>& model, data::DataLoader& loader, std::int64_t micro_batch,
                             std::int64_t micro_batches);
+
+// Part of a flat parameter buffer (parameters.hpp): `data` holds elements
+// [begin, ...) of it, so a shard and the whole buffer are addressed alike.
+template <typename T>
+struct FlatView {
+  T* data = nullptr;
+  std::int64_t begin = 0;
+  T* at(std::int64_t element) const { return data + (element - begin); }
+};
+
+// AdamW (step `updates`, 1-based) on elements [begin, end) of the flat
+// buffer, tensor by tensor so that weight decay applies to the elements of
+// rank >= 2 tensors only, also where [begin, end) cuts a tensor (a ZeRO shard).
+// The views must hold [begin, end); `grads` is used as it is (clip it first).
+template <typename T>
+void adamw_update_range(const ParameterLayout& layout, std::int64_t begin, std::int64_t end, FlatView<T> values,
+                        FlatView<const T> grads, FlatView<T> adam_m, FlatView<T> adam_v, std::int64_t updates,
+                        const kernels::AdamWHyperparameters& hp);
 
 template <typename T>
 TrainResult train(Model<T>& model, data::DataLoader& loader, const TrainOptions& options);
