@@ -254,8 +254,8 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
   Loaded<std::unique_ptr<ParallelGpt>> result;
   Problems& problems = result.problems;
   if (spec.kind != ModelKind::transformer) {
-    problems.push_back(error("model.kind", "multi-rank plans train GPT models (kind: transformer); an MLP trains "
-                                           "on one rank (a plan whose mesh has one device)"));
+    problems.push_back(error("model.kind", "ParallelGpt trains transformers; an MLP trains on one rank or under "
+                                           "DataParallelTrainer (executor/train/data_parallel.hpp)"));
     return result;
   }
   problems = trainable(spec, plan, seq_len);

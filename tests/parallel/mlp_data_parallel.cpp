@@ -65,9 +65,9 @@ ModelSpec mlp_spec() {
 // Inputs in [0, 1), the class the arg-max of a fixed random projection (learnable, not noise).
 data::InMemoryDataset classification(std::int64_t samples, std::uint64_t seed) {
   const std::int64_t inputs = 20, classes = 5;
-  std::mt19937_64 engine(seed);
+  std::mt19937_64 fixed(5), engine(seed);  // one projection for every split
   std::vector<float> projection(static_cast<std::size_t>(inputs * classes));
-  for (float& w : projection) w = static_cast<float>(data::uniform_unit(engine)) - 0.5f;
+  for (float& w : projection) w = static_cast<float>(data::uniform_unit(fixed)) - 0.5f;
   data::InMemoryDataset set;
   set.samples = samples;
   set.inputs_per_sample = inputs;
