@@ -5,7 +5,9 @@
 // rank 0 also trains the single-rank exec::train on the same global batches
 // (12 samples a step, 20 steps, AdamW with weight decay, warmup, clipping at
 // 0.5: active), then compares
-//   * the loss of every step: relative difference <= tolerance (1e-5),
+//   * the loss and the gradient norm of every step: relative difference <=
+//     tolerance (1e-5; the norm catches a wrong gradient scale, which
+//     clipping and AdamW would otherwise hide),
 //   * the final values and both AdamW moments, as checkpoint_tensors gives
 //     them: ||x - x_ref|| / ||x_ref|| <= tolerance,
 //   * an evaluation (every rank) against exec::evaluate: loss within the
@@ -145,10 +147,11 @@ int main(int argc, char** argv) {
   exec::TrainOptions o = options(steps);
   o.micro_batch = micro_batch;
   o.micro_batches = plan.micro_batches();
-  std::vector<double> losses;
+  std::vector<double> losses, norms;
   int clipped = 0;
   o.on_step = [&](const exec::StepReport& r) {
     losses.push_back(r.loss);
+    norms.push_back(r.grad_norm);
     if (r.grad_norm > o.max_grad_norm) ++clipped;
   };
   data::ShuffledLoader loader(classification(samples, 11), seed);
@@ -185,8 +188,11 @@ int main(int argc, char** argv) {
     exec::TrainOptions ro = options(steps);
     ro.micro_batch = micro_batch;
     ro.micro_batches = global_batch / micro_batch;
-    std::vector<double> reference_losses;
-    ro.on_step = [&](const exec::StepReport& r) { reference_losses.push_back(r.loss); };
+    std::vector<double> reference_losses, reference_norms;
+    ro.on_step = [&](const exec::StepReport& r) {
+      reference_losses.push_back(r.loss);
+      reference_norms.push_back(r.grad_norm);
+    };
     data::ShuffledLoader reference_loader(classification(samples, 11), seed);
     if (!exec::train(*reference.value, reference_loader, ro).ok() || reference_losses.size() != losses.size()) {
       std::fprintf(stderr, "FAILED mlp_data_parallel %s: the single-rank run did not train %zu steps\n", name.c_str(),
@@ -195,11 +201,11 @@ int main(int argc, char** argv) {
     }
     double worst_loss = 0, worst_tensor = 0;
     for (std::size_t s = 0; s < losses.size() && s < reference_losses.size(); ++s) {
-      const double d = relative(losses[s], reference_losses[s]);
+      const double d = std::max(relative(losses[s], reference_losses[s]), relative(norms[s], reference_norms[s]));
       worst_loss = std::max(worst_loss, d);
       if (d > tolerance && !failed) {
-        std::fprintf(stderr, "FAILED mlp_data_parallel %s: step %zu loss %.9g, single rank %.9g (relative %.3g)\n",
-                     name.c_str(), s, losses[s], reference_losses[s], d);
+        std::fprintf(stderr, "FAILED mlp_data_parallel %s: step %zu loss %.9g norm %.9g, single rank %.9g %.9g (relative %.3g)\n",
+                     name.c_str(), s, losses[s], norms[s], reference_losses[s], reference_norms[s], d);
         failed = true;
       }
     }
@@ -223,7 +229,7 @@ int main(int argc, char** argv) {
       failed = true;
     }
     std::printf("mlp_data_parallel %s (%d ranks, zero %d): %zu steps (%d clipped), loss %.4f -> %.4f; largest relative "
-                "loss difference %.3g, tensor difference %.3g, evaluation %.3g; optimizer bytes %lld of %lld on one rank\n",
+                "loss/norm difference %.3g, tensor difference %.3g, evaluation %.3g; optimizer bytes %lld of %lld on one rank\n",
                 name.c_str(), comm.size(), plan.zero_stage, losses.size(), clipped, losses.front(), losses.back(),
                 worst_loss, worst_tensor, eval_d, static_cast<long long>(optimizer_bytes),
                 static_cast<long long>(2 * 4 * elements));
