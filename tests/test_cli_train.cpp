@@ -152,11 +152,18 @@ TEST(CliTrain, RefusesWhatItCannotRunYet) {
   CliRun r = run({"train", "--plan", gpt, "--data", "text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp", "--steps", "2"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("mpirun -np 2"), std::string::npos) << r.err;
-  // An MLP on two devices: no launch fits (an MLP trains on one rank), refused before MPI starts.
+  // An MLP on dp=2 trains under mpirun (tests/parallel/cli_train_mlp_mpi.sh): in one process, the launch that fits.
   const std::string mlp = emit_plan("two-ranks.json", "dp=2", 16, 32);
-  r = run({"train", "--plan", mlp, "--data", "fashion-mnist", "--steps", "2"});
+  r = run({"train", "--plan", mlp, "--data", "synthetic", "--steps", "2"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("meshplan train: mesh: an MLP trains on one rank"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("mpirun -np 2"), std::string::npos) << r.err;
+  // An MLP with tensor parallelism: no launch fits, refused naming the axis before MPI starts.
+  const std::string mlp_tp = emit_plan("two-ranks-tp.json", "tp=2", 16, 16);
+  r = run({"train", "--plan", mlp_tp, "--data", "synthetic", "--steps", "2"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("mesh.tp: an MLP trains on dp and fsdp meshes; tensor parallelism for MLPs is not run"),
+            std::string::npos)
+      << r.err;
   EXPECT_EQ(r.err.find("mpirun"), std::string::npos) << r.err;
   r = run({"train", "--plan", temp_path("nope.json").string(), "--steps", "2"});
   EXPECT_EQ(r.status, 2);

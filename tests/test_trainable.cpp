@@ -79,13 +79,28 @@ TEST(Trainable, RefusesACnn) {
   EXPECT_EQ(kind->message, "ResNet/CNN models are planned but not trained by the executor");
 }
 
-TEST(Trainable, RefusesAnMlpOnMoreThanOneDevice) {
+// An MLP trains on dp and fsdp meshes (data_parallel.hpp), any ZeRO stage;
+// model-parallel axes are refused, naming the axis.
+TEST(Trainable, AcceptsAnMlpOnDpAndFsdpMeshesOnly) {
   const ModelSpec mlp = must(load_model("mlp-fashion"));
-  const Problems problems = trainable(mlp, plan_with("dp=2", 16, 32), 1);
-  const Problem* mesh = error_on(problems, "mesh");
-  ASSERT_NE(mesh, nullptr) << messages(problems);
-  EXPECT_NE(mesh->message.find("an MLP trains on one rank, and the mesh dp=2 has 2 devices"), std::string::npos)
-      << mesh->message;
+  for (const char* mesh : {"dp=2", "fsdp=2", "dp=2,fsdp=2"}) {
+    const Problems problems = trainable(mlp, plan_with(mesh, 16, 64), 1);
+    EXPECT_FALSE(has_errors(problems)) << mesh << ": " << messages(problems);
+  }
+  Plan zero3 = plan_with("dp=2", 16, 32);
+  zero3.zero_stage = 3;
+  EXPECT_FALSE(has_errors(trainable(mlp, zero3, 1))) << messages(trainable(mlp, zero3, 1));
+  const Problems tp = trainable(mlp, plan_with("tp=2", 16, 16), 1);
+  const Problem* tp_error = error_on(tp, "mesh.tp");
+  ASSERT_NE(tp_error, nullptr) << messages(tp);
+  EXPECT_NE(tp_error->message.find("an MLP trains on dp and fsdp meshes; tensor parallelism for MLPs is not run"),
+            std::string::npos)
+      << tp_error->message;
+  const Problems pp = trainable(mlp, plan_with("dp=2,pp=2", 16, 32), 1);
+  EXPECT_NE(error_on(pp, "mesh.pp"), nullptr) << messages(pp);
+  Plan zero_and_fsdp = plan_with("dp=2,fsdp=2", 16, 64);
+  zero_and_fsdp.zero_stage = 1;
+  EXPECT_NE(error_on(trainable(mlp, zero_and_fsdp, 1), "zero"), nullptr);
 }
 
 TEST(Trainable, RefusesWhatTheParallelRuntimeCannotRun) {

@@ -11,7 +11,7 @@
 // equal only with the same backend and category. A default-constructed
 // allocator records scratch (workspace) on default_backend().
 //
-// defines: TrackedAllocator, TrackedVector
+// defines: TrackedAllocator, TrackedVector, release
 #pragma once
 
 #include <cassert>
@@ -66,5 +66,12 @@ class TrackedAllocator {
 
 template <typename T>
 using TrackedVector = std::vector<T, TrackedAllocator<T>>;
+
+// Frees the vector's memory (clear() keeps the capacity), so the ledger drops;
+// the vector stays usable with the same allocator.
+template <typename T>
+void release(TrackedVector<T>& buffer) {
+  TrackedVector<T>(buffer.get_allocator()).swap(buffer);
+}
 
 }  // namespace meshplan::exec

@@ -75,8 +75,6 @@ P* at(P* base, const Unit& unit, int tensor) {
 
 void fit(Floats& buffer, std::int64_t n) { buffer.resize(static_cast<std::size_t>(n)); }
 void zero(Floats& buffer) { std::fill(buffer.begin(), buffer.end(), 0.0f); }
-// Frees the buffer's memory (clear() keeps it), under the category it was recorded in.
-void release(Floats& buffer) { Floats(buffer.get_allocator()).swap(buffer); }
 
 // out = x + (y + bias), row by row, the residual add of a row-parallel linear's
 // output (bias null: out = x + y).
@@ -236,8 +234,7 @@ Problems plan_problems(const ModelSpec& spec, const Plan& plan, std::int64_t seq
   Problems problems = check_supported(spec);
   const Mesh& mesh = plan.mesh;
   const TransformerDims& t = spec.transformer;
-  const std::int64_t tp = mesh.size(Axis::tp), pp = mesh.size(Axis::pp), dp = mesh.size(Axis::dp),
-                     fsdp = mesh.size(Axis::fsdp);
+  const std::int64_t tp = mesh.size(Axis::tp), pp = mesh.size(Axis::pp);
   for (const Axis axis : {Axis::cp, Axis::ep})
     if (mesh.size(axis) > 1)
       problems.push_back(error("mesh." + to_string(axis), to_string(axis) + " > 1 is not run by the executor yet"));
@@ -260,9 +257,8 @@ Problems plan_problems(const ModelSpec& spec, const Plan& plan, std::int64_t seq
   if (plan.sequence_parallel && (plan.micro_batch * seq_len) % tp != 0)
     problems.push_back(error("sequence_parallel", "micro_batch x seq_len (" + std::to_string(plan.micro_batch * seq_len) +
                                                       " rows) must be a multiple of tp " + std::to_string(tp)));
-  if (plan.zero_stage > 0 && fsdp > 1 && dp > 1)
-    problems.push_back(error("zero", "ZeRO on dp together with fsdp > 1 is not run by the executor; shard over "
-                                     "fsdp and keep zero 0 on dp"));
+  const Problems sharding = data_sharding_problems(plan);
+  problems.insert(problems.end(), sharding.begin(), sharding.end());
   const Problems schedule = schedule_problems(plan.schedule, pp, std::max<std::int64_t>(micro_batches, 1));
   problems.insert(problems.end(), schedule.begin(), schedule.end());
   return problems;
@@ -277,8 +273,8 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
   Loaded<std::unique_ptr<ParallelGpt>> result;
   Problems& problems = result.problems;
   if (spec.kind != ModelKind::transformer) {
-    problems.push_back(error("model.kind", "multi-rank plans train GPT models (kind: transformer); an MLP trains "
-                                           "on one rank (a plan whose mesh has one device)"));
+    problems.push_back(error("model.kind", "ParallelGpt trains transformers; an MLP trains on one rank or under "
+                                           "DataParallelTrainer (executor/train/data_parallel.hpp)"));
     return result;
   }
   problems = trainable(spec, plan, seq_len);

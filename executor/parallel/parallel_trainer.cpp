@@ -359,29 +359,12 @@ TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoade
     double sums[2] = {local_norm * local_norm,
                       work.holds_loss() ? loss_sum / static_cast<double>(work.micro_batches_per_step()) : 0.0};
     world.all_reduce(sums, 2, DataType::f64, ReduceOp::sum);
-    const double norm = std::sqrt(sums[0]), loss = sums[1];
-    const double lr = learning_rate_at(schedule, step);
-    StepReport report{step, loss, lr, norm, 0, 0, false};
-    ++result.steps;
-    result.last_loss = loss;
-
-    const StepVerdict verdict = judge_step(step, loss, norm, lr, options.on_non_finite, result);
-    if (verdict == StepVerdict::stop) return result;
-    if (verdict == StepVerdict::skip) {
-      report.skipped = true;
-    } else {
-      ++updates;
-      kernels::AdamWHyperparameters hp = options.adamw;
-      hp.learning_rate = lr;
-      work.update(static_cast<float>(kernels::clip_scale(norm, options.max_grad_norm)), updates, hp);
-    }
-    report.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    report.items_per_s = report.step_s > 0 ? static_cast<double>(work.tokens_per_step()) / report.step_s : 0;
-    if (options.on_step) options.on_step(report);
-    if (options.stop_requested && options.stop_requested()) {
-      result.stopped_early = step + 1 < options.steps;
+    const auto update = [&](double clip, std::int64_t n, const kernels::AdamWHyperparameters& hp) {
+      work.update(static_cast<float>(clip), n, hp);
+    };
+    if (!finish_step(step, sums[1], std::sqrt(sums[0]), learning_rate_at(schedule, step),
+                     static_cast<double>(work.tokens_per_step()), start, options.steps, options, updates, result, update))
       break;
-    }
   }
   return result;
 }

@@ -203,4 +203,11 @@ DataSharding data_sharding(const Plan& plan) {
   return out;
 }
 
+Problems data_sharding_problems(const Plan& plan) {
+  if (plan.zero_stage > 0 && plan.mesh.size(Axis::fsdp) > 1 && plan.mesh.size(Axis::dp) > 1)
+    return {{Severity::error, "zero",
+             "ZeRO on dp together with fsdp > 1 is not run by the executor; shard over fsdp and keep zero 0 on dp"}};
+  return {};
+}
+
 }  // namespace meshplan::exec::parallel

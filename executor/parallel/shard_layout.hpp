@@ -40,7 +40,7 @@
 //
 // defines: TpPacking, LocalTensor, UnitLayout, TpShape, tp_shape, wte_unit,
 //          wpe_unit, layer_unit, lnf_unit, head_unit, global_row, global_col,
-//          extract_shard, insert_shard, DataSharding, data_sharding
+//          extract_shard, insert_shard, DataSharding, data_sharding, data_sharding_problems
 #pragma once
 
 #include <cstdint>
@@ -50,6 +50,7 @@
 #include "model/layer_graph.hpp"
 #include "model/model_spec.hpp"
 #include "model/plan.hpp"
+#include "model/problem.hpp"
 
 namespace meshplan::exec::parallel {
 
@@ -141,5 +142,8 @@ struct DataSharding {
   bool parameters = false, gradients = false, optimizer = false;
 };
 DataSharding data_sharding(const Plan& plan);
+// The data-parallel meshes data_sharding cannot describe (ZeRO on dp with
+// fsdp > 1), as errors naming "zero"; asked by every trainer before data_sharding.
+Problems data_sharding_problems(const Plan& plan);
 
 }  // namespace meshplan::exec::parallel

@@ -1,6 +1,7 @@
 // The session of session.hpp. The model-specific part is an Engine: the
-// GPT over the mesh (ParallelGpt; a one-device plan is the mesh of one) or
-// the single-rank Model<float> (MLPs); everything else — options, resume,
+// GPT over the mesh (ParallelGpt; a one-device plan is the mesh of one), the
+// single-rank Model<float> (an MLP on one device), or that model under
+// DataParallelTrainer (an MLP on a dp/fsdp mesh); everything else — options, resume,
 // saving, metrics, evaluation, stopping — is written once.
 #include "executor/train/session.hpp"
 
@@ -15,6 +16,7 @@
 #include "executor/model/model.hpp"
 #include "executor/parallel/parallel_checkpoint.hpp"
 #include "executor/parallel/parallel_trainer.hpp"
+#include "executor/train/data_parallel.hpp"
 #include "executor/train/run_control.hpp"
 #include "executor/train/trainable.hpp"
 #include "model/evaluate.hpp"
@@ -86,6 +88,29 @@ class SingleRankEngine final : public Engine {
   std::unique_ptr<Model<float>> model_;
 };
 
+// An MLP on a dp/fsdp mesh (data_parallel.hpp).
+class DataParallelEngine final : public Engine {
+ public:
+  DataParallelEngine(comm::MeshCommunicators groups, std::unique_ptr<Model<float>> model, const Plan& plan)
+      : groups_(std::move(groups)), trainer_(std::move(model), plan, groups_) {}
+
+  TrainResult train(data::DataLoader& loader, const TrainOptions& options) override {
+    return trainer_.train(loader, options);
+  }
+  std::vector<TensorBlob> checkpoint_tensors() override { return trainer_.checkpoint_tensors(); }
+  Problems restore(const std::vector<TensorBlob>& blobs, const std::string& where) override {
+    return trainer_.restore(blobs, where);
+  }
+  EvalResult evaluate(data::DataLoader& loader, std::int64_t max_samples) override {
+    return trainer_.evaluate(loader, max_samples);
+  }
+  bool classifier(const data::BatchShape& shape) const override { return shape.classes > 0; }
+
+ private:
+  comm::MeshCommunicators groups_;  // before trainer_: it refers to them
+  DataParallelTrainer trainer_;
+};
+
 std::int32_t agree_max(comm::Communicator& world, bool mine) {
   std::int32_t value = mine ? 1 : 0;
   world.all_reduce(&value, 1, comm::DataType::i32, comm::ReduceOp::max);
@@ -155,14 +180,25 @@ Problems TrainingSession::State::build_engine() {
           (plan.sequence_parallel ? ", sequence parallel" : "") + ")");
   } else {
     // A launch that does not match the mesh is named first (it says which mpirun fits).
-    if (world->size() > 1 || plan.mesh.world_size() > 1)
-      if (auto groups = comm::MeshCommunicators::create(*world, plan.mesh); !groups.ok()) return groups.problems;
+    std::optional<comm::MeshCommunicators> groups;
+    if (world->size() > 1 || plan.mesh.world_size() > 1) {
+      auto created = comm::MeshCommunicators::create(*world, plan.mesh);
+      if (!created.ok()) return created.problems;
+      groups = std::move(created.value);
+    }
     if (Problems p = trainable(plan_file.model, plan, seq_len); has_errors(p)) return p;
+    // Every rank builds the model from the same seed: the replicas start identical.
     auto model = make_model<float>(plan_file.model, config.seed, plan.micro_batch, seq_len);
     if (!model.ok()) return model.problems;
     if (Problems p = model.value->set_matmul_precision(config.compute); has_errors(p)) return p;
     if (Problems fit = model.value->check_data(loader->shape()); has_errors(fit)) return fit;
-    engine = std::make_unique<SingleRankEngine>(std::move(model.value));
+    if (groups) {
+      engine = std::make_unique<DataParallelEngine>(std::move(*groups), std::move(model.value), plan);
+      say("training " + plan.mesh.to_string() + " on " + std::to_string(world->size()) + " ranks (data parallel, zero " +
+          std::to_string(plan.zero_stage) + ")");
+    } else {
+      engine = std::make_unique<SingleRankEngine>(std::move(model.value));
+    }
   }
   // Peaks from here on are training's, not the initialisation's (every rank builds the full model once).
   default_backend().ledger().reset_peaks();

@@ -13,6 +13,7 @@
 #include "executor/data/loader.hpp"
 #include "executor/model/parameters.hpp"
 #include "executor/parallel/parallel_gpt.hpp"
+#include "executor/parallel/shard_layout.hpp"
 
 namespace meshplan::exec {
 namespace {
@@ -39,6 +40,23 @@ Problems checkpoint_dir_problems(const std::string& dir) {
   return {};
 }
 
+// An MLP runs under DataParallelTrainer: dp and fsdp axes (any ZeRO stage the
+// GPT runtime also runs), no model-parallel axis.
+Problems mlp_mesh_problems(const Plan& plan) {
+  Problems problems;
+  const std::pair<Axis, const char*> model_parallel[] = {
+      {Axis::tp, "tensor parallelism"}, {Axis::pp, "pipeline parallelism"},
+      {Axis::cp, "context parallelism"}, {Axis::ep, "expert parallelism"}};
+  for (const auto& [axis, what] : model_parallel)
+    if (plan.mesh.size(axis) > 1)
+      problems.push_back(error("mesh." + to_string(axis), std::string("an MLP trains on dp and fsdp meshes; ") + what +
+                                                              " for MLPs is not run (mesh " + plan.mesh.to_string() +
+                                                              ")"));
+  const Problems sharding = parallel::data_sharding_problems(plan);
+  problems.insert(problems.end(), sharding.begin(), sharding.end());
+  return problems;
+}
+
 }  // namespace
 
 Problems trainable(const ModelSpec& spec, const Plan& plan, std::int64_t seq_len) {
@@ -47,10 +65,8 @@ Problems trainable(const ModelSpec& spec, const Plan& plan, std::int64_t seq_len
       return parallel::plan_problems(spec, plan, seq_len);  // check_supported(spec) among them
     case ModelKind::mlp: {
       Problems problems = check_supported(spec);
-      if (const std::int64_t devices = plan.mesh.world_size(); devices > 1)
-        problems.push_back(error("mesh", "an MLP trains on one rank, and the mesh " + plan.mesh.to_string() + " has " +
-                                             std::to_string(devices) +
-                                             " devices; plan the MLP for one device (--gpus 1 --mesh dp=1)"));
+      const Problems mesh = mlp_mesh_problems(plan);
+      problems.insert(problems.end(), mesh.begin(), mesh.end());
       return problems;
     }
     case ModelKind::cnn:

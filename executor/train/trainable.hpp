@@ -10,8 +10,9 @@
 //                and Llama families, GeGLU) and what the parallel runtime runs of
 //                the plan (parallel::plan_problems: no cp or ep, tp dividing
 //                the heads, the kv heads and ffn, the schedule, ...);
-//   mlp          the supported features, on a mesh of one device (an MLP
-//                trains on one rank; there is no data-parallel MLP yet);
+//   mlp          the supported features, on a mesh of dp and fsdp axes only
+//                (data_parallel.hpp: any ZeRO stage; tp, pp, cp and ep are
+//                refused, naming the axis);
 //   cnn          refused: ResNets are planned, not trained.
 //
 // run_input_problems checks the rest of what `train` would otherwise fail on

@@ -41,6 +41,32 @@ StepVerdict judge_step(std::int64_t step, double loss, double grad_norm, double 
   return StepVerdict::skip;
 }
 
+bool finish_step(std::int64_t step, double loss, double grad_norm, double lr, double items,
+                 std::chrono::steady_clock::time_point start, std::int64_t steps, const TrainOptions& options,
+                 std::int64_t& updates, TrainResult& result, const StepUpdate& update) {
+  StepReport report{step, loss, lr, grad_norm, 0, 0, false};
+  ++result.steps;
+  result.last_loss = loss;
+  const StepVerdict verdict = judge_step(step, loss, grad_norm, lr, options.on_non_finite, result);
+  if (verdict == StepVerdict::stop) return false;
+  if (verdict == StepVerdict::skip) {
+    report.skipped = true;
+  } else {
+    ++updates;
+    kernels::AdamWHyperparameters hp = options.adamw;
+    hp.learning_rate = lr;
+    update(kernels::clip_scale(grad_norm, options.max_grad_norm), updates, hp);
+  }
+  report.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.items_per_s = report.step_s > 0 ? items / report.step_s : 0;
+  if (options.on_step) options.on_step(report);
+  if (options.stop_requested && options.stop_requested()) {
+    result.stopped_early = step + 1 < steps;
+    return false;
+  }
+  return true;
+}
+
 template <typename T>
 double accumulate_gradients(Model<T>& model, data::DataLoader& loader, std::int64_t micro_batch,
                             std::int64_t micro_batches) {
@@ -53,6 +79,19 @@ double accumulate_gradients(Model<T>& model, data::DataLoader& loader, std::int6
     model.backward(dloss);
   }
   return loss / static_cast<double>(micro_batches);
+}
+
+template <typename T>
+void adamw_update_range(const ParameterLayout& layout, std::int64_t begin, std::int64_t end, FlatView<T> values,
+                        FlatView<const T> grads, FlatView<T> adam_m, FlatView<T> adam_v, std::int64_t updates,
+                        const kernels::AdamWHyperparameters& hp) {
+  for (const ParameterTensor& tensor : layout.tensors) {
+    const std::int64_t lo = std::max(tensor.offset, begin), hi = std::min(tensor.offset + tensor.elements, end);
+    if (hi <= lo) continue;
+    kernels::AdamWHyperparameters tensor_hp = hp;
+    if (tensor.shape.size() < 2) tensor_hp.weight_decay = 0;
+    kernels::adamw_update(values.at(lo), grads.at(lo), adam_m.at(lo), adam_v.at(lo), hi - lo, updates, tensor_hp);
+  }
 }
 
 template <typename T>
@@ -82,39 +121,17 @@ TrainResult train(Model<T>& model, data::DataLoader& loader, const TrainOptions&
     const auto start = std::chrono::steady_clock::now();
     const double loss = accumulate_gradients(model, loader, options.micro_batch, options.micro_batches);
     const double norm = kernels::global_l2_norm<T>(std::span<const std::span<const T>>(&all_grads, 1));
-    const double lr = learning_rate_at(schedule, step);
-    StepReport metrics{step, loss, lr, norm, 0, 0, false};
-    ++result.steps;
-    result.last_loss = loss;
-
-    const StepVerdict verdict = judge_step(step, loss, norm, lr, options.on_non_finite, result);
-    if (verdict == StepVerdict::stop) return result;
-    if (verdict == StepVerdict::skip) {
-      metrics.skipped = true;
-    } else {
-      const T scale = static_cast<T>(kernels::clip_scale(norm, options.max_grad_norm));
+    const auto update = [&](double clip, std::int64_t n, const kernels::AdamWHyperparameters& hp) {
+      const T scale = static_cast<T>(clip);
       if (scale != T(1))
         for (T& g : params.grads) g *= scale;
-      ++updates;
-      kernels::AdamWHyperparameters hp = options.adamw;
-      hp.learning_rate = lr;
-      for (const ParameterTensor& tensor : params.layout.tensors) {
-        kernels::AdamWHyperparameters tensor_hp = hp;
-        if (tensor.shape.size() < 2) tensor_hp.weight_decay = 0;
-        const std::int64_t o = tensor.offset;
-        kernels::adamw_update(params.values.data() + o, params.grads.data() + o, params.adam_m.data() + o,
-                              params.adam_v.data() + o, tensor.elements, updates, tensor_hp);
-      }
-    }
-    metrics.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    metrics.items_per_s = metrics.step_s > 0 ? static_cast<double>(options.global_batch() * model.items_per_sample()) /
-                                                   metrics.step_s
-                                             : 0;
-    if (options.on_step) options.on_step(metrics);
-    if (options.stop_requested && options.stop_requested()) {
-      result.stopped_early = step + 1 < steps;
+      adamw_update_range<T>(params.layout, 0, params.layout.total_elements, {params.values.data()},
+                            {params.grads.data()}, {params.adam_m.data()}, {params.adam_v.data()}, n, hp);
+    };
+    if (!finish_step(step, loss, norm, learning_rate_at(schedule, step),
+                     static_cast<double>(options.global_batch() * model.items_per_sample()), start, steps, options,
+                     updates, result, update))
       break;
-    }
   }
   return result;
 }
@@ -146,6 +163,12 @@ EvalResult evaluate(Model<T>& model, data::DataLoader& loader, std::int64_t max_
 
 template double accumulate_gradients<float>(Model<float>&, data::DataLoader&, std::int64_t, std::int64_t);
 template double accumulate_gradients<double>(Model<double>&, data::DataLoader&, std::int64_t, std::int64_t);
+template void adamw_update_range<float>(const ParameterLayout&, std::int64_t, std::int64_t, FlatView<float>,
+                                        FlatView<const float>, FlatView<float>, FlatView<float>, std::int64_t,
+                                        const kernels::AdamWHyperparameters&);
+template void adamw_update_range<double>(const ParameterLayout&, std::int64_t, std::int64_t, FlatView<double>,
+                                         FlatView<const double>, FlatView<double>, FlatView<double>, std::int64_t,
+                                         const kernels::AdamWHyperparameters&);
 template TrainResult train<float>(Model<float>&, data::DataLoader&, const TrainOptions&);
 template TrainResult train<double>(Model<double>&, data::DataLoader&, const TrainOptions&);
 template EvalResult evaluate<float>(Model<float>&, data::DataLoader&, std::int64_t);

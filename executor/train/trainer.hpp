@@ -17,9 +17,10 @@
 // Steps count from 0 in callbacks, problems and the schedule.
 //
 // defines: StepReport, NonFiniteAction, TrainOptions, TrainResult, StepVerdict, judge_step,
-//          accumulate_gradients, train, EvalResult, evaluate
+//          finish_step, accumulate_gradients, FlatView, adamw_update_range, train, EvalResult, evaluate
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -84,12 +85,43 @@ enum class StepVerdict { update, skip, stop };
 StepVerdict judge_step(std::int64_t step, double loss, double grad_norm, double lr, NonFiniteAction action,
                        TrainResult& result);
 
+// The end of a step, alike in every trainer (train, train_parallel,
+// DataParallelTrainer), once `loss` and `grad_norm` are known on this rank:
+// counts the step in `result`; judge_step; when it allows, `update(clip,
+// updates, hp)` with clip = clip_scale(grad_norm, max_grad_norm), `updates`
+// already incremented and hp = options.adamw at this step's lr; then the
+// report's time (from `start`) and throughput (`items` per step), on_step and
+// stop_requested. Returns false when the run ends after this step (stopped
+// on a non-finite step, or asked to stop: result.stopped_early when steps remain).
+using StepUpdate = std::function<void(double clip, std::int64_t updates, const kernels::AdamWHyperparameters& hp)>;
+bool finish_step(std::int64_t step, double loss, double grad_norm, double lr, double items,
+                 std::chrono::steady_clock::time_point start, std::int64_t steps, const TrainOptions& options,
+                 std::int64_t& updates, TrainResult& result, const StepUpdate& update);
+
 // Zeroes the gradients, then runs `micro_batches` forward/backward passes of
 // `micro_batch` samples from `loader`, each backward scaled by 1 / micro_batches;
 // returns the mean loss. The gradient half of one training step.
 template <typename T>
 double accumulate_gradients(Model<T>& model, data::DataLoader& loader, std::int64_t micro_batch,
                             std::int64_t micro_batches);
+
+// Part of a flat parameter buffer (parameters.hpp): `data` holds elements
+// [begin, ...) of it, so a shard and the whole buffer are addressed alike.
+template <typename T>
+struct FlatView {
+  T* data = nullptr;
+  std::int64_t begin = 0;
+  T* at(std::int64_t element) const { return data + (element - begin); }
+};
+
+// AdamW (step `updates`, 1-based) on elements [begin, end) of the flat
+// buffer, tensor by tensor so that weight decay applies to the elements of
+// rank >= 2 tensors only, also where [begin, end) cuts a tensor (a ZeRO shard).
+// The views must hold [begin, end); `grads` is used as it is (clip it first).
+template <typename T>
+void adamw_update_range(const ParameterLayout& layout, std::int64_t begin, std::int64_t end, FlatView<T> values,
+                        FlatView<const T> grads, FlatView<T> adam_m, FlatView<T> adam_v, std::int64_t updates,
+                        const kernels::AdamWHyperparameters& hp);
 
 template <typename T>
 TrainResult train(Model<T>& model, data::DataLoader& loader, const TrainOptions& options);

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `mpirun -np N meshplan train --plan plan.json` for an MLP (issue 17): dp=2,
+# dp=2 with ZeRO 1 and fsdp=2 on 2 ranks must log, from rank 0 only, the
+# losses of the one-device plan of the same global batch (relative 1e-5); a
+# checkpoint of the one-device run after step 3 resumes under fsdp=2 with
+# the uninterrupted run's losses; a tp=2 plan is refused naming mesh.tp.
+#
+# usage: cli_train_mlp_mpi.sh MPIEXEC MESHPLAN MODEL_YAML WORK_DIR
+set -u
+mpiexec=$1 meshplan=$2 model=$3 work=$4
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+fail() { echo "FAILED: $*" >&2; exit 1; }
+
+emit() {  # name gpus mesh [extra explain flags]
+  local name=$1 gpus=$2 mesh=$3; shift 3
+  "$meshplan" explain --model "$model" --cluster local-cpu --gpus "$gpus" --mesh "$mesh" --micro-batch 4 \
+    --global-batch 16 "$@" --emit-plan "$name.json" > "$name.explain" 2>&1 || fail "explain $name: $(tail -3 "$name.explain")"
+}
+emit one 1 dp=1 --zero 0
+emit dp2 2 dp=2 --zero 0
+emit zero1 2 dp=2 --zero 1
+emit fsdp2 2 fsdp=2 --zero 0
+emit tp2 2 tp=2 --zero 0
+
+train=(train --data synthetic --steps 8 --log-every 1 --weight-decay 0.1 --lr 0.01)
+losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+compare() {  # reference.jsonl other.jsonl label
+  local n_ref n_other
+  n_ref=$(losses "$1" | wc -l) n_other=$(losses "$2" | wc -l)
+  [ "$n_ref" -eq "$n_other" ] && [ "$n_ref" -gt 0 ] || fail "$3: $n_other loss lines against $n_ref"
+  paste <(losses "$1") <(losses "$2") | awk -v label="$3" '
+    { d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > worst) worst = d
+      if (d > 1e-5) { printf "FAILED: %s: step %d loss %s, one device %s\n", label, NR - 1, $2, $1; bad = 1 } }
+    END { printf "%s: %d steps, largest relative loss difference %.3g\n", label, NR, worst; exit bad }' || exit 1
+}
+
+"$meshplan" "${train[@]}" --plan one.json --metrics one.jsonl > one.out 2>&1 || fail "one rank: $(tail -3 one.out)"
+for plan in dp2 zero1 fsdp2; do
+  "$mpiexec" -np 2 "$meshplan" "${train[@]}" --plan $plan.json --metrics $plan.jsonl > $plan.out 2>&1 ||
+    fail "$plan: $(tail -5 $plan.out)"
+  compare one.jsonl $plan.jsonl "MLP $plan (2 ranks)"
+  [ "$(grep -c '^step' $plan.out)" -eq 8 ] || fail "$plan printed $(grep -c '^step' $plan.out) step lines, not 8 (rank 0 only)"
+done
+
+# A one-device checkpoint after step 3 resumes under fsdp=2 with the uninterrupted losses.
+"$meshplan" "${train[@]}" --plan one.json --checkpoint-dir ck --stop-after 3 > stop.out 2>&1
+[ -f ck/step-000003/COMPLETE ] || fail "no checkpoint at step 3: $(tail -3 stop.out)"
+"$mpiexec" -np 2 "$meshplan" "${train[@]}" --plan fsdp2.json --checkpoint-dir ck --resume --metrics resumed.jsonl \
+  > resumed.out 2>&1 || fail "resume under fsdp=2: $(tail -5 resumed.out)"
+grep -q "resumed from" resumed.out || fail "the fsdp=2 run did not resume: $(head -3 resumed.out)"
+grep '"loss"' one.jsonl | tail -n +4 > one-after-3.jsonl
+compare one-after-3.jsonl resumed.jsonl "one device -> fsdp=2 resume at step 3"
+
+"$meshplan" "${train[@]}" --plan tp2.json > tp2.out 2>&1 && fail "the tp=2 MLP plan trained"
+grep -q "mesh.tp: an MLP trains on dp and fsdp meshes" tp2.out || fail "tp=2 refusal: $(tail -3 tp2.out)"
+echo "cli_train_mlp_mpi: passed"
