@@ -12,30 +12,15 @@
 #
 # usage: cli_train_mpi.sh MPIEXEC MESHPLAN MODEL_YAML CORPUS WORK_DIR
 set -u
+. "$(cd "$(dirname "$0")" && pwd)/cli_train_common.sh"  # fail, emit, losses, compare
 mpiexec=$1 meshplan=$2 model=$3 corpus=$4 work=$5
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-fail() { echo "FAILED: $*" >&2; exit 1; }
 
-emit() {  # name gpus mesh [extra explain flags]
-  local name=$1 gpus=$2 mesh=$3; shift 3
-  "$meshplan" explain --model "$model" --cluster local-cpu --gpus "$gpus" --mesh "$mesh" --micro-batch 2 \
-    --global-batch 8 "$@" --emit-plan "$name.json" > "$name.explain" 2>&1 || fail "explain $name: $(tail -3 "$name.explain")"
-}
-emit one 1 dp=1 --zero 0
-emit four 4 dp=2,tp=2 --zero 1
-emit eight 8 dp=2,pp=2,tp=2 --zero 1 --sequence-parallel --schedule interleaved:2
+emit one 1 dp=1 2 8 --zero 0
+emit four 4 dp=2,tp=2 2 8 --zero 1
+emit eight 8 dp=2,pp=2,tp=2 2 8 --zero 1 --sequence-parallel --schedule interleaved:2
 
 train=(train --data "text:$corpus" --steps 6 --log-every 1)
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-compare() {  # reference.jsonl other.jsonl label
-  local n_ref n_other
-  n_ref=$(losses "$1" | wc -l) n_other=$(losses "$2" | wc -l)
-  [ "$n_ref" -eq "$n_other" ] && [ "$n_ref" -gt 0 ] || fail "$3: $n_other loss lines against $n_ref"
-  paste <(losses "$1") <(losses "$2") | awk -v label="$3" '
-    { d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > worst) worst = d
-      if (d > 1e-5) { printf "FAILED: %s: step %d loss %s, one device %s\n", label, NR - 1, $2, $1; bad = 1 } }
-    END { printf "%s: %d steps, largest relative loss difference %.3g\n", label, NR, worst; exit bad }' || exit 1
-}
 
 "$meshplan" "${train[@]}" --plan one.json --metrics one.jsonl --eval-every 3 --eval-samples 5 > one.out 2>&1 ||
   fail "one rank: $(tail -3 one.out)"
