@@ -322,9 +322,9 @@ TEST(CliPlan, EmitPlanWarnsWhatTrainWillRefuse) {
   const CliRun plain = run(plain_args);
   ASSERT_EQ(plain.status, 0) << plain.err;
   const auto cp = temp_path("emit-cp.json");
-  std::vector<std::string> args = plain_args;
-  args.insert(args.end(), {"--emit-plan", cp.string()});
-  r = run(args);
+  std::vector<std::string> cp_args = plain_args;
+  cp_args.insert(cp_args.end(), {"--emit-plan", cp.string()});
+  r = run(cp_args);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(std::filesystem::exists(cp));
   EXPECT_NE(r.err.find("meshplan explain: warning: --emit-plan: meshplan train will refuse this plan: mesh.cp: "),
