@@ -292,6 +292,6 @@ TEST_P(ParallelLayoutModels, EveryRanksShardsAreTheShardingSpecsBlocks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(GptAndLlama, ParallelLayoutModels, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "llama" : "gpt2"; });
+                         [](const ::testing::TestParamInfo<bool>& model) { return model.param ? "llama" : "gpt2"; });
 
 }  // namespace
