@@ -29,7 +29,7 @@ class TransformerBuilder {
         h(static_cast<double>(dims.hidden)),
         a(static_cast<double>(dims.heads)),
         q(static_cast<double>(dims.heads * dims.head_dim)),
-        kv(static_cast<double>(dims.kv_heads * dims.head_dim)),
+        kv(static_cast<double>(dims.key_value_heads() * dims.head_size())),
         f(static_cast<double>(dims.ffn)),
         vocab(static_cast<double>(dims.vocab)),
         gated(dims.feed_forward != FeedForward::gelu),
@@ -41,6 +41,7 @@ class TransformerBuilder {
         norm_flops_per_element(dims.norm == Norm::layernorm ? 8 : 4),
         mlp_in_width(gated ? 2 * f : f) {
     g.seq_len = sequence;
+    g.kv_heads = dims.key_value_heads();
   }
 
   LayerGraph build() {
@@ -103,11 +104,13 @@ class TransformerBuilder {
     g.connect(prev, ln1_id);
 
     Op qkv = make_op(p + "attn.qkv", OpKind::gemm, block);
-    qkv.tp_split_parameters = h * (q + 2 * kv) + bias(q + 2 * kv);
+    qkv.tp_split_parameters = h * q + bias(q);
+    qkv.kv_parameters = 2 * (h * kv + bias(kv));  // whole on every tp rank when tp does not divide the kv heads
     qkv.forward_flops_per_sample = 2 * s * h * (q + 2 * kv);
     qkv.output_elements_per_sample = s * (q + 2 * kv);
     qkv.saved = {{"qkv input", s * h, 0, false, false}};
-    qkv.gemm = {s, t.heads * t.head_dim + 2 * t.kv_heads * t.head_dim, t.hidden, 1};
+    const std::int64_t kv_columns = 2 * t.key_value_heads() * t.head_size();
+    qkv.gemm = {s, t.heads * t.head_size() + kv_columns, t.hidden, 1, kv_columns};
     qkv.tp_split = TpSplit::columns;
     const OpId qkv_id = g.add_op(qkv);
     g.connect(ln1_id, qkv_id);
@@ -116,7 +119,7 @@ class TransformerBuilder {
     scores.forward_flops_per_sample = 2 * s * s * q;
     scores.output_elements_per_sample = a * s * s;
     scores.saved = {{"query", s * q, 0, true, false},
-                    {"key", s * kv, 0, true, false},
+                    {"key", s * kv, 0, true, false, KeptBy::both, true},
                     {"softmax statistics (fp32 log-sum-exp)", a * s, 4, true, false, KeptBy::fused_attention}};
     scores.attention_heads = t.heads;
     scores.head_dim = t.head_dim;
@@ -153,7 +156,7 @@ class TransformerBuilder {
     Op values = make_op(p + "attn.values", OpKind::attention_values, block);
     values.forward_flops_per_sample = 2 * s * s * q;
     values.output_elements_per_sample = s * q;
-    values.saved = {{"value", s * kv, 0, true, false}};
+    values.saved = {{"value", s * kv, 0, true, false, KeptBy::both, true}};
     // Without dropout the probabilities P V reads are the softmax output already saved.
     if (dropout) values.saved.push_back({"attention dropout output", a * s * s, 0, true, true, KeptBy::unfused_attention});
     values.gemm = {s, t.head_dim, seq_len, t.heads};

@@ -45,6 +45,8 @@ struct Links {
 struct PlanScalars {
   PrecisionBytes bytes;
   double act, gemm_bytes, tp, cp, ep, dp, fsdp, b, seq;
+  std::int64_t kv_heads;
+  double kv_tp;  // ways tp splits the key/value heads (kv_tp_split)
   bool sp;
   ActivationSplit split;
   Links links;
@@ -59,6 +61,8 @@ struct PlanScalars {
         fsdp(static_cast<double>(plan.mesh.size(Axis::fsdp))),
         b(static_cast<double>(plan.micro_batch)),
         seq(static_cast<double>(prof.seq_len)),
+        kv_heads(prof.kv_heads),
+        kv_tp(static_cast<double>(kv_tp_split(prof.kv_heads, plan.mesh.size(Axis::tp)))),
         sp(plan.sequence_parallel),
         split(activation_split(plan)),
         links(placements) {}
@@ -84,13 +88,16 @@ void block_memory(BlockCost& c, const BlockProfile& bp, BlockKind role, const Mo
                   const PlanScalars& ps) {
   const double b = ps.b, act = ps.act;
   const ActivationSplit& split = ps.split;
-  c.dense_parameters = bp.tp_split_parameters / ps.tp + bp.replicated_parameters;
+  c.dense_parameters = bp.tp_split_parameters / ps.tp + bp.kv_parameters / ps.kv_tp + bp.replicated_parameters;
   c.expert_parameters = (bp.expert_tp_split_parameters / ps.tp + bp.expert_replicated_parameters) / ps.ep;
   c.tied_parameters = bp.tied_parameters / ps.tp;
   const std::size_t a = attention_index(plan.attention);
   for (int region = 0; region < 2; ++region) {
     for (int selective = 0; selective < 2; ++selective) {
-      const double saved = (bp.saved_elements[a][region][selective] * act + bp.saved_fixed_bytes[a][region][selective]) * b / split.of(region == 1);
+      double saved = (bp.saved_elements[a][region][selective] * act + bp.saved_fixed_bytes[a][region][selective]) * b / split.of(region == 1);
+      // Keys and values split over cp x kv_tp, not cp x tp: add back what tp > kv_tp took off.
+      if (region == 1 && ps.kv_tp != ps.tp)
+        saved += bp.saved_key_value_elements[a][selective] * act * b * (1 / (ps.cp * ps.kv_tp) - 1 / split.of(true));
       c.full_activation_bytes += saved;
       if (!(selective == 1 && plan.recompute == Recompute::selective)) c.activation_bytes += saved;
     }
@@ -117,7 +124,7 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
   c.gemms.reserve(bp.gemms.size());
   for (const GemmWork& g : bp.gemms) {
     GemmCost& gc = c.gemms.emplace_back();
-    gc.shape = local_gemm(g, plan);
+    gc.shape = local_gemm(g, plan, ps.kv_heads);
     gc.core_attention = g.core_attention;
     gc.has_weights = g.has_weights;
     const LocalGemm& s = gc.shape;
@@ -178,7 +185,7 @@ double add_collective(BlockCost& c, Axis axis, Collective kind, Pass pass, Hidde
 // Tensor-, context- and expert-parallel communication inside the block.
 void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, double core_forward_s,
                        const ModelProfile& prof, const Plan& plan, const PlanScalars& ps) {
-  const double act = ps.act, tp = ps.tp, cp = ps.cp, b = ps.b, seq = ps.seq;
+  const double act = ps.act, cp = ps.cp, b = ps.b, seq = ps.seq;
   const Link& tp_link = ps.links.of(Axis::tp);
   const Link& cp_link = ps.links.of(Axis::cp);
   const Link& ep_link = ps.links.of(Axis::ep);
@@ -224,7 +231,7 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
   // Context parallelism: ring attention passes key/value chunks around the cp ring,
   // overlapped with the attention of the chunk in hand (Liu et al. 2023).
   if (cp > 1 && core_forward_s > 0) {
-    const double chunk_bytes = 2 * (seq * b / cp) * static_cast<double>(prof.kv_width) / tp * act;
+    const double chunk_bytes = 2 * (seq * b / cp) * static_cast<double>(prof.kv_width) / ps.kv_tp * act;
     const double forward_ring = (cp - 1) * cost(Collective::send_recv, chunk_bytes, cp_link);
     c.cp_s = 3 * forward_ring;  // backward moves key/value and their gradients
     const double hidden = cp_link.overlaps_compute ? core_forward_s : 0.0;
@@ -428,7 +435,7 @@ StageMemory stage_memory(StageSum& s, std::int64_t r, const StageMemoryInputs& i
   if (prof.kind == ModelKind::transformer) {
     const double tokens = in.ps.seq * in.ps.b / cp;
     if (tp > 1 && in.ps.sp) buffers += tokens * static_cast<double>(prof.hidden) * act;
-    if (cp > 1) buffers += 2 * 2 * tokens * static_cast<double>(prof.kv_width) / tp * act;
+    if (cp > 1) buffers += 2 * 2 * tokens * static_cast<double>(prof.kv_width) / in.ps.kv_tp * act;
     if (ep > 1) buffers += 2 * tokens * static_cast<double>(prof.top_k * prof.hidden) * act;
   }
   mem.buffers_bytes = buffers;

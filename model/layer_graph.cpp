@@ -33,7 +33,7 @@ std::vector<int> LayerGraph::layer_blocks() const {
 double LayerGraph::parameter_count() const {
   double total = 0;
   for (auto v : boost::make_iterator_range(boost::vertices(graph))) {
-    total += graph[v].tp_split_parameters + graph[v].replicated_parameters;
+    total += graph[v].tp_split_parameters + graph[v].kv_parameters + graph[v].replicated_parameters;
   }
   return total;
 }

@@ -57,6 +57,7 @@ struct SavedTensor {
   bool tensor_parallel = false;     // split over tp; otherwise split only by sequence parallelism
   bool selective = false;           // not stored under selective recompute (recomputed)
   KeptBy kept_by = KeptBy::both;
+  bool key_value = false;           // keys or values: split over kv_tp_split(LayerGraph::kv_heads, tp), not tp
 };
 
 struct GemmShape {  // per sample: rows scale with the sample's tokens
@@ -64,6 +65,7 @@ struct GemmShape {  // per sample: rows scale with the sample's tokens
   std::int64_t n = 0;           // output columns
   std::int64_t k = 0;           // reduction dimension
   std::int64_t batch = 1;       // independent matmuls (attention heads)
+  std::int64_t kv_n = 0;        // of n, the key/value-head columns: split over kv_tp_split(kv_heads, tp), not tp
 };
 
 // Which GEMM dimension tensor parallelism divides (Megatron-LM): column-
@@ -76,6 +78,7 @@ struct Op {
   int block = 0;                    // index into LayerGraph::blocks
   double forward_flops_per_sample = 0;
   double tp_split_parameters = 0;   // split over tp (column/row/vocab-parallel weights)
+  double kv_parameters = 0;         // key/value-head weights: split over kv_tp_split(LayerGraph::kv_heads, tp)
   double replicated_parameters = 0; // copied on every tp rank (norms, row-parallel biases)
   double tied_parameters = 0;       // output layer tied to the embedding: held only where the embedding is not
   bool expert = false;              // parameters split over ep (mixture-of-experts weights)
@@ -126,6 +129,7 @@ struct LayerGraph {
   LayerGraphStorage graph;  // vertices are in execution (topological) order
   std::vector<Block> blocks;
   std::int64_t seq_len = 1;  // tokens per sample the per-sample figures assume
+  std::int64_t kv_heads = 0; // key/value heads of the attention (0: none, or as many as the query heads)
 
   const Op& op(OpId id) const { return graph[id]; }
   std::size_t op_count() const { return boost::num_vertices(graph); }

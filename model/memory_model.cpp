@@ -20,11 +20,12 @@ ParameterTotals stage_parameters(const LayerGraph& graph, const std::vector<int>
   ParameterTotals totals;
   const double tp = static_cast<double>(mesh.size(Axis::tp));
   const double ep = static_cast<double>(mesh.size(Axis::ep));
+  const double kv_tp = static_cast<double>(kv_tp_split(graph.kv_heads, mesh.size(Axis::tp)));
   for (int b : blocks) {
     double block_total = 0;
     for (OpId id : graph.blocks[static_cast<std::size_t>(b)].ops) {
       const Op& op = graph.op(id);
-      double local = op.tp_split_parameters / tp + op.replicated_parameters;
+      double local = op.tp_split_parameters / tp + op.kv_parameters / kv_tp + op.replicated_parameters;
       if (!holds_embedding) local += op.tied_parameters / tp;  // Megatron keeps a copy on the last stage
       if (op.expert) {
         totals.expert += local / ep;
@@ -73,7 +74,9 @@ double saved_bytes_per_sample(const Op& op, const ActivationSharding& sharding) 
     if (t.selective && sharding.recompute == Recompute::selective) continue;
     const double per_element = t.fixed_bytes_per_element > 0 ? t.fixed_bytes_per_element
                                                              : sharding.activation_bytes_per_element;
-    bytes += t.elements_per_sample * per_element / split.of(t.tensor_parallel);
+    const double divisor = t.key_value ? static_cast<double>(sharding.cp * kv_tp_split(sharding.kv_heads, sharding.tp))
+                                       : split.of(t.tensor_parallel);
+    bytes += t.elements_per_sample * per_element / divisor;
   }
   return bytes;
 }
@@ -128,7 +131,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
   const double tp = static_cast<double>(mesh.size(Axis::tp));
   const double cp = static_cast<double>(mesh.size(Axis::cp));
   const ActivationSharding sharding{mesh.size(Axis::tp), mesh.size(Axis::cp), plan.sequence_parallel,
-                                    plan.recompute, bytes.activation_bytes_per_element, plan.attention};
+                                    plan.recompute, bytes.activation_bytes_per_element, plan.attention, graph.kv_heads};
+  const double kv_tp = static_cast<double>(kv_tp_split(graph.kv_heads, mesh.size(Axis::tp)));
   const ActivationSplit split = activation_split(plan);
 
   // ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 shards optimizer state,
@@ -221,7 +225,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
       }
       if (cp > 1) {
         // Ring attention: the next key/value chunk arrives while this one is used.
-        buffers += 2 * 2 * tokens * static_cast<double>(t.kv_heads * t.head_dim) / tp * bytes.activation_bytes_per_element;
+        buffers += 2 * 2 * tokens * static_cast<double>(t.kv_heads * t.head_dim) / kv_tp * bytes.activation_bytes_per_element;
       }
       if (ep > 1) {
         // All-to-all dispatch and combine of the routed tokens.

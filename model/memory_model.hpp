@@ -82,6 +82,7 @@ struct ActivationSharding {
   Recompute recompute = Recompute::none;
   double activation_bytes_per_element = 2;
   Attention attention = Attention::unfused;
+  std::int64_t kv_heads = 0;  // keys and values split over cp x kv_tp_split(kv_heads, tp)
 };
 
 // Bytes `op` keeps for the backward pass, per sample, on one device

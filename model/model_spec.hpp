@@ -17,6 +17,13 @@ enum class FeedForward { gelu, swiglu, geglu };  // swiglu/geglu are gated: thre
 enum class Norm { layernorm, rmsnorm };
 enum class Positions { learned, rotary, none };
 
+// Ways tensor parallelism splits `kv_heads` key/value heads: tp when it
+// divides them (0 heads: as many as the query heads, which tp always
+// divides); otherwise 1, and every tp rank holds all of them (replicated,
+// their gradients summed over tp). docs/cost-model.md, "Grouped-query
+// attention under tp".
+inline std::int64_t kv_tp_split(std::int64_t kv_heads, std::int64_t tp) { return tp > 0 && kv_heads % tp == 0 ? tp : 1; }
+
 struct TransformerDims {
   std::int64_t layers = 0;
   std::int64_t hidden = 0;
@@ -36,6 +43,12 @@ struct TransformerDims {
   double norm_eps = 1e-5;       // added to the variance (layernorm) or mean square (rmsnorm) under the root
   std::int64_t experts = 0;     // 0 = dense; otherwise every layer's MLP is a mixture of experts
   std::int64_t top_k = 1;
+
+  // The counts as every reader uses them (0 in the fields above means the default).
+  std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
+  std::int64_t head_size() const { return head_dim > 0 ? head_dim : hidden / (heads > 0 ? heads : 1); }
+  bool gated() const { return feed_forward != FeedForward::gelu; }
+  std::int64_t kv_tp_split(std::int64_t tp) const { return meshplan::kv_tp_split(key_value_heads(), tp); }
 };
 
 struct MlpDims {

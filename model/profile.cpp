@@ -8,7 +8,7 @@ namespace {
 bool same_gemms(const std::vector<GemmWork>& a, const std::vector<GemmWork>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].rows_per_sample != b[i].rows_per_sample || a[i].n != b[i].n || a[i].k != b[i].k ||
+    if (a[i].rows_per_sample != b[i].rows_per_sample || a[i].n != b[i].n || a[i].kv_n != b[i].kv_n || a[i].k != b[i].k ||
         a[i].batch != b[i].batch || a[i].tp_split != b[i].tp_split || a[i].core_attention != b[i].core_attention ||
         a[i].has_weights != b[i].has_weights || a[i].needs_input_gradient != b[i].needs_input_gradient) {
       return false;
@@ -53,7 +53,12 @@ StreamOp stream_op_of(OpKind kind) {
 }
 
 bool BlockProfile::same_as(const BlockProfile& o) const {
-  return tp_split_parameters == o.tp_split_parameters && replicated_parameters == o.replicated_parameters &&
+  return tp_split_parameters == o.tp_split_parameters && kv_parameters == o.kv_parameters &&
+         replicated_parameters == o.replicated_parameters &&
+         saved_key_value_elements[0][0] == o.saved_key_value_elements[0][0] &&
+         saved_key_value_elements[0][1] == o.saved_key_value_elements[0][1] &&
+         saved_key_value_elements[1][0] == o.saved_key_value_elements[1][0] &&
+         saved_key_value_elements[1][1] == o.saved_key_value_elements[1][1] &&
          tied_parameters == o.tied_parameters && expert_tp_split_parameters == o.expert_tp_split_parameters &&
          expert_replicated_parameters == o.expert_replicated_parameters && same_2x2x2(saved_elements, o.saved_elements) &&
          same_2x2x2(saved_fixed_bytes, o.saved_fixed_bytes) && input_elements_per_sample == o.input_elements_per_sample &&
@@ -81,7 +86,8 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
   if (model.kind == ModelKind::transformer) {
     const auto& t = model.transformer;
     profile.hidden = t.hidden;
-    profile.kv_width = t.kv_heads * t.head_dim;
+    profile.kv_width = t.key_value_heads() * t.head_size();
+    profile.kv_heads = t.key_value_heads();
     profile.top_k = t.experts > 0 ? t.top_k : 1;
     profile.experts = t.experts;
   }
@@ -98,6 +104,7 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
         bp.expert_replicated_parameters += op.replicated_parameters;
       } else {
         bp.tp_split_parameters += op.tp_split_parameters;
+        bp.kv_parameters += op.kv_parameters;
         bp.replicated_parameters += op.replicated_parameters;
       }
       bp.tied_parameters += op.tied_parameters;
@@ -110,6 +117,7 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
             bp.saved_fixed_bytes[a][region][selective] += t.elements_per_sample * t.fixed_bytes_per_element;
           } else {
             bp.saved_elements[a][region][selective] += t.elements_per_sample;
+            if (t.key_value) bp.saved_key_value_elements[a][selective] += t.elements_per_sample;
           }
         }
         // Fused attention runs Q K^T, softmax, dropout and P V as one kernel, after P V.
@@ -129,6 +137,7 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
         GemmWork work;
         work.rows_per_sample = op.gemm.rows_per_sample;
         work.n = static_cast<double>(op.gemm.n);
+        work.kv_n = static_cast<double>(op.gemm.kv_n);
         work.k = static_cast<double>(op.gemm.k);
         work.batch = static_cast<double>(op.gemm.batch);
         work.tp_split = op.tp_split;

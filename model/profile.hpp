@@ -18,6 +18,7 @@ namespace meshplan {
 struct GemmWork {
   double rows_per_sample = 0;  // m before micro-batching and context splitting
   double n = 0, k = 0, batch = 1;
+  double kv_n = 0;  // of n, the key/value-head columns (GemmShape::kv_n)
   TpSplit tp_split = TpSplit::none;
   bool core_attention = false;
   bool has_weights = true;  // false for QK^T and PV: their backward has no weight-gradient half
@@ -29,6 +30,7 @@ struct GemmWork {
 struct BlockProfile {
   // Parameters (dense and mixture-of-experts), as the ops split them over tp.
   double tp_split_parameters = 0;
+  double kv_parameters = 0;  // split over kv_tp_split(ModelProfile::kv_heads, tp)
   double replicated_parameters = 0;
   double tied_parameters = 0;
   double expert_tp_split_parameters = 0;
@@ -36,6 +38,8 @@ struct BlockProfile {
   // Saved activations per sample, [Attention][tensor-parallel region][dropped by selective recompute].
   double saved_elements[2][2][2] = {};      // at the activation dtype
   double saved_fixed_bytes[2][2][2] = {};   // masks and fp32 tensors
+  // Of saved_elements' tensor-parallel entries, the keys and values (split over cp x kv_tp_split, not cp x tp), [Attention][selective].
+  double saved_key_value_elements[2][2] = {};
   double input_elements_per_sample = 0;  // the block's input tensor (what full recompute keeps)
   // Work in the forward pass.
   std::vector<GemmWork> gemms;
@@ -84,7 +88,7 @@ struct ModelProfile {
   double model_flops_per_sample = 0;  // forward + backward matmul FLOPs (3x forward)
   double residual_elements_per_sample = 0;  // what crosses a pipeline stage boundary
   // For communication volumes.
-  std::int64_t hidden = 0, kv_width = 0, top_k = 1, experts = 0;
+  std::int64_t hidden = 0, kv_width = 0, kv_heads = 0, top_k = 1, experts = 0;
 
   const BlockProfile& profile_of_block(int block) const { return kinds[static_cast<std::size_t>(block_kind[static_cast<std::size_t>(block)])]; }
 };

@@ -119,8 +119,7 @@ std::string explain_rejection(Rejection rejection, const ModelSpec& model, doubl
   switch (rejection) {
     case Rejection::none: return "feasible";
     case Rejection::tp_heads:
-      return "need tp dividing the " + std::to_string(t.heads) + " attention heads (and " + std::to_string(t.kv_heads) +
-             " key/value heads)";
+      return "need tp dividing the " + std::to_string(t.heads) + " attention heads";
     case Rejection::tp_width: return "need tp dividing the feed-forward / MLP widths";
     case Rejection::axis_unsupported: return "use an axis a " + to_string(model.kind) + " model cannot use";
     case Rejection::pp_layers: return "have more pipeline chunks (pp x v) than layers";
@@ -192,7 +191,7 @@ Rejection check_rules(const Evaluator& evaluator, const Plan& plan, bool split_c
   if (plan.sequence_parallel && model.kind != ModelKind::transformer) return Rejection::axis_unsupported;
   if (model.kind == ModelKind::transformer) {
     const auto& t = model.transformer;
-    if (t.heads % tp != 0 || t.kv_heads % tp != 0) return Rejection::tp_heads;
+    if (t.heads % tp != 0) return Rejection::tp_heads;  // key/value heads tp does not divide are replicated
     if (t.ffn % tp != 0) return Rejection::tp_width;
     if (cp > 1 && seq % cp != 0) return Rejection::cp_sequence;
     if (ep > 1 && (t.experts == 0 || t.experts % ep != 0)) return Rejection::ep_experts;

@@ -73,15 +73,16 @@ bool parse_layer(const std::string& name, const std::string& prefix, std::int64_
 // The dimensions a transformer's tensors are written with.
 struct TransformerSizes {
   std::int64_t q = 0, kv = 0, f_in = 0, seq = 0, norm = 0, batch = 0;
+  std::int64_t kv_heads = 0;
   bool moe = false;
 };
 
 TransformerSizes transformer_sizes(const TransformerDims& t, const Plan& plan) {
   TransformerSizes s;
-  const std::int64_t head_dim = t.head_dim > 0 ? t.head_dim : t.hidden / std::max<std::int64_t>(t.heads, 1);
-  s.q = t.heads * head_dim;
-  s.kv = (t.kv_heads > 0 ? t.kv_heads : t.heads) * head_dim;  // kv_heads 0: as many as the heads
-  s.f_in = t.feed_forward != FeedForward::gelu ? 2 * t.ffn : t.ffn;  // gated: gate and up side by side
+  s.q = t.heads * t.head_size();
+  s.kv = t.key_value_heads() * t.head_size();
+  s.kv_heads = t.key_value_heads();
+  s.f_in = t.gated() ? 2 * t.ffn : t.ffn;  // gated: gate and up side by side
   s.seq = plan.seq_len > 0 ? plan.seq_len : t.seq_len;
   s.norm = t.norm == Norm::layernorm ? 2 * t.hidden : t.hidden;
   s.batch = plan.micro_batch * plan.mesh.data_parallel_size();
@@ -89,18 +90,27 @@ TransformerSizes transformer_sizes(const TransformerDims& t, const Plan& plan) {
   return s;
 }
 
-// A tensor of layer block `layer` ("ln1", "attn.qkv", ..., "mlp.hidden").
+// A tensor of layer block `layer` ("ln1", "attn.q", ..., "mlp.hidden").
 Loaded<Located> transformer_layer_tensor(const TransformerDims& t, const TransformerSizes& s, const std::string& rest,
-                                         const std::string& tensor) {
+                                         const std::string& tensor, std::int64_t tp) {
   Loaded<Located> result;
   Located& l = result.value;
   if (rest == "ln1" || rest == "ln2") {
     l.dims = {{"norm", s.norm, {}}};
     l.rule = "norm weights: whole on every tp rank";
-  } else if (rest == "attn.qkv") {
-    l.dims = {{"hidden", t.hidden, {}}, {"q+2kv", s.q + 2 * s.kv, {}}};
+  } else if (rest == "attn.q") {
+    l.dims = {{"hidden", t.hidden, {}}, {"q", s.q, {}}};
     l.tp_dim = 1;
-    l.rule = "column-parallel: output columns (heads) split over tp";
+    l.rule = "column-parallel: output columns (query heads) split over tp";
+  } else if (rest == "attn.kv") {
+    l.dims = {{"hidden", t.hidden, {}}, {"2kv", 2 * s.kv, {}}};  // key heads, then value heads
+    if (t.kv_tp_split(tp) == tp) {
+      l.tp_dim = 1;
+      l.rule = "column-parallel: output columns (key and value heads) split over tp";
+    } else {
+      l.rule = "key and value heads: whole on every tp rank, since tp does not divide the " + std::to_string(s.kv_heads) +
+               " kv heads (their gradients are summed over tp)";
+    }
   } else if (rest == "attn.out") {
     l.dims = {{"q", s.q, {}}, {"hidden", t.hidden, {}}};
     l.tp_dim = 0;
@@ -149,7 +159,7 @@ Loaded<Located> transformer_tensor(const ModelSpec& model, const Plan& plan, con
   if (parse_layer(tensor, "layer", layer, rest)) {
     const std::int64_t layers = layer_count(model);
     if (layer < 0 || layer >= layers) return failed("layer " + std::to_string(layer) + " is out of range 0.." + std::to_string(layers - 1));
-    Loaded<Located> result = transformer_layer_tensor(t, s, rest, tensor);
+    Loaded<Located> result = transformer_layer_tensor(t, s, rest, tensor, plan.mesh.size(Axis::tp));
     result.value.stage = stage_of_layer(layers, plan, layer);
     if (rest == "input" && plan.sequence_parallel) result.value.rule = "residual stream: sequence split over cp and tp (sequence parallelism)";
     return result;
@@ -347,7 +357,7 @@ std::vector<TensorChoice> sharding_tensors(const ModelSpec& model, std::int64_t 
     case ModelKind::transformer: {
       std::vector<TensorChoice> out = {{"embedding.tokens", false}};
       if (model.transformer.positions == Positions::learned) out.push_back({"embedding.positions", false});
-      for (const char* p : {"ln1", "attn.qkv", "attn.out", "ln2", "mlp.w_in", "mlp.w_out"}) out.push_back({"layer" + l + "." + p, false});
+      for (const char* p : {"ln1", "attn.q", "attn.kv", "attn.out", "ln2", "mlp.w_in", "mlp.w_out"}) out.push_back({"layer" + l + "." + p, false});
       out.push_back({"head.norm", false});
       if (!model.transformer.tied_embeddings) out.push_back({"head.output", false});
       out.push_back({"layer" + l + ".input", true});

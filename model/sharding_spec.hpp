@@ -9,11 +9,12 @@
 // Conventions (docs/cost-model.md, "Parameters" and "Model states and ZeRO";
 // docs/studio.md, "Sharding" states them with examples):
 //   * tp: Megatron-LM (Shoeybi et al. 2019, Sec. 3). Column-parallel weights
-//     (attn.qkv, mlp.w_in, even MLP linears) split their output dimension,
+//     (attn.q, attn.kv, mlp.w_in, even MLP linears) split their output dimension,
 //     row-parallel ones (attn.out, mlp.w_out, odd MLP linears) their input
 //     dimension, the embedding and output layer their vocabulary rows.
-//     Norm weights are whole on every tp rank. Weights are written [in, out],
-//     as a JAX kernel is.
+//     Norm weights are whole on every tp rank, and so are attn.kv's key and
+//     value heads when tp does not divide them (TransformerDims::kv_tp_split).
+//     Weights are written [in, out], as a JAX kernel is.
 //   * data sharding (fsdp always; dp and, for dense weights, ep when the ZeRO
 //     stage covers the state: model/model_states.hpp; Rajbhandari et al. 2020)
 //     splits the first dimension tp does not split, as JAX's P('fsdp', 'tp')

@@ -8,11 +8,13 @@ ActivationSplit activation_split(std::int64_t tp, std::int64_t cp, bool sequence
   return {c * (sequence_parallel ? t : 1.0), c * t};
 }
 
-LocalGemm local_gemm(double rows_per_sample, double n, double k, double batch, TpSplit split, const Plan& plan) {
+LocalGemm local_gemm(double rows_per_sample, double n, double k, double batch, TpSplit split, const Plan& plan,
+                     double kv_n, std::int64_t kv_heads) {
   const double tp = static_cast<double>(plan.mesh.size(Axis::tp));
   LocalGemm g{rows_per_sample * static_cast<double>(plan.micro_batch) / static_cast<double>(plan.mesh.size(Axis::cp)),
               n, k, batch};
-  if (split == TpSplit::columns) g.n /= tp;
+  if (split == TpSplit::columns)
+    g.n = (n - kv_n) / tp + kv_n / static_cast<double>(kv_tp_split(kv_heads, plan.mesh.size(Axis::tp)));
   if (split == TpSplit::rows) g.k /= tp;
   if (split == TpSplit::heads) g.batch /= tp;
   return g;

@@ -56,13 +56,16 @@ struct LocalGemm {
   double forward_flops() const { return 2 * rows * n * k * batch; }
   double operand_elements() const { return (rows * k + k * n + rows * n) * batch; }
 };
-LocalGemm local_gemm(double rows_per_sample, double n, double k, double batch, TpSplit split, const Plan& plan);
-inline LocalGemm local_gemm(const GemmWork& g, const Plan& plan) {
-  return local_gemm(g.rows_per_sample, g.n, g.k, g.batch, g.tp_split, plan);
+// kv_n of the n columns are key/value heads (a column-parallel QKV GEMM):
+// they split over kv_tp_split(kv_heads, tp) instead of tp.
+LocalGemm local_gemm(double rows_per_sample, double n, double k, double batch, TpSplit split, const Plan& plan,
+                     double kv_n = 0, std::int64_t kv_heads = 0);
+inline LocalGemm local_gemm(const GemmWork& g, const Plan& plan, std::int64_t kv_heads) {
+  return local_gemm(g.rows_per_sample, g.n, g.k, g.batch, g.tp_split, plan, g.kv_n, kv_heads);
 }
-inline LocalGemm local_gemm(const Op& op, const Plan& plan) {
+inline LocalGemm local_gemm(const Op& op, const Plan& plan, std::int64_t kv_heads) {
   return local_gemm(op.gemm.rows_per_sample, static_cast<double>(op.gemm.n), static_cast<double>(op.gemm.k),
-                    static_cast<double>(op.gemm.batch), op.tp_split, plan);
+                    static_cast<double>(op.gemm.batch), op.tp_split, plan, static_cast<double>(op.gemm.kv_n), kv_heads);
 }
 
 enum class Pass : std::uint8_t { forward, backward };

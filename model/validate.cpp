@@ -99,8 +99,9 @@ void check_transformer(Checker& check, const TransformerDims& t, const Plan& pla
   const std::int64_t cp = plan.mesh.size(Axis::cp);
   const std::int64_t ep = plan.mesh.size(Axis::ep);
   if (t.heads % tp != 0) check.error("mesh.tp", "tp (" + str(tp) + ") must divide the attention heads (" + str(t.heads) + ")");
-  if (t.kv_heads % tp != 0) {
-    check.error("mesh.tp", "tp (" + str(tp) + ") must divide the key/value heads (" + str(t.kv_heads) + ")");
+  if (t.heads % tp == 0 && t.kv_tp_split(tp) != tp) {
+    check.warning("mesh.tp", "tp (" + str(tp) + ") does not divide the " + str(t.key_value_heads()) +
+                                 " key/value heads: every tp rank holds all of them (replicated, gradients summed over tp)");
   }
   if (t.ffn % tp != 0) check.error("mesh.tp", "tp (" + str(tp) + ") must divide the feed-forward size (" + str(t.ffn) + ")");
   if (t.vocab % tp != 0) {

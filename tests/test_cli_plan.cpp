@@ -286,13 +286,29 @@ TEST(CliPlan, UnevenSplitTravelsWithThePlan) {
 }
 
 // explain without --mesh shows the searched plan with the search's own
-// pipeline split: Gemma 3 1B's 26 layers on pp = 4 when nothing fits used to
-// lose the uneven split and fail validation ("do not divide evenly").
+// pipeline split: Gemma 3 1B's 26 layers over pipeline chunks that do not
+// divide them used to lose the uneven split and fail validation ("do not
+// divide evenly"). Its single kv head is replicated over tp = 2, so the
+// search's first plan (pp = 2, interleaved: 8 chunks) fits.
 TEST(CliPlan, ExplainKeepsTheSearchedUnevenSplit) {
   const CliRun r = run({"explain", "--model", "gemma3-1b", "--cluster", "dgx-a100", "--gpus", "8", "--global-batch", "64"});
-  EXPECT_EQ(r.status, 1) << r.err;  // explained, and does not fit
+  EXPECT_EQ(r.status, 0) << r.err;  // explained, and fits
   EXPECT_EQ(r.err.find("do not divide evenly"), std::string::npos) << r.err;
-  EXPECT_NE(r.out.find("DOES NOT FIT"), std::string::npos) << r.out;
+  const std::size_t split = r.out.find("layers per chunk ");
+  ASSERT_NE(split, std::string::npos) << r.out;
+  std::int64_t chunks = 0, layers = 0, first = -1;
+  bool uneven = false;
+  std::istringstream counts(r.out.substr(split + 17, r.out.find('\n', split) - split - 17));
+  for (std::string count; std::getline(counts, count, ',');) {
+    const std::int64_t n = std::stoll(count);
+    uneven = uneven || (first >= 0 && n != first);
+    if (first < 0) first = n;
+    layers += n;
+    ++chunks;
+  }
+  EXPECT_EQ(layers, 26) << r.out;
+  EXPECT_NE(26 % chunks, 0) << r.out;
+  EXPECT_TRUE(uneven) << r.out;
 }
 
 // --emit-plan says when `meshplan train` will refuse the file it writes: a

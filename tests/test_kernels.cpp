@@ -838,6 +838,67 @@ TYPED_TEST(KernelsVsReference, GqaWithAllKeyValueHeadsIsMultiHeadAttention) {
   }
 }
 
+// A tensor-parallel rank whose tp does not divide the key/value heads holds
+// its own query heads and every key/value head (replicated). Run on that
+// slice with the model's group size and its first query head's index, the
+// kernel must give the whole model's output and probabilities for those heads,
+// the whole model's query gradients, and key/value gradients that sum over the
+// ranks to the whole model's. Shapes: kv heads dividing tp (MQA, 8 heads in 2
+// groups over tp 4) and neither dividing the other (12 heads, 3 kv heads, tp 2).
+TYPED_TEST(KernelsVsReference, GqaOnReplicatedKeyValueHeadsIsTheWholeModelsSlice) {
+  using T = TypeParam;
+  std::mt19937_64 rng(40);
+  struct Case {
+    std::int64_t NH, KVH, tp;
+  };
+  for (const Case c : {Case{8, 1, 2}, Case{8, 2, 4}, Case{12, 3, 2}}) {
+    const std::int64_t B = 2, T_len = 5, D = 4, W = (c.NH + 2 * c.KVH) * D, KV = c.KVH * D;
+    const Vec qkv = random_vector(sz(B * T_len * W), rng, -2.0, 2.0);
+    const Vec dout = random_vector(sz(B * T_len * c.NH * D), rng);
+    Vec out(dout.size()), att(sz(B * c.NH * T_len * T_len)), dqkv(qkv.size(), 0.0);
+    reference_gqa_attention_forward(out.data(), att.data(), qkv.data(), B, T_len, c.NH, c.KVH, D);
+    reference_gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T_len, c.NH, c.KVH, D);
+    const std::int64_t NHl = c.NH / c.tp, Wl = (NHl + 2 * c.KVH) * D, Q = c.NH * D, Ql = NHl * D;
+    Vec dkv_sum(sz(B * T_len * 2 * KV), 0.0);
+    for (std::int64_t r = 0; r < c.tp; ++r) {
+      // The rank's slice: its query heads, then every key and value head.
+      std::vector<T> local(sz(B * T_len * Wl)), local_dout(sz(B * T_len * Ql));
+      for (std::int64_t row = 0; row < B * T_len; ++row) {
+        for (std::int64_t j = 0; j < Ql; ++j) {
+          local[sz(row * Wl + j)] = static_cast<T>(qkv[sz(row * W + r * Ql + j)]);
+          local_dout[sz(row * Ql + j)] = static_cast<T>(dout[sz(row * c.NH * D + r * Ql + j)]);
+        }
+        for (std::int64_t j = 0; j < 2 * KV; ++j) local[sz(row * Wl + Ql + j)] = static_cast<T>(qkv[sz(row * W + Q + j)]);
+      }
+      std::vector<T> o(local_dout.size(), T(7)), a(sz(B * NHl * T_len * T_len), T(7)), d(local.size(), T(0));
+      gqa_attention_forward(o.data(), a.data(), local.data(), B, T_len, NHl, c.KVH, D, c.NH / c.KVH, r * NHl);
+      gqa_attention_backward(d.data(), local_dout.data(), local.data(), a.data(), B, T_len, NHl, c.KVH, D,
+                             c.NH / c.KVH, r * NHl);
+      Vec want_o, want_a, want_dq, got_dq;
+      for (std::int64_t row = 0; row < B * T_len; ++row) {
+        for (std::int64_t j = 0; j < Ql; ++j) {
+          want_o.push_back(out[sz(row * c.NH * D + r * Ql + j)]);
+          want_dq.push_back(dqkv[sz(row * W + r * Ql + j)]);
+          got_dq.push_back(static_cast<double>(d[sz(row * Wl + j)]));
+        }
+        for (std::int64_t j = 0; j < 2 * KV; ++j) dkv_sum[sz(row * 2 * KV + j)] += static_cast<double>(d[sz(row * Wl + Ql + j)]);
+      }
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t h = 0; h < NHl; ++h)
+          for (std::int64_t k = 0; k < T_len * T_len; ++k) want_a.push_back(att[sz((b * c.NH + r * NHl + h) * T_len * T_len + k)]);
+      const std::string name = " NH=" + std::to_string(c.NH) + " KVH=" + std::to_string(c.KVH) + " rank " + std::to_string(r);
+      expect_close(std::vector<T>(o.begin(), o.end()), want_o, kReferenceTolerance<T>, "replicated kv out" + name);
+      expect_close(std::vector<T>(a.begin(), a.end()), want_a, kReferenceTolerance<T>, "replicated kv att" + name);
+      expect_close(std::vector<T>(got_dq.begin(), got_dq.end()), want_dq, kReferenceTolerance<T>, "replicated kv dq" + name);
+    }
+    Vec want_dkv;
+    for (std::int64_t row = 0; row < B * T_len; ++row)
+      for (std::int64_t j = 0; j < 2 * KV; ++j) want_dkv.push_back(dqkv[sz(row * W + Q + j)]);
+    expect_close(std::vector<T>(dkv_sum.begin(), dkv_sum.end()), want_dkv, kReferenceTolerance<T>,
+                 "replicated kv dk, dv summed over ranks NH=" + std::to_string(c.NH));
+  }
+}
+
 // RoPE's identities, in float and double.
 template <typename T>
 class RopeIdentities : public ::testing::Test {};

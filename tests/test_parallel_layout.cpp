@@ -14,8 +14,11 @@
 
 #include "executor/model/parameters.hpp"
 #include "executor/parallel/shard_layout.hpp"
+#include "model/evaluate.hpp"
+#include "model/cluster_spec.hpp"
 #include "model/sharding_spec.hpp"
 #include "model/stage_partition.hpp"
+#include "model/topology.hpp"
 
 namespace {
 
@@ -49,6 +52,24 @@ TransformerDims llama_dims() {
   return t;
 }
 
+// The Llama-style model with 2 key/value heads: tp 4 does not divide them, so
+// every tp rank holds both (replicated).
+TransformerDims llama_kv2_dims() {
+  TransformerDims t = llama_dims();
+  t.kv_heads = 2;
+  return t;
+}
+
+// The models the parameterised tests run: 0 GPT-2 style, 1 Llama style, 2 Llama with 2 kv heads.
+TransformerDims model_dims(int which) {
+  if (which == 1) return llama_dims();
+  if (which == 2) return llama_kv2_dims();
+  TransformerDims t = dims();
+  t.positions = Positions::learned;
+  t.tied_embeddings = true;
+  return t;
+}
+
 // The units of a one-stage model, as ParallelGpt::create lists them.
 std::vector<UnitLayout> units(const TpShape& s) {
   std::vector<UnitLayout> out = {wte_unit(s)};
@@ -59,14 +80,12 @@ std::vector<UnitLayout> units(const TpShape& s) {
   return out;
 }
 
-class ParallelLayoutModels : public ::testing::TestWithParam<bool> {};
+class ParallelLayoutModels : public ::testing::TestWithParam<int> {};
 
 TEST_P(ParallelLayoutModels, SlicesOfAllTpRanksRebuildEveryTensor) {
   ModelSpec spec;
   spec.kind = ModelKind::transformer;
-  spec.transformer = GetParam() ? llama_dims() : dims();
-  if (!GetParam()) spec.transformer.positions = Positions::learned;
-  if (!GetParam()) spec.transformer.tied_embeddings = true;
+  spec.transformer = model_dims(GetParam());
   const auto layout = exec::parameter_layout(spec);
   ASSERT_TRUE(layout.ok());
   std::vector<float> full(static_cast<std::size_t>(layout.value.total_elements));
@@ -84,12 +103,16 @@ TEST_P(ParallelLayoutModels, SlicesOfAllTpRanksRebuildEveryTensor) {
           extract_shard(t, s, full.data() + at, local.data() + t.offset);
           insert_shard(t, s, local.data() + t.offset, rebuilt.data() + at);
           if (t.split != TpSplit::none || r == 0) covered += t.elements();
+          if (r != 0)  // whole parts (replicated key/value heads) once, from rank 0
+            for (const auto& [begin, end] : t.whole_part_ranges()) covered -= end - begin;
         }
         for (const float v : local) EXPECT_NE(v, -1.0f) << unit.name << " has an unwritten element";
       }
     }
     EXPECT_EQ(rebuilt, full) << "tp " << tp;
     // Each element once, plus the vocabulary padding rows (of wte, and of lm_head when untied).
+    const TpShape s0 = tp_shape(spec.transformer, tp, 0);
+    EXPECT_EQ(s0.kv_replicated(), GetParam() == 2 && tp == 4) << "tp " << tp;
     const std::int64_t padded_rows = tp_shape(spec.transformer, tp, 0).vocab_local * tp - spec.transformer.vocab;
     const std::int64_t padding = padded_rows * spec.transformer.hidden * (spec.transformer.tied_embeddings ? 1 : 2);
     EXPECT_EQ(covered, layout.value.total_elements + padding) << "tp " << tp;
@@ -117,6 +140,50 @@ TEST(ParallelLayout, GroupedHeadsAndGatedRowsArePackedByPart) {
   EXPECT_EQ(global_row(fc, s1, 0), 6);     // gate rows 6..11
   EXPECT_EQ(global_row(fc, s1, 6), 18);    // up rows start at F = 12: 18..23
   EXPECT_EQ(head_unit(s1).tensors[0].name, "lm_head.w");
+
+  // tp 4 does not divide 2 kv heads: rank 3 holds its query heads 6, 7 and both key and value heads.
+  const TpShape s3 = tp_shape(llama_kv2_dims(), 4, 3);  // Q = 16, K = 4
+  EXPECT_TRUE(s3.kv_replicated());
+  EXPECT_EQ(s3.kv_heads_local(), 2);
+  const LocalTensor qkv3 = layer_unit(s3, 0).tensors[1];
+  ASSERT_EQ(qkv3.rows, 12);              // 16 / 4 + 2 x 4
+  EXPECT_EQ(global_row(qkv3, s3, 0), 12);  // q rows 12..15
+  EXPECT_EQ(global_row(qkv3, s3, 4), 16);  // every k row: 16..19
+  EXPECT_EQ(global_row(qkv3, s3, 8), 20);  // every v row: 20..23
+  EXPECT_EQ(global_row(qkv3, s3, 11), 23);
+  const auto whole = qkv3.whole_part_ranges();
+  ASSERT_EQ(whole.size(), 2u);
+  EXPECT_EQ(whole[0], std::make_pair(qkv3.offset + 4 * qkv3.cols, qkv3.offset + 8 * qkv3.cols));
+  EXPECT_EQ(whole[1], std::make_pair(qkv3.offset + 8 * qkv3.cols, qkv3.offset + 12 * qkv3.cols));
+}
+
+// The planner and the executor agree on what a tp rank holds of a layer:
+// its parameters, and the width of its QKV GEMM, with key/value heads split
+// (tp 2 for 2 kv heads, tp 2 and 4 for 4) and replicated (tp 4 for 2 kv heads).
+TEST(ParallelLayout, ThePlannerCountsWhatEachTpRankHoldsOfALayer) {
+  const Loaded<ClusterSpec> cluster = load_cluster("local-cpu");
+  ASSERT_TRUE(cluster.ok());
+  for (const int which : {0, 1, 2}) {
+    ModelSpec model;
+    model.kind = ModelKind::transformer;
+    model.transformer = model_dims(which);
+    model.transformer.layers = 2;
+    if (model.transformer.kv_heads == 0) model.transformer.kv_heads = model.transformer.heads;
+    model.transformer.head_dim = model.transformer.head_size();
+    for (const std::int64_t tp : {1, 2, 4}) {
+      const Evaluator evaluator(model, cluster.value, tp, model.transformer.seq_len);
+      Plan plan;
+      plan.mesh.axes = {{Axis::tp, tp}};
+      plan.micro_batch = 1;
+      const auto costs = evaluator.block_costs(plan, place_axes(evaluator.topology(), plan.mesh));
+      const BlockCost& layer = costs[static_cast<std::size_t>(evaluator.profile().uniform_layer_kind)];
+      const TpShape s = tp_shape(model.transformer, tp, tp - 1);
+      const std::string where = "model " + std::to_string(which) + " tp " + std::to_string(tp);
+      EXPECT_DOUBLE_EQ(layer.dense_parameters, static_cast<double>(layer_unit(s, 0).elements)) << where;
+      EXPECT_DOUBLE_EQ(layer.gemms.front().shape.n, static_cast<double>(s.qkv_local())) << where << ": QKV width";
+      EXPECT_EQ(s.kv_replicated(), which == 2 && tp == 4) << where;
+    }
+  }
 }
 
 TEST(ParallelLayout, HeadsStayTogetherAndTheVocabularyIsPadded) {
@@ -153,22 +220,13 @@ TEST(ParallelLayout, HeadsStayTogetherAndTheVocabularyIsPadded) {
 
 // ---- every rank's layout against the ShardingSpec
 
-ModelSpec small_gpt() {
+// model_dims(which) with 4 layers.
+ModelSpec small_model(int which) {
   ModelSpec spec;
   spec.kind = ModelKind::transformer;
-  spec.transformer = dims();
+  spec.transformer = model_dims(which);
   spec.transformer.layers = 4;
-  spec.transformer.kv_heads = 4;
-  spec.transformer.positions = Positions::learned;
-  spec.transformer.tied_embeddings = true;
-  return spec;
-}
-
-ModelSpec small_llama() {
-  ModelSpec spec;
-  spec.kind = ModelKind::transformer;
-  spec.transformer = llama_dims();
-  spec.transformer.layers = 4;
+  if (spec.transformer.kv_heads == 0) spec.transformer.kv_heads = spec.transformer.heads;
   return spec;
 }
 
@@ -246,8 +304,37 @@ void expect_matches_spec(const LocalTensor& t, const TpShape& s, const ShardingS
   }
 }
 
+// A tensor packed in parts (qkv: attn.q, attn.kv, attn.kv; gated fc:
+// mlp.w_in twice) on one rank: its rows are, spec tensor by spec tensor, the
+// spec's block extents (parts of one spec tensor share its block), a part is
+// whole exactly when the spec's tp does not split its tensor, and the columns
+// are whole. Each spec tensor is held by this rank's stage.
+void expect_parts_match_spec(const ModelSpec& model, const Plan& plan, const LocalTensor& t, const TpShape& s,
+                             std::int64_t rank) {
+  const std::string where = plan.mesh.to_string() + " rank " + std::to_string(rank) + " " + t.name;
+  const auto d = static_cast<std::size_t>(t.spec_dims[0]);
+  std::int64_t rows = 0;
+  std::vector<std::string> seen;
+  for (const TpPart& part : t.parts) {
+    const auto spec = sharding_spec(model, plan, part.spec_tensor, TensorRole::parameters);
+    ASSERT_TRUE(spec.ok()) << where;
+    const ShardingSpec pass = gathered(spec.value, plan.mesh);
+    const auto shape = block_shape(pass, plan.mesh, rank);
+    ASSERT_TRUE(shape.has_value()) << where << ": the spec puts " << part.spec_tensor << " on other stages";
+    const bool spec_splits = std::find(pass.dims[d].axes.begin(), pass.dims[d].axes.end(), Axis::tp) != pass.dims[d].axes.end();
+    EXPECT_EQ(part.whole, s.tp > 1 && !spec_splits) << where << " " << part.spec_tensor;
+    if (std::find(seen.begin(), seen.end(), part.spec_tensor) == seen.end()) rows += (*shape)[d];
+    seen.push_back(part.spec_tensor);
+    if (t.global_shape.size() == 2) {
+      EXPECT_EQ(t.cols, (*shape)[static_cast<std::size_t>(t.spec_dims[1])]) << where;
+      EXPECT_EQ(t.cols, t.global_shape[1]) << where;
+    }
+  }
+  EXPECT_EQ(t.rows, rows) << where;
+}
+
 TEST_P(ParallelLayoutModels, EveryRanksShardsAreTheShardingSpecsBlocks) {
-  const ModelSpec model = GetParam() ? small_llama() : small_gpt();
+  const ModelSpec model = small_model(GetParam());
   const LayerGraph graph = build_layer_graph(model, model.transformer.seq_len);
   const std::vector<int> layer_blocks = graph.layer_blocks();
   std::mt19937_64 rng(14);
@@ -264,6 +351,11 @@ TEST_P(ParallelLayoutModels, EveryRanksShardsAreTheShardingSpecsBlocks) {
       for (const UnitLayout& unit : stage_units(s, partition.value, layer_blocks, stage)) {
         for (const LocalTensor& t : unit.tensors) {
           held.push_back(t.spec_tensor);
+          if (t.packing == TpPacking::parts) {  // qkv, gated fc: the parts against their spec tensors
+            expect_parts_match_spec(model, plan, t, s, rank);
+            for (const TpPart& part : t.parts) held.push_back(part.spec_tensor);
+            continue;
+          }
           for (const TensorRole role : {TensorRole::parameters, TensorRole::gradients, TensorRole::optimizer_moment}) {
             const std::string where = mesh.to_string() + " zero " + std::to_string(plan.zero_stage) + " rank " +
                                       std::to_string(rank) + " " + t.name + " " + to_string(role);
@@ -282,16 +374,21 @@ TEST_P(ParallelLayoutModels, EveryRanksShardsAreTheShardingSpecsBlocks) {
       }
       // Conversely, every layer tensor the spec puts on this stage is held here.
       for (std::int64_t layer = 0; layer < model.transformer.layers; ++layer) {
-        const std::string name = "layer" + std::to_string(layer) + ".attn.qkv";
-        const auto spec = sharding_spec(model, plan, name, TensorRole::parameters);
-        EXPECT_EQ(block_shape(spec.value, mesh, rank).has_value(), std::find(held.begin(), held.end(), name) != held.end())
-            << mesh.to_string() << " rank " << rank << " " << name;
+        for (const TensorChoice& choice : sharding_tensors(model, layer)) {
+          if (choice.activation || choice.name.rfind("layer", 0) != 0) continue;
+          const auto spec = sharding_spec(model, plan, choice.name, TensorRole::parameters);
+          EXPECT_EQ(block_shape(spec.value, mesh, rank).has_value(),
+                    std::find(held.begin(), held.end(), choice.name) != held.end())
+              << mesh.to_string() << " rank " << rank << " " << choice.name;
+        }
       }
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(GptAndLlama, ParallelLayoutModels, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& model) { return model.param ? "llama" : "gpt2"; });
+INSTANTIATE_TEST_SUITE_P(GptAndLlama, ParallelLayoutModels, ::testing::Values(0, 1, 2),
+                         [](const ::testing::TestParamInfo<int>& model) {
+                           return std::string(model.param == 0 ? "gpt2" : model.param == 1 ? "llama" : "llama_kv2");
+                         });
 
 }  // namespace

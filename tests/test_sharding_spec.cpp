@@ -117,10 +117,32 @@ TEST(ShardingSpec, BlockShapesAndTheGatheredSpec) {
 
   // A stage that does not hold the tensor has no block.
   const Plan pp2 = plan_on("pp=2", 0);
-  const Loaded<ShardingSpec> first = sharding_spec(model, pp2, "layer0.attn.qkv", TensorRole::parameters);
-  EXPECT_EQ(first.value.dims[1].size, 24);  // q + 2 kv = 3 x 8
+  const Loaded<ShardingSpec> first = sharding_spec(model, pp2, "layer0.attn.kv", TensorRole::parameters);
+  EXPECT_EQ(first.value.dims[1].size, 16);  // 2 kv = 2 x 8
   EXPECT_TRUE(block_shape(first.value, pp2.mesh, 0).has_value());
   EXPECT_FALSE(block_shape(first.value, pp2.mesh, 1).has_value());
+}
+
+// Grouped-query attention: tp splits the key/value heads when it divides
+// them, and otherwise every tp rank holds them all; the query heads always split.
+TEST(ShardingSpec, KeyValueHeadsSplitOverTpOnlyWhenTpDividesThem) {
+  ModelSpec model = small_gpt(2);
+  model.transformer.heads = 8;
+  model.transformer.kv_heads = 2;
+  model.transformer.head_dim = 1;
+  for (const std::int64_t tp : {2, 4, 8}) {
+    const Plan plan = plan_on("tp=" + std::to_string(tp), 0);
+    const auto q = sharding_spec(model, plan, "layer1.attn.q", TensorRole::parameters);
+    const auto kv = sharding_spec(model, plan, "layer1.attn.kv", TensorRole::parameters);
+    ASSERT_TRUE(q.ok() && kv.ok()) << tp;
+    EXPECT_EQ(q.value.partition_text(), "P(None, 'tp')") << tp;
+    EXPECT_EQ((*block_shape(q.value, plan.mesh, tp - 1))[1], 8 / tp) << tp;
+    const bool split = tp == 2;
+    EXPECT_EQ(kv.value.partition_text(), split ? "P(None, 'tp')" : "P(None, None)") << tp;
+    EXPECT_EQ((*block_shape(kv.value, plan.mesh, tp - 1))[1], split ? 2 : 4) << tp;  // k and v, 2 heads each
+    EXPECT_EQ(kv.value.replicated_over, split ? std::vector<Axis>{} : std::vector<Axis>{Axis::tp}) << tp;
+    EXPECT_NE(kv.value.rule.find(split ? "split over tp" : "whole on every tp rank"), std::string::npos) << kv.value.rule;
+  }
 }
 
 }  // namespace

@@ -52,10 +52,15 @@ TEST(Trainable, AcceptsLlamaAndNamesWhatItLacks) {
   const Plan tp8 = plan_with("tp=8", 1, 1);
   const Problems accepted = trainable(llama, tp8, training_seq_len(llama, tp8));
   EXPECT_FALSE(has_errors(accepted)) << messages(accepted);
+  // tp 16 does not divide the 8 kv heads: replicated over tp, trained all the same.
   const Plan tp16 = plan_with("tp=16", 1, 1);
   const Problems kv = trainable(llama, tp16, training_seq_len(llama, tp16));
-  ASSERT_NE(error_on(kv, "mesh.tp"), nullptr) << messages(kv);
-  EXPECT_NE(error_on(kv, "mesh.tp")->message.find("kv heads"), std::string::npos) << messages(kv);
+  EXPECT_FALSE(has_errors(kv)) << messages(kv);
+  // tp 64 does not divide the 32 query heads: refused.
+  const Plan tp64 = plan_with("tp=64", 1, 1);
+  const Problems heads = trainable(llama, tp64, training_seq_len(llama, tp64));
+  ASSERT_NE(error_on(heads, "mesh.tp"), nullptr) << messages(heads);
+  EXPECT_NE(error_on(heads, "mesh.tp")->message.find("must divide the heads"), std::string::npos) << messages(heads);
 
   const ModelSpec gemma = must(load_model("gemma3-1b"));  // GeGLU, one kv head, head_dim 256 != hidden / heads
   const Plan one = plan_with("dp=1", 1, 1);

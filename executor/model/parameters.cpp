@@ -30,12 +30,6 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 
 }  // namespace
 
-std::int64_t head_dim(const TransformerDims& t) {
-  return t.head_dim > 0 ? t.head_dim : t.hidden / std::max<std::int64_t>(t.heads, 1);
-}
-std::int64_t kv_heads(const TransformerDims& t) { return t.kv_heads > 0 ? t.kv_heads : t.heads; }
-bool gated(const TransformerDims& t) { return t.feed_forward != FeedForward::gelu; }
-
 const ParameterTensor* ParameterLayout::find(const std::string& name) const {
   const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const ParameterTensor& t) { return t.name == name; });
   return it == tensors.end() ? nullptr : &*it;
@@ -68,7 +62,7 @@ Problems check_supported(const ModelSpec& spec) {
     problems.push_back({Severity::error, "model", "layers, hidden, heads, ffn, vocab and seq_len must be positive"});
   else if (t.head_dim == 0 && t.hidden % t.heads != 0)
     problems.push_back({Severity::error, "model.head_dim", "hidden is not a multiple of heads; state head_dim"});
-  if (head_dim(t) % 2 != 0 && t.positions == Positions::rotary)
+  if (t.head_size() % 2 != 0 && t.positions == Positions::rotary)
     problems.push_back({Severity::error, "model.head_dim", "rotary positions need an even head_dim"});
   if (t.kv_heads > 0 && t.heads % t.kv_heads != 0)
     problems.push_back({Severity::error, "model.kv_heads", "heads must be a multiple of kv_heads"});
@@ -93,8 +87,8 @@ Loaded<ParameterLayout> parameter_layout(const ModelSpec& spec) {
     return result;
   }
   const TransformerDims& t = spec.transformer;
-  const std::int64_t C = t.hidden, F = t.ffn, F_in = gated(t) ? 2 * F : F;
-  const std::int64_t Q = t.heads * head_dim(t), QKV = Q + 2 * kv_heads(t) * head_dim(t);
+  const std::int64_t C = t.hidden, F = t.ffn, F_in = t.gated() ? 2 * F : F;
+  const std::int64_t Q = t.heads * t.head_size(), QKV = Q + 2 * t.key_value_heads() * t.head_size();
   const bool norm_bias = t.norm == Norm::layernorm;
   add_tensor(layout, "wte", {t.vocab, C});
   if (t.positions == Positions::learned) add_tensor(layout, "wpe", {t.seq_len, C});
@@ -137,18 +131,25 @@ void Parameters<T>::zero_grads() {
 }
 
 template <typename T>
-Loaded<Parameters<T>> make_parameters(const ModelSpec& spec, std::uint64_t seed, Backend& backend) {
-  Loaded<Parameters<T>> result;
-  Loaded<ParameterLayout> layout = parameter_layout(spec);
-  result.problems = layout.problems;
-  if (!layout.ok()) return result;
-  Parameters<T>& p = result.value;
-  p.layout = std::move(layout.value);
+Parameters<T> zero_parameters(ParameterLayout layout, Backend& backend) {
+  Parameters<T> p;
+  p.layout = std::move(layout);
   const auto n = static_cast<std::size_t>(p.layout.total_elements);
   p.values = TrackedVector<T>(n, T(0), TrackedAllocator<T>(MemoryCategory::parameters, backend));
   p.grads = TrackedVector<T>(n, T(0), TrackedAllocator<T>(MemoryCategory::gradients, backend));
   p.adam_m = TrackedVector<T>(n, T(0), TrackedAllocator<T>(MemoryCategory::optimizer, backend));
   p.adam_v = TrackedVector<T>(n, T(0), TrackedAllocator<T>(MemoryCategory::optimizer, backend));
+  return p;
+}
+
+template <typename T>
+Loaded<Parameters<T>> make_parameters(const ModelSpec& spec, std::uint64_t seed, Backend& backend) {
+  Loaded<Parameters<T>> result;
+  Loaded<ParameterLayout> layout = parameter_layout(spec);
+  result.problems = layout.problems;
+  if (!layout.ok()) return result;
+  result.value = zero_parameters<T>(std::move(layout.value), backend);
+  Parameters<T>& p = result.value;
 
   const bool gpt = spec.kind == ModelKind::transformer;
   const double residual_std = gpt ? 0.02 / std::sqrt(2.0 * static_cast<double>(spec.transformer.layers)) : 0;
@@ -178,6 +179,8 @@ Loaded<Parameters<T>> make_parameters(const ModelSpec& spec, std::uint64_t seed,
 
 template struct Parameters<float>;
 template struct Parameters<double>;
+template Parameters<float> zero_parameters<float>(ParameterLayout, Backend&);
+template Parameters<double> zero_parameters<double>(ParameterLayout, Backend&);
 template Loaded<Parameters<float>> make_parameters<float>(const ModelSpec&, std::uint64_t, Backend&);
 template Loaded<Parameters<double>> make_parameters<double>(const ModelSpec&, std::uint64_t, Backend&);
 

@@ -40,8 +40,8 @@
 // Backend's ledger as parameters, gradients and optimizer (m and v), so the
 // trainer reports what training really holds.
 //
-// defines: ParameterTensor, ParameterLayout, head_dim, kv_heads, gated, check_supported, parameter_layout,
-//          Parameters, make_parameters
+// defines: ParameterTensor, ParameterLayout, check_supported, parameter_layout,
+//          Parameters, zero_parameters, make_parameters
 #pragma once
 
 #include <cstdint>
@@ -72,11 +72,6 @@ struct ParameterLayout {
   const ParameterTensor& at(const std::string& name) const;
 };
 
-// head_dim as stated, else hidden / heads; kv_heads as stated, else heads;
-// whether the MLP is gated (swiglu or geglu: fc holds the gate and the up rows).
-std::int64_t head_dim(const TransformerDims& t);
-std::int64_t kv_heads(const TransformerDims& t);
-bool gated(const TransformerDims& t);
 
 // Every feature of `spec` the executor cannot train yet, as
 // errors naming the field ("model.norm", "model.experts", ...); dropout > 0
@@ -100,6 +95,10 @@ struct Parameters {
   std::span<T> grad(const std::string& name);
   void zero_grads();
 };
+
+// `layout` with values, gradients and moments all zero, allocated from `backend`.
+template <typename T>
+Parameters<T> zero_parameters(ParameterLayout layout, Backend& backend = default_backend());
 
 // A layout with values initialised from `seed` as described above and
 // gradients and moments at zero, allocated from `backend` (recorded in its ledger).

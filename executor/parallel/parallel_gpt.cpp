@@ -136,7 +136,8 @@ void attention_forward(const TpShape& s, float* out, float* att, const float* qk
   if (s.kv_heads == s.heads)
     kernels::attention_forward(out, att, qkv, B, T, s.q_local(), s.heads_local());
   else
-    kernels::gqa_attention_forward(out, att, qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim);
+    kernels::gqa_attention_forward(out, att, qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim,
+                                   s.heads / s.kv_heads, s.kv_replicated() ? s.q_head_begin() : 0);
 }
 
 void attention_backward(const TpShape& s, float* dqkv, const float* dout, const float* qkv, const float* att,
@@ -144,7 +145,8 @@ void attention_backward(const TpShape& s, float* dqkv, const float* dout, const 
   if (s.kv_heads == s.heads)
     kernels::attention_backward(dqkv, dout, qkv, att, B, T, s.q_local(), s.heads_local());
   else
-    kernels::gqa_attention_backward(dqkv, dout, qkv, att, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim);
+    kernels::gqa_attention_backward(dqkv, dout, qkv, att, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim,
+                                    s.heads / s.kv_heads, s.kv_replicated() ? s.q_head_begin() : 0);
 }
 
 // Softmax cross-entropy over a vocabulary split by rows of wte across tp
@@ -241,10 +243,6 @@ Problems plan_problems(const ModelSpec& spec, const Plan& plan, std::int64_t seq
   if (t.heads % tp != 0)
     problems.push_back(error("mesh.tp", "tp " + std::to_string(tp) + " must divide the heads (" +
                                             std::to_string(t.heads) + ") to split them"));
-  if (kv_heads(t) % tp != 0)
-    problems.push_back(error("mesh.tp", "tp " + std::to_string(tp) + " must divide the kv heads (" +
-                                            std::to_string(kv_heads(t)) + "); replicating key/value heads over tp "
-                                            "is not run by the executor"));
   if (t.ffn % tp != 0)
     problems.push_back(error("mesh.tp", "tp " + std::to_string(tp) + " must divide ffn (" + std::to_string(t.ffn) +
                                             ") for the column-parallel fc"));
@@ -783,7 +781,7 @@ std::vector<float> ParallelGpt::gather_full(int which) {
     if (!owner || !u.counts_in_norm) continue;
     for (const LocalTensor& t : u.layout.tensors) {
       if (t.split == TpSplit::none && shape_.tp_rank != 0) continue;
-      insert_shard(t, shape_, buffer.data() + t.offset, full.data() + layout.at(t.name).offset);
+      insert_shard(t, shape_, buffer.data() + t.offset, full.data() + layout.at(t.name).offset, shape_.tp_rank == 0);
     }
   }
   groups_.world().all_reduce(full.data(), std::ssize(full), DataType::f32, ReduceOp::sum);

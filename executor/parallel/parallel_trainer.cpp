@@ -247,13 +247,19 @@ class ParallelStep {
         model_.replica_group().all_reduce(u.shard_grads.data(), u.shard_size, DataType::f32, ReduceOp::sum);
     }
     if (stages_ > 1 && model_.tied() && model_.wte() != nullptr) sum_tied_embedding();
-    if (model_.sequence_parallel()) {
+    // Tensors every tp rank holds whole but each computes only part of the gradient of: the
+    // tp-replicated ones under sequence parallelism (each rank saw its sequence shard), and
+    // key/value heads tp does not divide (each rank's query heads read them).
+    if (tp_.size() > 1) {
       for (Unit& u : model_.units()) {
         const GradView view = grad_view(u, mode_);
-        for (const LocalTensor& t : u.layout.tensors) {
-          if (t.split != TpSplit::none) continue;
-          const std::int64_t lo = std::max(t.offset, view.begin), hi = std::min(t.offset + t.elements(), view.end);
+        const auto reduce = [&](std::int64_t begin, std::int64_t end) {
+          const std::int64_t lo = std::max(begin, view.begin), hi = std::min(end, view.end);
           if (hi > lo) tp_.all_reduce(&view.at(lo), hi - lo, DataType::f32, ReduceOp::sum);
+        };
+        for (const LocalTensor& t : u.layout.tensors) {
+          if (t.split == TpSplit::none && model_.sequence_parallel()) reduce(t.offset, t.offset + t.elements());
+          for (const auto& [begin, end] : t.whole_part_ranges()) reduce(begin, end);
         }
       }
     }
@@ -269,10 +275,20 @@ class ParallelStep {
     for (Unit& u : model_.units()) {
       if (!u.counts_in_norm || replica != 0) continue;
       const GradView view = grad_view(u, mode_);
-      for (const LocalTensor& t : u.layout.tensors) {
-        if (t.split == TpSplit::none && groups_.coordinate(Axis::tp) != 0) continue;
-        const std::int64_t lo = std::max(t.offset, u.optimizer_begin), hi = std::min(t.offset + t.elements(), u.optimizer_end);
+      const bool tp_copy = groups_.coordinate(Axis::tp) == 0;  // the copy of tp-whole elements the norm counts
+      const auto count = [&](std::int64_t begin, std::int64_t end) {
+        const std::int64_t lo = std::max(begin, u.optimizer_begin), hi = std::min(end, u.optimizer_end);
         if (hi > lo) norm_spans_.emplace_back(&view.at(lo), static_cast<std::size_t>(hi - lo));
+      };
+      for (const LocalTensor& t : u.layout.tensors) {
+        if (t.split == TpSplit::none && !tp_copy) continue;
+        std::int64_t from = t.offset;  // what is left of the tensor after its whole parts (counted on tp rank 0)
+        for (const auto& [begin, end] : t.whole_part_ranges()) {
+          if (tp_copy) continue;
+          count(from, begin);
+          from = end;
+        }
+        count(from, t.offset + t.elements());
       }
     }
     return kernels::global_l2_norm<float>(norm_spans_);

@@ -35,18 +35,38 @@ struct TensorSource {
   TpPacking packing = TpPacking::contiguous;
   std::string spec_tensor;
   std::vector<int> spec_dims;
-  std::vector<std::int64_t> parts = {};
+  std::vector<std::pair<std::int64_t, std::string>> parts = {};  // TpPacking::parts: global rows, spec tensor
 };
+
+// The spec of `spec_tensor`'s parameters on a mesh of tp alone.
+ShardingSpec tp_spec(const TpShape& s, const std::string& spec_tensor, Plan& plan) {
+  plan.mesh.axes = {{Axis::tp, s.tp}};
+  const Loaded<ShardingSpec> spec = sharding_spec(layout_model(s.dims), plan, spec_tensor, TensorRole::parameters);
+  assert(spec.ok() && "the executor asks only for tensors its models have");
+  return spec.value;
+}
 
 // The extents of tp rank `tp_rank`'s block of `spec_tensor`, one per spec dimension.
 std::vector<std::int64_t> tp_block(const TpShape& s, const std::string& spec_tensor, std::int64_t tp_rank) {
   Plan plan;
-  plan.mesh.axes = {{Axis::tp, s.tp}};
-  const Loaded<ShardingSpec> spec = sharding_spec(layout_model(s.dims), plan, spec_tensor, TensorRole::parameters);
-  assert(spec.ok() && "the executor asks only for tensors its models have");
-  const auto shape = block_shape(spec.value, plan.mesh, tp_rank);
+  const ShardingSpec spec = tp_spec(s, spec_tensor, plan);
+  const auto shape = block_shape(spec, plan.mesh, tp_rank);
   assert(shape.has_value());
   return *shape;
+}
+
+// A part of `extent` rows of spec dimension `dim` of `spec_tensor`: its share
+// of the spec's block (the parts of one spec tensor split alike).
+TpPart tp_part(const TpShape& s, std::int64_t extent, const std::string& spec_tensor, int dim) {
+  Plan plan;
+  const ShardingSpec spec = tp_spec(s, spec_tensor, plan);
+  const auto d = static_cast<std::size_t>(dim);
+  TpPart part;
+  part.extent = extent;
+  part.local = extent * (*block_shape(spec, plan.mesh, s.tp_rank))[d] / spec.dims[d].size;
+  part.whole = s.tp > 1 && spec.splits(plan.mesh, d) == 1;
+  part.spec_tensor = spec_tensor;
+  return part;
 }
 
 void add(UnitLayout& unit, const TpShape& s, TensorSource source) {
@@ -55,13 +75,20 @@ void add(UnitLayout& unit, const TpShape& s, TensorSource source) {
   t.global_shape = std::move(source.global_shape);
   t.split = source.split;
   t.packing = source.packing;
-  t.parts = std::move(source.parts);
   t.spec_tensor = std::move(source.spec_tensor);
   t.spec_dims = std::move(source.spec_dims);
   // Stored dimension d holds the spec's block extent when tp splits it, the whole extent otherwise.
   const int split_dim = t.split == TpSplit::columns ? 0 : t.split == TpSplit::rows ? 1 : -1;
   std::vector<std::int64_t> local = t.global_shape;
-  if (split_dim >= 0) {
+  if (t.packing == TpPacking::parts) {
+    // Part by part: the q, k, v (gate, up) blocks of their spec tensors, packed one after another.
+    const int dim = t.spec_dims[static_cast<std::size_t>(split_dim)];
+    local[static_cast<std::size_t>(split_dim)] = 0;
+    for (const auto& [extent, spec_tensor] : source.parts) {
+      t.parts.push_back(tp_part(s, extent, spec_tensor, dim));
+      local[static_cast<std::size_t>(split_dim)] += t.parts.back().local;
+    }
+  } else if (split_dim >= 0) {
     // Padding gives every rank the largest block (rank 0's), so units line up across tp.
     const std::int64_t rank = t.packing == TpPacking::vocab_padded ? 0 : s.tp_rank;
     local[static_cast<std::size_t>(split_dim)] =
@@ -87,8 +114,8 @@ TpShape tp_shape(const TransformerDims& dims, std::int64_t tp, std::int64_t tp_r
   s.channels = dims.hidden;
   s.ffn = dims.ffn;
   s.heads = dims.heads;
-  s.kv_heads = exec::kv_heads(dims);
-  s.head_dim = exec::head_dim(dims);
+  s.kv_heads = dims.key_value_heads();
+  s.head_dim = dims.head_size();
   s.tp = tp;
   s.tp_rank = tp_rank;
   return s;
@@ -110,25 +137,27 @@ UnitLayout wpe_unit(const TpShape& s) {
 // biases) only where the model has them.
 UnitLayout layer_unit(const TpShape& s, std::int64_t layer) {
   const std::int64_t C = s.channels, F = s.ffn, Q = s.heads * s.head_dim, K = s.kv_heads * s.head_dim;
-  const std::vector<std::int64_t> qkv_parts = {Q, K, K};
-  const std::vector<std::int64_t> fc_parts = s.gated() ? std::vector<std::int64_t>{F, F} : std::vector<std::int64_t>{F};
-  const std::int64_t QKV = Q + 2 * K, F_in = s.gated() ? 2 * F : F;
   const std::string p = "layer" + std::to_string(layer) + ".";
+  const std::vector<std::pair<std::int64_t, std::string>> qkv_parts = {{Q, p + "attn.q"}, {K, p + "attn.kv"}, {K, p + "attn.kv"}};
+  const std::vector<std::pair<std::int64_t, std::string>> fc_parts = {{F, p + "mlp.w_in"}, {F, p + "mlp.w_in"}};
+  const std::int64_t QKV = Q + 2 * K, F_in = s.gated() ? 2 * F : F;
   UnitLayout unit{"layer" + std::to_string(layer), {}, 0};
   const TpPacking contiguous = TpPacking::contiguous, parts = TpPacking::parts;
   const TpPacking fc_packing = s.gated() ? parts : contiguous;
+  const std::vector<std::pair<std::int64_t, std::string>> none;
   const bool norm_bias = !s.rms(), bias = s.bias();
-  // Spec dimensions: ln [norm]; attn.qkv [hidden, q+2kv]; attn.out [q, hidden]; mlp.w_in [hidden, ffn]; mlp.w_out [ffn, hidden].
+  // Spec dimensions: ln [norm]; attn.q [hidden, q]; attn.kv [hidden, 2kv]; attn.out [q, hidden]; mlp.w_in [hidden,
+  // ffn]; mlp.w_out [ffn, hidden]. qkv's parts name their spec tensors; the tensor names the first.
   add(unit, s, {p + "ln1.w", {C}, TpSplit::none, contiguous, p + "ln1", {0}});
   if (norm_bias) add(unit, s, {p + "ln1.b", {C}, TpSplit::none, contiguous, p + "ln1", {0}});
-  add(unit, s, {p + "qkv.w", {QKV, C}, TpSplit::columns, parts, p + "attn.qkv", {1, 0}, qkv_parts});
-  if (bias) add(unit, s, {p + "qkv.b", {QKV}, TpSplit::columns, parts, p + "attn.qkv", {1}, qkv_parts});
+  add(unit, s, {p + "qkv.w", {QKV, C}, TpSplit::columns, parts, p + "attn.q", {1, 0}, qkv_parts});
+  if (bias) add(unit, s, {p + "qkv.b", {QKV}, TpSplit::columns, parts, p + "attn.q", {1}, qkv_parts});
   add(unit, s, {p + "attn_out.w", {C, Q}, TpSplit::rows, contiguous, p + "attn.out", {1, 0}});
   if (bias) add(unit, s, {p + "attn_out.b", {C}, TpSplit::none, contiguous, p + "attn.out", {1}});
   add(unit, s, {p + "ln2.w", {C}, TpSplit::none, contiguous, p + "ln2", {0}});
   if (norm_bias) add(unit, s, {p + "ln2.b", {C}, TpSplit::none, contiguous, p + "ln2", {0}});
-  add(unit, s, {p + "fc.w", {F_in, C}, TpSplit::columns, fc_packing, p + "mlp.w_in", {1, 0}, fc_parts});
-  if (bias) add(unit, s, {p + "fc.b", {F_in}, TpSplit::columns, fc_packing, p + "mlp.w_in", {1}, fc_parts});
+  add(unit, s, {p + "fc.w", {F_in, C}, TpSplit::columns, fc_packing, p + "mlp.w_in", {1, 0}, s.gated() ? fc_parts : none});
+  if (bias) add(unit, s, {p + "fc.b", {F_in}, TpSplit::columns, fc_packing, p + "mlp.w_in", {1}, s.gated() ? fc_parts : none});
   add(unit, s, {p + "fc_out.w", {C, F}, TpSplit::rows, contiguous, p + "mlp.w_out", {1, 0}});
   if (bias) add(unit, s, {p + "fc_out.b", {C}, TpSplit::none, contiguous, p + "mlp.w_out", {1}});
   return unit;
@@ -153,13 +182,13 @@ std::int64_t global_row(const LocalTensor& t, const TpShape& s, std::int64_t i) 
     case TpPacking::contiguous: return s.tp_rank * t.rows + i;
     case TpPacking::parts: {
       // Local rows are the parts' blocks one after another ([q_r; k_r; v_r]); part p's block is
-      // rows [r n_p / tp, (r + 1) n_p / tp) of the p-th part, which starts at the sum of the earlier parts.
+      // rows [r n_p / tp, (r + 1) n_p / tp) of the p-th part (all its rows when whole), which
+      // starts at the sum of the earlier parts.
       std::int64_t local_begin = 0, global_begin = 0;
-      for (const std::int64_t part : t.parts) {
-        const std::int64_t block = part / s.tp;
-        if (i < local_begin + block) return global_begin + s.tp_rank * block + (i - local_begin);
-        local_begin += block;
-        global_begin += part;
+      for (const TpPart& part : t.parts) {
+        if (i < local_begin + part.local) return global_begin + (part.whole ? 0 : s.tp_rank * part.local) + (i - local_begin);
+        local_begin += part.local;
+        global_begin += part.extent;
       }
       return -1;
     }
@@ -184,11 +213,26 @@ void extract_shard(const LocalTensor& t, const TpShape& s, const float* global, 
   }
 }
 
-void insert_shard(const LocalTensor& t, const TpShape& s, const float* local, float* global) {
+std::vector<std::pair<std::int64_t, std::int64_t>> LocalTensor::whole_part_ranges() const {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  std::int64_t row = 0;
+  for (const TpPart& part : parts) {
+    if (part.whole) out.emplace_back(offset + row * cols, offset + (row + part.local) * cols);
+    row += part.local;
+  }
+  return out;
+}
+
+void insert_shard(const LocalTensor& t, const TpShape& s, const float* local, float* global, bool whole_parts) {
   const std::int64_t global_cols = t.global_shape.size() == 2 ? t.global_shape[1] : 1;
+  std::vector<bool> skip(static_cast<std::size_t>(t.rows), false);
+  if (!whole_parts) {
+    for (const auto& [begin, end] : t.whole_part_ranges())
+      for (std::int64_t i = (begin - t.offset) / t.cols; i < (end - t.offset) / t.cols; ++i) skip[static_cast<std::size_t>(i)] = true;
+  }
   for (std::int64_t i = 0; i < t.rows; ++i) {
     const std::int64_t gi = global_row(t, s, i);
-    if (gi < 0) continue;
+    if (gi < 0 || skip[static_cast<std::size_t>(i)]) continue;
     for (std::int64_t j = 0; j < t.cols; ++j) global[gi * global_cols + global_col(t, s, j)] = local[i * t.cols + j];
   }
 }

@@ -18,9 +18,11 @@
 //   qkv.w [Q+2K, C], .b         columns, by heads in parts: rank r holds the
 //                              rows of its NH/tp query heads and of its
 //                              KVH/tp key and value heads, packed
-//                              [q_r; k_r; v_r] as attention expects (tp
-//                              must divide the kv heads: replicating them
-//                              is not run)
+//                              [q_r; k_r; v_r] as attention expects; when
+//                              tp does not divide the kv heads, every rank
+//                              holds all of them ([q_r; k; v]: the spec's
+//                              attn.kv is whole), and their gradients are
+//                              summed over tp
 //   attn_out.w [C, Q]          rows: the input columns of rank r's heads
 //   fc.w [F, C], fc.b [F]      columns: rows [r F/tp, (r+1) F/tp); gated
 //                              ([2F, C]: gate rows, then up rows) in two
@@ -38,13 +40,14 @@
 // (model/model_states.hpp); the spec's per-dimension data blocks are the
 // same elements in total over that group, cut differently.
 //
-// defines: TpPacking, LocalTensor, UnitLayout, TpShape, tp_shape, wte_unit,
+// defines: TpPacking, TpPart, LocalTensor, UnitLayout, TpShape, tp_shape, wte_unit,
 //          wpe_unit, layer_unit, lnf_unit, head_unit, global_row, global_col,
 //          extract_shard, insert_shard, DataSharding, data_sharding, data_sharding_problems
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/layer_graph.hpp"
@@ -62,6 +65,14 @@ enum class TpPacking : std::uint8_t {
   vocab_padded,  // Vp = ceil(V / tp) rows on every rank; rows past V are zero padding
 };
 
+// One part of a TpPacking::parts dimension (q, k, v; gate, up).
+struct TpPart {
+  std::int64_t extent = 0;  // global rows
+  std::int64_t local = 0;   // this rank's rows: extent / tp, or extent when whole
+  bool whole = false;       // tp > 1 and every tp rank holds it all (key/value heads tp does not divide)
+  std::string spec_tensor;  // the ShardingSpec tensor it is (part of): "layer0.attn.kv"
+};
+
 struct LocalTensor {
   std::string name;                        // the global tensor's name ("layer0.qkv.w")
   std::vector<std::int64_t> global_shape;  // as parameter_layout() has it, [out, in] for weights
@@ -69,14 +80,17 @@ struct LocalTensor {
   std::int64_t cols = 1;
   TpSplit split = TpSplit::none;           // columns: stored dim 0 split; rows: stored dim 1 split
   TpPacking packing = TpPacking::contiguous;
-  std::vector<std::int64_t> parts;         // TpPacking::parts: the global extent of each part
+  std::vector<TpPart> parts;               // TpPacking::parts, in order
   std::int64_t offset = 0;                 // first element in its unit's buffer
-  std::string spec_tensor;                 // the ShardingSpec tensor ("layer0.attn.qkv")
+  std::string spec_tensor;                 // the ShardingSpec tensor ("layer0.mlp.w_in"; of qkv, the first part's)
   std::vector<int> spec_dims;              // per stored dimension, the spec dimension it runs along
 
   std::int64_t elements() const { return rows * cols; }
   // AdamW decays matrices and embeddings only (rank >= 2), as the single-rank trainer does.
   bool decays() const { return global_shape.size() >= 2; }
+  // Element ranges [begin, end) in the unit's buffer of the whole parts: held
+  // alike by every tp rank, each computing a partial gradient of them.
+  std::vector<std::pair<std::int64_t, std::int64_t>> whole_part_ranges() const;
 };
 
 struct UnitLayout {
@@ -100,7 +114,10 @@ struct TpShape {
   std::int64_t tp_rank = 0;
 
   std::int64_t heads_local() const { return heads / tp; }
-  std::int64_t kv_heads_local() const { return kv_heads / tp; }
+  // Key/value heads on this rank: KVH / tp, or all KVH when tp does not divide them (replicated).
+  std::int64_t kv_heads_local() const { return kv_heads / kv_tp_split(kv_heads, tp); }
+  bool kv_replicated() const { return tp > 1 && kv_tp_split(kv_heads, tp) == 1; }
+  std::int64_t q_head_begin() const { return tp_rank * heads_local(); }  // global index of the first query head
   std::int64_t q_local() const { return heads_local() * head_dim; }  // attention output width on this rank
   std::int64_t qkv_local() const { return (heads_local() + 2 * kv_heads_local()) * head_dim; }
   std::int64_t ffn_local() const { return ffn / tp; }
@@ -130,8 +147,9 @@ std::int64_t global_col(const LocalTensor& tensor, const TpShape& s, std::int64_
 
 // local = this rank's block of the full tensor `global` (row-major, global_shape); padding rows get 0.
 void extract_shard(const LocalTensor& tensor, const TpShape& s, const float* global, float* local);
-// Writes this rank's block into the full tensor (padding rows are dropped).
-void insert_shard(const LocalTensor& tensor, const TpShape& s, const float* local, float* global);
+// Writes this rank's block into the full tensor (padding rows are dropped);
+// whole parts only when `whole_parts` (false: leave them to tp rank 0's copy).
+void insert_shard(const LocalTensor& tensor, const TpShape& s, const float* local, float* global, bool whole_parts = true);
 
 // Which model states the data-parallel ranks shard, and over which axis's
 // group: fsdp when fsdp > 1 (every state), else dp for the states ZeRO

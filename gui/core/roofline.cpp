@@ -35,7 +35,7 @@ Roofline plan_roofline(const Evaluator& evaluator, const Plan& plan) {
       const bool gemm_like = op.kind == OpKind::gemm || op.kind == OpKind::attention_scores ||
                              op.kind == OpKind::attention_values || op.kind == OpKind::conv;
       if (gemm_like && op.gemm.n > 0 && op.gemm.k > 0) {
-        const LocalGemm g = local_gemm(op, plan);
+        const LocalGemm g = local_gemm(op, plan, graph.kv_heads);
         p.gemm = true;
         p.flops = g.forward_flops();
         p.bytes = g.operand_elements() * gemm_bytes;

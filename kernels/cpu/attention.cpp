@@ -164,16 +164,16 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, std:
 
 template <typename T>
 void gqa_attention_forward(T* out, T* att, const T* qkv, std::int64_t B, std::int64_t T_len, std::int64_t NH,
-                           std::int64_t KVH, std::int64_t D) {
-  assert(KVH > 0 && NH % KVH == 0 && "key/value heads must divide query heads");
-  const std::int64_t group = NH / KVH;
+                           std::int64_t KVH, std::int64_t D, std::int64_t group, std::int64_t head_offset) {
+  if (group == 0) group = NH / KVH;
+  assert(KVH > 0 && group > 0 && (head_offset + NH - 1) / group < KVH && "every query head needs its key/value head");
   const std::int64_t W = (NH + 2 * KVH) * D;
   const std::int64_t out_width = NH * D;
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
   for (std::int64_t b = 0; b < B; ++b) {
     const T* row0 = qkv + b * T_len * W;
     for (std::int64_t h = 0; h < NH; ++h) {
-      const std::int64_t kv = h / group;
+      const std::int64_t kv = (head_offset + h) / group;
       causal_head_forward(out + b * T_len * out_width + h * D, out_width, att + (b * NH + h) * T_len * T_len,
                           row0 + h * D, row0 + (NH + kv) * D, row0 + (NH + KVH + kv) * D, W, T_len, D, scale);
     }
@@ -182,9 +182,10 @@ void gqa_attention_forward(T* out, T* att, const T* qkv, std::int64_t B, std::in
 
 template <typename T>
 void gqa_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, std::int64_t B, std::int64_t T_len,
-                            std::int64_t NH, std::int64_t KVH, std::int64_t D) {
-  assert(KVH > 0 && NH % KVH == 0 && "key/value heads must divide query heads");
-  const std::int64_t group = NH / KVH;
+                            std::int64_t NH, std::int64_t KVH, std::int64_t D, std::int64_t group,
+                            std::int64_t head_offset) {
+  if (group == 0) group = NH / KVH;
+  assert(KVH > 0 && group > 0 && (head_offset + NH - 1) / group < KVH && "every query head needs its key/value head");
   const std::int64_t W = (NH + 2 * KVH) * D;
   const std::int64_t out_width = NH * D;
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
@@ -195,7 +196,7 @@ void gqa_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, 
     for (std::int64_t h = 0; h < NH; ++h) {
       // The query heads of a group run one after another, so their dK and dV
       // GEMMs (beta = 1) sum into the shared key/value head's gradient.
-      const std::int64_t kv = h / group;
+      const std::int64_t kv = (head_offset + h) / group;
       causal_head_backward(drow0 + h * D, drow0 + (NH + kv) * D, drow0 + (NH + KVH + kv) * D, ds.data(),
                            dout + b * T_len * out_width + h * D, out_width, att + (b * NH + h) * T_len * T_len,
                            row0 + h * D, row0 + (NH + kv) * D, row0 + (NH + KVH + kv) * D, W, T_len, D, scale);
@@ -212,12 +213,14 @@ template void attention_backward<float>(float*, const float*, const float*, cons
 template void attention_backward<double>(double*, const double*, const double*, const double*, std::int64_t,
                                          std::int64_t, std::int64_t, std::int64_t);
 template void gqa_attention_forward<float>(float*, float*, const float*, std::int64_t, std::int64_t, std::int64_t,
-                                           std::int64_t, std::int64_t);
+                                           std::int64_t, std::int64_t, std::int64_t, std::int64_t);
 template void gqa_attention_forward<double>(double*, double*, const double*, std::int64_t, std::int64_t,
-                                            std::int64_t, std::int64_t, std::int64_t);
+                                            std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t);
 template void gqa_attention_backward<float>(float*, const float*, const float*, const float*, std::int64_t,
-                                            std::int64_t, std::int64_t, std::int64_t, std::int64_t);
+                                            std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                            std::int64_t);
 template void gqa_attention_backward<double>(double*, const double*, const double*, const double*, std::int64_t,
-                                             std::int64_t, std::int64_t, std::int64_t, std::int64_t);
+                                             std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                             std::int64_t);
 
 }  // namespace meshplan::kernels

@@ -40,19 +40,25 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, std:
 
 // qkv[B, T, (NH + 2 KVH) * D]: for each position, NH query heads, then KVH key
 // heads, then KVH value heads, D values each (KVH must divide NH); query head
-// h reads key/value head h / (NH / KVH). Scale 1 / sqrt(D), causal.
+// h reads key/value head (head_offset + h) / group, group = NH / KVH unless
+// given. A tensor-parallel rank whose KVH key/value heads are all the model's
+// (replicated because tp does not divide them) passes the model's group size
+// and the global index of its first query head as head_offset. Scale
+// 1 / sqrt(D), causal.
 // att[B, NH, T, T] (written): the softmax probabilities, zeros above the
 // diagonal, as attention_forward's.
-// out[B, T, NH * D] (written): out[b, t, h * D + i] = sum_t2 att[b, h, t, t2] v[b, t2, h / (NH / KVH), i].
+// out[B, T, NH * D] (written): out[b, t, h * D + i] = sum_t2 att[b, h, t, t2] v[b, t2, (head_offset + h) / group, i].
 template <typename T>
 void gqa_attention_forward(T* out, T* att, const T* qkv, std::int64_t B, std::int64_t T_len, std::int64_t NH,
-                           std::int64_t KVH, std::int64_t D);
+                           std::int64_t KVH, std::int64_t D, std::int64_t group = 0, std::int64_t head_offset = 0);
 
 // Given dout[B, T, NH * D], the forward input qkv and the saved att,
 // accumulates dqkv[B, T, (NH + 2 KVH) * D] in the same packed layout; the
-// key and value gradients of a key/value head sum over its group's query heads.
+// key and value gradients of a key/value head sum over its group's query heads
+// (those of this call: a head no query head here reads gets no gradient).
 template <typename T>
 void gqa_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, std::int64_t B, std::int64_t T_len,
-                            std::int64_t NH, std::int64_t KVH, std::int64_t D);
+                            std::int64_t NH, std::int64_t KVH, std::int64_t D, std::int64_t group = 0,
+                            std::int64_t head_offset = 0);
 
 }  // namespace meshplan::kernels

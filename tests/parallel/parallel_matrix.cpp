@@ -89,6 +89,12 @@ const std::map<std::string, MatrixPlan>& matrix_plans() {
     llama.llama = true;
     all.emplace("llama-" + name, llama);
   }
+  // tp = 4 does not divide the Llama-style model's 2 key/value heads: every tp rank holds both
+  // (replicated) and their gradients are summed over tp.
+  all.emplace("llama-tp4", MatrixPlan{"tp=4", 0, false, "1f1b", true});
+  all.emplace("llama-tp4-sp", MatrixPlan{"tp=4", 0, true, "1f1b", true});
+  all.emplace("llama-dp2-zero2-tp4-sp", MatrixPlan{"dp=2,tp=4", 2, true, "1f1b", true});
+  all.emplace("llama-fsdp2-tp4", MatrixPlan{"fsdp=2,tp=4", 0, false, "1f1b", true});
   return all;
   }();
   return plans;
@@ -96,7 +102,7 @@ const std::map<std::string, MatrixPlan>& matrix_plans() {
 
 // 257 does not divide over tp = 2: the vocabulary-parallel padding is exercised.
 // The Llama-style model: 4 query heads sharing 2 key/value heads (tp = 2 holds
-// one kv head per rank), head_dim 8, SwiGLU with ffn 48, RMSNorm, rotary
+// one kv head per rank, tp = 4 both), head_dim 8, SwiGLU with ffn 48, RMSNorm, rotary
 // positions at Llama 3's theta, untied output layer, no biases.
 ModelSpec matrix_model(bool llama) {
   ModelSpec spec = testing_support::tiny_gpt_spec(llama ? "llama-matrix" : "gpt-matrix", 4, 32, 4, 128, 257, 16);

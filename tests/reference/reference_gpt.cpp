@@ -213,9 +213,9 @@ Loaded<std::unique_ptr<Model<T>>> make_reference_model(const ModelSpec& spec, st
   // The reference is GPT-2 only; the executor's other features are checked op by op (tests/test_kernels.cpp).
   const std::pair<bool, const char*> gpt2_features[] = {
       {t.feed_forward == FeedForward::gelu, "model.feed_forward"}, {t.norm == Norm::layernorm, "model.norm"},
-      {t.positions == Positions::learned, "model.positions"},    {kv_heads(t) == t.heads, "model.kv_heads"},
+      {t.positions == Positions::learned, "model.positions"},    {t.key_value_heads() == t.heads, "model.kv_heads"},
       {t.tied_embeddings, "model.tied_embeddings"},               {t.bias, "model.bias"},
-      {head_dim(t) * t.heads == t.hidden, "model.head_dim"}};
+      {t.head_size() * t.heads == t.hidden, "model.head_dim"}};
   for (const auto& [has, field] : gpt2_features)
     if (!has) result.problems.push_back({Severity::error, field, "the reference GPT is GPT-2's architecture only"});
   if (max_batch <= 0) result.problems.push_back({Severity::error, "plan.micro_batch", "must be at least 1"});
