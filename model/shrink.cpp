@@ -35,14 +35,17 @@ Rung rung(const ModelSpec& original, const Plan& plan, double s, const ShrinkBud
   TransformerDims& d = r.model.transformer;
   d.layers = std::max(chunks, round_down(scaled(t.layers, s), chunks));
   d.heads = std::max(tp, round_down(scaled(t.heads, s), tp));
-  const std::int64_t dim = std::min(head_dim, std::max(budget.min_head_dim, scaled(head_dim, s)));
+  std::int64_t dim = std::min(head_dim, std::max(budget.min_head_dim, scaled(head_dim, s)));
+  if (t.positions == Positions::rotary && dim % 2 != 0 && dim > 1) --dim;  // rotary pairs up a head's dimensions
   d.hidden = d.heads * dim;
   d.head_dim = t.head_dim > 0 ? dim : 0;
   if (t.kv_heads != 0 && t.kv_heads != t.heads) {
-    // Grouped-query attention keeps its group size where it can; the kv heads must divide the heads and
-    // be a multiple of tp (the executor splits them over tp), and tp always qualifies.
-    std::int64_t kv = std::max(tp, d.heads / (t.heads / t.kv_heads));
-    while (kv > tp && (d.heads % kv != 0 || kv % tp != 0)) --kv;
+    // Grouped-query attention keeps its group size where it can; the kv heads must divide the heads.
+    // Where tp splits the original's kv heads they stay a multiple of tp (tp always qualifies); where
+    // they are replicated over tp (kv_tp_split), any divisor of the heads will do (1 always does).
+    const std::int64_t least = t.kv_tp_split(tp) == tp ? tp : 1;
+    std::int64_t kv = std::max(least, d.heads / (t.heads / t.kv_heads));
+    while (kv > least && (d.heads % kv != 0 || kv % least != 0)) --kv;
     d.kv_heads = kv;
   } else if (d.kv_heads != 0) {
     d.kv_heads = d.heads;

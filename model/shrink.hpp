@@ -11,7 +11,8 @@
 //   layers    = max(pp x v, floor(L s) rounded down to a multiple of pp x v)
 //               (an even stage partition: stage_layers, if given, is dropped)
 //   heads     = max(tp, floor(H s) rounded down to a multiple of tp)
-//   head_dim  = max(min_head_dim, floor(D s)), hidden = heads x head_dim
+//   head_dim  = max(min_head_dim, floor(D s)), one less when odd under rotary
+//               positions (they rotate pairs), hidden = heads x head_dim
 //   ffn       = hidden x (F / hidden of the original), rounded down to a multiple of tp (>= tp)
 //   seq_len   = max(min_seq_len, floor(S s)), rounded down so that micro_batch x seq_len
 //               is a multiple of tp under sequence parallelism

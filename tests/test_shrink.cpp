@@ -46,7 +46,9 @@ void expect_divisible(const ShrinkResult& r) {
   EXPECT_EQ(t.hidden % t.heads, 0) << t.hidden << " hidden, " << t.heads << " heads";
   EXPECT_EQ(t.ffn % tp, 0) << t.ffn << " ffn, tp " << tp;
   EXPECT_EQ(t.heads % t.kv_heads, 0) << t.heads << " heads, " << t.kv_heads << " kv heads";
-  EXPECT_EQ(t.kv_heads % tp, 0) << t.kv_heads << " kv heads, tp " << tp;
+  if (t.positions == Positions::rotary) {
+    EXPECT_EQ(t.head_size() % 2, 0) << "rotary head_dim " << t.head_size();
+  }
   EXPECT_EQ(t.layers % (pp * v), 0) << t.layers << " layers, pp x v " << pp * v;
   EXPECT_GE(t.layers, pp * v);
   if (r.plan.sequence_parallel) {
@@ -66,6 +68,49 @@ TEST(Shrink, LlamaKeepsGroupedQueryAttentionSplittableOverTp) {
     EXPECT_LT(r.model.transformer.kv_heads, r.model.transformer.heads) << "tp " << tp;
     EXPECT_EQ(r.model.transformer.norm, Norm::rmsnorm);
     EXPECT_EQ(r.model.transformer.rope_theta, 500000);
+  }
+}
+
+// Where tp splits the original's kv heads, the shrunk model's kv heads stay a
+// multiple of tp; where tp does not (Gemma 3 1B's single kv head on tp 2,
+// Gemma 3 4B's 4 on tp 8), the shrunk model keeps the group size and so
+// replicates its kv heads over tp the same way.
+TEST(Shrink, KeyValueHeadsKeepTheOriginalsSplitOrReplication) {
+  struct Case {
+    const char* model;
+    std::int64_t tp;
+    bool split;
+  };
+  for (const Case c : {Case{"llama3-8b", 8, true}, Case{"gemma3-1b", 2, false}, Case{"gemma3-4b", 8, false},
+                       Case{"gemma3-4b", 4, true}}) {
+    const ModelSpec model = must(load_model(c.model));
+    const Plan plan = make_plan(1, c.tp, 1, 1, false, 1, 4);
+    const ShrinkResult r = must(shrink_plan(model, plan, budget(1.0, 2.0)));
+    expect_divisible(r);
+    const TransformerDims& t = r.model.transformer;
+    const std::string where = std::string(c.model) + " tp " + std::to_string(c.tp);
+    EXPECT_EQ(t.kv_tp_split(c.tp) == c.tp, c.split) << where << ": " << t.kv_heads << " kv heads";
+    // Split over tp, the kv heads may have to grow back to the heads (8 heads left on tp 8);
+    // replicated, the group size is kept.
+    if (c.split) {
+      EXPECT_LE(t.kv_heads, t.heads) << where;
+    } else {
+      EXPECT_LT(t.kv_heads, t.heads) << where;
+    }
+    EXPECT_LE(t.heads / t.kv_heads, model.transformer.heads / model.transformer.kv_heads) << where << ": group size";
+  }
+}
+
+// Rotary positions rotate pairs of a head's dimensions: every rung keeps
+// head_dim even (Gemma 3 1B's 256 once shrank to 107, which train refuses).
+TEST(Shrink, RotaryModelsKeepAnEvenHeadDim) {
+  for (const char* name : {"gemma3-1b", "llama3-8b", "llama3.2-1b"}) {
+    const ModelSpec model = must(load_model(name));
+    const Plan plan = make_plan(2, 2, 1, 1, true, 1, 4);
+    for (const double step_s : {0.1, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 4.0}) {
+      const ShrinkResult r = must(shrink_plan(model, plan, budget(4.41, step_s)));
+      expect_divisible(r);
+    }
   }
 }
 
