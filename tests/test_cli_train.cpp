@@ -157,11 +157,16 @@ TEST(CliTrain, RefusesWhatItCannotRunYet) {
   r = run({"train", "--plan", mlp, "--data", "synthetic", "--steps", "2"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("mpirun -np 2"), std::string::npos) << r.err;
-  // An MLP with tensor parallelism: no launch fits, refused naming the axis before MPI starts.
+  // An MLP with tensor parallelism trains under mpirun too; in one process, the launch that fits.
   const std::string mlp_tp = emit_plan("two-ranks-tp.json", "tp=2", 16, 16);
   r = run({"train", "--plan", mlp_tp, "--data", "synthetic", "--steps", "2"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("mesh.tp: an MLP trains on dp and fsdp meshes; tensor parallelism for MLPs is not run"),
+  EXPECT_NE(r.err.find("mpirun -np 2"), std::string::npos) << r.err;
+  // An MLP with pipeline parallelism: no launch fits, refused naming the axis before MPI starts.
+  const std::string mlp_pp = emit_plan("two-ranks-pp.json", "pp=2", 16, 16);
+  r = run({"train", "--plan", mlp_pp, "--data", "synthetic", "--steps", "2"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("mesh.pp: an MLP trains on dp, fsdp and tp meshes; pipeline parallelism for MLPs is not run"),
             std::string::npos)
       << r.err;
   EXPECT_EQ(r.err.find("mpirun"), std::string::npos) << r.err;

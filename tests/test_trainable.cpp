@@ -84,9 +84,10 @@ TEST(Trainable, RefusesACnn) {
   EXPECT_EQ(kind->message, "ResNet/CNN models are planned but not trained by the executor");
 }
 
-// An MLP trains on dp and fsdp meshes (data_parallel.hpp), any ZeRO stage;
+// An MLP trains on dp, fsdp and tp meshes (data_parallel.hpp), any ZeRO
+// stage; tp must divide every column-parallel linear's outputs; the other
 // model-parallel axes are refused, naming the axis.
-TEST(Trainable, AcceptsAnMlpOnDpAndFsdpMeshesOnly) {
+TEST(Trainable, AcceptsAnMlpOnDpFsdpAndTpMeshesOnly) {
   const ModelSpec mlp = must(load_model("mlp-fashion"));
   for (const char* mesh : {"dp=2", "fsdp=2", "dp=2,fsdp=2"}) {
     const Problems problems = trainable(mlp, plan_with(mesh, 16, 64), 1);
@@ -95,14 +96,20 @@ TEST(Trainable, AcceptsAnMlpOnDpAndFsdpMeshesOnly) {
   Plan zero3 = plan_with("dp=2", 16, 32);
   zero3.zero_stage = 3;
   EXPECT_FALSE(has_errors(trainable(mlp, zero3, 1))) << messages(trainable(mlp, zero3, 1));
-  const Problems tp = trainable(mlp, plan_with("tp=2", 16, 16), 1);
+  for (const char* mesh : {"tp=2", "dp=2,tp=2", "fsdp=2,tp=2"}) {
+    const Problems problems = trainable(mlp, plan_with(mesh, 16, 64), 1);
+    EXPECT_FALSE(has_errors(problems)) << mesh << ": " << messages(problems);
+  }
+  const Problems tp = trainable(mlp, plan_with("tp=3", 16, 16), 1);  // [784, 256, 10]
   const Problem* tp_error = error_on(tp, "mesh.tp");
   ASSERT_NE(tp_error, nullptr) << messages(tp);
-  EXPECT_NE(tp_error->message.find("an MLP trains on dp and fsdp meshes; tensor parallelism for MLPs is not run"),
-            std::string::npos)
+  EXPECT_NE(tp_error->message.find("tp 3 must divide the output size (256) of column-parallel linear0"), std::string::npos)
       << tp_error->message;
   const Problems pp = trainable(mlp, plan_with("dp=2,pp=2", 16, 32), 1);
-  EXPECT_NE(error_on(pp, "mesh.pp"), nullptr) << messages(pp);
+  ASSERT_NE(error_on(pp, "mesh.pp"), nullptr) << messages(pp);
+  EXPECT_NE(error_on(pp, "mesh.pp")->message.find("an MLP trains on dp, fsdp and tp meshes; pipeline parallelism"),
+            std::string::npos)
+      << messages(pp);
   Plan zero_and_fsdp = plan_with("dp=2,fsdp=2", 16, 64);
   zero_and_fsdp.zero_stage = 1;
   EXPECT_NE(error_on(trainable(mlp, zero_and_fsdp, 1), "zero"), nullptr);

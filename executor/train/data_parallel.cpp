@@ -4,6 +4,7 @@
 #include "executor/train/data_parallel.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <span>
@@ -46,6 +47,19 @@ Problem error(const std::string& where, const std::string& message) { return {Se
 DataParallelTrainer::DataParallelTrainer(std::unique_ptr<Model<float>> model, const Plan& plan,
                                          comm::MeshCommunicators& groups)
     : model_(std::move(model)), groups_(groups), self_(comm::make_self_communicator("self")) {
+  if (plan.mesh.size(Axis::tp) > 1) {
+    tp_mlp_ = dynamic_cast<Mlp<float>*>(model_.get());
+    assert(tp_mlp_ != nullptr && "tensor parallelism is run for an Mlp only (trainable)");
+    comm::Communicator& tp = groups.group(Axis::tp);
+    MlpTensorParallel<float> split;
+    split.rank = tp.rank();
+    split.size = tp.size();
+    split.all_reduce = [&tp](float* data, std::int64_t n) { tp.all_reduce(data, n, DataType::f32, ReduceOp::sum); };
+    split.all_gather = [&tp](const float* local, float* whole, std::int64_t n) {
+      tp.all_gather(local, whole, n, DataType::f32);
+    };
+    tp_mlp_->split_over_tp(std::move(split));
+  }
   const parallel::DataSharding sharding = parallel::data_sharding(plan);
   mode_ = sharding.parameters  ? Mode::sharded_values
           : sharding.optimizer ? Mode::sharded_optimizer
@@ -162,8 +176,10 @@ TrainResult DataParallelTrainer::train(data::DataLoader& loader, const TrainOpti
       model_->backward(dloss);
     }
     release_values();
-    // The norm's squares and the global batch's mean loss in one world all-reduce.
-    double sums[2] = {reduce_gradients(), loss_sum / static_cast<double>(M * D)};
+    // The norm's squares and the global batch's mean loss in one world all-reduce (the loss
+    // once per data-parallel rank: its tp ranks computed the same one).
+    const bool counts_loss = groups_.coordinate(Axis::tp) == 0;
+    double sums[2] = {reduce_gradients(), counts_loss ? loss_sum / static_cast<double>(M * D) : 0.0};
     world.all_reduce(sums, 2, DataType::f64, ReduceOp::sum);
     const auto step_update = [&](double clip, std::int64_t n, const kernels::AdamWHyperparameters& hp) {
       update(static_cast<float>(clip), n, hp);
@@ -183,20 +199,34 @@ EvalResult DataParallelTrainer::evaluate(data::DataLoader& loader, std::int64_t 
   return result;
 }
 
+std::vector<TensorBlob> DataParallelTrainer::whole_blobs(const float* values, const float* m, const float* v) {
+  Parameters<float>& p = params();
+  if (tp_mlp_ == nullptr) {
+    const auto n = static_cast<std::size_t>(elements());
+    return parallel::checkpoint_blobs(p.layout, {std::span<const float>(values, n), std::span<const float>(m, n),
+                                                 std::span<const float>(v, n)});
+  }
+  // Each tp rank writes its blocks into zeros (the replicated biases from tp rank 0); the sum over tp is the whole.
+  comm::Communicator& tp = groups_.group(Axis::tp);
+  const ParameterLayout& whole = tp_mlp_->whole_layout();
+  std::vector<std::vector<float>> out;
+  for (const float* local : {values, m, v}) {
+    std::vector<float>& w = out.emplace_back(static_cast<std::size_t>(whole.total_elements), 0.0f);
+    tp_mlp_->shard_to_whole(local, w.data(), tp.rank() == 0);
+    tp.all_reduce(w.data(), whole.total_elements, DataType::f32, ReduceOp::sum);
+  }
+  return parallel::checkpoint_blobs(whole, {std::span<const float>(out[0]), std::span<const float>(out[1]),
+                                            std::span<const float>(out[2])});
+}
+
 std::vector<TensorBlob> DataParallelTrainer::checkpoint_tensors() {
   Parameters<float>& p = params();
-  const auto n = static_cast<std::size_t>(elements());
-  if (mode_ == Mode::replicated)
-    return parallel::checkpoint_blobs(p.layout, {std::span<const float>(p.values.data(), n),
-                                                 std::span<const float>(p.adam_m.data(), n),
-                                                 std::span<const float>(p.adam_v.data(), n)});
+  if (mode_ == Mode::replicated) return whole_blobs(p.values.data(), p.adam_m.data(), p.adam_v.data());
   gather_values();
   std::vector<float> m(static_cast<std::size_t>(padded_)), v(m.size());
   shard_group_->all_gather(shard_m_.data(), m.data(), shard_size_, DataType::f32);
   shard_group_->all_gather(shard_v_.data(), v.data(), shard_size_, DataType::f32);
-  std::vector<TensorBlob> blobs = parallel::checkpoint_blobs(
-      p.layout, {std::span<const float>(p.values.data(), n), std::span<const float>(m.data(), n),
-                 std::span<const float>(v.data(), n)});
+  std::vector<TensorBlob> blobs = whole_blobs(p.values.data(), m.data(), v.data());
   release_values();
   return blobs;
 }
@@ -204,23 +234,35 @@ std::vector<TensorBlob> DataParallelTrainer::checkpoint_tensors() {
 Problems DataParallelTrainer::restore(const std::vector<TensorBlob>& blobs, const std::string& where) {
   Parameters<float>& p = params();
   const auto n = static_cast<std::size_t>(elements());
-  if (mode_ == Mode::replicated)
-    return parallel::checkpoint_full(p.layout, blobs, where,
-                                     {std::span<float>(p.values.data(), n), std::span<float>(p.adam_m.data(), n),
-                                      std::span<float>(p.adam_v.data(), n)});
-  if (mode_ == Mode::sharded_values) p.values.resize(static_cast<std::size_t>(padded_));
-  std::vector<float> m(n), v(n);
-  Problems problems = parallel::checkpoint_full(
-      p.layout, blobs, where, {std::span<float>(p.values.data(), n), std::span<float>(m), std::span<float>(v)});
-  if (!has_errors(problems)) {
-    const auto keep_shard = [&](const float* whole, TrackedVector<float>& shard) {
-      std::fill(shard.begin(), shard.end(), 0.0f);
-      std::copy(whole + shard_begin_, whole + shard_end(), shard.begin());
-    };
-    keep_shard(m.data(), shard_m_);
-    keep_shard(v.data(), shard_v_);
-    if (mode_ == Mode::sharded_values) keep_shard(p.values.data(), shard_values_);
+  // The whole model's tensors, then (under tp) this rank's blocks of them.
+  const ParameterLayout& layout = tp_mlp_ != nullptr ? tp_mlp_->whole_layout() : p.layout;
+  const auto whole_n = static_cast<std::size_t>(layout.total_elements);
+  std::vector<float> values(whole_n), m(whole_n), v(whole_n);
+  Problems problems =
+      parallel::checkpoint_full(layout, blobs, where, {std::span<float>(values), std::span<float>(m), std::span<float>(v)});
+  if (has_errors(problems)) return problems;
+  if (tp_mlp_ != nullptr) {
+    for (std::vector<float>* whole : {&values, &m, &v}) {
+      std::vector<float> shard(n);
+      tp_mlp_->whole_to_shard(whole->data(), shard.data());
+      *whole = std::move(shard);
+    }
   }
+  if (mode_ == Mode::replicated) {
+    std::copy(values.begin(), values.end(), p.values.begin());
+    std::copy(m.begin(), m.end(), p.adam_m.begin());
+    std::copy(v.begin(), v.end(), p.adam_v.begin());
+    return problems;
+  }
+  if (mode_ == Mode::sharded_values) p.values.resize(static_cast<std::size_t>(padded_));
+  std::copy(values.begin(), values.end(), p.values.begin());
+  const auto keep_shard = [&](const float* whole, TrackedVector<float>& shard) {
+    std::fill(shard.begin(), shard.end(), 0.0f);
+    std::copy(whole + shard_begin_, whole + shard_end(), shard.begin());
+  };
+  keep_shard(m.data(), shard_m_);
+  keep_shard(v.data(), shard_v_);
+  if (mode_ == Mode::sharded_values) keep_shard(p.values.data(), shard_values_);
   release_values();
   return problems;
 }

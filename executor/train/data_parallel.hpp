@@ -35,10 +35,20 @@
 //   update   clipping and AdamW as trainer.hpp (adamw_update_range: weight
 //            decay per tensor also where a shard boundary cuts a tensor).
 //
+// Tensor parallelism (tp > 1, an Mlp only): the model is split over tp at
+// construction (Mlp::split_over_tp, Megatron's column/row pairs) and its
+// passes are collective over the tp group; the flat buffer above is then
+// this tp rank's shard, and everything above applies to it unchanged. The tp
+// ranks of one data-parallel rank see the same micro-batches and compute the
+// same loss, which tp rank 0 alone counts; their gradient shards are
+// disjoint (the row-parallel biases' gradients live on tp rank 0), so the
+// norm counts each element once.
+//
 // Evaluation and checkpoints see whole tensors: fsdp gathers the values
-// first, sharded moments are gathered for a save. Every rank evaluates the
-// whole set (identical results, no reduction needed); checkpoints are named
-// as the single-rank MLP's, so they resume under any dp/fsdp mesh and on one rank.
+// first, sharded moments are gathered for a save, tp shards are summed into
+// the whole tensors over tp. Every rank evaluates the whole set (identical
+// results, no reduction needed); checkpoints are named as the single-rank
+// MLP's, so they resume under any dp/fsdp/tp mesh and on one rank.
 //
 // defines: DataParallelTrainer
 #pragma once
@@ -50,6 +60,7 @@
 #include "executor/checkpoint/checkpoint.hpp"
 #include "executor/comm/mesh_comms.hpp"
 #include "executor/data/loader.hpp"
+#include "executor/model/mlp.hpp"
 #include "executor/model/model.hpp"
 #include "executor/train/trainer.hpp"
 #include "model/plan.hpp"
@@ -59,8 +70,9 @@ namespace meshplan::exec {
 class DataParallelTrainer {
  public:
   // `model` built from the same seed on every rank, with max_batch >=
-  // plan.micro_batch; `plan` has only dp and fsdp axes (trainable) and
-  // data_sharding_problems none. Collective-free; `groups` must outlive the trainer.
+  // plan.micro_batch; `plan` has only dp, fsdp and (for an Mlp) tp axes
+  // (trainable) and data_sharding_problems none. Collective-free; `groups`
+  // must outlive the trainer.
   DataParallelTrainer(std::unique_ptr<Model<float>> model, const Plan& plan, comm::MeshCommunicators& groups);
 
   Model<float>& model() { return *model_; }
@@ -85,8 +97,11 @@ class DataParallelTrainer {
   void release_values();
   double reduce_gradients();       // returns this rank's sum of squares of the gradient it owns
   void update(float clip, std::int64_t updates, const kernels::AdamWHyperparameters& hp);
+  // Values and moments (whole flat buffers of this rank's model) as the whole model's checkpoint tensors.
+  std::vector<TensorBlob> whole_blobs(const float* values, const float* m, const float* v);
 
   std::unique_ptr<Model<float>> model_;
+  Mlp<float>* tp_mlp_ = nullptr;       // the model when split over tp > 1
   comm::MeshCommunicators& groups_;
   Mode mode_ = Mode::replicated;
   bool shard_gradients_ = false;       // ZeRO >= 2 or fsdp: the whole gradient is freed after the reduction

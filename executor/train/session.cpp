@@ -195,7 +195,8 @@ Problems TrainingSession::State::build_engine() {
     if (groups) {
       engine = std::make_unique<DataParallelEngine>(std::move(*groups), std::move(model.value), plan);
       say("training " + plan.mesh.to_string() + " on " + std::to_string(world->size()) + " ranks (data parallel, zero " +
-          std::to_string(plan.zero_stage) + ")");
+          std::to_string(plan.zero_stage) +
+          (plan.mesh.size(Axis::tp) > 1 ? "; tensor parallel, column/row-parallel linear pairs" : "") + ")");
     } else {
       engine = std::make_unique<SingleRankEngine>(std::move(model.value));
     }

@@ -41,17 +41,25 @@ Problems checkpoint_dir_problems(const std::string& dir) {
 }
 
 // An MLP runs under DataParallelTrainer: dp and fsdp axes (any ZeRO stage the
-// GPT runtime also runs), no model-parallel axis.
-Problems mlp_mesh_problems(const Plan& plan) {
+// GPT runtime also runs) and tp (Mlp::split_over_tp: tp divides the output
+// size of every column-parallel, even, linear, as the planner requires); no
+// other model-parallel axis.
+Problems mlp_mesh_problems(const ModelSpec& spec, const Plan& plan) {
   Problems problems;
   const std::pair<Axis, const char*> model_parallel[] = {
-      {Axis::tp, "tensor parallelism"}, {Axis::pp, "pipeline parallelism"},
-      {Axis::cp, "context parallelism"}, {Axis::ep, "expert parallelism"}};
+      {Axis::pp, "pipeline parallelism"}, {Axis::cp, "context parallelism"}, {Axis::ep, "expert parallelism"}};
   for (const auto& [axis, what] : model_parallel)
     if (plan.mesh.size(axis) > 1)
-      problems.push_back(error("mesh." + to_string(axis), std::string("an MLP trains on dp and fsdp meshes; ") + what +
+      problems.push_back(error("mesh." + to_string(axis), std::string("an MLP trains on dp, fsdp and tp meshes; ") + what +
                                                               " for MLPs is not run (mesh " + plan.mesh.to_string() +
                                                               ")"));
+  const std::int64_t tp = plan.mesh.size(Axis::tp);
+  const auto& sizes = spec.mlp.layer_sizes;
+  for (std::size_t i = 0; tp > 1 && i + 1 < sizes.size(); i += 2)
+    if (sizes[i + 1] % tp != 0)
+      problems.push_back(error("mesh.tp", "tp " + std::to_string(tp) + " must divide the output size (" +
+                                              std::to_string(sizes[i + 1]) + ") of column-parallel linear" +
+                                              std::to_string(i)));
   const Problems sharding = parallel::data_sharding_problems(plan);
   problems.insert(problems.end(), sharding.begin(), sharding.end());
   return problems;
@@ -65,7 +73,7 @@ Problems trainable(const ModelSpec& spec, const Plan& plan, std::int64_t seq_len
       return parallel::plan_problems(spec, plan, seq_len);  // check_supported(spec) among them
     case ModelKind::mlp: {
       Problems problems = check_supported(spec);
-      const Problems mesh = mlp_mesh_problems(plan);
+      const Problems mesh = mlp_mesh_problems(spec, plan);
       problems.insert(problems.end(), mesh.begin(), mesh.end());
       return problems;
     }

@@ -1,7 +1,9 @@
-// The MLP's data-parallel matrix (issue 17): one plan per invocation under
-// `mpirun -np <world size>` (ctest runs one test per plan). Every rank trains
-// an MLP {20, 32, 16, 5} (relu; 1285 parameters, odd, so a 2-way shard is
-// padded and its boundary cuts a tensor) with DataParallelTrainer; world
+// The MLP's data- and tensor-parallel matrix (issue 17): one plan per
+// invocation under `mpirun -np <world size>` (ctest runs one test per plan).
+// Every rank trains an MLP {20, 32, 15, 6} (relu; 1263 parameters, odd, so a
+// 2-way shard is padded and its boundary cuts a tensor; under tp = 2 linear0
+// and linear2 are column-parallel, the last one's outputs all-gathered, and
+// linear1 row-parallel) with DataParallelTrainer; world
 // rank 0 also trains the single-rank exec::train on the same global batches
 // (12 samples a step, 20 steps, AdamW with weight decay, warmup, clipping at
 // 0.5: active), then compares
@@ -13,8 +15,9 @@
 //   * an evaluation (every rank) against exec::evaluate: loss within the
 //     tolerance, the same accuracy,
 //   * the memory ledger between steps: optimizer bytes = 2 x 4 x (the
-//     rank's shard: ceil(1285 / S), or all 1285 without ZeRO), and with
-//     ZeRO 3 / fsdp parameter bytes = 4 x the shard,
+//     rank's shard: ceil(P / S), or all P without ZeRO; P = 1263, or the tp
+//     rank's 639 under tp = 2), and with ZeRO 3 / fsdp parameter
+//     bytes = 4 x the shard,
 // prints the largest differences, and exits 1 naming the first that fails.
 //
 // usage: mlp_data_parallel <plan> [--tolerance X]
@@ -51,6 +54,8 @@ const std::map<std::string, MlpPlan>& mlp_plans() {
   static const std::map<std::string, MlpPlan> plans = {
       {"dp2", {"dp=2", 0}},         {"dp2-zero1", {"dp=2", 1}}, {"dp2-zero2", {"dp=2", 2}},
       {"dp2-zero3", {"dp=2", 3}},   {"fsdp2", {"fsdp=2", 0}},   {"dp2-fsdp2", {"dp=2,fsdp=2", 0}},
+      {"tp2", {"tp=2", 0}},         {"dp2-tp2", {"dp=2,tp=2", 0}}, {"dp2-zero2-tp2", {"dp=2,tp=2", 2}},
+      {"fsdp2-tp2", {"fsdp=2,tp=2", 0}},
   };
   return plans;
 }
@@ -59,14 +64,14 @@ ModelSpec mlp_spec() {
   ModelSpec spec;
   spec.name = "mlp-dp";
   spec.kind = ModelKind::mlp;
-  spec.mlp.layer_sizes = {20, 32, 16, 5};
+  spec.mlp.layer_sizes = {20, 32, 15, 6};
   spec.mlp.activation = "relu";
   return spec;
 }
 
 // Inputs in [0, 1), the class the arg-max of a fixed random projection (learnable, not noise).
 data::InMemoryDataset classification(std::int64_t samples, std::uint64_t seed) {
-  const std::int64_t inputs = 20, classes = 5;
+  const std::int64_t inputs = 20, classes = 6;
   std::mt19937_64 fixed(5), engine(seed);  // one projection for every split
   std::vector<float> projection(static_cast<std::size_t>(inputs * classes));
   for (float& w : projection) w = static_cast<float>(data::uniform_unit(fixed)) - 0.5f;
@@ -141,8 +146,13 @@ int main(int argc, char** argv) {
   }
   auto model = exec::make_model<float>(spec, seed, micro_batch);
   if (!model.ok()) return 1;
-  const std::int64_t elements = model.value->parameters().layout.total_elements;
   exec::DataParallelTrainer trainer(std::move(model.value), plan, groups.value);
+  const std::int64_t elements = trainer.model().parameters().layout.total_elements;  // this tp rank's share
+  if (plan.mesh.size(Axis::tp) > 1 && elements >= 1263) {
+    std::fprintf(stderr, "FAILED mlp_data_parallel %s: rank %d holds %lld parameters, not a tp shard of 1263\n",
+                 name.c_str(), comm.rank(), static_cast<long long>(elements));
+    return 1;
+  }
 
   exec::TrainOptions o = options(steps);
   o.micro_batch = micro_batch;
