@@ -1,6 +1,7 @@
 // Data parallelism for any single-rank Model<float> (the MLP): the plain
-// loop of trainer.hpp on every rank of a dp and/or fsdp mesh, with the
-// gradient work between the passes and the optimizer. The GPT runtime
+// loop of trainer.hpp on every rank of a dp and/or fsdp mesh (the mesh of
+// one included: `meshplan train` runs every MLP here), with the gradient
+// work between the passes and the optimizer. The GPT runtime
 // (executor/parallel/) cuts its model into units and overlaps collectives
 // with the backward pass; a Model<float> is one flat buffer
 // (parameters.hpp), so here the whole model is one unit (FSDP with a single

@@ -1,6 +1,6 @@
 // What a training run does after each step: save a checkpoint, stop, or go
-// on. Both training paths (the single-rank trainer and every rank of a
-// multi-rank job) ask this one function, so they cannot disagree, and each
+// on. The training session asks this one function on every rank (the tests'
+// single-rank trainer, exec::train, too), so they cannot disagree, and each
 // step is saved at most once (a final save used to collide with the periodic
 // one when --steps was a multiple of --checkpoint-every).
 //

@@ -1,12 +1,11 @@
 // The session of session.hpp. The model-specific part is an Engine: the
-// GPT over the mesh (ParallelGpt; a one-device plan is the mesh of one), the
-// single-rank Model<float> (an MLP on one device), or that model under
-// DataParallelTrainer (an MLP on a dp/fsdp mesh); everything else — options, resume,
-// saving, metrics, evaluation, stopping — is written once.
+// GPT over the mesh (ParallelGpt), or the Model<float> under
+// DataParallelTrainer (an MLP on a dp/fsdp/tp mesh); a one-device plan is
+// the mesh of one for both. Everything else — options, resume, saving,
+// metrics, evaluation, stopping — is written once.
 #include "executor/train/session.hpp"
 
 #include <cmath>
-#include <optional>
 
 #include "executor/backend/backend.hpp"
 #include "executor/checkpoint/checkpoint.hpp"
@@ -62,33 +61,7 @@ class ParallelEngine final : public Engine {
   std::unique_ptr<parallel::ParallelGpt> model_;
 };
 
-class SingleRankEngine final : public Engine {
- public:
-  explicit SingleRankEngine(std::unique_ptr<Model<float>> model) : model_(std::move(model)) {}
-
-  TrainResult train(data::DataLoader& loader, const TrainOptions& options) override {
-    return exec::train(*model_, loader, options);
-  }
-  std::vector<TensorBlob> checkpoint_tensors() override {
-    const Parameters<float>& p = model_->parameters();
-    return parallel::checkpoint_blobs(p.layout, {p.values, p.adam_m, p.adam_v});
-  }
-  Problems restore(const std::vector<TensorBlob>& blobs, const std::string& where) override {
-    Parameters<float>& p = model_->parameters();
-    return parallel::checkpoint_full(p.layout, blobs, where, {p.values, p.adam_m, p.adam_v});
-  }
-  EvalResult evaluate(data::DataLoader& loader, std::int64_t max_samples) override {
-    return exec::evaluate(*model_, loader, max_samples);
-  }
-  bool classifier(const data::BatchShape& shape) const override {
-    return model_->check_data(shape).empty() && shape.classes > 0;
-  }
-
- private:
-  std::unique_ptr<Model<float>> model_;
-};
-
-// An MLP on a dp/fsdp mesh (data_parallel.hpp).
+// An MLP on a dp/fsdp/tp mesh (data_parallel.hpp), one device included.
 class DataParallelEngine final : public Engine {
  public:
   DataParallelEngine(comm::MeshCommunicators groups, std::unique_ptr<Model<float>> model, const Plan& plan)
@@ -180,26 +153,19 @@ Problems TrainingSession::State::build_engine() {
           (plan.sequence_parallel ? ", sequence parallel" : "") + ")");
   } else {
     // A launch that does not match the mesh is named first (it says which mpirun fits).
-    std::optional<comm::MeshCommunicators> groups;
-    if (world->size() > 1 || plan.mesh.world_size() > 1) {
-      auto created = comm::MeshCommunicators::create(*world, plan.mesh);
-      if (!created.ok()) return created.problems;
-      groups = std::move(created.value);
-    }
+    auto groups = comm::MeshCommunicators::create(*world, plan.mesh);
+    if (!groups.ok()) return groups.problems;
     if (Problems p = trainable(plan_file.model, plan, seq_len); has_errors(p)) return p;
     // Every rank builds the model from the same seed: the replicas start identical.
     auto model = make_model<float>(plan_file.model, config.seed, plan.micro_batch, seq_len);
     if (!model.ok()) return model.problems;
     if (Problems p = model.value->set_matmul_precision(config.compute); has_errors(p)) return p;
     if (Problems fit = model.value->check_data(loader->shape()); has_errors(fit)) return fit;
-    if (groups) {
-      engine = std::make_unique<DataParallelEngine>(std::move(*groups), std::move(model.value), plan);
+    engine = std::make_unique<DataParallelEngine>(std::move(groups.value), std::move(model.value), plan);
+    if (world->size() > 1)
       say("training " + plan.mesh.to_string() + " on " + std::to_string(world->size()) + " ranks (data parallel, zero " +
           std::to_string(plan.zero_stage) +
           (plan.mesh.size(Axis::tp) > 1 ? "; tensor parallel, column/row-parallel linear pairs" : "") + ")");
-    } else {
-      engine = std::make_unique<SingleRankEngine>(std::move(model.value));
-    }
   }
   // Peaks from here on are training's, not the initialisation's (every rank builds the full model once).
   default_backend().ledger().reset_peaks();

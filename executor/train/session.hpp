@@ -4,9 +4,8 @@
 // into an exit status):
 //
 //   open     the loaders, the model (a GPT: ParallelGpt over the mesh's
-//            groups, a one-device plan being the mesh of one; an MLP: the
-//            single-rank Model<float>, under DataParallelTrainer
-//            (data_parallel.hpp) on a dp/fsdp mesh),
+//            groups; an MLP: Model<float> under DataParallelTrainer
+//            (data_parallel.hpp); a one-device plan is the mesh of one),
 //            the options from the plan, --resume from the newest intact
 //            checkpoint (damaged newer ones set aside), the metrics file;
 //   train    the steps; after each one, on every rank: the metrics line
