@@ -103,6 +103,60 @@ void print_table(std::ostream& out, const Calibration& c, const PresetFigures& f
   for (const auto& file : files) out << "wrote " << file << "\n";
 }
 
+namespace {
+
+// The cold-cache GEMMs and op classes (thread CPU clock), and the threaded ones (wall clock).
+void add_cold_and_threaded(nlohmann::ordered_json& j, const Calibration& c, const PresetFigures& f) {
+  using Json = nlohmann::ordered_json;
+  j["cold"] = {{"threads", c.cold.threads}, {"evict_bytes", c.cold.evict_bytes}, {"repeats", c.cold.repeats},
+               {"statistic", "median over threads of each thread's median repeat"}, {"clock", "thread-cpu"}};
+  Json gemm_cold = Json::array();
+  for (const auto& g : c.gemm_cold) {
+    gemm_cold.push_back({{"label", g.shape.label},
+                         {"m", g.shape.rows},
+                         {"n", g.shape.out_features},
+                         {"k", g.shape.in_features},
+                         {"intensity", g.intensity()},
+                         {"calls_per_repeat", g.calls_per_repeat},
+                         {"call_s", g.call_s},
+                         {"flops_per_s", g.flops_per_s()},
+                         {"fraction_of_peak", g.flops_per_s() / f.fp32_flops_per_s}});
+  }
+  j["gemm_cold"] = gemm_cold;
+  Json op_classes = Json::array();
+  for (const auto& r : c.op_classes) {
+    op_classes.push_back({{"class", to_string(r.op_class)},
+                          {"kernel", r.kernel},
+                          {"elements", r.elements},
+                          {"forward_s", r.forward_s},
+                          {"backward_s", r.backward_s},
+                          {"counted_forward_bytes", r.counted_forward_bytes},
+                          {"counted_bytes_per_s", r.counted_bytes_per_s()}});
+  }
+  j["op_classes"] = op_classes;
+  if (c.threaded) {
+    Json threaded_gemm = Json::array();
+    for (const auto& g : c.gemm_threaded) {
+      threaded_gemm.push_back({{"label", g.shape.label},
+                               {"intensity", g.intensity()},
+                               {"call_s", g.call_s},
+                               {"flops_per_s", g.flops_per_s()},
+                               {"fraction_of_threads_x_peak", g.flops_per_s() / (c.threaded->threads * f.fp32_flops_per_s)}});
+    }
+    Json threaded_ops = Json::array();
+    for (const auto& r : c.op_classes_threaded) {
+      threaded_ops.push_back({{"class", to_string(r.op_class)},
+                              {"forward_s", r.forward_s},
+                              {"backward_s", r.backward_s},
+                              {"counted_bytes_per_s", r.counted_bytes_per_s()}});
+    }
+    j["threaded"] = {{"threads", c.threaded->threads}, {"clock", "wall"}, {"statistic", "median repeat"},
+                     {"gemm", threaded_gemm}, {"op_classes", threaded_ops}};
+  }
+}
+
+}  // namespace
+
 nlohmann::ordered_json to_json(const Calibration& c, const PresetFigures& f, const std::vector<std::string>& files) {
   using Json = nlohmann::ordered_json;
   const MachineInfo& m = c.machine;
@@ -171,51 +225,7 @@ nlohmann::ordered_json to_json(const Calibration& c, const PresetFigures& f, con
   } else {
     j["cluster"]["intra_node"] = nullptr;
   }
-  j["cold"] = {{"threads", c.cold.threads}, {"evict_bytes", c.cold.evict_bytes}, {"repeats", c.cold.repeats},
-               {"statistic", "median over threads of each thread's median repeat"}, {"clock", "thread-cpu"}};
-  Json gemm_cold = Json::array();
-  for (const auto& g : c.gemm_cold) {
-    gemm_cold.push_back({{"label", g.shape.label},
-                         {"m", g.shape.rows},
-                         {"n", g.shape.out_features},
-                         {"k", g.shape.in_features},
-                         {"intensity", g.intensity()},
-                         {"calls_per_repeat", g.calls_per_repeat},
-                         {"call_s", g.call_s},
-                         {"flops_per_s", g.flops_per_s()},
-                         {"fraction_of_peak", g.flops_per_s() / f.fp32_flops_per_s}});
-  }
-  j["gemm_cold"] = gemm_cold;
-  Json op_classes = Json::array();
-  for (const auto& r : c.op_classes) {
-    op_classes.push_back({{"class", to_string(r.op_class)},
-                          {"kernel", r.kernel},
-                          {"elements", r.elements},
-                          {"forward_s", r.forward_s},
-                          {"backward_s", r.backward_s},
-                          {"counted_forward_bytes", r.counted_forward_bytes},
-                          {"counted_bytes_per_s", r.counted_bytes_per_s()}});
-  }
-  j["op_classes"] = op_classes;
-  if (c.threaded) {
-    Json threaded_gemm = Json::array();
-    for (const auto& g : c.gemm_threaded) {
-      threaded_gemm.push_back({{"label", g.shape.label},
-                               {"intensity", g.intensity()},
-                               {"call_s", g.call_s},
-                               {"flops_per_s", g.flops_per_s()},
-                               {"fraction_of_threads_x_peak", g.flops_per_s() / (c.threaded->threads * f.fp32_flops_per_s)}});
-    }
-    Json threaded_ops = Json::array();
-    for (const auto& r : c.op_classes_threaded) {
-      threaded_ops.push_back({{"class", to_string(r.op_class)},
-                              {"forward_s", r.forward_s},
-                              {"backward_s", r.backward_s},
-                              {"counted_bytes_per_s", r.counted_bytes_per_s()}});
-    }
-    j["threaded"] = {{"threads", c.threaded->threads}, {"clock", "wall"}, {"statistic", "median repeat"},
-                     {"gemm", threaded_gemm}, {"op_classes", threaded_ops}};
-  }
+  add_cold_and_threaded(j, c, f);
   Json curve = Json::array();
   for (const auto& p : f.gemm_curve) curve.push_back({p.intensity, p.fraction});
   j["device"]["gemm_curve"] = curve;

@@ -123,6 +123,72 @@ void search_default_plan(PlanInputs& in, Problems& problems, const PlanFlags& f)
   }
 }
 
+// --recompute, --attention, --schedule and --precision: the plan's value
+// and, where given, the search's only choice.
+void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs& in, Problems& problems) {
+  Plan& plan = in.plan;
+  SearchSpace& space = in.space;
+  const std::string recompute = f.recompute.value_or(to_string(default_recompute(in.model.kind)));
+  if (auto r = parse_recompute(recompute)) {
+    plan.recompute = *r;
+    if (f.recompute) space.recomputes = {*r};
+  } else {
+    problems.push_back({Severity::error, "--recompute",
+                        "'" + recompute + "' is not one of: " + std::string(recompute_choices) +
+                            did_you_mean(recompute, choice_words(recompute_choices))});
+  }
+  if (auto a = parse_attention(f.attention)) {
+    plan.attention = *a;
+    space.attentions = {*a};
+  } else {
+    problems.push_back({Severity::error, "--attention",
+                        "'" + f.attention + "' is not one of: " + std::string(attention_choices) +
+                            did_you_mean(f.attention, choice_words(attention_choices))});
+  }
+  const std::string schedule = f.schedule.value_or("1f1b");
+  if (auto s = parse_schedule(schedule)) {
+    plan.schedule = *s;
+    if (f.schedule) {
+      space.schedules = {s->kind};
+      if (s->kind == ScheduleKind::interleaved) space.interleave = {s->virtual_stages};
+    }
+  } else {
+    problems.push_back({Severity::error, "--schedule",
+                        "'" + schedule + "' is not one of: " + std::string(schedule_choices) +
+                            did_you_mean(schedule, choice_words(schedule_choices))});
+  }
+  if (f.precision == "auto") {
+    plan.precision = cluster != nullptr && cluster->device.peak_for(Dtype::bf16) ? Precision::bf16 : Precision::fp32;
+  } else if (auto p = parse_precision(f.precision)) {
+    plan.precision = *p;
+  } else {
+    problems.push_back({Severity::error, "--precision",
+                        "'" + f.precision + "' is not one of: " + std::string(precision_choices) + ", auto" +
+                            did_you_mean(f.precision, choice_words(std::string(precision_choices) + ", auto"))});
+  }
+}
+
+// "13,12,12,11" (commas or spaces) as layer counts; a malformed list is an error and gives none.
+std::vector<std::int64_t> parse_stage_layers(const std::string& flag, Problems& problems) {
+  std::vector<std::int64_t> layers;
+  std::string text = flag;
+  std::replace(text.begin(), text.end(), ',', ' ');
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    while (pos < text.size() && text[pos] == ' ') ++pos;
+    std::size_t end = pos;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    if (pos == text.size()) break;
+    if (end == pos || (end < text.size() && text[end] != ' ') || end - pos > 9) {
+      problems.push_back({Severity::error, "--stage-layers", "expected whole numbers separated by commas, e.g. 13,12,12,11"});
+      return {};
+    }
+    layers.push_back(std::stoll(text.substr(pos, end - pos)));
+    pos = end;
+  }
+  return layers;
+}
+
 }  // namespace
 
 Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
@@ -168,63 +234,11 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
   } else if (f.zero != "auto") {
     problems.push_back({Severity::error, "--zero", "'" + f.zero + "' is not one of: 0, 1, 2, 3, auto"});
   }
-  const std::string recompute = f.recompute.value_or(to_string(default_recompute(in.model.kind)));
-  if (auto r = parse_recompute(recompute)) {
-    plan.recompute = *r;
-    if (f.recompute) space.recomputes = {*r};
-  } else {
-    problems.push_back({Severity::error, "--recompute",
-                        "'" + recompute + "' is not one of: " + std::string(recompute_choices) +
-                            did_you_mean(recompute, choice_words(recompute_choices))});
-  }
-  if (auto a = parse_attention(f.attention)) {
-    plan.attention = *a;
-    space.attentions = {*a};
-  } else {
-    problems.push_back({Severity::error, "--attention",
-                        "'" + f.attention + "' is not one of: " + std::string(attention_choices) +
-                            did_you_mean(f.attention, choice_words(attention_choices))});
-  }
-  const std::string schedule = f.schedule.value_or("1f1b");
-  if (auto s = parse_schedule(schedule)) {
-    plan.schedule = *s;
-    if (f.schedule) {
-      space.schedules = {s->kind};
-      if (s->kind == ScheduleKind::interleaved) space.interleave = {s->virtual_stages};
-    }
-  } else {
-    problems.push_back({Severity::error, "--schedule",
-                        "'" + schedule + "' is not one of: " + std::string(schedule_choices) +
-                            did_you_mean(schedule, choice_words(schedule_choices))});
-  }
-  if (f.precision == "auto") {
-    plan.precision = cluster.ok() && cluster.value.device.peak_for(Dtype::bf16) ? Precision::bf16 : Precision::fp32;
-  } else if (auto p = parse_precision(f.precision)) {
-    plan.precision = *p;
-  } else {
-    problems.push_back({Severity::error, "--precision",
-                        "'" + f.precision + "' is not one of: " + std::string(precision_choices) + ", auto" +
-                            did_you_mean(f.precision, choice_words(std::string(precision_choices) + ", auto"))});
-  }
+  resolve_choices(f, cluster.ok() ? &cluster.value : nullptr, in, problems);
   space.precisions = {plan.precision};
   if (f.sequence_parallel || f.no_sequence_parallel) space.sequence_parallel = {f.sequence_parallel};
   if (!f.stage_layers.empty()) {
-    std::string text = f.stage_layers;
-    std::replace(text.begin(), text.end(), ',', ' ');
-    std::size_t pos = 0;
-    while (pos < text.size()) {
-      while (pos < text.size() && text[pos] == ' ') ++pos;
-      std::size_t end = pos;
-      while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
-      if (pos == text.size()) break;
-      if (end == pos || (end < text.size() && text[end] != ' ') || end - pos > 9) {
-        problems.push_back({Severity::error, "--stage-layers", "expected whole numbers separated by commas, e.g. 13,12,12,11"});
-        plan.stage_layers.clear();
-        break;
-      }
-      plan.stage_layers.push_back(std::stoll(text.substr(pos, end - pos)));
-      pos = end;
-    }
+    plan.stage_layers = parse_stage_layers(f.stage_layers, problems);
     if (search_mesh) {
       problems.push_back({Severity::error, "--stage-layers", "needs --mesh (uneven stages are laid out over its pp)"});
     }

@@ -95,6 +95,77 @@ std::string count_of(double count, const std::string& singular, const std::strin
   return format(whole ? "%.0f" : "%.4g", count) + " " + (count == 1 ? singular : plural);
 }
 
+namespace {
+
+// Every pipeline stage's memory, one row each, in the worst stage's unit.
+void print_stage_table(std::ostream& out, const MemoryEstimate& mem) {
+  const ByteUnit stage_unit = unit_for(mem.worst().memory.total_bytes());
+  auto in_stage_unit = [&](double bytes) { return format("%.2f", bytes / stage_unit.bytes); };
+  out << "\n  stage  layers  in-flight   params    grads    optim     acts  buffers    total  (" << stage_unit.name << ")\n";
+  for (const auto& s : mem.stages) {
+    out << "  " << lpad(std::to_string(s.stage), 5) << lpad(std::to_string(s.layers), 8)
+        << lpad(format("%.4g", s.in_flight_micro_batches), 11) << lpad(in_stage_unit(s.memory.parameters_bytes), 9)
+        << lpad(in_stage_unit(s.memory.gradients_bytes), 9) << lpad(in_stage_unit(s.memory.optimizer_bytes), 9)
+        << lpad(in_stage_unit(s.memory.activations_bytes), 9) << lpad(in_stage_unit(s.memory.buffers_bytes), 9)
+        << lpad(in_stage_unit(s.memory.total_bytes()), 9) << (s.stage == mem.worst().stage ? "  <- worst" : "") << "\n";
+  }
+}
+
+// The step time's parts, communication by axis, throughput and what priced it.
+void print_time(std::ostream& out, const ModelSpec& model, const ClusterSpec& cluster, const TimeEstimate& t) {
+  auto trow = [&](const char* name, double seconds) {
+    out << "  " << pad(name, 24) << lpad(format("%.4g", seconds), 10) << lpad(format("%.1f", 100 * seconds / t.step_s), 8)
+        << "\n";
+  };
+  out << "\n  " << pad("time per step", 24) << lpad("s", 10) << lpad("%", 8) << "\n";
+  trow("compute", t.compute_s);
+  trow("communication exposed", t.communication_exposed_s);
+  trow("pipeline bubble", t.bubble_s);
+  trow("optimizer step", t.optimizer_s);
+  out << "  " << pad("step", 24) << lpad(format("%.4g", t.step_s), 10) << "\n";
+  out << "  communication by axis (total / exposed, s):";
+  for (Axis axis : all_axes) {
+    const auto i = static_cast<std::size_t>(axis);
+    if (t.axis_communication_s[i] > 0) {
+      out << "  " << to_string(axis) << " " << format("%.3g", t.axis_communication_s[i]) << " / "
+          << format("%.3g", t.axis_exposed_s[i]);
+    }
+  }
+  out << "\n  throughput " << format("%.4g", t.tokens_per_s) << (model.kind == ModelKind::transformer ? " tokens/s" : " samples/s")
+      << ", MFU " << format("%.1f", 100 * t.mfu) << "%, HFU " << format("%.1f", 100 * t.hfu) << "%, "
+      << format("%.3g", t.model_flops_per_step) << " model FLOPs per step\n";
+  // The measured refinements that priced this (docs/cost-model.md, "Compute").
+  const DeviceSpec& dev = cluster.device;
+  std::string measured;
+  if (!dev.gemm_curve.empty()) measured += "GEMM efficiency curve (" + std::to_string(dev.gemm_curve.size()) + " points)";
+  int classes = 0;
+  for (double rate : dev.op_bandwidth_bytes_per_s) classes += rate > 0 ? 1 : 0;
+  if (classes > 0) measured += (measured.empty() ? "" : ", ") + std::to_string(classes) + " op-class rates";
+  if (!measured.empty()) out << "  priced with " << dev.name << "'s measured " << measured << "\n";
+  if (!cluster.intra_node.overlaps_compute || !cluster.inter_node.overlaps_compute) {
+    out << "  " << (cluster.intra_node.overlaps_compute ? "inter-node" : "intra-node")
+        << " communication cannot overlap compute on " << cluster.name << " (overlaps_compute: false): none of it is hidden\n";
+  }
+}
+
+// How to Scale Your Model's checks per axis, and the FSDP x TP optimum.
+void print_scaling(std::ostream& out, const ScalingDiagnostics& d) {
+  out << "\n  How to Scale Your Model checks (C = device peak, W = the axis's bandwidth per device):\n";
+  for (const auto& a : d.axes) {
+    out << "    " << pad(to_string(a.axis) + "=" + std::to_string(a.size), 9) << a.rule << ": "
+        << format("%.0f", a.value) << (a.compute_bound ? " > " : " <= ") << format("%.0f", a.threshold) << "  -> "
+        << (a.compute_bound ? "compute-bound" : "communication-bound") << "\n";
+  }
+  if (d.optimal_fsdp && d.optimal_tp) {
+    out << "    FSDP x TP optimum over these devices: X_opt = " << format("%.1f", *d.optimal_fsdp) << ", Y = "
+        << format("%.1f", *d.optimal_tp) << "; B/N = " << format("%.0f", *d.tokens_per_device)
+        << " tokens per device vs " << format("%.0f", *d.compute_bound_tokens_per_device)
+        << " needed to stay compute-bound\n";
+  }
+}
+
+}  // namespace
+
 void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
                        const Explanation& ex) {
   const std::int64_t world = ex.deployment.world_size;
@@ -157,70 +228,10 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
         << " GiB " << cluster.device.name << " less " << format("%.0f", plan.memory_headroom * 100)
         << "% headroom)\n";
 
-    if (mem.stages.size() > 1) {
-      const ByteUnit stage_unit = unit_for(mem.worst().memory.total_bytes());
-      auto in_stage_unit = [&](double bytes) { return format("%.2f", bytes / stage_unit.bytes); };
-      out << "\n  stage  layers  in-flight   params    grads    optim     acts  buffers    total  (" << stage_unit.name << ")\n";
-      for (const auto& s : mem.stages) {
-        out << "  " << lpad(std::to_string(s.stage), 5) << lpad(std::to_string(s.layers), 8)
-            << lpad(format("%.4g", s.in_flight_micro_batches), 11) << lpad(in_stage_unit(s.memory.parameters_bytes), 9)
-            << lpad(in_stage_unit(s.memory.gradients_bytes), 9) << lpad(in_stage_unit(s.memory.optimizer_bytes), 9)
-            << lpad(in_stage_unit(s.memory.activations_bytes), 9) << lpad(in_stage_unit(s.memory.buffers_bytes), 9)
-            << lpad(in_stage_unit(s.memory.total_bytes()), 9) << (s.stage == mem.worst().stage ? "  <- worst" : "") << "\n";
-      }
-    }
-    if (ex.time) {
-      const TimeEstimate& t = *ex.time;
-      auto trow = [&](const char* name, double seconds) {
-        out << "  " << pad(name, 24) << lpad(format("%.4g", seconds), 10) << lpad(format("%.1f", 100 * seconds / t.step_s), 8)
-            << "\n";
-      };
-      out << "\n  " << pad("time per step", 24) << lpad("s", 10) << lpad("%", 8) << "\n";
-      trow("compute", t.compute_s);
-      trow("communication exposed", t.communication_exposed_s);
-      trow("pipeline bubble", t.bubble_s);
-      trow("optimizer step", t.optimizer_s);
-      out << "  " << pad("step", 24) << lpad(format("%.4g", t.step_s), 10) << "\n";
-      out << "  communication by axis (total / exposed, s):";
-      for (Axis axis : all_axes) {
-        const auto i = static_cast<std::size_t>(axis);
-        if (t.axis_communication_s[i] > 0) {
-          out << "  " << to_string(axis) << " " << format("%.3g", t.axis_communication_s[i]) << " / "
-              << format("%.3g", t.axis_exposed_s[i]);
-        }
-      }
-      out << "\n  throughput " << format("%.4g", t.tokens_per_s) << (model.kind == ModelKind::transformer ? " tokens/s" : " samples/s")
-          << ", MFU " << format("%.1f", 100 * t.mfu) << "%, HFU " << format("%.1f", 100 * t.hfu) << "%, "
-          << format("%.3g", t.model_flops_per_step) << " model FLOPs per step\n";
-      // The measured refinements that priced this (docs/cost-model.md, "Compute").
-      const DeviceSpec& dev = cluster.device;
-      std::string measured;
-      if (!dev.gemm_curve.empty()) measured += "GEMM efficiency curve (" + std::to_string(dev.gemm_curve.size()) + " points)";
-      int classes = 0;
-      for (double rate : dev.op_bandwidth_bytes_per_s) classes += rate > 0 ? 1 : 0;
-      if (classes > 0) measured += (measured.empty() ? "" : ", ") + std::to_string(classes) + " op-class rates";
-      if (!measured.empty()) out << "  priced with " << dev.name << "'s measured " << measured << "\n";
-      if (!cluster.intra_node.overlaps_compute || !cluster.inter_node.overlaps_compute) {
-        out << "  " << (cluster.intra_node.overlaps_compute ? "inter-node" : "intra-node")
-            << " communication cannot overlap compute on " << cluster.name << " (overlaps_compute: false): none of it is hidden\n";
-      }
-    }
+    if (mem.stages.size() > 1) print_stage_table(out, mem);
+    if (ex.time) print_time(out, model, cluster, *ex.time);
     if (!ex.axis_links.empty()) print_axis_links(out, ex.axis_links);
-    if (ex.scaling && !ex.scaling->axes.empty()) {
-      const ScalingDiagnostics& d = *ex.scaling;
-      out << "\n  How to Scale Your Model checks (C = device peak, W = the axis's bandwidth per device):\n";
-      for (const auto& a : d.axes) {
-        out << "    " << pad(to_string(a.axis) + "=" + std::to_string(a.size), 9) << a.rule << ": "
-            << format("%.0f", a.value) << (a.compute_bound ? " > " : " <= ") << format("%.0f", a.threshold) << "  -> "
-            << (a.compute_bound ? "compute-bound" : "communication-bound") << "\n";
-      }
-      if (d.optimal_fsdp && d.optimal_tp) {
-        out << "    FSDP x TP optimum over these devices: X_opt = " << format("%.1f", *d.optimal_fsdp) << ", Y = "
-            << format("%.1f", *d.optimal_tp) << "; B/N = " << format("%.0f", *d.tokens_per_device)
-            << " tokens per device vs " << format("%.0f", *d.compute_bound_tokens_per_device)
-            << " needed to stay compute-bound\n";
-      }
-    }
+    if (ex.scaling && !ex.scaling->axes.empty()) print_scaling(out, *ex.scaling);
     out << "\n";
     const double worst_total = mem.worst().memory.total_bytes();
     if (!ex.valid) {

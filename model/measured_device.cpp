@@ -205,26 +205,11 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
   return result;
 }
 
-Loaded<MeasuredDeviceFigures> derive_device_figures(const DeviceMeasurements& m, const DeviceSpec& base) {
-  Loaded<MeasuredDeviceFigures> result;
-  MeasuredDeviceFigures& f = result.value;
-  f.peak_flops_per_s = base.peak_for(Dtype::bf16).value_or(0);
-  f.memory_bandwidth_bytes_per_s = base.memory_bandwidth_bytes_per_s;
-  f.compute_units = m.compute_units > 0 ? m.compute_units : base.compute_units;
-  if (!(f.peak_flops_per_s > 0)) {
-    result.problems.push_back({Severity::error, "--peak-tflops",
-                               "the measured GEMMs are bf16: give the device's dense bf16 peak (--peak-tflops bf16=...) "
-                               "or a --base device that has one"});
-  }
-  if (!(f.memory_bandwidth_bytes_per_s > 0)) {
-    result.problems.push_back({Severity::error, "--memory-bandwidth-gb-per-s",
-                               "give the device's memory bandwidth, or a --base device that has one"});
-  }
-  if (!result.ok()) return result;
-  const double peak = f.peak_flops_per_s;
+namespace {
 
-  // Launch floor: the shortest call of any kind; calls this short do not
-  // shrink with their size, so their time is the host's.
+// Launch floor: the shortest call of any kind; calls this short do not
+// shrink with their size, so their time is the host's. Returns it in seconds.
+double launch_floor(MeasuredDeviceFigures& f, const DeviceMeasurements& m) {
   double floor_s = 0;
   auto consider = [&](double seconds, const std::string& call) {
     if (seconds > 0 && (floor_s == 0 || seconds < floor_s)) {
@@ -238,44 +223,41 @@ Loaded<MeasuredDeviceFigures> derive_device_figures(const DeviceMeasurements& m,
   for (const auto& op : m.ops) consider(op.forward_s, op.op + " forward");
   f.launch_overhead_s = rounded("%.1f", floor_s * 1e6) * 1e-6;
   if (floor_s > 0) f.launch_floor_call += ", " + format("%.1f", floor_s * 1e6) + " us median";
+  return floor_s;
+}
 
-  const double gemm_fraction = m.gemm_ceiling_flops_per_s / peak;  // unrounded for the residuals, as measured
-  if (m.gemm_ceiling_flops_per_s > 0) f.gemm_fraction = rounded("%.4f", gemm_fraction);
-  if (m.copy_bytes_per_s > 0) f.memory_bandwidth_fraction = rounded("%.3f", m.copy_bytes_per_s / f.memory_bandwidth_bytes_per_s);
-
-  // GEMM curve: the residual after peak x gemm_fraction x the model's own
-  // wave quantization (compute_model.hpp, tile_efficiency; bf16 operands).
-  if (!m.gemms.empty()) {
-    if (m.gemm_ceiling_flops_per_s <= 0) {
-      result.problems.push_back({Severity::error, m.file, "GEMM rows need a 'ceiling' row 'bf16_gemm_8192' (the large-GEMM rate they are fractions of)"});
-      return result;
-    }
-    ComputeRates rates;
-    rates.compute_units = f.compute_units;
-    std::vector<std::pair<double, double>> points;  // (intensity, residual)
-    for (const auto& g : m.gemms) {
-      if (g.time_s < 2 * floor_s) continue;
-      const double mm = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
-      const double intensity = 2 * mm * n * k / (mm * k + k * n + mm * n);
-      const double residual = g.flops_per_s / (peak * gemm_fraction * tile_efficiency(mm, n, 1, kBf16Bytes, rates));
-      points.push_back({intensity, residual});
-    }
-    std::sort(points.begin(), points.end());
-    f.gemm_curve_measured = static_cast<int>(points.size());
-    const std::size_t bins = std::min<std::size_t>(8, points.size());
-    for (std::size_t b = 0; b < bins; ++b) {
-      std::vector<double> intensities, residuals;
-      for (std::size_t i = b * points.size() / bins; i < (b + 1) * points.size() / bins; ++i) {
-        intensities.push_back(points[i].first);
-        residuals.push_back(points[i].second);
-      }
-      const GemmCurvePoint point{rounded("%.0f", median(intensities)), rounded("%.3f", median(residuals))};
-      if (!f.gemm_curve.empty() && point.intensity <= f.gemm_curve.back().intensity) continue;  // as written: strictly increasing
-      f.gemm_curve.push_back(point);
-    }
+// GEMM curve: the residual after peak x gemm_fraction x the model's own
+// wave quantization (compute_model.hpp, tile_efficiency; bf16 operands),
+// calls above twice the launch floor, in up to 8 bins of intensity.
+void fit_gemm_curve(MeasuredDeviceFigures& f, const DeviceMeasurements& m, double floor_s, double gemm_fraction) {
+  ComputeRates rates;
+  rates.compute_units = f.compute_units;
+  std::vector<std::pair<double, double>> points;  // (intensity, residual)
+  for (const auto& g : m.gemms) {
+    if (g.time_s < 2 * floor_s) continue;
+    const double mm = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
+    const double intensity = 2 * mm * n * k / (mm * k + k * n + mm * n);
+    const double residual = g.flops_per_s / (f.peak_flops_per_s * gemm_fraction * tile_efficiency(mm, n, 1, kBf16Bytes, rates));
+    points.push_back({intensity, residual});
   }
+  std::sort(points.begin(), points.end());
+  f.gemm_curve_measured = static_cast<int>(points.size());
+  const std::size_t bins = std::min<std::size_t>(8, points.size());
+  for (std::size_t b = 0; b < bins; ++b) {
+    std::vector<double> intensities, residuals;
+    for (std::size_t i = b * points.size() / bins; i < (b + 1) * points.size() / bins; ++i) {
+      intensities.push_back(points[i].first);
+      residuals.push_back(points[i].second);
+    }
+    const GemmCurvePoint point{rounded("%.0f", median(intensities)), rounded("%.3f", median(residuals))};
+    if (!f.gemm_curve.empty() && point.intensity <= f.gemm_curve.back().intensity) continue;  // as written: strictly increasing
+    f.gemm_curve.push_back(point);
+  }
+}
 
-  // Fused attention by forward FLOPs; one point per distinct FLOP count (the first measured).
+// Fused attention by forward FLOPs (one point per distinct FLOP count, the
+// first measured), and the slowdown that dropout brings.
+void fit_attention(MeasuredDeviceFigures& f, const DeviceMeasurements& m) {
   std::vector<DeviceMeasurements::Attention> attention = m.attention;
   std::stable_sort(attention.begin(), attention.end(),
                    [](const auto& a, const auto& b) { return a.forward_flops() < b.forward_flops(); });
@@ -286,7 +268,6 @@ Loaded<MeasuredDeviceFigures> derive_device_figures(const DeviceMeasurements& m,
     f.attention_forward_curve.push_back({x, rounded("%.0f", flops / a.forward_s / 1e12) * 1e12});
     f.attention_backward_curve.push_back({x, rounded("%.0f", 2.5 * flops / (a.forward_backward_s - a.forward_s) / 1e12) * 1e12});
   }
-
   if (!m.attention_dropout.empty()) {
     std::vector<double> forward, backward;
     for (const auto& a : m.attention_dropout) {
@@ -296,8 +277,11 @@ Loaded<MeasuredDeviceFigures> derive_device_figures(const DeviceMeasurements& m,
     f.attention_dropout_slowdown = std::array<double, 2>{std::max(1.0, rounded("%.3f", median(forward))),
                                                          std::max(1.0, rounded("%.3f", median(backward)))};
   }
+}
 
-  // Op classes at the largest measured tokens x d, where the launch floor matters least.
+// Op classes: the counted kernels at the largest measured tokens x d (where
+// the launch floor matters least), the fused loss and the fused optimizer.
+std::vector<OpClassFigure> fit_op_classes(const DeviceMeasurements& m, Problems& problems) {
   double largest = 0;
   for (const auto& op : m.ops) {
     if (counted_kernel(op.op)) largest = std::max(largest, static_cast<double>(op.tokens) * static_cast<double>(op.width));
@@ -339,27 +323,65 @@ Loaded<MeasuredDeviceFigures> derive_device_figures(const DeviceMeasurements& m,
   for (auto& c : classes) {
     c.bytes_per_s = rounded("%.0f", median(c.rows_bytes_per_s) / 1e9) * 1e9;
     if (!(c.bytes_per_s > 0)) {
-      result.problems.push_back({Severity::error, m.file, "the " + to_string(c.op_class) + " rows give a rate that rounds to 0 GB/s"});
+      problems.push_back({Severity::error, m.file, "the " + to_string(c.op_class) + " rows give a rate that rounds to 0 GB/s"});
     }
   }
-  f.op_classes = std::move(classes);
-  // What the device schema would refuse when the preset is loaded is refused here, naming the rows.
+  return classes;
+}
+
+// What the device schema would refuse when the preset is loaded, refused here naming the rows.
+void check_figures(const MeasuredDeviceFigures& f, const DeviceMeasurements& m, Problems& problems) {
   if (const std::string p = gemm_curve_problem(f.gemm_curve); !p.empty()) {
-    result.problems.push_back({Severity::error, m.file, "the 'gemm' rows give a gemm_curve the device schema refuses: " + p});
+    problems.push_back({Severity::error, m.file, "the 'gemm' rows give a gemm_curve the device schema refuses: " + p});
   }
   for (const auto* curve : {&f.attention_forward_curve, &f.attention_backward_curve}) {
     if (const std::string p = attention_curve_problem(*curve); !p.empty()) {
-      result.problems.push_back({Severity::error, m.file, "the 'attention' rows give a curve the device schema refuses: " + p});
+      problems.push_back({Severity::error, m.file, "the 'attention' rows give a curve the device schema refuses: " + p});
     }
   }
   if (f.gemm_fraction && !(*f.gemm_fraction > 0 && *f.gemm_fraction <= 1)) {
-    result.problems.push_back({Severity::error, m.file, "the bf16_gemm_8192 ceiling is " + format("%.3g", *f.gemm_fraction) +
-                                                            " x the dense bf16 peak; it must be in (0, 1]: is the peak right?"});
+    problems.push_back({Severity::error, m.file, "the bf16_gemm_8192 ceiling is " + format("%.3g", *f.gemm_fraction) +
+                                                     " x the dense bf16 peak; it must be in (0, 1]: is the peak right?"});
   }
   if (f.memory_bandwidth_fraction && !(*f.memory_bandwidth_fraction > 0 && *f.memory_bandwidth_fraction <= 1)) {
-    result.problems.push_back({Severity::error, m.file, "the d2d_copy_1GiB ceiling is " + format("%.3g", *f.memory_bandwidth_fraction) +
-                                                            " x the memory bandwidth; it must be in (0, 1]: is the bandwidth right?"});
+    problems.push_back({Severity::error, m.file, "the d2d_copy_1GiB ceiling is " + format("%.3g", *f.memory_bandwidth_fraction) +
+                                                     " x the memory bandwidth; it must be in (0, 1]: is the bandwidth right?"});
   }
+}
+
+}  // namespace
+
+Loaded<MeasuredDeviceFigures> derive_device_figures(const DeviceMeasurements& m, const DeviceSpec& base) {
+  Loaded<MeasuredDeviceFigures> result;
+  MeasuredDeviceFigures& f = result.value;
+  f.peak_flops_per_s = base.peak_for(Dtype::bf16).value_or(0);
+  f.memory_bandwidth_bytes_per_s = base.memory_bandwidth_bytes_per_s;
+  f.compute_units = m.compute_units > 0 ? m.compute_units : base.compute_units;
+  if (!(f.peak_flops_per_s > 0)) {
+    result.problems.push_back({Severity::error, "--peak-tflops",
+                               "the measured GEMMs are bf16: give the device's dense bf16 peak (--peak-tflops bf16=...) "
+                               "or a --base device that has one"});
+  }
+  if (!(f.memory_bandwidth_bytes_per_s > 0)) {
+    result.problems.push_back({Severity::error, "--memory-bandwidth-gb-per-s",
+                               "give the device's memory bandwidth, or a --base device that has one"});
+  }
+  if (!result.ok()) return result;
+
+  const double floor_s = launch_floor(f, m);
+  const double gemm_fraction = m.gemm_ceiling_flops_per_s / f.peak_flops_per_s;  // unrounded for the residuals, as measured
+  if (m.gemm_ceiling_flops_per_s > 0) f.gemm_fraction = rounded("%.4f", gemm_fraction);
+  if (m.copy_bytes_per_s > 0) f.memory_bandwidth_fraction = rounded("%.3f", m.copy_bytes_per_s / f.memory_bandwidth_bytes_per_s);
+  if (!m.gemms.empty()) {
+    if (m.gemm_ceiling_flops_per_s <= 0) {
+      result.problems.push_back({Severity::error, m.file, "GEMM rows need a 'ceiling' row 'bf16_gemm_8192' (the large-GEMM rate they are fractions of)"});
+      return result;
+    }
+    fit_gemm_curve(f, m, floor_s, gemm_fraction);
+  }
+  fit_attention(f, m);
+  f.op_classes = fit_op_classes(m, result.problems);
+  check_figures(f, m, result.problems);
   return result;
 }
 
@@ -413,6 +435,81 @@ std::map<std::string, std::string> yaml_line_comments(std::string_view text) {
   return comments;
 }
 
+namespace {
+
+// The measured rates under `achievable:` (GEMM curve, fused attention and
+// its dropout slowdown, op classes), each with the rows it came from.
+void write_measured_rates(std::ostream& y, const DeviceSpec& d, const MeasuredDeviceFigures& f, const DeviceMeasurements& m,
+                          const std::string& slowdown_comment) {
+  if (!f.gemm_curve.empty()) {
+    y << "  # Measured bf16 GEMM efficiency by arithmetic intensity 2mnk/(mk+kn+mn), as\n"
+      << "  # a fraction of peak x gemm_fraction x the model's wave quantization\n"
+      << "  # (compute_model.cpp, tile_efficiency, " << f.compute_units << " SMs): the " << f.gemm_curve_measured << " of "
+      << m.gemms.size() << " measured shapes timed above\n"
+      << "  # twice the launch floor, sorted by intensity, in 8 bins of equal count, the\n"
+      << "  # median intensity and the median residual of each.\n"
+      << "  gemm_curve: [";
+    for (std::size_t i = 0; i < f.gemm_curve.size(); ++i) {
+      y << (i ? ", " : "") << "[" << format("%.0f", f.gemm_curve[i].intensity) << ", " << format("%.3f", f.gemm_curve[i].fraction) << "]";
+    }
+    y << "]\n";
+  }
+  if (!f.attention_forward_curve.empty()) {
+    y << "  # Measured causal fused attention, bf16, by forward GFLOP per call (2 B H T^2 D:\n"
+      << "  # the causal half of Q K^T and P V): forward TFLOP/s, and backward-only TFLOP/s\n"
+      << "  # (2.5x the forward FLOPs over the forward+backward time less the forward time).\n"
+      << "  # Calls (B x H x T x D):";
+    std::vector<DeviceMeasurements::Attention> calls = m.attention;
+    std::stable_sort(calls.begin(), calls.end(), [](const auto& a, const auto& b) { return a.forward_flops() < b.forward_flops(); });
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      y << (i ? ", " : " ") << calls[i].batch << "x" << calls[i].heads << "x" << calls[i].seq << "x" << calls[i].head_dim;
+    }
+    y << ".\n";
+    for (const auto* curve : {&f.attention_forward_curve, &f.attention_backward_curve}) {
+      y << "  " << (curve == &f.attention_forward_curve ? "attention_forward_curve" : "attention_backward_curve") << ": [";
+      for (std::size_t i = 0; i < curve->size(); ++i) {
+        y << (i ? ", " : "") << "[" << format("%.1f", (*curve)[i].forward_flops / 1e9) << ", "
+          << format("%.0f", (*curve)[i].flops_per_s / 1e12) << "]";
+      }
+      y << "]\n";
+    }
+  }
+  const std::string slowdown_line = "  attention_dropout_slowdown: {forward: " + format("%.3f", d.attention_dropout_slowdown[0]) +
+                                    ", backward: " + format("%.3f", d.attention_dropout_slowdown[1]) + "}";
+  if (f.attention_dropout_slowdown) {
+    double p = 0;
+    for (const auto& a : m.attention_dropout) p = std::max(p, a.dropout);
+    y << "  # Measured fused attention with dropout over the same call without it\n"
+      << "  # (dropout " << number(p) << ", " << m.attention_dropout.size()
+      << " calls): the median of the forward ratios and of the backward-only ones.\n"
+      << slowdown_line << "\n";
+  } else if (d.attention_dropout_slowdown[0] > 1 || d.attention_dropout_slowdown[1] > 1) {
+    y << slowdown_line << "   # " << slowdown_comment << "\n";
+  }
+  if (!f.op_classes.empty()) {
+    y << "  # Measured memory-bound op classes, bf16 [tokens, d] kernels at the largest\n"
+      << "  # measured tokens x d: the traffic the cost model counts for the class, forward +\n"
+      << "  # backward, over the measured forward + backward time; the median of the rows.\n"
+      << "  op_bandwidth_gb_per_s:\n";
+    for (const auto& c : f.op_classes) {
+      std::string rows;
+      for (double r : c.rows_bytes_per_s) rows += (rows.empty() ? "" : ", ") + format("%.0f", r / 1e9);
+      y << "    " << to_string(c.op_class) << ": " << format("%.0f", c.bytes_per_s / 1e9) << "   # " << c.kernels << "; "
+        << c.counted << ": " << rows << "\n";
+    }
+    std::string missing;
+    for (std::size_t i = 0; i < kStreamOps; ++i) {
+      const auto op = static_cast<StreamOp>(i);
+      if (std::none_of(f.op_classes.begin(), f.op_classes.end(), [&](const OpClassFigure& c) { return c.op_class == op; })) {
+        missing += (missing.empty() ? "" : ", ") + to_string(op);
+      }
+    }
+    if (!missing.empty()) y << "    # not measured (memory bandwidth x memory_bandwidth_fraction): " << missing << "\n";
+  }
+}
+
+}  // namespace
+
 std::string measured_device_yaml(const DeviceSpec& d, const MeasuredDeviceFigures& f, const DeviceMeasurements& m,
                                  const std::string& base_label, const std::string& command,
                                  const std::map<std::string, std::string>& base_comments) {
@@ -459,71 +556,7 @@ std::string measured_device_yaml(const DeviceSpec& d, const MeasuredDeviceFigure
   } else {
     y << "  memory_bandwidth_fraction: " << number(d.memory_efficiency) << " # " << from_base << " (no d2d_copy_1GiB row)\n";
   }
-  if (!f.gemm_curve.empty()) {
-    y << "  # Measured bf16 GEMM efficiency by arithmetic intensity 2mnk/(mk+kn+mn), as\n"
-      << "  # a fraction of peak x gemm_fraction x the model's wave quantization\n"
-      << "  # (compute_model.cpp, tile_efficiency, " << f.compute_units << " SMs): the " << f.gemm_curve_measured << " of "
-      << m.gemms.size() << " measured shapes timed above\n"
-      << "  # twice the launch floor, sorted by intensity, in 8 bins of equal count, the\n"
-      << "  # median intensity and the median residual of each.\n"
-      << "  gemm_curve: [";
-    for (std::size_t i = 0; i < f.gemm_curve.size(); ++i) {
-      y << (i ? ", " : "") << "[" << format("%.0f", f.gemm_curve[i].intensity) << ", " << format("%.3f", f.gemm_curve[i].fraction) << "]";
-    }
-    y << "]\n";
-  }
-  if (!f.attention_forward_curve.empty()) {
-    y << "  # Measured causal fused attention, bf16, by forward GFLOP per call (2 B H T^2 D:\n"
-      << "  # the causal half of Q K^T and P V): forward TFLOP/s, and backward-only TFLOP/s\n"
-      << "  # (2.5x the forward FLOPs over the forward+backward time less the forward time).\n"
-      << "  # Calls (B x H x T x D):";
-    std::vector<DeviceMeasurements::Attention> calls = m.attention;
-    std::stable_sort(calls.begin(), calls.end(), [](const auto& a, const auto& b) { return a.forward_flops() < b.forward_flops(); });
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      y << (i ? ", " : " ") << calls[i].batch << "x" << calls[i].heads << "x" << calls[i].seq << "x" << calls[i].head_dim;
-    }
-    y << ".\n";
-    for (const auto* curve : {&f.attention_forward_curve, &f.attention_backward_curve}) {
-      y << "  " << (curve == &f.attention_forward_curve ? "attention_forward_curve" : "attention_backward_curve") << ": [";
-      for (std::size_t i = 0; i < curve->size(); ++i) {
-        y << (i ? ", " : "") << "[" << format("%.1f", (*curve)[i].forward_flops / 1e9) << ", "
-          << format("%.0f", (*curve)[i].flops_per_s / 1e12) << "]";
-      }
-      y << "]\n";
-    }
-  }
-  const std::string slowdown_line = "  attention_dropout_slowdown: {forward: " + format("%.3f", d.attention_dropout_slowdown[0]) +
-                                    ", backward: " + format("%.3f", d.attention_dropout_slowdown[1]) + "}";
-  if (f.attention_dropout_slowdown) {
-    double p = 0;
-    for (const auto& a : m.attention_dropout) p = std::max(p, a.dropout);
-    y << "  # Measured fused attention with dropout over the same call without it\n"
-      << "  # (dropout " << number(p) << ", " << m.attention_dropout.size()
-      << " calls): the median of the forward ratios and of the backward-only ones.\n"
-      << slowdown_line << "\n";
-  } else if (d.attention_dropout_slowdown[0] > 1 || d.attention_dropout_slowdown[1] > 1) {
-    y << slowdown_line << "   # " << kept("achievable.attention_dropout_slowdown") << "\n";
-  }
-  if (!f.op_classes.empty()) {
-    y << "  # Measured memory-bound op classes, bf16 [tokens, d] kernels at the largest\n"
-      << "  # measured tokens x d: the traffic the cost model counts for the class, forward +\n"
-      << "  # backward, over the measured forward + backward time; the median of the rows.\n"
-      << "  op_bandwidth_gb_per_s:\n";
-    for (const auto& c : f.op_classes) {
-      std::string rows;
-      for (double r : c.rows_bytes_per_s) rows += (rows.empty() ? "" : ", ") + format("%.0f", r / 1e9);
-      y << "    " << to_string(c.op_class) << ": " << format("%.0f", c.bytes_per_s / 1e9) << "   # " << c.kernels << "; "
-        << c.counted << ": " << rows << "\n";
-    }
-    std::string missing;
-    for (std::size_t i = 0; i < kStreamOps; ++i) {
-      const auto op = static_cast<StreamOp>(i);
-      if (std::none_of(f.op_classes.begin(), f.op_classes.end(), [&](const OpClassFigure& c) { return c.op_class == op; })) {
-        missing += (missing.empty() ? "" : ", ") + to_string(op);
-      }
-    }
-    if (!missing.empty()) y << "    # not measured (memory bandwidth x memory_bandwidth_fraction): " << missing << "\n";
-  }
+  write_measured_rates(y, d, f, m, kept("achievable.attention_dropout_slowdown"));
   if (d.compute_units > 0) {
     y << "compute_units: " << d.compute_units << "       # "
       << (m.compute_units > 0 ? "measured: the file's 'device' row (SMs)" : kept("compute_units")) << "\n";

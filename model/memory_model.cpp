@@ -64,6 +64,50 @@ double block_input_bytes(const LayerGraph& graph, int block, const ActivationSha
          activation_split(sharding.tp, sharding.cp, sharding.sequence_parallel).sequence;
 }
 
+// Communication buffers of one stage (docs/cost-model.md, "Communication buffers").
+double communication_buffers(const ModelSpec& model, const LayerGraph& graph, const Plan& plan, const ParameterTotals& params,
+                             bool weights_sharded) {
+  const Mesh& mesh = plan.mesh;
+  const PrecisionBytes bytes = bytes_for(plan.precision);
+  const double micro_batch = static_cast<double>(plan.micro_batch);
+  const double dp = static_cast<double>(mesh.size(Axis::dp)), ep = static_cast<double>(mesh.size(Axis::ep));
+  const double tp = static_cast<double>(mesh.size(Axis::tp)), cp = static_cast<double>(mesh.size(Axis::cp));
+  const double kv_tp = static_cast<double>(kv_tp_split(graph.kv_heads, mesh.size(Axis::tp)));
+  const ActivationSplit split = activation_split(plan);
+  double buffers = 0;
+  if (weights_sharded) {
+    // FSDP / ZeRO-3: gathered weights of the running and the prefetched block, and one block's unsharded gradients.
+    const double gathered = params.blocks_with_parameters > 1 ? 2 : 1;  // the running block and the prefetched next one
+    buffers += params.largest_block * (gathered * bytes.weight_bytes_per_parameter + bytes.gradient_bytes_per_parameter);
+  }
+  if (dp * ep > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)) {
+    // Gradient buckets in flight for all-reduce / reduce-scatter (two: one filling, one reducing).
+    const double all_gradients = (params.dense + params.expert) * bytes.gradient_bytes_per_parameter;
+    buffers += std::min(2 * plan.gradient_bucket_bytes, all_gradients);
+  }
+  const double boundary = graph.largest_stage_boundary_elements_per_sample();
+  if (mesh.size(Axis::pp) > 1) {
+    // Send and receive, activations forward and gradients backward.
+    buffers += 4 * boundary * micro_batch * bytes.activation_bytes_per_element / split.sequence;
+  }
+  if (model.kind == ModelKind::transformer) {
+    const auto& t = model.transformer;
+    const double tokens = static_cast<double>(graph.seq_len) * micro_batch / cp;
+    if (tp > 1 && plan.sequence_parallel) {
+      buffers += tokens * static_cast<double>(t.hidden) * bytes.activation_bytes_per_element;  // all-gathered layer input
+    }
+    if (cp > 1) {
+      // Ring attention: the next key/value chunk arrives while this one is used.
+      buffers += 2 * 2 * tokens * static_cast<double>(t.kv_heads * t.head_dim) / kv_tp * bytes.activation_bytes_per_element;
+    }
+    if (ep > 1) {
+      // All-to-all dispatch and combine of the routed tokens.
+      buffers += 2 * tokens * static_cast<double>(t.top_k * t.hidden) * bytes.activation_bytes_per_element;
+    }
+  }
+  return buffers;
+}
+
 }  // namespace
 
 double saved_bytes_per_sample(const Op& op, const ActivationSharding& sharding) {
@@ -128,11 +172,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
   const double dp = static_cast<double>(mesh.size(Axis::dp));
   const double fsdp = static_cast<double>(mesh.size(Axis::fsdp));
   const double ep = static_cast<double>(mesh.size(Axis::ep));
-  const double tp = static_cast<double>(mesh.size(Axis::tp));
-  const double cp = static_cast<double>(mesh.size(Axis::cp));
   const ActivationSharding sharding{mesh.size(Axis::tp), mesh.size(Axis::cp), plan.sequence_parallel,
                                     plan.recompute, bytes.activation_bytes_per_element, plan.attention, graph.kv_heads};
-  const double kv_tp = static_cast<double>(kv_tp_split(graph.kv_heads, mesh.size(Axis::tp)));
   const ActivationSplit split = activation_split(plan);
 
   // ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 shards optimizer state,
@@ -201,40 +242,11 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
     mem.dropout_mask_bytes = masks_per_sample * micro_batch;
 
     // Communication buffers (docs/cost-model.md, "Communication buffers").
-    double buffers = 0;
-    if (dense_group(ModelState::parameters) > 1 || expert_group(ModelState::parameters) > 1) {
-      // FSDP / ZeRO-3: gathered weights of the running and the prefetched block, and one block's unsharded gradients.
-      const double gathered = params.blocks_with_parameters > 1 ? 2 : 1;  // the running block and the prefetched next one
-      buffers += params.largest_block * (gathered * bytes.weight_bytes_per_parameter + bytes.gradient_bytes_per_parameter);
-    }
-    if (dp * ep > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)) {
-      // Gradient buckets in flight for all-reduce / reduce-scatter (two: one filling, one reducing).
-      const double all_gradients = (params.dense + params.expert) * bytes.gradient_bytes_per_parameter;
-      buffers += std::min(2 * plan.gradient_bucket_bytes, all_gradients);
-    }
-    const double boundary = graph.largest_stage_boundary_elements_per_sample();
-    if (pp > 1) {
-      // Send and receive, activations forward and gradients backward.
-      buffers += 4 * boundary * micro_batch * bytes.activation_bytes_per_element / split.sequence;
-    }
-    if (model.kind == ModelKind::transformer) {
-      const auto& t = model.transformer;
-      const double tokens = static_cast<double>(graph.seq_len) * micro_batch / cp;
-      if (tp > 1 && plan.sequence_parallel) {
-        buffers += tokens * static_cast<double>(t.hidden) * bytes.activation_bytes_per_element;  // all-gathered layer input
-      }
-      if (cp > 1) {
-        // Ring attention: the next key/value chunk arrives while this one is used.
-        buffers += 2 * 2 * tokens * static_cast<double>(t.kv_heads * t.head_dim) / kv_tp * bytes.activation_bytes_per_element;
-      }
-      if (ep > 1) {
-        // All-to-all dispatch and combine of the routed tokens.
-        buffers += 2 * tokens * static_cast<double>(t.top_k * t.hidden) * bytes.activation_bytes_per_element;
-      }
-    }
-    mem.buffers_bytes = buffers;
+    const bool weights_sharded = dense_group(ModelState::parameters) > 1 || expert_group(ModelState::parameters) > 1;
+    mem.buffers_bytes = communication_buffers(model, graph, plan, params, weights_sharded);
 
     // Peak transients (docs/cost-model.md, "Peak memory").
+    const double boundary = graph.largest_stage_boundary_elements_per_sample();
     double loss_logits = 0, widest_output = 0;
     bool has_layers = false;
     for (int b : blocks) {

@@ -77,6 +77,102 @@ bool BlockProfile::same_as(const BlockProfile& o) const {
          same_gemms(gemms, o.gemms);
 }
 
+namespace {
+
+// An op's parameters and what it keeps for the backward, under each attention implementation.
+void add_memory(BlockProfile& bp, const Op& op) {
+  if (op.expert) {
+    bp.expert_tp_split_parameters += op.tp_split_parameters;
+    bp.expert_replicated_parameters += op.replicated_parameters;
+  } else {
+    bp.tp_split_parameters += op.tp_split_parameters;
+    bp.kv_parameters += op.kv_parameters;
+    bp.replicated_parameters += op.replicated_parameters;
+  }
+  bp.tied_parameters += op.tied_parameters;
+  for (Attention attention : {Attention::fused, Attention::unfused}) {
+    const std::size_t a = attention_index(attention);
+    for (const SavedTensor& t : op.saved) {
+      if (!kept_by(t, attention)) continue;
+      const int region = t.tensor_parallel ? 1 : 0, selective = t.selective ? 1 : 0;
+      if (t.fixed_bytes_per_element > 0) {
+        bp.saved_fixed_bytes[a][region][selective] += t.elements_per_sample * t.fixed_bytes_per_element;
+      } else {
+        bp.saved_elements[a][region][selective] += t.elements_per_sample;
+        if (t.key_value) bp.saved_key_value_elements[a][selective] += t.elements_per_sample;
+      }
+    }
+    // Fused attention runs Q K^T, softmax, dropout and P V as one kernel, after P V.
+    const bool fused_away = attention == Attention::fused && op.core_attention;
+    if (!fused_away || op.kind == OpKind::attention_values) bp.forward_kernels[a] += 1;
+    if (!fused_away && op.kind != OpKind::cross_entropy) {
+      double& largest = bp.largest_output_elements[a][output_split_by_tp(op) ? 1 : 0];
+      largest = std::max(largest, op.output_elements_per_sample);
+    }
+  }
+  if (op.kind == OpKind::cross_entropy) {
+    for (const SavedTensor& t : op.saved) bp.loss_logit_elements[t.tensor_parallel ? 1 : 0] += t.elements_per_sample;
+  }
+}
+
+// A GEMM-like op's work and its tensor-parallel all-reduce (Megatron's g after a
+// row-parallel GEMM, f before a column-parallel one's input gradient).
+void add_gemm(BlockProfile& bp, const Op& op, bool needs_input_gradient, double dropout) {
+  GemmWork work;
+  work.rows_per_sample = op.gemm.rows_per_sample;
+  work.n = static_cast<double>(op.gemm.n);
+  work.kv_n = static_cast<double>(op.gemm.kv_n);
+  work.k = static_cast<double>(op.gemm.k);
+  work.batch = static_cast<double>(op.gemm.batch);
+  work.tp_split = op.tp_split;
+  work.core_attention = op.core_attention;
+  work.has_weights = op.kind == OpKind::gemm || op.kind == OpKind::conv;
+  work.needs_input_gradient = needs_input_gradient;
+  if (op.tp_split == TpSplit::rows) {
+    bp.tp_forward_reduce_elements += op.output_elements_per_sample;
+    ++bp.tp_forward_collectives;
+  } else if (op.tp_split == TpSplit::columns && needs_input_gradient) {  // the data needs no gradient
+    bp.tp_backward_reduce_elements += op.gemm.rows_per_sample * static_cast<double>(op.gemm.k);
+    ++bp.tp_backward_collectives;
+  }
+  bp.gemms.push_back(work);
+  bp.matmul_forward_flops_per_sample += op.forward_flops_per_sample;
+  if (op.core_attention) {
+    bp.core_attention_flops_per_sample += op.forward_flops_per_sample;
+    bp.fused_attention_flops_per_sample += op.forward_flops_per_sample / 2;  // causal: half the score matrix
+    bp.attention_dropout = dropout > 0;
+  }
+  if (op.kind == OpKind::attention_scores) bp.attention_scores_flops_per_sample += op.forward_flops_per_sample;
+}
+
+// A memory-bound op's traffic, and the all-reduces of a vocabulary-parallel embedding and loss.
+void add_stream(BlockProfile& bp, const Op& op, std::int64_t seq_len) {
+  const int region = op.tensor_parallel_region ? 1 : 0, core = op.core_attention ? 1 : 0;
+  const auto cls = static_cast<std::size_t>(stream_op_of(op.kind));
+  bp.memory_elements[region][core][cls] += op.memory_elements_per_sample;
+  bp.memory_fixed_bytes[region][core][cls] += op.memory_fixed_bytes_per_sample;
+  if (op.kind == OpKind::embedding && op.tp_split_parameters > 0) {
+    bp.tp_forward_reduce_elements += op.output_elements_per_sample;
+    ++bp.tp_forward_collectives;
+  }
+  if (op.kind == OpKind::cross_entropy && op.tensor_parallel_region) {
+    bp.tp_forward_reduce_elements += 3 * static_cast<double>(seq_len);  // max, sum of exp, target logit
+    bp.tp_forward_collectives += 3;
+  }
+}
+
+// The index of the kind equal to `bp`, added when new.
+int kind_of(ModelProfile& profile, BlockProfile bp, BlockKind role) {
+  for (std::size_t k = 0; k < profile.kinds.size(); ++k) {
+    if (profile.kinds[k].same_as(bp)) return static_cast<int>(k);
+  }
+  profile.kinds.push_back(std::move(bp));
+  profile.kind_role.push_back(role);
+  return static_cast<int>(profile.kinds.size()) - 1;
+}
+
+}  // namespace
+
 ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
   ModelProfile profile;
   profile.kind = model.kind;
@@ -99,98 +195,20 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
     bp.input_elements_per_sample = b == 0 ? 0 : graph.boundary_elements_per_sample(static_cast<int>(b) - 1);
     for (OpId id : block.ops) {
       const Op& op = graph.op(id);
-      if (op.expert) {
-        bp.expert_tp_split_parameters += op.tp_split_parameters;
-        bp.expert_replicated_parameters += op.replicated_parameters;
-      } else {
-        bp.tp_split_parameters += op.tp_split_parameters;
-        bp.kv_parameters += op.kv_parameters;
-        bp.replicated_parameters += op.replicated_parameters;
-      }
-      bp.tied_parameters += op.tied_parameters;
-      for (Attention attention : {Attention::fused, Attention::unfused}) {
-        const std::size_t a = attention_index(attention);
-        for (const SavedTensor& t : op.saved) {
-          if (!kept_by(t, attention)) continue;
-          const int region = t.tensor_parallel ? 1 : 0, selective = t.selective ? 1 : 0;
-          if (t.fixed_bytes_per_element > 0) {
-            bp.saved_fixed_bytes[a][region][selective] += t.elements_per_sample * t.fixed_bytes_per_element;
-          } else {
-            bp.saved_elements[a][region][selective] += t.elements_per_sample;
-            if (t.key_value) bp.saved_key_value_elements[a][selective] += t.elements_per_sample;
-          }
-        }
-        // Fused attention runs Q K^T, softmax, dropout and P V as one kernel, after P V.
-        const bool fused_away = attention == Attention::fused && op.core_attention;
-        if (!fused_away || op.kind == OpKind::attention_values) bp.forward_kernels[a] += 1;
-        if (!fused_away && op.kind != OpKind::cross_entropy) {
-          double& largest = bp.largest_output_elements[a][output_split_by_tp(op) ? 1 : 0];
-          largest = std::max(largest, op.output_elements_per_sample);
-        }
-      }
-      if (op.kind == OpKind::cross_entropy) {
-        for (const SavedTensor& t : op.saved) bp.loss_logit_elements[t.tensor_parallel ? 1 : 0] += t.elements_per_sample;
-      }
+      add_memory(bp, op);
       const bool gemm_like = op.kind == OpKind::gemm || op.kind == OpKind::attention_scores ||
                              op.kind == OpKind::attention_values || op.kind == OpKind::conv;
       if (gemm_like) {
-        GemmWork work;
-        work.rows_per_sample = op.gemm.rows_per_sample;
-        work.n = static_cast<double>(op.gemm.n);
-        work.kv_n = static_cast<double>(op.gemm.kv_n);
-        work.k = static_cast<double>(op.gemm.k);
-        work.batch = static_cast<double>(op.gemm.batch);
-        work.tp_split = op.tp_split;
-        work.core_attention = op.core_attention;
-        work.has_weights = op.kind == OpKind::gemm || op.kind == OpKind::conv;
-        work.needs_input_gradient = boost::in_degree(id, graph.graph) > 0;
-        if (op.tp_split == TpSplit::rows) {
-          bp.tp_forward_reduce_elements += op.output_elements_per_sample;
-          ++bp.tp_forward_collectives;
-        } else if (op.tp_split == TpSplit::columns && boost::in_degree(id, graph.graph) > 0) {  // the data needs no gradient
-          bp.tp_backward_reduce_elements += op.gemm.rows_per_sample * static_cast<double>(op.gemm.k);
-          ++bp.tp_backward_collectives;
-        }
-        bp.gemms.push_back(work);
-        bp.matmul_forward_flops_per_sample += op.forward_flops_per_sample;
-        if (op.core_attention) {
-          bp.core_attention_flops_per_sample += op.forward_flops_per_sample;
-          bp.fused_attention_flops_per_sample += op.forward_flops_per_sample / 2;  // causal: half the score matrix
-          bp.attention_dropout = model.transformer.dropout > 0;
-        }
-        if (op.kind == OpKind::attention_scores) bp.attention_scores_flops_per_sample += op.forward_flops_per_sample;
+        add_gemm(bp, op, boost::in_degree(id, graph.graph) > 0, model.transformer.dropout);
       } else {
-        const int region = op.tensor_parallel_region ? 1 : 0, core = op.core_attention ? 1 : 0;
-        const auto cls = static_cast<std::size_t>(stream_op_of(op.kind));
-        bp.memory_elements[region][core][cls] += op.memory_elements_per_sample;
-        bp.memory_fixed_bytes[region][core][cls] += op.memory_fixed_bytes_per_sample;
-        if (op.kind == OpKind::embedding && op.tp_split_parameters > 0) {
-          bp.tp_forward_reduce_elements += op.output_elements_per_sample;
-          ++bp.tp_forward_collectives;
-        }
-        if (op.kind == OpKind::cross_entropy && op.tensor_parallel_region) {
-          bp.tp_forward_reduce_elements += 3 * static_cast<double>(graph.seq_len);  // max, sum of exp, target logit
-          bp.tp_forward_collectives += 3;
-        }
+        add_stream(bp, op, graph.seq_len);
       }
     }
     profile.model_flops_per_sample += 3 * bp.matmul_forward_flops_per_sample;
     profile.block_role.push_back(block.kind);
     if (block.kind == BlockKind::embedding) profile.embedding_block = static_cast<int>(b);
     if (block.kind == BlockKind::head) profile.head_block = static_cast<int>(b);
-    int kind = -1;
-    for (std::size_t k = 0; k < profile.kinds.size(); ++k) {
-      if (profile.kinds[k].same_as(bp)) {
-        kind = static_cast<int>(k);
-        break;
-      }
-    }
-    if (kind < 0) {
-      kind = static_cast<int>(profile.kinds.size());
-      profile.kinds.push_back(std::move(bp));
-      profile.kind_role.push_back(block.kind);
-    }
-    profile.block_kind.push_back(kind);
+    profile.block_kind.push_back(kind_of(profile, std::move(bp), block.kind));
   }
   for (std::size_t i = 0; i < profile.layer_blocks.size(); ++i) {
     const int kind = profile.block_kind[static_cast<std::size_t>(profile.layer_blocks[i])];
