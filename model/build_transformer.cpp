@@ -92,15 +92,32 @@ class TransformerBuilder {
     return prev;
   }
 
+  // A layer's pre-norm (ln1 before attention, ln2 before the MLP): it keeps its input.
+  Op pre_norm(const std::string& p, const std::string& name, int block) const {
+    Op norm = make_op(p + name, OpKind::norm, block);
+    norm.replicated_parameters = norm_parameters;
+    norm.forward_flops_per_sample = norm_flops_per_element * s * h;
+    norm.output_elements_per_sample = s * h;
+    norm.saved = {{name + " input", s * h, 0, false, false}};
+    norm.memory_elements_per_sample = 2 * s * h;
+    return norm;
+  }
+
+  // The residual add after a half-layer's output projection (fused bias + dropout + add),
+  // which keeps the dropout mask when the model has dropout.
+  Op residual_add(const std::string& name, const std::string& mask, int block) const {
+    Op add = make_op(name, OpKind::elementwise, block);
+    add.forward_flops_per_sample = (dropout ? 2 : 1) * s * h;
+    add.output_elements_per_sample = s * h;
+    if (dropout) add.saved = {{mask, s * h, 1, false, false}};
+    add.memory_elements_per_sample = 3 * s * h;
+    add.memory_fixed_bytes_per_sample = dropout ? s * h : 0;
+    return add;
+  }
+
   // ---- a layer's attention half, through the residual add; returns that add
   OpId attention(int block, const std::string& p, OpId prev) {
-    Op ln1 = make_op(p + "ln1", OpKind::norm, block);
-    ln1.replicated_parameters = norm_parameters;
-    ln1.forward_flops_per_sample = norm_flops_per_element * s * h;
-    ln1.output_elements_per_sample = s * h;
-    ln1.saved = {{"ln1 input", s * h, 0, false, false}};
-    ln1.memory_elements_per_sample = 2 * s * h;
-    const OpId ln1_id = g.add_op(ln1);
+    const OpId ln1_id = g.add_op(pre_norm(p, "ln1", block));
     g.connect(prev, ln1_id);
 
     Op qkv = make_op(p + "attn.qkv", OpKind::gemm, block);
@@ -177,13 +194,7 @@ class TransformerBuilder {
     const OpId out_id = g.add_op(out);
     g.connect(values_id, out_id);
 
-    Op attn_residual = make_op(p + "attn.residual", OpKind::elementwise, block);
-    attn_residual.forward_flops_per_sample = (dropout ? 2 : 1) * s * h;
-    attn_residual.output_elements_per_sample = s * h;
-    if (dropout) attn_residual.saved = {{"attention output dropout mask", s * h, 1, false, false}};
-    attn_residual.memory_elements_per_sample = 3 * s * h;  // fused bias + dropout + residual add
-    attn_residual.memory_fixed_bytes_per_sample = dropout ? s * h : 0;
-    const OpId attn_residual_id = g.add_op(attn_residual);
+    const OpId attn_residual_id = g.add_op(residual_add(p + "attn.residual", "attention output dropout mask", block));
     g.connect(out_id, attn_residual_id);
     g.connect(prev, attn_residual_id);
 
@@ -192,13 +203,7 @@ class TransformerBuilder {
 
   // ---- a layer's MLP half (with the router of a mixture of experts), through the residual add
   OpId mlp(int block, const std::string& p, OpId attn_residual_id) {
-    Op ln2 = make_op(p + "ln2", OpKind::norm, block);
-    ln2.replicated_parameters = norm_parameters;
-    ln2.forward_flops_per_sample = norm_flops_per_element * s * h;
-    ln2.output_elements_per_sample = s * h;
-    ln2.saved = {{"ln2 input", s * h, 0, false, false}};
-    ln2.memory_elements_per_sample = 2 * s * h;
-    OpId mlp_input_id = g.add_op(ln2);
+    OpId mlp_input_id = g.add_op(pre_norm(p, "ln2", block));
     g.connect(attn_residual_id, mlp_input_id);
 
     if (moe) {
@@ -248,13 +253,7 @@ class TransformerBuilder {
     const OpId w_out_id = g.add_op(w_out);
     g.connect(act_id, w_out_id);
 
-    Op mlp_residual = make_op(p + "mlp.residual", OpKind::elementwise, block);
-    mlp_residual.forward_flops_per_sample = (dropout ? 2 : 1) * s * h;
-    mlp_residual.output_elements_per_sample = s * h;
-    if (dropout) mlp_residual.saved = {{"mlp output dropout mask", s * h, 1, false, false}};
-    mlp_residual.memory_elements_per_sample = 3 * s * h;
-    mlp_residual.memory_fixed_bytes_per_sample = dropout ? s * h : 0;
-    const OpId mlp_residual_id = g.add_op(mlp_residual);
+    const OpId mlp_residual_id = g.add_op(residual_add(p + "mlp.residual", "mlp output dropout mask", block));
     g.connect(w_out_id, mlp_residual_id);
     g.connect(attn_residual_id, mlp_residual_id);
     return mlp_residual_id;

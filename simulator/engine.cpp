@@ -178,6 +178,13 @@ class Engine {
   static std::size_t segment_index(Kind kind, std::int32_t step, std::size_t count) {
     return kind == Kind::forward ? static_cast<std::size_t>(step) : count - 1 - static_cast<std::size_t>(step);
   }
+  // The segment stage s's current instruction is at.
+  const SegmentWork& current_segment(std::int32_t s) {
+    const StageRun& st = stages_[static_cast<std::size_t>(s)];
+    const Instruction& in = current(st);
+    const ChunkWork& chunk = chunk_of(s, in.chunk);
+    return chunk.segments[segment_index(in.kind, st.step, chunk.segments.size())];
+  }
   double end_of(std::int32_t event) const { return event < 0 ? 0.0 : timeline_.events[static_cast<std::size_t>(event)].end_s; }
   std::int32_t later(std::int32_t a, std::int32_t b) const { return end_of(b) > end_of(a) || a < 0 ? b : a; }
 
@@ -411,7 +418,7 @@ class Engine {
     StageRun& st = stages_[static_cast<std::size_t>(s)];
     const Instruction& in = current(st);
     const ChunkWork& chunk = chunk_of(s, in.chunk);
-    const SegmentWork& segment = chunk.segments[segment_index(in.kind, st.step, chunk.segments.size())];
+    const SegmentWork& segment = current_segment(s);
     if (needs_parameters(in.kind) && !segment.parameter_gather.empty()) {
       issue_gathers(s, now, work_.overlap_parameter_gather ? 2 : 1);  // this segment's and, prefetched, the next one's
       if (!st.gathers.front().done) {
@@ -483,8 +490,7 @@ class Engine {
     StageRun& st = stages_[static_cast<std::size_t>(s)];
     const Instruction& in = current(st);
     if (in.kind == Kind::backward_weight) return 0;
-    const ChunkWork& chunk = chunk_of(s, in.chunk);
-    const SegmentWork& segment = chunk.segments[segment_index(in.kind, st.step, chunk.segments.size())];
+    const SegmentWork& segment = current_segment(s);
     const auto& comms = in.kind == Kind::forward ? segment.forward_comm : segment.backward_comm;
     const std::int32_t cause = pick == Pick::tensor_parallel ? st.compute_event : st.last_event;
     std::int32_t count = 0;
@@ -514,7 +520,7 @@ class Engine {
     StageRun& st = stages_[static_cast<std::size_t>(s)];
     const Instruction& in = current(st);
     const ChunkWork& chunk = chunk_of(s, in.chunk);
-    const SegmentWork& segment = chunk.segments[segment_index(in.kind, st.step, chunk.segments.size())];
+    const SegmentWork& segment = current_segment(s);
     if (produces_gradients(in.kind) && !segment.gradient_reduce_scatter.empty()) {
       ++st.reductions_outstanding;
       enqueue(s, &segment.gradient_reduce_scatter, Track::fsdp_comm, EventKind::gradient_reduce_scatter,
