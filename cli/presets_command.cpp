@@ -13,6 +13,7 @@
 #include "cli/text_report.hpp"
 #include "model/cluster_spec.hpp"
 #include "model/device_spec.hpp"
+#include "model/hf_config.hpp"
 #include "model/layer_graph.hpp"
 #include "model/model_spec.hpp"
 #include "model/presets.hpp"
@@ -47,13 +48,25 @@ Command add_presets_command(CLI::App& app) {
           },
           "KIND"))
       ->capture_default_str();
+  auto from_hf = std::make_shared<std::string>();
+  command->add_option("--from-hf", *from_hf,
+                      "Print a Hugging Face config.json as a model preset, each field commented with the keys it came "
+                      "from (save it under presets/models/, or use --model hf:FILE directly)");
 
-  return [kind]() {
+  return [kind, from_hf]() {
     int status = exit_ok;
     auto report = [&](const Problems& problems) {
       for (const auto& p : problems) std::cerr << "meshplan presets: " << describe(p) << "\n";
       status = exit_bad_input;
     };
+    if (!from_hf->empty()) {
+      const Loaded<HfModel> hf = read_hf_config(*from_hf);
+      for (const auto& p : hf.problems) std::cerr << "meshplan presets: " << describe(p) << "\n";
+      if (!hf.ok()) return exit_bad_input;
+      std::cout << hf_model_yaml(hf.value) << "# " << human_count(build_layer_graph(hf.value.model, hf.value.model.default_seq_len()).parameter_count())
+                << " parameters\n";
+      return exit_ok;
+    }
     std::cout << "presets folder: " << presets_root() << "\n";
     const std::string user = user_presets_dir();
     std::cout << "user presets folder (searched first): " << (user.empty() ? std::string("none (no HOME)") : user) << "\n";

@@ -1,5 +1,6 @@
 #include "model/model_spec.hpp"
 
+#include "model/hf_config.hpp"
 #include "model/presets.hpp"
 #include "model/yaml_reader.hpp"
 
@@ -141,6 +142,10 @@ std::string to_string(ModelKind kind) {
 }
 
 Loaded<ModelSpec> load_model(const std::string& name_or_path) {
+  if (name_or_path.rfind("hf:", 0) == 0) {
+    Loaded<HfModel> hf = read_hf_config(name_or_path.substr(3));
+    return {std::move(hf.value.model), std::move(hf.problems)};
+  }
   auto file = find_preset(PresetKind::model, name_or_path);
   if (!file.ok()) return {{}, file.problems};
   auto yaml = load_yaml_file(file.value.path, file.value.display_name);

@@ -171,6 +171,39 @@ TEST(Cli, PresetsListsEveryKind) {
   EXPECT_EQ(run({"presets", "gadgets"}).status, 2);
 }
 
+// A Hugging Face config.json as --model hf:FILE (model/hf_config.hpp): explain
+// plans it and names what the schema cannot state; `presets --from-hf`
+// prints it as a preset with the keys each field came from, which explain
+// reads back as the same model.
+TEST(Cli, HuggingFaceConfigsAsModels) {
+  const std::string mistral = std::string(MESHPLAN_TEST_DATA) + "/hf/mistral-7b.json";
+  CliRun r = run({"explain", "--model", "hf:" + mistral, "--cluster", "dgx-h100", "--gpus", "8", "--mesh", "tp=8",
+                  "--global-batch", "8", "--seq", "4096", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model"], "Mistral-7B-v0.1");
+  EXPECT_EQ(j["parameters"].get<double>(), 7241732096.0);
+  EXPECT_NE(j["warnings"].dump().find("sliding-window attention (window 4096) is not modelled"), std::string::npos)
+      << j["warnings"].dump();
+
+  r = run({"presets", "--from-hf", mistral});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("kv_heads: 8   # num_key_value_heads"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# 7.24 B parameters"), std::string::npos) << r.out;
+  const std::filesystem::path preset = std::filesystem::temp_directory_path() / "meshplan-mistral-from-hf.yaml";
+  std::ofstream(preset) << r.out;
+  const CliRun back = run({"explain", "--model", preset.string(), "--cluster", "dgx-h100", "--gpus", "8", "--mesh", "tp=8",
+                           "--global-batch", "8", "--seq", "4096", "--json"});
+  ASSERT_EQ(back.status, 0) << back.err;
+  EXPECT_EQ(nlohmann::json::parse(back.out)["time_s"]["step"], j["time_s"]["step"]);
+  std::filesystem::remove(preset);
+
+  r = run({"explain", "--model", "hf:/no/such/config.json", "--cluster", "dgx-h100", "--gpus", "8"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("cannot be read"), std::string::npos) << r.err;
+  EXPECT_EQ(run({"presets", "--from-hf", "/no/such/config.json"}).status, 2);
+}
+
 // --attention is part of the plan: it reaches the JSON, changes activations
 // (no s x s scores when fused), and a bad word is bad input naming the flag.
 TEST(Cli, ExplainAttentionFlag) {

@@ -1,0 +1,289 @@
+// The mapping of hf_config.hpp. The config is read into schema fields as
+// text, written as a preset file and read back with load_model_text, so a
+// Hugging Face model passes every rule a preset does (ranges, heads that the
+// kv heads divide, top_k within the experts) and says it the same way.
+#include "model/hf_config.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+namespace meshplan {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string number_text(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.10g", x);
+  return text;
+}
+
+// Typed reads of the config's keys; a wrong type is an error naming the key,
+// an absent or null key is nullopt.
+class ConfigReader {
+ public:
+  ConfigReader(const Json& j, std::string where, Problems& problems) : j_(j), where_(std::move(where)), problems_(problems) {}
+
+  bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  void error(const std::string& key, const std::string& message) { add(Severity::error, key, message); }
+  void warning(const std::string& key, const std::string& message) { add(Severity::warning, key, message); }
+
+  std::optional<std::int64_t> count(const std::string& key) {
+    if (!has(key)) return std::nullopt;
+    const Json& v = j_.at(key);
+    if (v.is_number()) {
+      const double d = v.get<double>();
+      if (d >= 1 && d < 9e15 && d == std::floor(d)) return static_cast<std::int64_t>(d);
+    }
+    error(key, "must be a positive whole number, got " + v.dump());
+    return std::nullopt;
+  }
+  std::optional<std::int64_t> required_count(const std::string& key) {
+    if (!has(key)) error(key, "is missing (the model_type's configs have it)");
+    return count(key);
+  }
+  std::optional<double> number(const std::string& key) {
+    if (!has(key)) return std::nullopt;
+    const Json& v = j_.at(key);
+    if (v.is_number()) return v.get<double>();
+    error(key, "must be a number, got " + v.dump());
+    return std::nullopt;
+  }
+  std::optional<bool> boolean(const std::string& key) {
+    if (!has(key)) return std::nullopt;
+    const Json& v = j_.at(key);
+    if (v.is_boolean()) return v.get<bool>();
+    error(key, "must be true or false, got " + v.dump());
+    return std::nullopt;
+  }
+  std::optional<std::string> text(const std::string& key) {
+    if (!has(key)) return std::nullopt;
+    const Json& v = j_.at(key);
+    if (v.is_string()) return v.get<std::string>();
+    error(key, "must be a string, got " + v.dump());
+    return std::nullopt;
+  }
+  const Json& raw(const std::string& key) const { return j_.at(key); }
+
+ private:
+  void add(Severity severity, const std::string& key, const std::string& message) {
+    problems_.push_back({severity, where_ + " key '" + key + "'", message});
+  }
+  const Json& j_;
+  std::string where_;
+  Problems& problems_;
+};
+
+class Mapper {
+ public:
+  Mapper(HfModel& hf, ConfigReader& r) : hf_(hf), r_(r) {}
+
+  void set(const std::string& field, const std::string& value, const std::string& keys) {
+    hf_.fields.push_back({field, value, keys});
+  }
+  void count(const std::string& field, const std::string& key, bool required = true) {
+    const auto n = required ? r_.required_count(key) : r_.count(key);
+    if (n) set(field, std::to_string(*n), key);
+  }
+
+  // GPT-2 (transformers' GPT2Config).
+  void gpt2() {
+    count("layers", "n_layer");
+    count("hidden", "n_embd");
+    count("heads", "n_head");
+    const auto hidden = r_.count("n_embd");
+    if (r_.has("n_inner")) {
+      count("ffn", "n_inner");
+    } else if (hidden) {
+      set("ffn", std::to_string(4 * *hidden), "n_inner (null: 4 x n_embd)");
+    }
+    count("vocab", "vocab_size");
+    count("seq_len", "n_positions");
+    const std::string act = r_.text("activation_function").value_or("gelu_new");
+    if (act.rfind("gelu", 0) != 0) r_.error("activation_function", "'" + act + "' is not a GELU; meshplan's GPT-2 MLP is GELU");
+    set("mlp", "gelu", "activation_function (" + act + ")");
+    set("norm", "layernorm", "(architecture)");
+    set("positions", "learned", "(architecture)");
+    set("bias", "true", "(architecture)");
+    set("tied_embeddings", r_.boolean("tie_word_embeddings").value_or(true) ? "true" : "false",
+        "tie_word_embeddings (default true)");
+    double dropout = 0;
+    for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) dropout = std::max(dropout, r_.number(key).value_or(0.1));
+    set("dropout", number_text(dropout), "resid_pdrop, embd_pdrop, attn_pdrop (the largest; default 0.1)");
+    if (const auto eps = r_.number("layer_norm_epsilon")) set("norm_eps", number_text(*eps), "layer_norm_epsilon");
+  }
+
+  // Llama and the decoders built like it (LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, GemmaConfig).
+  void llama_like(const std::string& type) {
+    count("layers", "num_hidden_layers");
+    count("hidden", "hidden_size");
+    count("heads", "num_attention_heads");
+    if (r_.has("num_key_value_heads")) {
+      count("kv_heads", "num_key_value_heads");
+    }
+    if (r_.has("head_dim")) count("head_dim", "head_dim");
+    count("ffn", "intermediate_size");
+    count("vocab", "vocab_size");
+    count("seq_len", "max_position_embeddings");
+    activation(type);
+    set("norm", "rmsnorm", "(architecture)");
+    set("positions", "rotary", "(architecture)");
+    bias(type);
+    const bool tied_default = type == "gemma";
+    set("tied_embeddings", r_.boolean("tie_word_embeddings").value_or(tied_default) ? "true" : "false",
+        std::string("tie_word_embeddings (default ") + (tied_default ? "true" : "false") + ")");
+    if (const auto p = r_.number("attention_dropout"); p && *p > 0) set("dropout", number_text(*p), "attention_dropout");
+    set("rope_theta", number_text(r_.number("rope_theta").value_or(10000.0)), "rope_theta (default 10000)");
+    if (const auto eps = r_.number("rms_norm_eps")) set("norm_eps", number_text(*eps), "rms_norm_eps");
+    if (type == "mixtral") {
+      count("experts", "num_local_experts");
+      count("top_k", "num_experts_per_tok");
+    }
+    not_modelled(type);
+  }
+
+ private:
+  void activation(const std::string& type) {
+    const char* key = r_.has("hidden_activation") ? "hidden_activation" : "hidden_act";
+    const std::string act = r_.text(key).value_or(type == "gemma" ? "gelu_pytorch_tanh" : "silu");
+    if (act == "silu" || act == "swish") {
+      set("mlp", "swiglu", std::string(key) + " (" + act + ", gated)");
+    } else if (act.rfind("gelu", 0) == 0) {
+      set("mlp", "geglu", std::string(key) + " (" + act + ", gated)");
+    } else {
+      r_.error(key, "'" + act + "' is neither SiLU nor a GELU: meshplan's gated MLPs are SwiGLU and GeGLU");
+    }
+  }
+
+  // Biases: all linears or none in the schema.
+  void bias(const std::string& type) {
+    const bool attention = r_.boolean("attention_bias").value_or(false);
+    const bool mlp = r_.boolean("mlp_bias").value_or(false);
+    if (attention != mlp) {
+      r_.warning("attention_bias", std::string("attention_bias ") + (attention ? "true" : "false") + " and mlp_bias " +
+                                       (mlp ? "true" : "false") + ": the schema's bias is every linear's or none; "
+                                       "set from attention_bias");
+    }
+    if (type == "qwen2" && !attention) {
+      const auto hidden = r_.count("hidden_size"), heads = r_.count("num_attention_heads");
+      const auto kv = r_.has("num_key_value_heads") ? r_.count("num_key_value_heads") : heads;
+      const auto layers = r_.count("num_hidden_layers");
+      if (hidden && heads && kv && layers) {
+        const std::int64_t per_layer = *hidden + 2 * *kv * (*hidden / *heads);
+        r_.warning("model_type", "Qwen 2's q, k and v projections have biases (its architecture's, no config key); the "
+                                 "schema's bias is every linear's or none, so their " + std::to_string(per_layer) +
+                                 " parameters per layer (" + std::to_string(per_layer * *layers) + " in all) are not counted");
+      }
+    }
+    set("bias", attention ? "true" : "false", "attention_bias (default false)");
+  }
+
+  // Keys that change the attention or the frequencies but not the shapes.
+  void not_modelled(const std::string& type) {
+    const bool window_on = type == "mistral" || type == "mixtral" ? true : r_.boolean("use_sliding_window").value_or(false);
+    if (window_on) {
+      if (const auto window = r_.count("sliding_window")) {
+        const auto seq = r_.count("max_position_embeddings");
+        if (!seq || *window < *seq) {
+          r_.warning("sliding_window", "sliding-window attention (window " + std::to_string(*window) +
+                                           ") is not modelled: attention is costed over the whole sequence, the same "
+                                           "for sequences up to the window");
+        }
+      }
+    }
+    if (r_.has("rope_scaling")) {
+      r_.warning("rope_scaling", "is not modelled (it rescales the rotary frequencies): costs do not change, and the "
+                                 "executor trains with the unscaled frequencies");
+    }
+  }
+
+  HfModel& hf_;
+  ConfigReader& r_;
+};
+
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// A name for the preset: the checkpoint's own (_name_or_path's last part), else
+// the checkpoint folder's (for a config.json) or the file's stem.
+std::string model_name(const Json& j, const std::string& display_name, const std::string& type) {
+  std::string name;
+  if (j.contains("_name_or_path") && j.at("_name_or_path").is_string()) name = j.at("_name_or_path").get<std::string>();
+  const std::filesystem::path file(display_name);
+  if (name.empty()) name = file.filename() == "config.json" ? file.parent_path().filename().string() : file.stem().string();
+  if (name.empty() || name == ".") name = "hf-" + type;
+  if (const auto slash = name.find_last_of('/'); slash != std::string::npos) name = name.substr(slash + 1);
+  return name;
+}
+
+}  // namespace
+
+Loaded<HfModel> read_hf_config_text(const std::string& json_text, const std::string& display_name) {
+  Loaded<HfModel> result;
+  HfModel& hf = result.value;
+  Json j;
+  try {
+    j = Json::parse(json_text);
+  } catch (const Json::parse_error& e) {
+    result.problems.push_back({Severity::error, display_name, std::string("is not valid JSON: ") + e.what()});
+    return result;
+  }
+  if (!j.is_object()) {
+    result.problems.push_back({Severity::error, display_name, "must be a JSON object (a config.json)"});
+    return result;
+  }
+  ConfigReader reader(j, display_name, result.problems);
+  const auto type = reader.text("model_type");
+  if (!type) {
+    if (!reader.has("model_type")) reader.error("model_type", "is missing: it says which architecture the config describes");
+    return result;
+  }
+  hf.model_type = *type;
+  Mapper mapper(hf, reader);
+  if (*type == "gpt2") {
+    mapper.gpt2();
+  } else if (*type == "llama" || *type == "mistral" || *type == "mixtral" || *type == "qwen2" || *type == "gemma") {
+    mapper.llama_like(*type);
+  } else {
+    reader.error("model_type", "'" + *type + "' is not an architecture meshplan maps (gpt2, llama, mistral, mixtral, qwen2, "
+                               "gemma); write a preset file instead (docs/presets.md)");
+    return result;
+  }
+  if (has_errors(result.problems)) return result;
+  hf.model.name = model_name(j, display_name, *type);
+  Loaded<ModelSpec> model = load_model_text(hf_model_yaml(hf), display_name);
+  result.problems.insert(result.problems.end(), model.problems.begin(), model.problems.end());
+  hf.model = std::move(model.value);
+  hf.model.source = "Hugging Face config.json " + display_name + " (model_type " + *type + ")";
+  return result;
+}
+
+Loaded<HfModel> read_hf_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return {{}, {{Severity::error, path, "cannot be read (a Hugging Face config.json was expected)"}}};
+  std::ostringstream text;
+  text << in.rdbuf();
+  return read_hf_config_text(text.str(), path);
+}
+
+std::string hf_model_yaml(const HfModel& hf) {
+  std::ostringstream y;
+  y << "name: " << quoted(hf.model.name) << "\n"
+    << "kind: transformer\n"
+    << "source: " << quoted("Hugging Face config.json (model_type " + hf.model_type + ")") << "\n";
+  for (const HfField& f : hf.fields) y << f.field << ": " << f.value << "   # " << f.keys << "\n";
+  return y.str();
+}
+
+}  // namespace meshplan

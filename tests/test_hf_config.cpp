@@ -1,0 +1,170 @@
+// Hugging Face config.json files as models (model/hf_config.hpp): the
+// published configs of seven checkpoints (tests/data/hf/, each the
+// checkpoint's config.json on the Hugging Face Hub as its _name_or_path
+// names it) map to the dimensions their model cards give, and to the
+// parameter counts their authors report; what the schema cannot state is
+// refused or named.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "model/hf_config.hpp"
+#include "model/layer_graph.hpp"
+#include "model/model_spec.hpp"
+
+namespace meshplan {
+namespace {
+
+std::string fixture(const std::string& name) { return std::string(MESHPLAN_TEST_DATA) + "/hf/" + name + ".json"; }
+
+std::string messages(const Problems& problems) {
+  std::string out;
+  for (const Problem& p : problems) out += describe(p) + "\n";
+  return out;
+}
+
+int warnings(const Problems& problems) {
+  int n = 0;
+  for (const Problem& p : problems) n += p.severity == Severity::warning ? 1 : 0;
+  return n;
+}
+
+bool mentions(const Problems& problems, Severity severity, const std::string& fragment) {
+  for (const Problem& p : problems)
+    if (p.severity == severity && describe(p).find(fragment) != std::string::npos) return true;
+  return false;
+}
+
+struct Published {
+  const char* file;
+  std::int64_t layers, hidden, heads, kv_heads, head_dim, ffn, vocab, seq_len;
+  FeedForward mlp;
+  bool tied;
+  double rope_theta;
+  std::int64_t experts, top_k;
+  double parameters;  // as the authors report it
+  int warnings;       // what the mapping names but cannot state
+};
+
+// Parameter counts: GPT-2 124,439,808 (Hugging Face's count of gpt2); Llama 2
+// 7B 6,738,415,616 and Llama 3 8B 8,030,261,248 (the safetensors index totals
+// of meta-llama's checkpoints); Mistral 7B 7,241,732,096 (Jiang et al. 2023's
+// 7.24B); Gemma 2B 2,506,172,416 (Gemma Team 2024, Table 2: 2.51B); Mixtral
+// 8x7B 46,702,792,704 (Jiang et al. 2024: 46.7B). Qwen 2 7B is 7,615,616,512
+// with its q, k, v biases, which the schema cannot hold: 28 x 4608 fewer.
+constexpr Published kPublished[] = {
+    {"gpt2", 12, 768, 12, 12, 64, 3072, 50257, 1024, FeedForward::gelu, true, 10000, 0, 1, 124439808.0, 0},
+    {"llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000, 4096, FeedForward::swiglu, false, 10000, 0, 1, 6738415616.0, 0},
+    {"llama-3-8b", 32, 4096, 32, 8, 128, 14336, 128256, 8192, FeedForward::swiglu, false, 500000, 0, 1, 8030261248.0, 0},
+    {"mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, 32768, FeedForward::swiglu, false, 10000, 0, 1, 7241732096.0, 1},
+    {"qwen2-7b-instruct", 28, 3584, 28, 4, 128, 18944, 152064, 32768, FeedForward::swiglu, false, 1e6, 0, 1,
+     7615616512.0 - 28 * 4608.0, 1},
+    {"gemma-2b", 18, 2048, 8, 1, 256, 16384, 256000, 8192, FeedForward::geglu, true, 10000, 0, 1, 2506172416.0, 0},
+    {"mixtral-8x7b", 32, 4096, 32, 8, 128, 14336, 32000, 32768, FeedForward::swiglu, false, 1e6, 8, 2, 46702792704.0, 0},
+};
+
+TEST(HfConfig, PublishedConfigsMapToTheirModelsAndParameterCounts) {
+  for (const Published& p : kPublished) {
+    const Loaded<ModelSpec> loaded = load_model("hf:" + fixture(p.file));
+    ASSERT_TRUE(loaded.ok()) << p.file << "\n" << messages(loaded.problems);
+    const TransformerDims& t = loaded.value.transformer;
+    EXPECT_EQ(loaded.value.kind, ModelKind::transformer);
+    EXPECT_EQ(t.layers, p.layers) << p.file;
+    EXPECT_EQ(t.hidden, p.hidden) << p.file;
+    EXPECT_EQ(t.heads, p.heads) << p.file;
+    EXPECT_EQ(t.kv_heads, p.kv_heads) << p.file;
+    EXPECT_EQ(t.head_dim, p.head_dim) << p.file;
+    EXPECT_EQ(t.ffn, p.ffn) << p.file;
+    EXPECT_EQ(t.vocab, p.vocab) << p.file;
+    EXPECT_EQ(t.seq_len, p.seq_len) << p.file;
+    EXPECT_EQ(t.feed_forward, p.mlp) << p.file;
+    EXPECT_EQ(t.tied_embeddings, p.tied) << p.file;
+    EXPECT_DOUBLE_EQ(t.rope_theta, p.rope_theta) << p.file;
+    EXPECT_EQ(t.experts, p.experts) << p.file;
+    EXPECT_EQ(t.top_k, p.top_k) << p.file;
+    const double parameters = build_layer_graph(loaded.value, t.seq_len).parameter_count();
+    EXPECT_DOUBLE_EQ(parameters, p.parameters) << p.file;
+    // A null rope_scaling and a sliding window turned off are no warnings.
+    EXPECT_EQ(warnings(loaded.problems), p.warnings) << p.file << "\n" << messages(loaded.problems);
+  }
+}
+
+TEST(HfConfig, Gpt2KeepsItsArchitecture) {
+  const Loaded<HfModel> hf = read_hf_config(fixture("gpt2"));
+  ASSERT_TRUE(hf.ok()) << messages(hf.problems);
+  const TransformerDims& t = hf.value.model.transformer;
+  EXPECT_EQ(t.norm, Norm::layernorm);
+  EXPECT_EQ(t.positions, Positions::learned);
+  EXPECT_TRUE(t.bias);
+  EXPECT_DOUBLE_EQ(t.dropout, 0.1);
+  EXPECT_DOUBLE_EQ(t.norm_eps, 1e-5);
+  EXPECT_EQ(hf.value.model.name, "gpt2");  // no _name_or_path: the file's stem (a config.json: its folder's name)
+}
+
+TEST(HfConfig, EveryFieldNamesTheKeysItCameFrom) {
+  const Loaded<HfModel> hf = read_hf_config(fixture("llama-3-8b"));
+  ASSERT_TRUE(hf.ok()) << messages(hf.problems);
+  EXPECT_EQ(hf.value.model.name, "Meta-Llama-3-8B");
+  EXPECT_NE(hf.value.model.source.find("model_type llama"), std::string::npos) << hf.value.model.source;
+  const std::string yaml = hf_model_yaml(hf.value);
+  for (const char* line : {"layers: 32   # num_hidden_layers", "kv_heads: 8   # num_key_value_heads",
+                           "ffn: 14336   # intermediate_size", "mlp: swiglu   # hidden_act (silu, gated)",
+                           "rope_theta: 500000   # rope_theta", "norm: rmsnorm   # (architecture)"}) {
+    EXPECT_NE(yaml.find(line), std::string::npos) << line << "\n" << yaml;
+  }
+  // The preset it prints reads back as the same model.
+  const Loaded<ModelSpec> again = load_model_text(yaml, "printed");
+  ASSERT_TRUE(again.ok()) << messages(again.problems);
+  EXPECT_EQ(build_layer_graph(again.value, 8192).parameter_count(), 8030261248.0);
+}
+
+TEST(HfConfig, WhatTheSchemaCannotStateIsNamed) {
+  const Loaded<HfModel> mistral = read_hf_config(fixture("mistral-7b"));
+  EXPECT_TRUE(mentions(mistral.problems, Severity::warning, "sliding-window attention (window 4096)")) << messages(mistral.problems);
+  const Loaded<HfModel> qwen = read_hf_config(fixture("qwen2-7b-instruct"));
+  EXPECT_TRUE(mentions(qwen.problems, Severity::warning, "4608 parameters per layer (129024 in all) are not counted"))
+      << messages(qwen.problems);
+  EXPECT_FALSE(mentions(qwen.problems, Severity::warning, "sliding")) << "use_sliding_window is false";
+  const Loaded<HfModel> gemma = read_hf_config(fixture("gemma-2b"));
+  EXPECT_TRUE(gemma.ok());
+  EXPECT_EQ(gemma.value.model.transformer.feed_forward, FeedForward::geglu);
+}
+
+TEST(HfConfig, RefusesWhatItCannotModel) {
+  struct Bad {
+    const char* json;
+    const char* fragment;
+  };
+  const Bad bad[] = {
+      {"{", "is not valid JSON"},
+      {"[1, 2]", "must be a JSON object"},
+      {R"({"hidden_size": 64})", "key 'model_type': is missing"},
+      {R"({"model_type": "t5"})", "'t5' is not an architecture meshplan maps"},
+      {R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+           "vocab_size": 100, "max_position_embeddings": 16})",
+       "key 'num_hidden_layers': is missing"},
+      {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": "64", "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16})",
+       "key 'hidden_size': must be a positive whole number, got \"64\""},
+      {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16, "hidden_act": "relu"})",
+       "'relu' is neither SiLU nor a GELU"},
+      {R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 16,
+           "activation_function": "relu"})",
+       "'relu' is not a GELU"},
+      {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 3, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16})",
+       "must be a multiple of kv_heads (3)"},
+  };
+  for (const Bad& b : bad) {
+    const Loaded<HfModel> hf = read_hf_config_text(b.json, "config.json");
+    EXPECT_FALSE(hf.ok()) << b.json;
+    EXPECT_TRUE(mentions(hf.problems, Severity::error, b.fragment)) << b.fragment << "\n" << messages(hf.problems);
+  }
+  const Loaded<ModelSpec> missing = load_model("hf:/no/such/config.json");
+  EXPECT_FALSE(missing.ok());
+  EXPECT_TRUE(mentions(missing.problems, Severity::error, "cannot be read")) << messages(missing.problems);
+}
+
+}  // namespace
+}  // namespace meshplan
