@@ -1,0 +1,150 @@
+// The elementwise kernels, AdamW and the squared norm of kernels.hpp: one
+// thread per element in a grid-stride loop, the formulas of the CPU kernels
+// (kernels/cpu/activation.cpp, residual.cpp, adamw.cpp) in float.
+#include <cmath>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernels.hpp"
+
+namespace meshplan::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(std::int64_t n) {
+  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+}
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    out[i] = 0.5f * x * (1.0f + tanhf(u));
+  }
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    const float tanh_u = tanhf(u);
+    const float sech2_u = 1.0f - tanh_u * tanh_u;
+    const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    dinp[i] += (0.5f * (1.0f + tanh_u) + 0.5f * x * sech2_u * du_dx) * dout[i];
+  }
+}
+
+__global__ void residual_forward_kernel(float* out, const float* a, const float* b, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
+__global__ void residual_backward_kernel(float* da, float* db, const float* dout, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    da[i] += dout[i];
+    db[i] += dout[i];
+  }
+}
+
+struct AdamWStep {
+  float beta1, beta2, bias_correction1, bias_correction2, lr, eps, weight_decay;
+};
+
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, std::int64_t n, AdamWStep s) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float g = grads[i];
+    const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * g;
+    const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float m_hat = mi / s.bias_correction1;
+    const float v_hat = vi / s.bias_correction2;
+    params[i] -= s.lr * (m_hat / (sqrtf(v_hat) + s.eps) + s.weight_decay * params[i]);
+  }
+}
+
+// Block b sums elements b, b + B, b + 2B, ... (B = kNormBlocks x kThreads
+// threads in all) and reduces in shared memory in a fixed order.
+__global__ void squared_norm_partial_kernel(const float* x, std::int64_t n, double* partial) {
+  __shared__ double sums[kThreads];
+  double sum = 0;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const double xi = x[i];
+    sum += xi * xi;
+  }
+  sums[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+}
+
+__global__ void squared_norm_final_kernel(const double* partial, int count, double* total) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    double sum = 0;
+    for (int b = 0; b < count; ++b) sum += partial[b];
+    *total = sum;
+  }
+}
+
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t stream) {
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, inp, n);
+  MESHPLAN_CUDA_CHECK(cudaGetLastError());
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n, cudaStream_t stream) {
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dinp, inp, dout, n);
+  MESHPLAN_CUDA_CHECK(cudaGetLastError());
+}
+
+void residual_forward(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t stream) {
+  residual_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, a, b, n);
+  MESHPLAN_CUDA_CHECK(cudaGetLastError());
+}
+
+void residual_backward(float* da, float* db, const float* dout, std::int64_t n, cudaStream_t stream) {
+  residual_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(da, db, dout, n);
+  MESHPLAN_CUDA_CHECK(cudaGetLastError());
+}
+
+void adamw_update(float* params, const float* grads, float* m, float* v, std::int64_t n, std::int64_t step,
+                  const AdamWSettings& hp, cudaStream_t stream) {
+  if (step < 1) throw std::invalid_argument("AdamW steps count from 1");
+  const double step_d = static_cast<double>(step);
+  const AdamWStep s{static_cast<float>(hp.beta1),
+                    static_cast<float>(hp.beta2),
+                    static_cast<float>(1.0 - std::pow(hp.beta1, step_d)),
+                    static_cast<float>(1.0 - std::pow(hp.beta2, step_d)),
+                    static_cast<float>(hp.learning_rate),
+                    static_cast<float>(hp.eps),
+                    static_cast<float>(hp.weight_decay)};
+  adamw_kernel<<<blocks_for(n), kThreads, 0, stream>>>(params, grads, m, v, n, s);
+  MESHPLAN_CUDA_CHECK(cudaGetLastError());
+}
+
+double squared_norm(const float* x, std::int64_t n, double* scratch, cudaStream_t stream) {
+  squared_norm_partial_kernel<<<kNormBlocks, kThreads, 0, stream>>>(x, n, scratch);
+  MESHPLAN_CUDA_CHECK(cudaGetLastError());
+  squared_norm_final_kernel<<<1, 1, 0, stream>>>(scratch, kNormBlocks, scratch + kNormBlocks);
+  MESHPLAN_CUDA_CHECK(cudaGetLastError());
+  double total = 0;
+  MESHPLAN_CUDA_CHECK(cudaMemcpyAsync(&total, scratch + kNormBlocks, sizeof total, cudaMemcpyDeviceToHost, stream));
+  MESHPLAN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return total;
+}
+
+}  // namespace meshplan::kernels::cuda

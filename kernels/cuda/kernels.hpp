@@ -1,0 +1,59 @@
+// The CUDA kernels of the GPU executor (issue 16), the ops of kernels/cpu/
+// on device buffers: each has the same contract as its CPU namesake (the
+// CPU kernel, instantiated in double, is the reference the tests compare
+// with), takes device pointers and a stream, and launches asynchronously on
+// it. Every CUDA call is checked (cuda_check.hpp). fp32 throughout; the bf16
+// GEMM path and the rest of the list in issue 16 (embedding, fused
+// cross-entropy, flash attention, multi-tensor AdamW) are to come.
+//
+//   gelu_forward, gelu_backward      GPT-2's tanh GELU; backward accumulates
+//   residual_forward, _backward      out = a + b; backward accumulates both
+//   layernorm_forward                one block per row: mean and variance in
+//                                    two passes over the row (as the CPU
+//                                    kernel), rstd = 1 / sqrt(var + 1e-5)
+//   layernorm_backward               dinp per row (one block per row);
+//                                    dweight and dbias by one thread per
+//                                    channel summing over rows in order:
+//                                    deterministic, no float atomics
+//   adamw_update                     kernels/cpu/adamw.hpp's step, elementwise
+//   squared_norm                     sum of squares in double: a fixed grid of
+//                                    per-block partial sums, then one block
+//                                    adds them in order (deterministic)
+//
+// defines: gelu_forward, gelu_backward, residual_forward, residual_backward,
+// layernorm_forward, layernorm_backward, adamw_update, squared_norm
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace meshplan::kernels::cuda {
+
+void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t stream);
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n, cudaStream_t stream);
+void residual_forward(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t stream);
+void residual_backward(float* da, float* db, const float* dout, std::int64_t n, cudaStream_t stream);
+
+// inp, out [N, C]; mean, rstd [N]; weight, bias [C].
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       std::int64_t N, std::int64_t C, cudaStream_t stream);
+// Accumulates dinp [N, C], dweight, dbias [C].
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
+                        cudaStream_t stream);
+
+// kernels/cpu/adamw.hpp's AdamWHyperparameters, field for field (that header is C++20; the .cu files are C++17).
+struct AdamWSettings {
+  double learning_rate = 3e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+};
+void adamw_update(float* params, const float* grads, float* m, float* v, std::int64_t n, std::int64_t step,
+                  const AdamWSettings& hp, cudaStream_t stream);
+
+// sum of x^2 over n elements, accumulated in double; `scratch` holds
+// squared_norm_scratch_doubles() doubles of device memory. Synchronises the stream.
+constexpr int kNormBlocks = 256;
+constexpr std::int64_t squared_norm_scratch_doubles() { return kNormBlocks + 1; }
+double squared_norm(const float* x, std::int64_t n, double* scratch, cudaStream_t stream);
+
+}  // namespace meshplan::kernels::cuda
