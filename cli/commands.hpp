@@ -21,6 +21,7 @@ using Command = std::function<int()>;
 Command add_calibrate_command(CLI::App& app);
 Command add_commbench_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);
+Command add_export_command(CLI::App& app);
 Command add_launch_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
 Command add_plot_command(CLI::App& app);

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   const Command launch = add_launch_command(app);
   const Command calibrate = add_calibrate_command(app);
   const Command plot = add_plot_command(app);
+  const Command export_plan = add_export_command(app);
 
   // CLI11 reports a mistyped command as "a subcommand is required"; name it instead.
   CLI::App* chosen = &app;
@@ -129,6 +130,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("launch")) return launch();
     if (app.got_subcommand("calibrate")) return calibrate();
     if (app.got_subcommand("plot")) return plot();
+    if (app.got_subcommand("export")) return export_plan();
   } catch (const std::exception& e) {
     std::cerr << "meshplan: internal error: " << e.what() << "\n";
     return 70;

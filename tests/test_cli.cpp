@@ -204,6 +204,41 @@ TEST(Cli, HuggingFaceConfigsAsModels) {
   EXPECT_EQ(run({"presets", "--from-hf", "/no/such/config.json"}).status, 2);
 }
 
+// `meshplan export` (model/export.hpp): a plan file as Megatron-LM arguments
+// on stdout, as a torchtitan TOML in a file; a plan the framework cannot
+// express is refused naming the field, and nothing is written.
+TEST(Cli, ExportWritesAFrameworksConfig) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "meshplan-cli-export";
+  std::filesystem::create_directories(dir);
+  const std::string plan = (dir / "llama.json").string();
+  CliRun r = run({"explain", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--mesh", "dp=2,pp=2,tp=4",
+                  "--zero", "2", "--global-batch", "64", "--emit-plan", plan});
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run({"export", "--plan", plan, "--to", "megatron"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("--tensor-model-parallel-size 4 \\\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--num-query-groups 8"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("zero: Megatron-LM's distributed optimizer"), std::string::npos) << "the ZeRO-2 approximation: " << r.err;
+
+  const std::string toml = (dir / "llama.toml").string();
+  r = run({"export", "--plan", plan, "--to", "torchtitan", "-o", toml});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream in(toml);
+  const std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(written.find("data_parallel_shard_degree = 2\n"), std::string::npos) << written;
+  EXPECT_NE(written.find("pipeline_parallel_degree = 2\n"), std::string::npos) << written;
+
+  const std::string refused = (dir / "ds.json").string();
+  r = run({"export", "--plan", plan, "--to", "deepspeed", "-o", refused});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("cannot export to deepspeed: mesh.tp:"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(refused));
+  r = run({"export", "--plan", plan, "--to", "megatorn"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("did you mean megatron"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
 // --attention is part of the plan: it reaches the JSON, changes activations
 // (no s x s scores when fused), and a bad word is bad input naming the flag.
 TEST(Cli, ExplainAttentionFlag) {

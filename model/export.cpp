@@ -1,0 +1,262 @@
+// The writers of export.hpp. Each first collects what the framework cannot
+// express (errors) and what it expresses only approximately (warnings, also
+// written into the output as comments where the format has them), then writes
+// the fields in the framework's own names (docs/export.md cites them).
+#include "model/export.hpp"
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace meshplan {
+namespace {
+
+struct Writer {
+  const PlanFile& file;
+  Problems problems;
+  std::vector<std::string> notes;  // the warnings, for comments in the output
+
+  const Plan& plan() const { return file.plan; }
+  const Mesh& mesh() const { return file.plan.mesh; }
+  std::int64_t size(Axis axis) const { return file.plan.mesh.size(axis); }
+  void error(const std::string& field, const std::string& message) { problems.push_back({Severity::error, field, message}); }
+  void warning(const std::string& field, const std::string& message) {
+    problems.push_back({Severity::warning, field, message});
+    notes.push_back(field + ": " + message);
+  }
+  bool transformer(const std::string& framework) {
+    if (file.model.kind == ModelKind::transformer) return true;
+    error("model.kind", framework + " trains transformers; this plan's model is " + to_string(file.model.kind));
+    return false;
+  }
+  std::int64_t seq_len() const { return plan().seq_len > 0 ? plan().seq_len : file.model.default_seq_len(); }
+  // Layers per pipeline chunk when they divide evenly, else 0.
+  std::int64_t layers_per_chunk() const {
+    const std::int64_t chunks = size(Axis::pp) * plan().schedule.virtual_stages;
+    const std::int64_t layers = file.model.transformer.layers;
+    return chunks > 0 && layers % chunks == 0 ? layers / chunks : 0;
+  }
+  std::string header(const std::string& comment, const std::string& framework) const {
+    std::string h = comment + " " + framework + " for " + file.model.name + " on " + mesh().to_string() + " (" +
+                    std::to_string(mesh().world_size()) + " devices), written by `meshplan export` (docs/export.md)\n";
+    for (const std::string& note : notes) h += comment + " approximate: " + note + "\n";
+    return h;
+  }
+};
+
+std::string number_text(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+// ---- Megatron-LM
+
+std::string megatron(Writer& w) {
+  if (!w.transformer("Megatron-LM")) return "";
+  const Plan& plan = w.plan();
+  const TransformerDims& t = w.file.model.transformer;
+  if (w.size(Axis::fsdp) > 1 || plan.zero_stage == 3) {
+    w.error("mesh.fsdp", "Megatron-LM's distributed optimizer shards optimizer state and reduce-scatters gradients "
+                         "(ZeRO-1/2); sharded parameters (fsdp, ZeRO-3) are not exported to it: use --to torchtitan");
+  }
+  if (plan.schedule.kind == ScheduleKind::gpipe || plan.schedule.kind == ScheduleKind::zb_h1) {
+    w.error("schedule", "Megatron-LM runs 1F1B and interleaved 1F1B; " + to_string(plan.schedule) + " is not one of them");
+  }
+  if (!plan.stage_layers.empty()) {
+    w.error("stage_layers", "uneven pipeline stages: Megatron-LM splits layers evenly over (virtual) stages");
+  } else if (w.size(Axis::pp) > 1 && w.layers_per_chunk() == 0) {
+    w.error("mesh.pp", "pp x virtual stages do not divide the " + std::to_string(t.layers) + " layers evenly");
+  }
+  if (t.feed_forward == FeedForward::geglu) {
+    w.error("model.mlp", "GeGLU: Megatron-LM's command line has --swiglu but no gated GELU");
+  }
+  if (plan.zero_stage == 2) {
+    w.warning("zero", "Megatron-LM's distributed optimizer reduce-scatters the gradients but keeps the whole "
+                      "gradient buffer: ZeRO-1's memory, not ZeRO-2's");
+  }
+  if (plan.precision == Precision::fp8) {
+    w.warning("precision", "fp8: --fp8-format hybrid needs Transformer Engine; the other tensors stay bf16");
+  }
+  if (has_errors(w.problems)) return "";
+
+  std::vector<std::pair<std::string, std::string>> args;
+  auto arg = [&](const std::string& flag, const std::string& value = "") { args.push_back({flag, value}); };
+  auto count = [&](std::int64_t n) { return std::to_string(n); };
+  arg("--tensor-model-parallel-size", count(w.size(Axis::tp)));
+  arg("--pipeline-model-parallel-size", count(w.size(Axis::pp)));
+  if (plan.schedule.kind == ScheduleKind::interleaved) arg("--num-layers-per-virtual-pipeline-stage", count(w.layers_per_chunk()));
+  if (w.size(Axis::cp) > 1) arg("--context-parallel-size", count(w.size(Axis::cp)));
+  if (w.size(Axis::ep) > 1) arg("--expert-model-parallel-size", count(w.size(Axis::ep)));
+  if (plan.sequence_parallel && w.size(Axis::tp) > 1) arg("--sequence-parallel");
+  if (plan.zero_stage == 1 || plan.zero_stage == 2) arg("--use-distributed-optimizer");
+  arg("--micro-batch-size", count(plan.micro_batch));
+  arg("--global-batch-size", count(plan.global_batch));
+  if (plan.recompute == Recompute::selective) arg("--recompute-granularity", "selective");
+  if (plan.recompute == Recompute::full) {
+    arg("--recompute-granularity", "full");
+    arg("--recompute-method", "uniform");
+    arg("--recompute-num-layers", "1");
+  }
+  if (plan.precision == Precision::bf16 || plan.precision == Precision::fp8) arg("--bf16");
+  if (plan.precision == Precision::fp16) arg("--fp16");
+  if (plan.precision == Precision::fp8) arg("--fp8-format", "hybrid");
+  arg("--attention-backend", plan.attention == Attention::fused ? "flash" : "unfused");
+  // The model.
+  arg("--num-layers", count(t.layers));
+  arg("--hidden-size", count(t.hidden));
+  arg("--num-attention-heads", count(t.heads));
+  if (t.head_size() * t.heads != t.hidden) arg("--kv-channels", count(t.head_size()));
+  if (t.key_value_heads() != t.heads) {
+    arg("--group-query-attention");
+    arg("--num-query-groups", count(t.key_value_heads()));
+  }
+  arg("--ffn-hidden-size", count(t.ffn));
+  if (t.feed_forward == FeedForward::swiglu) arg("--swiglu");
+  arg("--seq-length", count(w.seq_len()));
+  arg("--max-position-embeddings", count(t.seq_len));
+  arg("--position-embedding-type", t.positions == Positions::rotary    ? "rope"
+                                   : t.positions == Positions::learned ? "learned_absolute"
+                                                                       : "none");
+  if (t.positions == Positions::rotary) arg("--rotary-base", number_text(t.rope_theta));
+  if (t.norm == Norm::rmsnorm) arg("--normalization", "RMSNorm");
+  arg("--norm-epsilon", number_text(t.norm_eps));
+  if (!t.tied_embeddings) arg("--untie-embeddings-and-output-weights");
+  if (!t.bias) arg("--disable-bias-linear");
+  arg("--attention-dropout", number_text(t.dropout));
+  arg("--hidden-dropout", number_text(t.dropout));
+  if (t.experts > 0) {
+    arg("--num-experts", count(t.experts));
+    arg("--moe-router-topk", count(t.top_k));
+  }
+  std::string out = w.header("#", "Megatron-LM arguments (pretrain_gpt.py)");
+  out += "# world size " + std::to_string(w.mesh().world_size()) + " = tp x pp x cp x data-parallel " +
+         std::to_string(w.mesh().data_parallel_size()) + "; the vocabulary (" + std::to_string(t.vocab) +
+         ") comes from your tokenizer\n";
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    out += args[i].first + (args[i].second.empty() ? "" : " " + args[i].second) + (i + 1 < args.size() ? " \\\n" : "\n");
+  }
+  return out;
+}
+
+// ---- torchtitan
+
+std::string torchtitan(Writer& w) {
+  if (!w.transformer("torchtitan")) return "";
+  const Plan& plan = w.plan();
+  const std::int64_t dp = w.size(Axis::dp), fsdp = w.size(Axis::fsdp), pp = w.size(Axis::pp);
+  if (plan.zero_stage == 1) {
+    w.error("zero", "ZeRO-1: torchtitan's data parallelism is DDP (replicate) or FSDP2 (shard parameters, gradients "
+                    "and optimizer state); neither shards the optimizer alone (plan with --zero 0, 2 or 3)");
+  }
+  if (plan.zero_stage >= 1 && dp > 1 && fsdp > 1) w.error("zero", "ZeRO on dp together with fsdp > 1 has no torchtitan form");
+  if (w.size(Axis::ep) > 1) {
+    w.error("mesh.ep", "torchtitan carves expert parallelism out of the FSDP ranks (dp2ep), which also shard the dense "
+                       "weights; this plan replicates them over ep: use --to megatron");
+  }
+  if (plan.schedule.kind == ScheduleKind::zb_h1 && pp > 1) {
+    w.error("schedule", "zb-h1: PyTorch's zero-bubble schedules (InterleavedZeroBubble, ZBVZeroBubble) need two or more "
+                        "stages per rank; there is no single-stage ZB-H1");
+  }
+  if (plan.precision == Precision::fp16) w.error("precision", "fp16: torchtitan's mixed_precision_param is bfloat16 or float32");
+  if (!plan.stage_layers.empty()) {
+    w.error("stage_layers", "uneven pipeline stages: give torchtitan pipeline_parallel_split_points by hand");
+  } else if (pp > 1 && w.layers_per_chunk() == 0) {
+    w.error("mesh.pp", "pp x virtual stages do not divide the " + std::to_string(w.file.model.transformer.layers) +
+                           " layers evenly");
+  }
+  if (w.size(Axis::tp) > 1 && !plan.sequence_parallel) {
+    w.warning("sequence_parallel", "torchtitan's tensor parallelism always shards the norms and residual stream over "
+                                   "the sequence (sequence parallelism); the plan has it off");
+  }
+  if (plan.zero_stage == 2) {
+    w.warning("zero", "ZeRO-2 as FSDP2 with fsdp_reshard_after_forward = \"never\": parameters stay gathered from the "
+                      "forward to the backward, where ZeRO-2 keeps them whole all the time");
+  }
+  if (plan.precision == Precision::fp8) w.warning("precision", "fp8: add [model] converters = [\"float8\"] (torchao)");
+  if (has_errors(w.problems)) return "";
+
+  const bool shard_dp = plan.zero_stage >= 2;
+  std::ostringstream o;
+  o << w.header("#", "torchtitan job config");
+  o << "# [model] name and flavor: torchtitan's own model registry; meshplan planned " << w.file.model.name << "\n\n";
+  o << "[parallelism]\n"
+    << "data_parallel_replicate_degree = " << (shard_dp ? 1 : dp) << "\n"
+    << "data_parallel_shard_degree = " << (shard_dp ? dp * fsdp : fsdp) << "\n";
+  if (plan.zero_stage == 2) o << "fsdp_reshard_after_forward = \"never\"\n";
+  o << "tensor_parallel_degree = " << w.size(Axis::tp) << "\n"
+    << "context_parallel_degree = " << w.size(Axis::cp) << "\n"
+    << "pipeline_parallel_degree = " << pp << "\n";
+  if (pp > 1) {
+    const char* schedule = plan.schedule.kind == ScheduleKind::gpipe         ? "GPipe"
+                           : plan.schedule.kind == ScheduleKind::interleaved ? "Interleaved1F1B"
+                                                                             : "1F1B";
+    o << "pipeline_parallel_schedule = \"" << schedule << "\"\n"
+      << "pipeline_parallel_microbatch_size = " << plan.micro_batch << "\n"
+      << "pipeline_parallel_layers_per_stage = " << w.layers_per_chunk() << "\n";
+  }
+  // Without pp, torchtitan accumulates gradients over global / (local x data-parallel) steps.
+  const std::int64_t local = pp > 1 ? plan.micro_batch * plan.micro_batches() : plan.micro_batch;
+  o << "\n[training]\n"
+    << "local_batch_size = " << local << "\n"
+    << "global_batch_size = " << plan.global_batch << "\n"
+    << "seq_len = " << w.seq_len() << "\n"
+    << "mixed_precision_param = \"" << (plan.precision == Precision::fp32 ? "float32" : "bfloat16") << "\"\n"
+    << "\n[activation_checkpoint]\n"
+    << "mode = \"" << (plan.recompute == Recompute::full ? "full" : plan.recompute == Recompute::selective ? "selective" : "none")
+    << "\"\n";
+  if (plan.recompute == Recompute::selective) o << "selective_ac_option = \"op\"\n";
+  return o.str();
+}
+
+// ---- DeepSpeed
+
+std::string deepspeed(Writer& w) {
+  const Plan& plan = w.plan();
+  const std::pair<Axis, const char*> model_parallel[] = {
+      {Axis::tp, "tensor parallelism comes from the model code (Megatron-DeepSpeed, AutoTP), not the JSON"},
+      {Axis::pp, "pipeline stages are PipelineModule(num_stages=...) in the model code, not the JSON"},
+      {Axis::cp, "context parallelism (Ulysses) is set up in the model code, not the JSON"},
+      {Axis::ep, "expert parallelism is deepspeed.moe.layer.MoE(ep_size=...) in the model code, not the JSON"}};
+  for (const auto& [axis, why] : model_parallel)
+    if (w.size(axis) > 1) w.error("mesh." + to_string(axis), to_string(axis) + " > 1: " + why + "; use --to megatron");
+  if (w.size(Axis::dp) > 1 && w.size(Axis::fsdp) > 1) {
+    w.error("mesh.fsdp", "dp x fsdp (hybrid sharding): DeepSpeed's ZeRO shards over every data-parallel rank");
+  }
+  if (plan.recompute != Recompute::none) {
+    w.warning("recompute", "activation checkpointing is applied by the model code (deepspeed.checkpointing), not the JSON");
+  }
+  if (plan.precision == Precision::fp8) w.error("precision", "fp8: DeepSpeed's JSON sets fp16 or bf16");
+  if (has_errors(w.problems)) return "";
+  const int stage = w.size(Axis::fsdp) > 1 ? 3 : plan.zero_stage;
+  nlohmann::ordered_json j;
+  j["train_batch_size"] = plan.global_batch;
+  j["train_micro_batch_size_per_gpu"] = plan.micro_batch;
+  j["gradient_accumulation_steps"] = plan.micro_batches();
+  j["zero_optimization"] = {{"stage", stage}};
+  if (plan.precision == Precision::bf16) j["bf16"] = {{"enabled", true}};
+  if (plan.precision == Precision::fp16) j["fp16"] = {{"enabled", true}};
+  j["gradient_clipping"] = 1.0;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace
+
+std::optional<ExportTarget> parse_export_target(const std::string& name) {
+  if (name == "megatron") return ExportTarget::megatron;
+  if (name == "torchtitan") return ExportTarget::torchtitan;
+  if (name == "deepspeed") return ExportTarget::deepspeed;
+  return std::nullopt;
+}
+
+Loaded<std::string> export_plan(const PlanFile& file, ExportTarget target) {
+  Writer w{file, {}, {}};
+  std::string text;
+  switch (target) {
+    case ExportTarget::megatron: text = megatron(w); break;
+    case ExportTarget::torchtitan: text = torchtitan(w); break;
+    case ExportTarget::deepspeed: text = deepspeed(w); break;
+  }
+  return {std::move(text), std::move(w.problems)};
+}
+
+}  // namespace meshplan

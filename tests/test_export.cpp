@@ -1,0 +1,156 @@
+// Plans written as Megatron-LM arguments, a torchtitan TOML and a DeepSpeed
+// JSON (model/export.hpp): the fields a plan sets, in each framework's names,
+// batch sizes that multiply back to the plan's global batch, and a refusal
+// naming the plan field for every plan a framework cannot express.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "model/export.hpp"
+#include "model/model_spec.hpp"
+#include "test_support.hpp"
+
+namespace meshplan {
+namespace {
+using namespace testing_support;
+
+PlanFile plan_file(const std::string& model, const std::string& mesh, std::int64_t micro_batch, std::int64_t global_batch) {
+  PlanFile file;
+  file.model = must(load_model(model));
+  file.plan = plan_with(mesh, micro_batch, global_batch);
+  file.world_size = file.plan.mesh.world_size();
+  return file;
+}
+
+bool has_line(const std::string& text, const std::string& line) {
+  return ("\n" + text).find("\n" + line + "\n") != std::string::npos || ("\n" + text).find("\n" + line + " \\\n") != std::string::npos;
+}
+
+const Problem* error_on(const Problems& problems, const std::string& field) {
+  for (const Problem& p : problems)
+    if (p.severity == Severity::error && p.where == field) return &p;
+  return nullptr;
+}
+
+TEST(Export, MegatronArgumentsForALlamaPlan) {
+  PlanFile file = plan_file("llama3-8b", "dp=2,pp=2,tp=4", 1, 64);
+  file.plan.schedule = Schedule{ScheduleKind::interleaved, 2};
+  file.plan.sequence_parallel = true;
+  file.plan.zero_stage = 1;
+  file.plan.recompute = Recompute::selective;
+  file.plan.precision = Precision::bf16;
+  const Loaded<std::string> out = export_plan(file, ExportTarget::megatron);
+  ASSERT_TRUE(out.ok()) << messages(out.problems);
+  for (const char* line :
+       {"--tensor-model-parallel-size 4", "--pipeline-model-parallel-size 2", "--num-layers-per-virtual-pipeline-stage 8",
+        "--sequence-parallel", "--use-distributed-optimizer", "--micro-batch-size 1", "--global-batch-size 64",
+        "--recompute-granularity selective", "--bf16", "--num-layers 32", "--hidden-size 4096", "--num-attention-heads 32",
+        "--group-query-attention", "--num-query-groups 8", "--ffn-hidden-size 14336", "--swiglu",
+        "--position-embedding-type rope", "--rotary-base 500000", "--normalization RMSNorm",
+        "--untie-embeddings-and-output-weights", "--disable-bias-linear"}) {
+    EXPECT_TRUE(has_line(out.value, line)) << line << "\n" << out.value;
+  }
+  EXPECT_EQ(out.value.find("--context-parallel-size"), std::string::npos) << "cp = 1 is Megatron's default";
+}
+
+TEST(Export, MegatronRefusesWhatItCannotRun) {
+  PlanFile gpipe = plan_file("llama3-8b", "pp=4", 1, 16);
+  gpipe.plan.schedule = Schedule{ScheduleKind::gpipe, 1};
+  EXPECT_NE(error_on(export_plan(gpipe, ExportTarget::megatron).problems, "schedule"), nullptr);
+  PlanFile fsdp = plan_file("llama3-8b", "fsdp=8", 1, 16);
+  EXPECT_NE(error_on(export_plan(fsdp, ExportTarget::megatron).problems, "mesh.fsdp"), nullptr);
+  const PlanFile gemma = plan_file("gemma3-1b", "tp=2", 1, 16);  // GeGLU
+  EXPECT_NE(error_on(export_plan(gemma, ExportTarget::megatron).problems, "model.mlp"), nullptr);
+  PlanFile uneven = plan_file("llama3-8b", "pp=3", 1, 12);  // 32 layers over 3 stages
+  EXPECT_NE(error_on(export_plan(uneven, ExportTarget::megatron).problems, "mesh.pp"), nullptr);
+  const PlanFile mlp = plan_file("mlp-seed", "dp=2", 16, 64);
+  EXPECT_NE(error_on(export_plan(mlp, ExportTarget::megatron).problems, "model.kind"), nullptr);
+  PlanFile zero2 = plan_file("llama3-8b", "dp=8", 1, 16);
+  zero2.plan.zero_stage = 2;
+  const Loaded<std::string> approximate = export_plan(zero2, ExportTarget::megatron);
+  ASSERT_TRUE(approximate.ok());
+  EXPECT_EQ(approximate.problems.size(), 1u);
+  EXPECT_NE(approximate.value.find("# approximate: zero: Megatron-LM's distributed optimizer"), std::string::npos)
+      << approximate.value;
+}
+
+TEST(Export, TorchtitanTomlKeepsTheBatchAndTheMesh) {
+  PlanFile file = plan_file("llama3-8b", "dp=2,fsdp=4,tp=2", 2, 256);
+  file.plan.sequence_parallel = true;
+  file.plan.recompute = Recompute::full;
+  const Loaded<std::string> out = export_plan(file, ExportTarget::torchtitan);
+  ASSERT_TRUE(out.ok()) << messages(out.problems);
+  for (const char* line : {"[parallelism]", "data_parallel_replicate_degree = 2", "data_parallel_shard_degree = 4",
+                           "tensor_parallel_degree = 2", "pipeline_parallel_degree = 1", "[training]",
+                           "local_batch_size = 2", "global_batch_size = 256", "seq_len = 8192",
+                           "mixed_precision_param = \"bfloat16\"", "[activation_checkpoint]", "mode = \"full\""}) {
+    EXPECT_TRUE(has_line(out.value, line)) << line << "\n" << out.value;
+  }
+  // global = local x data-parallel x accumulation: 256 = 2 x 8 x 16, the plan's micro-batches.
+  EXPECT_EQ(file.plan.micro_batches(), 16);
+
+  PlanFile pipelined = plan_file("llama3-8b", "pp=4,tp=2", 1, 32);
+  pipelined.plan.sequence_parallel = true;
+  pipelined.plan.zero_stage = 0;
+  const Loaded<std::string> pp = export_plan(pipelined, ExportTarget::torchtitan);
+  ASSERT_TRUE(pp.ok()) << messages(pp.problems);
+  for (const char* line : {"pipeline_parallel_degree = 4", "pipeline_parallel_schedule = \"1F1B\"",
+                           "pipeline_parallel_microbatch_size = 1", "pipeline_parallel_layers_per_stage = 8",
+                           "local_batch_size = 32"}) {
+    EXPECT_TRUE(has_line(pp.value, line)) << line << "\n" << pp.value;
+  }
+}
+
+TEST(Export, TorchtitanRefusesOrApproximatesWhatItCannotExpress) {
+  PlanFile zero1 = plan_file("llama3-8b", "dp=8", 1, 16);
+  zero1.plan.zero_stage = 1;
+  EXPECT_NE(error_on(export_plan(zero1, ExportTarget::torchtitan).problems, "zero"), nullptr);
+  PlanFile zb = plan_file("llama3-8b", "pp=4", 1, 16);
+  zb.plan.schedule = Schedule{ScheduleKind::zb_h1, 1};
+  EXPECT_NE(error_on(export_plan(zb, ExportTarget::torchtitan).problems, "schedule"), nullptr);
+  PlanFile no_sp = plan_file("llama3-8b", "tp=8", 1, 16);
+  no_sp.plan.sequence_parallel = false;
+  const Loaded<std::string> warned = export_plan(no_sp, ExportTarget::torchtitan);
+  ASSERT_TRUE(warned.ok());
+  EXPECT_NE(warned.value.find("# approximate: sequence_parallel:"), std::string::npos) << warned.value;
+  PlanFile zero2 = plan_file("llama3-8b", "dp=8", 1, 16);
+  zero2.plan.zero_stage = 2;
+  const Loaded<std::string> sharded = export_plan(zero2, ExportTarget::torchtitan);
+  ASSERT_TRUE(sharded.ok());
+  EXPECT_TRUE(has_line(sharded.value, "data_parallel_shard_degree = 8")) << sharded.value;
+  EXPECT_TRUE(has_line(sharded.value, "fsdp_reshard_after_forward = \"never\"")) << sharded.value;
+}
+
+TEST(Export, DeepSpeedJsonForDataParallelPlans) {
+  PlanFile file = plan_file("gpt2-124m", "dp=8", 4, 256);
+  file.plan.zero_stage = 2;
+  file.plan.precision = Precision::bf16;
+  const Loaded<std::string> out = export_plan(file, ExportTarget::deepspeed);
+  ASSERT_TRUE(out.ok()) << messages(out.problems);
+  const auto j = nlohmann::json::parse(out.value);
+  EXPECT_EQ(j["train_batch_size"], 256);
+  EXPECT_EQ(j["train_micro_batch_size_per_gpu"], 4);
+  EXPECT_EQ(j["gradient_accumulation_steps"], 8);
+  EXPECT_EQ(j["train_batch_size"].get<int>(),
+            j["train_micro_batch_size_per_gpu"].get<int>() * j["gradient_accumulation_steps"].get<int>() * 8);
+  EXPECT_EQ(j["zero_optimization"]["stage"], 2);
+  EXPECT_EQ(j["bf16"]["enabled"], true);
+  EXPECT_EQ(j["gradient_clipping"], 1.0);
+
+  const PlanFile fsdp = plan_file("gpt2-124m", "fsdp=8", 4, 256);
+  const Loaded<std::string> stage3 = export_plan(fsdp, ExportTarget::deepspeed);
+  ASSERT_TRUE(stage3.ok());
+  EXPECT_EQ(nlohmann::json::parse(stage3.value)["zero_optimization"]["stage"], 3);
+
+  for (const char* mesh : {"dp=2,tp=4", "dp=2,pp=4", "dp=4,fsdp=2"}) {
+    const PlanFile refused = plan_file("gpt2-124m", mesh, 1, 64);
+    const Loaded<std::string> r = export_plan(refused, ExportTarget::deepspeed);
+    EXPECT_FALSE(r.ok()) << mesh;
+    EXPECT_TRUE(r.value.empty()) << mesh << ": nothing is written for a plan it cannot express";
+  }
+  EXPECT_EQ(parse_export_target("jax"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace meshplan
