@@ -118,6 +118,13 @@ TpShape tp_shape(const TransformerDims& dims, std::int64_t tp, std::int64_t tp_r
   s.head_dim = dims.head_size();
   s.tp = tp;
   s.tp_rank = tp_rank;
+  // The local widths, as the spec's blocks lay them out in a layer's unit.
+  for (const LocalTensor& t : layer_unit(s, 0).tensors) {
+    if (t.name.ends_with("qkv.w")) s.qkv_width = t.rows;
+    if (t.name.ends_with("attn_out.w")) s.q_width = t.cols;
+    if (t.name.ends_with("fc.w")) s.fc_width = t.rows;
+    if (t.name.ends_with("fc_out.w")) s.ffn_width = t.cols;
+  }
   return s;
 }
 

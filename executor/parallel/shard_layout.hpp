@@ -99,7 +99,9 @@ struct UnitLayout {
   std::int64_t elements = 0;
 };
 
-// The model's dimensions and this rank's place on the tp axis.
+// The model's dimensions and this rank's place on the tp axis. The local
+// widths are the ShardingSpec's blocks as layer_unit lays them out (tp_shape
+// reads them from a layer unit), so no tp split is restated here.
 struct TpShape {
   TransformerDims dims;            // what the ShardingSpec is asked about
   std::int64_t vocab = 0;          // V
@@ -112,16 +114,19 @@ struct TpShape {
   std::int64_t head_dim = 0;       // D
   std::int64_t tp = 1;
   std::int64_t tp_rank = 0;
+  // This rank's widths (tp_shape sets them from layer_unit): attn_out.w's
+  // columns, qkv.w's rows, fc_out.w's columns, fc.w's rows.
+  std::int64_t q_width = 0, qkv_width = 0, ffn_width = 0, fc_width = 0;
 
-  std::int64_t heads_local() const { return heads / tp; }
+  std::int64_t heads_local() const { return q_width / head_dim; }
   // Key/value heads on this rank: KVH / tp, or all KVH when tp does not divide them (replicated).
-  std::int64_t kv_heads_local() const { return kv_heads / kv_tp_split(kv_heads, tp); }
-  bool kv_replicated() const { return tp > 1 && kv_tp_split(kv_heads, tp) == 1; }
+  std::int64_t kv_heads_local() const { return (qkv_width - q_width) / (2 * head_dim); }
+  bool kv_replicated() const { return tp > 1 && kv_heads_local() == kv_heads; }
   std::int64_t q_head_begin() const { return tp_rank * heads_local(); }  // global index of the first query head
-  std::int64_t q_local() const { return heads_local() * head_dim; }  // attention output width on this rank
-  std::int64_t qkv_local() const { return (heads_local() + 2 * kv_heads_local()) * head_dim; }
-  std::int64_t ffn_local() const { return ffn / tp; }
-  std::int64_t fc_local() const { return gated() ? 2 * ffn_local() : ffn_local(); }  // fc's output width
+  std::int64_t q_local() const { return q_width; }  // attention output width on this rank
+  std::int64_t qkv_local() const { return qkv_width; }
+  std::int64_t ffn_local() const { return ffn_width; }
+  std::int64_t fc_local() const { return fc_width; }  // fc's output width
   bool gated() const { return dims.feed_forward != FeedForward::gelu; }
   bool rms() const { return dims.norm == Norm::rmsnorm; }
   bool bias() const { return dims.bias; }
