@@ -9,14 +9,6 @@
 #include "kernels/cpu/fast_math.hpp"
 
 namespace meshplan::kernels {
-namespace {
-
-template <typename T>
-constexpr T kGeluScale = static_cast<T>(0.7978845608028654);  // sqrt(2 / pi)
-template <typename T>
-constexpr T kGeluCubic = static_cast<T>(0.044715);
-
-}  // namespace
 
 // Elementwise and tanh-bound: split over OpenMP threads only when each thread
 // gets tens of microseconds of work; a team's fork and join costs several

@@ -4,12 +4,18 @@
 // exact erf form, so trained checkpoints and losses match GPT-2's.
 // Backward accumulates (+=) into dinp.
 //
-// Defines: gelu_forward, gelu_backward, relu_forward, relu_backward.
+// Defines: kGeluScale, kGeluCubic, gelu_forward, gelu_backward, relu_forward, relu_backward.
 #pragma once
 
 #include <cstdint>
 
 namespace meshplan::kernels {
+
+// The tanh GELU's constants, for every implementation of it (the CUDA one too).
+template <typename T>
+inline constexpr T kGeluScale = static_cast<T>(0.7978845608028654);  // sqrt(2 / pi)
+template <typename T>
+inline constexpr T kGeluCubic = static_cast<T>(0.044715);
 
 // out[i] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp[i], i < N.
 // N is the total element count (B * T * 4C for the GPT-2 MLP). out may alias inp.

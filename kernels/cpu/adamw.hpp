@@ -6,21 +6,15 @@
 // llm.c, the decay is scaled by the learning rate (the paper's schedule
 // multiplier eta_t is folded into lr). Templated so tests can run it in double.
 //
-// Defines: AdamWHyperparameters, adamw_update, global_l2_norm, clip_scale.
+// Defines: adamw_update, global_l2_norm, clip_scale (AdamWHyperparameters: adamw_hyperparameters.hpp).
 #pragma once
 
 #include <cstdint>
 #include <span>
 
-namespace meshplan::kernels {
+#include "kernels/cpu/adamw_hyperparameters.hpp"
 
-struct AdamWHyperparameters {
-  double learning_rate = 3e-4;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-};
+namespace meshplan::kernels {
 
 // One AdamW step at step number `step` (1 for the first update) over n
 // parameters. m[n] and v[n] are the first and second moment buffers (start at

@@ -3,6 +3,7 @@
 // (kernels/cpu/activation.cpp, residual.cpp, adamw.cpp) in float.
 #include <cmath>
 
+#include "kernels/cpu/activation.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/kernels.hpp"
 
@@ -16,8 +17,8 @@ int blocks_for(std::int64_t n) {
   return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
 }
 
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
+constexpr float kGeluScale = kernels::kGeluScale<float>;  // kernels/cpu/activation.hpp's
+constexpr float kGeluCubic = kernels::kGeluCubic<float>;
 
 __global__ void gelu_forward_kernel(float* out, const float* inp, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -122,7 +123,7 @@ void residual_backward(float* da, float* db, const float* dout, std::int64_t n, 
 }
 
 void adamw_update(float* params, const float* grads, float* m, float* v, std::int64_t n, std::int64_t step,
-                  const AdamWSettings& hp, cudaStream_t stream) {
+                  const AdamWHyperparameters& hp, cudaStream_t stream) {
   if (step < 1) throw std::invalid_argument("AdamW steps count from 1");
   const double step_d = static_cast<double>(step);
   const AdamWStep s{static_cast<float>(hp.beta1),

@@ -28,6 +28,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/adamw_hyperparameters.hpp"
+
 namespace meshplan::kernels::cuda {
 
 void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t stream);
@@ -43,12 +45,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* weight, const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
                         cudaStream_t stream);
 
-// kernels/cpu/adamw.hpp's AdamWHyperparameters, field for field (that header is C++20; the .cu files are C++17).
-struct AdamWSettings {
-  double learning_rate = 3e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
-};
 void adamw_update(float* params, const float* grads, float* m, float* v, std::int64_t n, std::int64_t step,
-                  const AdamWSettings& hp, cudaStream_t stream);
+                  const AdamWHyperparameters& hp, cudaStream_t stream);
 
 // sum of x^2 over n elements, accumulated in double; `scratch` holds
 // squared_norm_scratch_doubles() doubles of device memory. Synchronises the stream.

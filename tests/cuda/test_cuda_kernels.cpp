@@ -174,8 +174,7 @@ TEST(CudaKernels, AdamWStepsAndTheSquaredNorm) {
     const Vec grads = random_vector(n, rng);
     gg.upload(grads);
     kernels::adamw_update(params.data(), grads.data(), m.data(), v.data(), static_cast<std::int64_t>(n), step, hp);
-    const AdamWSettings settings{hp.learning_rate, hp.beta1, hp.beta2, hp.eps, hp.weight_decay};
-    adamw_update(gp.get(), gg.get(), gm.get(), gv.get(), static_cast<std::int64_t>(n), step, settings, nullptr);
+    adamw_update(gp.get(), gg.get(), gm.get(), gv.get(), static_cast<std::int64_t>(n), step, hp, nullptr);
   }
   EXPECT_CLOSE(gp.download(), params, "AdamW parameters after 3 steps");
   EXPECT_CLOSE(gm.download(), m, "AdamW first moment");
