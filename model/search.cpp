@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "model/stage_partition.hpp"
+#include "model/validate.hpp"
 
 namespace meshplan {
 namespace {
@@ -197,10 +198,8 @@ Rejection check_rules(const Evaluator& evaluator, const Plan& plan, bool split_c
     if (ep > 1 && (t.experts == 0 || t.experts % ep != 0)) return Rejection::ep_experts;
   }
   if (model.kind == ModelKind::mlp && tp > 1) {
-    const auto& sizes = model.mlp.layer_sizes;
-    for (std::size_t i = 0; i + 1 < sizes.size(); ++i) {
-      if ((i % 2 == 0 ? sizes[i + 1] : sizes[i]) % tp != 0) return Rejection::tp_width;
-    }
+    for (const std::int64_t width : mlp_tp_split_widths(model.mlp))
+      if (width % tp != 0) return Rejection::tp_width;
   }
   if (plan.schedule.kind == ScheduleKind::interleaved && (pp == 1 || model.kind == ModelKind::cnn)) {
     return Rejection::interleave_without_pipeline;

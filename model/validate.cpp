@@ -125,10 +125,10 @@ void check_transformer(Checker& check, const TransformerDims& t, const Plan& pla
 void check_mlp(Checker& check, const MlpDims& m, const Plan& plan) {
   const std::int64_t tp = plan.mesh.size(Axis::tp);
   if (tp == 1) return;
-  // Column-parallel linears (even) split their outputs, row-parallel (odd) their inputs.
-  for (std::size_t i = 0; i + 1 < m.layer_sizes.size(); ++i) {
+  const std::vector<std::int64_t> widths = mlp_tp_split_widths(m);
+  for (std::size_t i = 0; i < widths.size(); ++i) {
     const bool column = i % 2 == 0;
-    const std::int64_t split = column ? m.layer_sizes[i + 1] : m.layer_sizes[i];
+    const std::int64_t split = widths[i];
     if (split % tp != 0) {
       check.error("mesh.tp", "tp (" + str(tp) + ") must divide " + (column ? "the output" : "the input") +
                                  " size (" + str(split) + ") of " + (column ? "column" : "row") + "-parallel linear" +
@@ -160,6 +160,13 @@ void check_precision(Checker& check, const ClusterSpec& cluster, const Plan& pla
 }
 
 }  // namespace
+
+std::vector<std::int64_t> mlp_tp_split_widths(const MlpDims& mlp) {
+  std::vector<std::int64_t> widths;
+  for (std::size_t i = 0; i + 1 < mlp.layer_sizes.size(); ++i)
+    widths.push_back(i % 2 == 0 ? mlp.layer_sizes[i + 1] : mlp.layer_sizes[i]);
+  return widths;
+}
 
 Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const ClusterSpec& cluster,
                        const Deployment& deployment, const Plan& plan) {

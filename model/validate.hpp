@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "model/cluster_spec.hpp"
 #include "model/layer_graph.hpp"
@@ -33,5 +34,10 @@ Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const Cl
 // `explain` check before they search.
 Problems job_problems(const ModelSpec& model, const LayerGraph& graph, const ClusterSpec& cluster,
                       std::int64_t world_size, std::int64_t seq_len, Precision precision);
+
+// The width tp splits in each linear of an MLP, in order (Megatron's pairs,
+// as the layer graph splits them: an even, column-parallel linear's outputs,
+// an odd, row-parallel one's inputs). tp must divide every one of them.
+std::vector<std::int64_t> mlp_tp_split_widths(const MlpDims& mlp);
 
 }  // namespace meshplan

@@ -14,6 +14,7 @@
 #include "executor/model/parameters.hpp"
 #include "executor/parallel/parallel_gpt.hpp"
 #include "executor/parallel/shard_layout.hpp"
+#include "model/validate.hpp"
 
 namespace meshplan::exec {
 namespace {
@@ -53,12 +54,13 @@ Problems mlp_mesh_problems(const ModelSpec& spec, const Plan& plan) {
       problems.push_back(error("mesh." + to_string(axis), std::string("an MLP trains on dp, fsdp and tp meshes; ") + what +
                                                               " for MLPs is not run (mesh " + plan.mesh.to_string() +
                                                               ")"));
+  // The planner's widths (mlp_tp_split_widths); an odd linear's is the even one's before it.
   const std::int64_t tp = plan.mesh.size(Axis::tp);
-  const auto& sizes = spec.mlp.layer_sizes;
-  for (std::size_t i = 0; tp > 1 && i + 1 < sizes.size(); i += 2)
-    if (sizes[i + 1] % tp != 0)
+  const std::vector<std::int64_t> widths = mlp_tp_split_widths(spec.mlp);
+  for (std::size_t i = 0; tp > 1 && i < widths.size(); i += 2)
+    if (widths[i] % tp != 0)
       problems.push_back(error("mesh.tp", "tp " + std::to_string(tp) + " must divide the output size (" +
-                                              std::to_string(sizes[i + 1]) + ") of column-parallel linear" +
+                                              std::to_string(widths[i]) + ") of column-parallel linear" +
                                               std::to_string(i)));
   const Problems sharding = parallel::data_sharding_problems(plan);
   problems.insert(problems.end(), sharding.begin(), sharding.end());
