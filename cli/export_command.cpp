@@ -1,4 +1,4 @@
-// `meshplan export --plan p.json --to megatron|torchtitan|deepspeed [-o FILE]`:
+// `meshplan export --plan p.json --to jax|megatron|torchtitan|deepspeed [-o FILE]`:
 // the plan in a training framework's own configuration (model/export.hpp,
 // docs/export.md). What the framework cannot express is refused (exit 2),
 // each reason naming the plan field; what it expresses only approximately is
@@ -15,8 +15,8 @@
 namespace meshplan::cli {
 
 Command add_export_command(CLI::App& app) {
-  auto* command = app.add_subcommand("export", "Write a plan file as a framework's configuration: Megatron-LM arguments, "
-                                               "a torchtitan TOML or a DeepSpeed JSON (docs/export.md)");
+  auto* command = app.add_subcommand("export", "Write a plan file as a framework's configuration: a JAX module, Megatron-LM "
+                                               "arguments, a torchtitan TOML or a DeepSpeed JSON (docs/export.md)");
   struct Flags {
     std::string plan, to, out;
   };
@@ -28,7 +28,7 @@ Command add_export_command(CLI::App& app) {
     const auto target = parse_export_target(f->to);
     if (!target) {
       std::cerr << "meshplan export: --to '" << f->to << "' is not one of: " << export_target_choices
-                << did_you_mean(f->to, {"megatron", "torchtitan", "deepspeed"}) << "\n";
+                << did_you_mean(f->to, {"jax", "megatron", "torchtitan", "deepspeed"}) << "\n";
       return exit_bad_input;
     }
     const Loaded<PlanFile> file = read_plan_file(f->plan);

@@ -242,6 +242,7 @@ std::string deepspeed(Writer& w) {
 }  // namespace
 
 std::optional<ExportTarget> parse_export_target(const std::string& name) {
+  if (name == "jax") return ExportTarget::jax;
   if (name == "megatron") return ExportTarget::megatron;
   if (name == "torchtitan") return ExportTarget::torchtitan;
   if (name == "deepspeed") return ExportTarget::deepspeed;
@@ -252,6 +253,7 @@ Loaded<std::string> export_plan(const PlanFile& file, ExportTarget target) {
   Writer w{file, {}, {}};
   std::string text;
   switch (target) {
+    case ExportTarget::jax: return export_jax(file);
     case ExportTarget::megatron: text = megatron(w); break;
     case ExportTarget::torchtitan: text = torchtitan(w); break;
     case ExportTarget::deepspeed: text = deepspeed(w); break;

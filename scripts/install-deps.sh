@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-  g++ cmake ninja-build pkg-config git python3
+  g++ cmake ninja-build pkg-config git python3 python3-venv
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libboost-graph-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist fortunes

@@ -206,7 +206,8 @@ TEST(Cli, HuggingFaceConfigsAsModels) {
 
 // `meshplan export` (model/export.hpp): a plan file as Megatron-LM arguments
 // on stdout, as a torchtitan TOML in a file; a plan the framework cannot
-// express is refused naming the field, and nothing is written.
+// express (tp in a DeepSpeed JSON, pp in JAX) is refused naming the field,
+// and nothing is written.
 TEST(Cli, ExportWritesAFrameworksConfig) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "meshplan-cli-export";
   std::filesystem::create_directories(dir);
@@ -233,6 +234,10 @@ TEST(Cli, ExportWritesAFrameworksConfig) {
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("cannot export to deepspeed: mesh.tp:"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(refused));
+  r = run({"export", "--plan", plan, "--to", "jax"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("cannot export to jax: mesh.pp:"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
   r = run({"export", "--plan", plan, "--to", "megatorn"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("did you mean megatron"), std::string::npos) << r.err;

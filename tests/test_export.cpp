@@ -1,5 +1,5 @@
-// Plans written as Megatron-LM arguments, a torchtitan TOML and a DeepSpeed
-// JSON (model/export.hpp): the fields a plan sets, in each framework's names,
+// Plans written as a JAX module, Megatron-LM arguments, a torchtitan TOML and
+// a DeepSpeed JSON (model/export.hpp): the fields a plan sets, in each framework's names,
 // batch sizes that multiply back to the plan's global batch, and a refusal
 // naming the plan field for every plan a framework cannot express.
 #include <gtest/gtest.h>
@@ -149,7 +149,68 @@ TEST(Export, DeepSpeedJsonForDataParallelPlans) {
     EXPECT_FALSE(r.ok()) << mesh;
     EXPECT_TRUE(r.value.empty()) << mesh << ": nothing is written for a plan it cannot express";
   }
-  EXPECT_EQ(parse_export_target("jax"), std::nullopt);
+  EXPECT_EQ(parse_export_target("jax"), ExportTarget::jax);
+  EXPECT_EQ(parse_export_target("flax"), std::nullopt);
+}
+
+const ExportedArray* array_named(const std::vector<ExportedArray>& arrays, const std::string& name) {
+  for (const ExportedArray& a : arrays)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+// The module's PartitionSpecs are the ShardingSpec's; fused tensors become
+// two arrays with the pair's split; the batch is split like the residual
+// stream, less sequence parallelism's tp. (tests/export/jax_check.sh runs
+// the module under JAX itself.)
+TEST(Export, JaxModuleHasEveryWeightWithItsShardingSpec) {
+  PlanFile file = plan_file("llama3-8b", "fsdp=4,tp=2", 1, 16);
+  file.plan.sequence_parallel = true;
+  file.plan.recompute = Recompute::full;
+  const Loaded<std::string> out = export_plan(file, ExportTarget::jax);
+  ASSERT_TRUE(out.ok()) << messages(out.problems);
+  EXPECT_TRUE(out.problems.empty()) << messages(out.problems);
+  for (const char* line : {"MESH_AXES = ('fsdp', 'tp')", "MESH_SHAPE = (4, 2)", "GLOBAL_BATCH = 16",
+                           "ACCUMULATION_STEPS = 4  # steps of ACTIVATIONS['batch'] per optimizer update",
+                           "REMAT_POLICY = jax.checkpoint_policies.nothing_saveable",
+                           "    'layer31.attn.k': ((4096, 1024), P('fsdp', 'tp')),",
+                           "    'layer0.mlp.w_gate': ((4096, 14336), P('fsdp', 'tp')),",
+                           "    'layer0.mlp.w_out': ((14336, 4096), P('tp', 'fsdp')),",
+                           "    'head.output': ((128256, 4096), P('tp', 'fsdp')),",
+                           "    'batch': ((4, 8192), P('fsdp', None)),", "    ('ffn', 'tp'),"}) {
+    EXPECT_TRUE(has_line(out.value, line)) << line << "\n" << out.value.substr(0, 3000);
+  }
+  const auto params = exported_weights(file, TensorRole::parameters);
+  ASSERT_TRUE(params.ok());
+  // 32 layers of ln1, q, k, v, out, ln2, w_gate, w_up, w_out; the embedding, the final norm and the output layer.
+  EXPECT_EQ(params.value.size(), 32u * 9 + 3);
+  const ExportedArray* up = array_named(params.value, "layer5.mlp.w_up");
+  ASSERT_NE(up, nullptr);
+  const ShardingSpec fused = must(sharding_spec(file.model, file.plan, "layer5.mlp.w_in", TensorRole::parameters));
+  EXPECT_EQ(up->spec.partition_text(), fused.partition_text());
+  EXPECT_EQ(up->shape, (std::vector<std::int64_t>{4096, 14336}));
+  const auto activations = exported_activations(file);
+  const ExportedArray* residual = array_named(activations.value, "residual");
+  ASSERT_NE(residual, nullptr);
+  EXPECT_EQ(residual->spec.partition_text(), "P('fsdp', 'tp', None)") << "sequence parallelism splits the sequence";
+}
+
+TEST(Export, JaxPadsTheVocabularyAndRefusesOtherUnevenSplitsAndPipelines) {
+  PlanFile gpt = plan_file("gpt2-124m", "tp=4", 1, 8);  // vocabulary 50257
+  const Loaded<std::string> padded = export_plan(gpt, ExportTarget::jax);
+  ASSERT_TRUE(padded.ok()) << messages(padded.problems);
+  ASSERT_EQ(padded.problems.size(), 1u) << messages(padded.problems) << "(said once, not per role)";
+  EXPECT_NE(padded.problems[0].message.find("from 50257 to 50260"), std::string::npos) << padded.problems[0].message;
+  EXPECT_TRUE(has_line(padded.value, "    'embedding.tokens': ((50260, 768), P('tp', None)),")) << padded.value.substr(0, 3000);
+
+  PlanFile odd = plan_file("gpt2-124m", "fsdp=7", 1, 7);  // hidden 768 over 7
+  const Loaded<std::string> refused = export_plan(odd, ExportTarget::jax);
+  EXPECT_FALSE(refused.ok());
+  ASSERT_NE(error_on(refused.problems, "tensor"), nullptr);
+  EXPECT_NE(error_on(refused.problems, "tensor")->message.find("'hidden' (768)"), std::string::npos);
+
+  EXPECT_NE(error_on(export_plan(plan_file("gpt2-124m", "pp=2", 1, 8), ExportTarget::jax).problems, "mesh.pp"), nullptr);
+  EXPECT_NE(error_on(export_plan(plan_file("resnet50", "dp=2", 1, 8), ExportTarget::jax).problems, "model.kind"), nullptr);
 }
 
 }  // namespace
