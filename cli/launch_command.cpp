@@ -1,5 +1,6 @@
-// `meshplan launch --plan plan.json [train flags...]`: starts as many local
-// ranks as the plan's mesh needs, by running
+// `meshplan launch --plan plan.json [train flags...]`: starts as many ranks as
+// the plan's mesh needs, here, on the hosts of an Open MPI hostfile, or as a
+// Slurm job (docs/clusters.md). Here, it runs
 //
 //   mpirun -np N [--oversubscribe] [--allow-run-as-root] [-x OMP_NUM_THREADS=T -x OPENBLAS_NUM_THREADS=T]
 //          <this meshplan> train --plan plan.json [train flags...]
@@ -10,7 +11,21 @@
 // as root (containers); when the user has not set them, each rank's kernel
 // threads are limited to hardware threads / N, so N ranks do not fight over
 // the cores. The argument vector goes to execvp directly, never through a
-// shell. --dry-run prints the command instead (shell-quoted) and exits 0.
+// shell. --print (or --dry-run) prints the command instead (shell-quoted)
+// and exits 0.
+//
+// --hostfile FILE: mpirun --hostfile FILE over the hosts listed there
+// (executor/train/cluster_launch.hpp reads it: a plan needing more ranks than
+// the listed slots is refused). The ranks' threads are left to the hosts'
+// environment (OMP_NUM_THREADS and OPENBLAS_NUM_THREADS are forwarded with -x
+// when set here), the plan path is made absolute, and the meshplan binary must
+// be at the same path on every host.
+//
+// --slurm: writes an sbatch script (nodes, tasks and GPUs per node from the
+// plan's cluster unless given, srun --mpi=pmix of the train command) to
+// --script (default <job name>.sbatch); --submit runs sbatch on it
+// (--parsable, so launch prints the job id), --wait waits for the job to end
+// and exits with its status.
 //
 // Before mpirun starts, launch asks what `train` would refuse on every rank
 // (executor/train/trainable.hpp): a plan the executor cannot train (a Llama
@@ -44,6 +59,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -52,6 +68,8 @@
 #include "cli/commands.hpp"
 #include "executor/train/session.hpp"
 #include "executor/train/trainable.hpp"
+#include "executor/train/cluster_launch.hpp"
+#include "model/atomic_file.hpp"
 #include "model/plan_file.hpp"
 
 namespace meshplan::cli {
@@ -60,8 +78,12 @@ namespace {
 struct LaunchFlags {
   std::string plan_path;
   std::string mpirun = "mpirun";
-  bool dry_run = false;
+  bool print = false;
   bool shrink = false;
+  std::string hostfile;
+  bool slurm = false, submit = false, wait = false;
+  std::string script;                // --slurm: where the sbatch script goes
+  exec::SlurmOptions slurm_options;
 };
 
 // The most ranks launch starts on this machine, per hardware thread.
@@ -157,17 +179,152 @@ Problems refused_by_train(const LaunchFlags& flags, const PlanFile& plan_file, c
   return problems;
 }
 
-std::string quoted(const std::string& arg) {
-  if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
-                          std::string::npos) {
-    return arg;
+std::string command_line(const std::vector<std::string>& command) {
+  std::string line;
+  for (const auto& arg : command) line += (line.empty() ? "" : " ") + exec::shell_quoted(arg);
+  return line;
+}
+
+std::string absolute(const std::string& path) {
+  std::error_code error;
+  const auto p = std::filesystem::absolute(path, error);
+  return error ? path : p.lexically_normal().string();
+}
+
+// Runs `command` (its first word found in PATH already) and waits; its
+// standard output, line by line, goes to `on_line` when given (else through).
+int run_and_wait(const std::vector<std::string>& command, const std::function<void(const std::string&)>& on_line = {}) {
+  int pipe_fds[2] = {-1, -1};
+  if (on_line && ::pipe(pipe_fds) != 0) return exit_bad_input;
+  std::cout.flush();
+  const pid_t child = ::fork();
+  if (child < 0) return exit_bad_input;
+  if (child == 0) {
+    if (on_line) {
+      ::dup2(pipe_fds[1], STDOUT_FILENO);
+      ::close(pipe_fds[0]);
+      ::close(pipe_fds[1]);
+    }
+    std::vector<char*> argv;
+    for (const auto& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    std::cerr << "meshplan launch: could not start " << command[0] << ": " << std::strerror(errno) << "\n";
+    ::_exit(exit_bad_input);
   }
-  std::string q = "'";
-  for (const char c : arg) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
+  if (on_line) {
+    ::close(pipe_fds[1]);
+    if (FILE* out = ::fdopen(pipe_fds[0], "r")) {
+      char buffer[4096];
+      while (std::fgets(buffer, sizeof buffer, out)) {
+        std::string line(buffer);
+        while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+        on_line(line);
+      }
+      std::fclose(out);
+    }
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return 1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// --slurm: the sbatch script, written (or printed), then submitted when asked.
+int launch_slurm(const LaunchFlags& flags, const PlanFile& plan, const std::vector<std::string>& train_command) {
+  exec::SlurmOptions options = flags.slurm_options;
+  options.working_directory = std::filesystem::current_path().string();
+  const auto job = exec::slurm_job(plan, flags.plan_path, options, train_command);
+  if (!job.ok()) {
+    report(job.problems);
+    return exit_bad_input;
+  }
+  const std::string script = exec::sbatch_script(job.value);
+  const std::string path = flags.script.empty() ? job.value.options.job_name + ".sbatch" : flags.script;
+  std::vector<std::string> sbatch{"sbatch", "--parsable"};
+  if (flags.wait) sbatch.push_back("--wait");
+  sbatch.push_back(path);
+  if (flags.print) {
+    std::cout << script << "# " << (flags.submit ? "" : "to submit: ") << command_line(sbatch) << "\n";
+    return exit_ok;
+  }
+  if (const Problems written = write_file_atomically(path, [&](std::ostream& out) { out << script; }); !written.empty()) {
+    report(written);
+    return exit_bad_input;
+  }
+  const exec::SlurmOptions& o = job.value.options;
+  std::cerr << "meshplan launch: wrote " << path << ": " << o.nodes << " node" << (o.nodes == 1 ? "" : "s") << " x "
+            << o.tasks_per_node << " tasks" << (o.gpus_per_node > 0 ? " and " + std::to_string(o.gpus_per_node) + " GPUs" : "")
+            << " per node, srun --mpi=" << o.srun_mpi << "\n";
+  if (!flags.submit) {
+    std::cerr << "meshplan launch: submit it with: sbatch " << exec::shell_quoted(path) << " (or launch --slurm --submit)\n";
+    return exit_ok;
+  }
+  sbatch.front() = find_program("sbatch");
+  if (sbatch.front().empty()) {
+    std::cerr << "meshplan launch: sbatch was not found (PATH): this is not a Slurm submit host; copy " << path
+              << " to one and run: sbatch " << exec::shell_quoted(path) << "\n";
+    return exit_bad_input;
+  }
+  std::string job_id;
+  const int status = run_and_wait(sbatch, [&](const std::string& line) {
+    if (job_id.empty() && !line.empty()) {
+      job_id = line.substr(0, line.find(';'));
+      std::string output = o.output;
+      if (const auto at = output.find("%j"); at != std::string::npos) output.replace(at, 2, job_id);
+      std::cerr << "meshplan launch: submitted Slurm job " << job_id << " (output: " << output << ")"
+                << (flags.wait ? "; waiting for it to end" : "") << "\n";
+    } else {
+      std::cout << line << "\n";
+    }
+  });
+  if (status != 0) {
+    std::cerr << "meshplan launch: sbatch exited with status " << status
+              << (flags.wait && !job_id.empty() ? " (the job's own status, with --wait)" : "") << "\n";
+  } else if (flags.wait) {
+    std::cerr << "meshplan launch: Slurm job " << job_id << " ended with status 0\n";
+  }
+  return status;
+}
+
+// --hostfile: the mpirun arguments for the hosts it lists, after checking
+// that their slots hold the plan's ranks.
+bool hostfile_arguments(const LaunchFlags& flags, std::int64_t ranks, std::vector<std::string>& command) {
+  const auto hosts = exec::read_hostfile(flags.hostfile);
+  report(hosts.problems);
+  if (!hosts.ok()) return false;
+  const auto slots = exec::hostfile_slots(hosts.value);
+  if (slots && *slots < ranks) {
+    std::cerr << "meshplan launch: " << flags.hostfile << " lists " << *slots << " slots on " << hosts.value.size()
+              << " host" << (hosts.value.size() == 1 ? "" : "s") << ", and the plan's mesh needs " << ranks
+              << " ranks: add hosts or slots (one slot per device)\n";
+    return false;
+  }
+  if (!slots) {
+    std::cerr << "meshplan launch: warning: " << flags.hostfile
+              << " gives some host no slots= count; Open MPI counts that host's processor cores\n";
+  }
+  command.insert(command.end(), {"--hostfile", absolute(flags.hostfile), "-x", "MESHPLAN_LAUNCHED=1"});
+  for (const char* variable : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+    if (std::getenv(variable) != nullptr) command.insert(command.end(), {"-x", variable});
+  }
+  return true;
 }
 
 int run_launch(const LaunchFlags& flags, const std::vector<std::string>& train_args) {
+  if ((flags.submit || flags.wait) && !flags.slurm) {
+    std::cerr << "meshplan launch: --submit and --wait go with --slurm\n";
+    return exit_bad_input;
+  }
+  if (flags.slurm && !flags.hostfile.empty()) {
+    std::cerr << "meshplan launch: --slurm and --hostfile: Slurm chooses the hosts; give one of them\n";
+    return exit_bad_input;
+  }
+  if (flags.wait && !flags.submit) {
+    std::cerr << "meshplan launch: --wait waits for a submitted job: add --submit\n";
+    return exit_bad_input;
+  }
   const auto plan = read_plan_file(flags.plan_path);
   if (!plan.ok()) {
     report(plan.problems);
@@ -179,40 +336,44 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& train_a
               << " has no usable rank count\n";
     return exit_bad_input;
   }
+  const bool here = !flags.slurm && flags.hostfile.empty();
   const auto hardware_threads = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  if (ranks > ranks_per_hardware_thread * hardware_threads) {
+  if (here && ranks > ranks_per_hardware_thread * hardware_threads) {
     std::cerr << "meshplan launch: " << flags.plan_path << ": the mesh " << plan.value.plan.mesh.to_string() << " needs "
               << ranks << " ranks, and this machine starts at most " << ranks_per_hardware_thread * hardware_threads
               << " (" << ranks_per_hardware_thread << " x " << hardware_threads
               << " hardware threads); --shrink reduces the model, not the mesh. Run it on its cluster "
-                 "(mpirun -np "
-              << ranks << " meshplan train --plan " << flags.plan_path
-              << "), or plan a mesh of at most that many ranks to rehearse here\n";
+                 "(launch --hostfile FILE, or launch --slurm), or plan a mesh of at most that many ranks to rehearse here\n";
     return exit_bad_input;
   }
   if (const Problems refused = refused_by_train(flags, plan.value, train_args); has_errors(refused)) {
     report(refused);
-    std::cerr << "meshplan launch: mpirun not started: meshplan train would refuse this run\n";
+    std::cerr << "meshplan launch: " << (flags.slurm ? "no job written" : "mpirun not started")
+              << ": meshplan train would refuse this run\n";
     return exit_bad_input;
   }
+  std::vector<std::string> train{this_binary(), "train", "--plan", here ? flags.plan_path : absolute(flags.plan_path)};
+  if (flags.shrink) train.push_back("--shrink");
+  train.insert(train.end(), train_args.begin(), train_args.end());
+  if (flags.slurm) return launch_slurm(flags, plan.value, train);
 
   std::vector<std::string> command{flags.mpirun, "-np", std::to_string(ranks)};
-  if (ranks > hardware_threads) command.push_back("--oversubscribe");
+  if (here && ranks > hardware_threads) command.push_back("--oversubscribe");
   if (geteuid() == 0) command.push_back("--allow-run-as-root");
-  for (const char* variable : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
-    if (std::getenv(variable) == nullptr) {
-      command.insert(command.end(),
-                     {"-x", std::string(variable) + "=" + std::to_string(std::max<std::int64_t>(1, hardware_threads / ranks))});
+  if (!here) {
+    if (!hostfile_arguments(flags, ranks, command)) return exit_bad_input;
+  } else {
+    for (const char* variable : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+      if (std::getenv(variable) == nullptr) {
+        command.insert(command.end(), {"-x", std::string(variable) + "=" +
+                                                 std::to_string(std::max<std::int64_t>(1, hardware_threads / ranks))});
+      }
     }
   }
-  command.insert(command.end(), {this_binary(), "train", "--plan", flags.plan_path});
-  if (flags.shrink) command.push_back("--shrink");
-  command.insert(command.end(), train_args.begin(), train_args.end());
+  command.insert(command.end(), train.begin(), train.end());
 
-  if (flags.dry_run) {
-    std::string line;
-    for (const auto& arg : command) line += (line.empty() ? "" : " ") + quoted(arg);
-    std::cout << line << "\n";
+  if (flags.print) {
+    std::cout << command_line(command) << "\n";
     return exit_ok;
   }
   const std::string mpirun = find_program(flags.mpirun);
@@ -237,13 +398,38 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& train_a
 Command add_launch_command(CLI::App& app) {
   auto flags = std::make_shared<LaunchFlags>();
   auto* command = app.add_subcommand(
-      "launch", "Start the plan's ranks on this machine under mpirun and train (other flags go to train)");
+      "launch", "Start the plan's ranks under mpirun, here or on a hostfile's hosts, or as a Slurm job, and train "
+                "(other flags go to train; docs/clusters.md)");
   command->add_option("--plan", flags->plan_path, "Plan file (JSON) from `meshplan plan --emit-plan` or explain")
       ->required();
   command->add_option("--mpirun", flags->mpirun, "The MPI launcher to run")->capture_default_str();
-  command->add_flag("--dry-run", flags->dry_run, "Print the command instead of running it");
+  command->add_flag("--print,--dry-run", flags->print,
+                    "Print the exact command (with --slurm: the sbatch script and the sbatch command) instead of running it");
   command->add_flag("--shrink", flags->shrink,
                     "Rehearse a cluster plan here: train --shrink, the same mesh with the model reduced to fit");
+  command->add_option("--hostfile", flags->hostfile,
+                      "Open MPI hostfile ('host slots=N' lines): start the ranks on those hosts");
+  command->add_flag("--slurm", flags->slurm, "Write an sbatch script that runs the plan's ranks with srun (see --submit)");
+  command->add_flag("--submit", flags->submit, "With --slurm: submit the script with sbatch and print the job id");
+  command->add_flag("--wait", flags->wait, "With --submit: wait for the job to end and exit with its status");
+  command->add_option("--script", flags->script, "With --slurm: where to write the script (default: <job name>.sbatch)");
+  exec::SlurmOptions& o = flags->slurm_options;
+  command->add_option("--nodes", o.nodes, "With --slurm: nodes (default: ranks / tasks per node)")->check(CLI::PositiveNumber);
+  command->add_option("--tasks-per-node", o.tasks_per_node,
+                      "With --slurm: ranks per node (default: the plan's cluster's devices per node)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--gpus-per-node", o.gpus_per_node,
+                      "With --slurm: GPUs per node (default: tasks per node on a GPU cluster, none on CPUs)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--cpus-per-task", o.cpus_per_task,
+                      "With --slurm: CPUs per rank, also each rank's OMP/OpenBLAS threads")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--partition", o.partition, "With --slurm: the partition");
+  command->add_option("--account", o.account, "With --slurm: the account to charge");
+  command->add_option("--time", o.time, "With --slurm: the time limit (Slurm's format, e.g. 02:00:00)");
+  command->add_option("--job-name", o.job_name, "With --slurm: the job name (default: meshplan-<plan file stem>)");
+  command->add_option("--output", o.output, "With --slurm: the job's output file (default: <job name>-%j.out)");
+  command->add_option("--srun-mpi", o.srun_mpi, "With --slurm: srun's --mpi plugin")->capture_default_str();
   command->allow_extras();
   return [flags, command]() { return run_launch(*flags, command->remaining()); };
 }

@@ -2,6 +2,8 @@
 // handler: a lock-free flag, write(2), _exit(2).
 #include "cli/train_interrupt.hpp"
 
+#include "executor/train/cluster_launch.hpp"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -54,15 +56,6 @@ bool interrupt_requested() { return signals_received.load() > 0; }
 
 void quiet_further_interrupts() { quiet.store(true); }
 
-std::string shell_quoted(const std::string& arg) {
-  if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
-                          std::string::npos)
-    return arg;
-  std::string quoted = "'";
-  for (const char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
 std::vector<std::string> this_command_line() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -98,7 +91,7 @@ std::string resume_command(const std::vector<std::string>& args, const std::stri
   if (!has_dir) kept.insert(kept.end(), {"--checkpoint-dir", checkpoint_dir});
   kept.push_back("--resume");
   std::string line = ranks > 1 && !launched ? "mpirun -np " + std::to_string(ranks) : "";
-  for (const std::string& a : kept) line += (line.empty() ? "" : " ") + shell_quoted(a);
+  for (const std::string& a : kept) line += (line.empty() ? "" : " ") + exec::shell_quoted(a);
   return line;
 }
 

@@ -12,7 +12,7 @@
 // is combined by one all-reduce per step, so every rank stops after the same
 // step (train_command.cpp).
 //
-// defines: install_interrupt_handlers, interrupt_requested, quiet_further_interrupts, shell_quoted,
+// defines: install_interrupt_handlers, interrupt_requested, quiet_further_interrupts,
 //          resume_command, this_command_line
 #pragma once
 
@@ -33,9 +33,6 @@ bool interrupt_requested();
 // From now on a signal ends the process at once without a word (the stop
 // has been reported; mpirun's teardown of the other ranks may still signal).
 void quiet_further_interrupts();
-
-// `arg` as a POSIX shell reads it back: bare when it is plain, else in single quotes.
-std::string shell_quoted(const std::string& arg);
 
 // This process's argument vector, as it was started (/proc/self/cmdline).
 std::vector<std::string> this_command_line();

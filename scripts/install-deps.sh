@@ -12,6 +12,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev
   qt6-base-dev libqt6opengl6-dev qt6-charts-dev qt6-svg-dev libgl-dev xvfb xauth
   libopenmpi-dev openmpi-bin
+  slurmctld slurmd slurm-client munge libpmix2
   clang libclang-rt-14-dev
   python3-torch
 )

@@ -1,0 +1,86 @@
+// Hostfiles and Slurm jobs of `meshplan launch` (executor/train/cluster_launch.hpp):
+// Open MPI's hostfile grammar with line-numbered errors, and the job a plan
+// becomes: nodes and tasks from the plan's cluster, GPUs on GPU clusters only,
+// refusals naming the option.
+#include <gtest/gtest.h>
+
+#include "executor/train/cluster_launch.hpp"
+#include "model/cluster_spec.hpp"
+#include "model/model_spec.hpp"
+#include "test_support.hpp"
+
+namespace meshplan::exec {
+namespace {
+using namespace testing_support;
+
+TEST(Hostfile, SlotsCommentsAndLineNumberedErrors) {
+  const auto hosts = parse_hostfile("# cluster\n\nnode01 slots=8 max_slots=8\nnode02   slots=4 # half\nnode03\n", "hf");
+  ASSERT_TRUE(hosts.ok()) << messages(hosts.problems);
+  ASSERT_EQ(hosts.value.size(), 3u);
+  EXPECT_EQ(hosts.value[0].host, "node01");
+  EXPECT_EQ(hosts.value[0].slots, 8);
+  EXPECT_EQ(hosts.value[1].slots, 4);
+  EXPECT_EQ(hosts.value[2].slots, std::nullopt) << "no slots=: Open MPI counts the host's cores";
+  EXPECT_EQ(hostfile_slots(hosts.value), std::nullopt);
+  EXPECT_EQ(hostfile_slots({hosts.value[0], hosts.value[1]}), 12);
+
+  for (const auto& [text, where] : std::vector<std::pair<std::string, std::string>>{
+           {"a slots=0\n", "hf:1"}, {"a\nb slots=two\n", "hf:2"}, {"a cpus=2\n", "hf:1"}, {"slots=2\n", "hf:1"}}) {
+    const auto bad = parse_hostfile(text, "hf");
+    EXPECT_FALSE(bad.ok()) << text;
+    ASSERT_FALSE(bad.problems.empty()) << text;
+    EXPECT_EQ(bad.problems.front().where, where) << text;
+  }
+  EXPECT_FALSE(parse_hostfile("# nothing\n", "hf").ok());
+  EXPECT_FALSE(read_hostfile("/nonexistent/hostfile").ok());
+}
+
+PlanFile plan_on(const std::string& cluster, const std::string& mesh) {
+  PlanFile file;
+  file.model = must(load_model("gpt2-124m"));
+  file.cluster = must(load_cluster(cluster));
+  file.plan = plan_with(mesh, 1, 64);
+  file.world_size = file.plan.mesh.world_size();
+  return file;
+}
+
+TEST(SlurmJob, NodesTasksAndGpusFromThePlansCluster) {
+  const auto job = slurm_job(plan_on("dgx-h100", "dp=4,tp=8"), "runs/p.json", {}, {"/bin/meshplan", "train"});
+  ASSERT_TRUE(job.ok()) << messages(job.problems);
+  EXPECT_EQ(job.value.ranks, 32);
+  EXPECT_EQ(job.value.options.nodes, 4);
+  EXPECT_EQ(job.value.options.tasks_per_node, 8);
+  EXPECT_EQ(job.value.options.gpus_per_node, 8) << "NVLink nodes: one GPU per rank";
+  EXPECT_EQ(job.value.options.job_name, "meshplan-p");
+  const std::string script = sbatch_script(job.value);
+  EXPECT_NE(script.find("#SBATCH --gpus-per-node=8\n"), std::string::npos) << script;
+  EXPECT_NE(script.find("\nsrun --mpi=pmix /bin/meshplan train\n"), std::string::npos) << script;
+
+  SlurmOptions given;
+  given.nodes = 8;
+  const auto spread = slurm_job(plan_on("dgx-h100", "dp=4,tp=8"), "p.json", given, {"x"});
+  ASSERT_TRUE(spread.ok()) << messages(spread.problems);
+  EXPECT_EQ(spread.value.options.tasks_per_node, 4) << "--nodes alone: the ranks spread over them";
+
+  const auto cpu = slurm_job(plan_on("local-cpu", "dp=2"), "p.json", {}, {"x"});
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu.value.options.gpus_per_node, 0) << "CPU ranks ask for no GPUs";
+  EXPECT_EQ(cpu.value.options.tasks_per_node, 2);
+
+  SlurmOptions odd;
+  odd.tasks_per_node = 3;
+  const auto refused = slurm_job(plan_on("dgx-h100", "dp=4,tp=8"), "p.json", odd, {"x"});
+  EXPECT_FALSE(refused.ok());
+  ASSERT_FALSE(refused.problems.empty());
+  EXPECT_EQ(refused.problems.front().where, "--tasks-per-node");
+}
+
+TEST(SlurmJob, ShellQuotingKeepsArgumentsWhole) {
+  EXPECT_EQ(shell_quoted("text:/data/corpus.txt"), "text:/data/corpus.txt");
+  EXPECT_EQ(shell_quoted("a b"), "'a b'");
+  EXPECT_EQ(shell_quoted("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quoted(""), "''");
+}
+
+}  // namespace
+}  // namespace meshplan::exec
