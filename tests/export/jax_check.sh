@@ -3,9 +3,10 @@
 # for CPU from PyPI into a throwaway virtual environment, then for dp, fsdp,
 # tp, ZeRO-1, context-parallel and 2-D and 3-D meshes of a GPT-2-style and a
 # Llama-style model (grouped-query attention, SwiGLU, a vocabulary the mesh
-# does not divide) exports the plan, runs the module, and has
+# does not divide) exports the plan and has
 # tests/export/jax_check.py compare the device JAX places each block of each
-# array on (8 host-platform devices) with meshplan's ShardingSpec.
+# array on (8 host-platform devices) with meshplan's ShardingSpec. One module
+# also runs as a script.
 #
 #   jax_check.sh MESHPLAN SHARDING_BLOCKS SOURCE_DIR WORK_DIR
 #
@@ -54,10 +55,12 @@ for case in "${cases[@]}"; do
     --global-batch $((world * 2)) $extra --emit-plan "$work/$name.json" >"$work/$name.explain.txt"
   "$meshplan" export --plan "$work/$name.json" --to jax -o "$work/${name//-/_}.py" 2>"$work/$name.export.txt"
   "$blocks_tool" "$work/$name.json" >"$work/$name.blocks.json"
-  "$venv/bin/python" "$work/${name//-/_}.py" >"$work/$name.run.txt"
   "$venv/bin/python" "$source_dir/tests/export/jax_check.py" --module "$work/${name//-/_}.py" \
     --blocks "$work/$name.blocks.json"
 done
+# The module runs as a script too (it prints the mesh and the parameters' specs).
+"$venv/bin/python" "$work/llama_fsdp4_tp2.py" >"$work/llama-fsdp4-tp2.run.txt"
+grep -q "^layer1.mlp.w_gate .* P('fsdp', 'tp')$" "$work/llama-fsdp4-tp2.run.txt"
 # A vocabulary the mesh does not divide is padded, with a warning.
 grep -q "vocabulary padded from 67 to 68" "$work/llama-tp4.export.txt"
 # A pipeline-parallel plan is refused, naming the field.
