@@ -2,9 +2,10 @@
 // on device buffers: each has the same contract as its CPU namesake (the
 // CPU kernel, instantiated in double, is the reference the tests compare
 // with), takes device pointers and a stream, and launches asynchronously on
-// it. Every CUDA call is checked (cuda_check.hpp). fp32 throughout; the bf16
-// GEMM path and the rest of the list in issue 16 (embedding, fused
-// cross-entropy, flash attention, multi-tensor AdamW) are to come.
+// it. Every CUDA call is checked (cuda_check.hpp). fp32, except flash
+// attention (bf16 tensors, fp32 arithmetic); the bf16 GEMM path and the rest
+// of the list in issue 16 (embedding, fused cross-entropy, multi-tensor
+// AdamW) are to come.
 //
 //   gelu_forward, gelu_backward      GPT-2's tanh GELU; backward accumulates
 //   residual_forward, _backward      out = a + b; backward accumulates both
@@ -19,11 +20,18 @@
 //   squared_norm                     sum of squares in double: a fixed grid of
 //                                    per-block partial sums, then one block
 //                                    adds them in order (deterministic)
+//   flash_attention_forward,         causal grouped-query attention from the
+//   flash_attention_backward         packed qkv of kernels/cpu/attention.hpp's
+//                                    gqa_attention_*, FlashAttention-2's
+//                                    algorithm (flash_attention.cu; the row
+//                                    arithmetic in flash_attention_rows.hpp)
 //
 // defines: gelu_forward, gelu_backward, residual_forward, residual_backward,
-// layernorm_forward, layernorm_backward, adamw_update, squared_norm
+// layernorm_forward, layernorm_backward, adamw_update, squared_norm,
+// flash_attention_forward, flash_attention_backward
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -53,5 +61,19 @@ void adamw_update(float* params, const float* grads, float* m, float* v, std::in
 constexpr int kNormBlocks = 256;
 constexpr std::int64_t squared_norm_scratch_doubles() { return kNormBlocks + 1; }
 double squared_norm(const float* x, std::int64_t n, double* scratch, cudaStream_t stream);
+
+// Causal attention, scale 1 / sqrt(D), D 64 or 128, KVH dividing NH (query
+// head h reads key/value head h / (NH / KVH)). qkv [B, T, (NH + 2 KVH) D] in
+// gqa_attention_forward's layout; out [B, T, NH D] and lse [B, NH, T] (each
+// row's log-sum-exp of its scaled scores, all the backward keeps) written.
+void flash_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, std::int64_t B, std::int64_t T,
+                             std::int64_t NH, std::int64_t KVH, std::int64_t D, cudaStream_t stream);
+// Given dout [B, T, NH D] and the forward's qkv, out and lse, writes dqkv
+// [B, T, (NH + 2 KVH) D] (a key/value head's gradient sums its group's query
+// heads); delta [B, NH, T] is scratch. Throws std::invalid_argument on
+// shapes it does not run.
+void flash_attention_backward(__nv_bfloat16* dqkv, float* delta, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                              const __nv_bfloat16* out, const float* lse, std::int64_t B, std::int64_t T, std::int64_t NH,
+                              std::int64_t KVH, std::int64_t D, cudaStream_t stream);
 
 }  // namespace meshplan::kernels::cuda

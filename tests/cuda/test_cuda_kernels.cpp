@@ -6,9 +6,14 @@
 // CUDA call is checked. Measure: ||gpu - reference|| / ||reference|| in the
 // 2-norm, within 1e-5 (fp32 rounding of sums over at most a few thousand
 // terms; the CPU kernels match their double references to 2e-5 per element).
+// Flash attention works on bf16 tensors: its outputs within 5e-3 (forward)
+// and 1e-2 (gradients) of grouped-query attention in double, its fp32
+// log-sum-exp within 1e-5; its arithmetic alone is also checked on the host
+// (tests/test_flash_attention_rows.cpp), where it agrees to 3e-7.
 //
 // Without a usable GPU the program prints why and exits 77, which ctest
 // reports as skipped: it never passes without running.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -21,6 +26,7 @@
 
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/adamw.hpp"
+#include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/residual.hpp"
 #include "kernels/cuda/cuda_check.hpp"
@@ -191,6 +197,100 @@ TEST(CudaKernels, AdamWStepsAndTheSquaredNorm) {
   MESHPLAN_CUDA_CHECK(cudaFree(scratch));
   EXPECT_NEAR(first, expected, 1e-10 * expected) << "seed " << seed();
   EXPECT_EQ(first, second) << "the squared norm is deterministic";
+}
+
+// A device buffer of bf16 values, freed when it goes.
+class DeviceBf16 {
+ public:
+  explicit DeviceBf16(std::size_t n) : n_(n) {
+    MESHPLAN_CUDA_CHECK(cudaMalloc(&data_, std::max<std::size_t>(n, 1) * sizeof(__nv_bfloat16)));
+  }
+  DeviceBf16(const DeviceBf16&) = delete;
+  DeviceBf16& operator=(const DeviceBf16&) = delete;
+  ~DeviceBf16() { cudaFree(data_); }
+  __nv_bfloat16* get() { return data_; }
+  void upload(const Vec& v) {
+    std::vector<__nv_bfloat16> h(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) h[i] = __float2bfloat16(static_cast<float>(v[i]));
+    MESHPLAN_CUDA_CHECK(cudaMemcpy(data_, h.data(), n_ * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+  }
+  void poison() { MESHPLAN_CUDA_CHECK(cudaMemset(data_, 0xFF, n_ * sizeof(__nv_bfloat16))); }  // every value NaN
+  Vec download() const {
+    std::vector<__nv_bfloat16> h(n_);
+    MESHPLAN_CUDA_CHECK(cudaDeviceSynchronize());
+    MESHPLAN_CUDA_CHECK(cudaMemcpy(h.data(), data_, n_ * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+    Vec v(n_);
+    for (std::size_t i = 0; i < n_; ++i) v[i] = __bfloat162float(h[i]);
+    return v;
+  }
+
+ private:
+  __nv_bfloat16* data_ = nullptr;
+  std::size_t n_;
+};
+
+// Values exactly representable in bf16, as the GPU holds them.
+Vec bf16_vector(std::size_t n, std::mt19937_64& rng) {
+  Vec v = random_vector(n, rng);
+  for (double& x : v) x = __bfloat162float(__float2bfloat16(static_cast<float>(x)));
+  return v;
+}
+
+// Causal flash attention against the CPU grouped-query attention in double on
+// the same bf16 values: out and dqkv are bf16 (2^-9 relative rounding each),
+// the log-sum-exp fp32. The backward runs twice and must give the same bits.
+TEST(CudaKernels, FlashAttentionMatchesNaiveAttention) {
+  std::mt19937_64 rng(seed() + 4);
+  struct Shape {
+    std::int64_t B, T, NH, KVH, D;
+  };
+  for (const Shape s : {Shape{2, 300, 4, 2, 64}, Shape{1, 257, 2, 1, 128}, Shape{1, 1, 4, 4, 64}, Shape{1, 1024, 4, 4, 128}}) {
+    const auto n_qkv = static_cast<std::size_t>(s.B * s.T * (s.NH + 2 * s.KVH) * s.D);
+    const auto n_out = static_cast<std::size_t>(s.B * s.T * s.NH * s.D);
+    const auto n_rows = static_cast<std::size_t>(s.B * s.NH * s.T);
+    const Vec qkv = bf16_vector(n_qkv, rng), dout = bf16_vector(n_out, rng);
+    Vec out(n_out), att(n_rows * static_cast<std::size_t>(s.T)), dqkv(n_qkv, 0.0), lse(n_rows);
+    kernels::gqa_attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.KVH, s.D);
+    kernels::gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.NH, s.KVH, s.D);
+    const std::int64_t width = (s.NH + 2 * s.KVH) * s.D;
+    for (std::int64_t b = 0; b < s.B; ++b)
+      for (std::int64_t h = 0; h < s.NH; ++h)
+        for (std::int64_t i = 0; i < s.T; ++i) {
+          const std::int64_t g = h / (s.NH / s.KVH);
+          double max = -INFINITY, sum = 0;
+          Vec scores(static_cast<std::size_t>(i + 1));
+          for (std::int64_t j = 0; j <= i; ++j) {
+            double dot = 0;
+            for (std::int64_t d = 0; d < s.D; ++d) dot += qkv[(b * s.T + i) * width + h * s.D + d] * qkv[(b * s.T + j) * width + (s.NH + g) * s.D + d];
+            scores[j] = dot / std::sqrt(static_cast<double>(s.D));
+            max = std::max(max, scores[j]);
+          }
+          for (const double x : scores) sum += std::exp(x - max);
+          lse[(b * s.NH + h) * s.T + i] = max + std::log(sum);
+        }
+    DeviceBf16 gqkv(n_qkv), gout(n_out), gdout(n_out), gdqkv(n_qkv);
+    DeviceFloats glse(n_rows), gdelta(n_rows);
+    gqkv.upload(qkv);
+    gdout.upload(dout);
+    gout.poison();
+    glse.poison();
+    gdqkv.poison();
+    flash_attention_forward(gout.get(), glse.get(), gqkv.get(), s.B, s.T, s.NH, s.KVH, s.D, nullptr);
+    flash_attention_backward(gdqkv.get(), gdelta.get(), gdout.get(), gqkv.get(), gout.get(), glse.get(), s.B, s.T, s.NH,
+                             s.KVH, s.D, nullptr);
+    const Vec first = gdqkv.download();
+    const std::string what = "T " + std::to_string(s.T) + " NH " + std::to_string(s.NH) + " KVH " +
+                             std::to_string(s.KVH) + " D " + std::to_string(s.D);
+    EXPECT_LE(relative_error(gout.download(), out), 5e-3) << "flash forward out, " << what << " (seed " << seed() << ")";
+    EXPECT_LE(relative_error(glse.download(), lse), 1e-5) << "flash forward lse, " << what << " (seed " << seed() << ")";
+    EXPECT_LE(relative_error(first, dqkv), 1e-2) << "flash backward dqkv, " << what << " (seed " << seed() << ")";
+    gdqkv.poison();
+    flash_attention_backward(gdqkv.get(), gdelta.get(), gdout.get(), gqkv.get(), gout.get(), glse.get(), s.B, s.T, s.NH,
+                             s.KVH, s.D, nullptr);
+    const Vec second = gdqkv.download();
+    EXPECT_TRUE(first == second) << "flash backward is not deterministic, " << what;
+  }
+  EXPECT_THROW(flash_attention_forward(nullptr, nullptr, nullptr, 1, 8, 4, 4, 96, nullptr), std::invalid_argument);
 }
 
 }  // namespace
