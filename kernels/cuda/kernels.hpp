@@ -3,8 +3,8 @@
 // CPU kernel, instantiated in double, is the reference the tests compare
 // with), takes device pointers and a stream, and launches asynchronously on
 // it. Every CUDA call is checked (cuda_check.hpp). fp32, except flash
-// attention (bf16 tensors, fp32 arithmetic); the bf16 GEMM path and the rest
-// of the list in issue 16 (embedding, fused cross-entropy, multi-tensor
+// attention and the cross-entropy (bf16 tensors, fp32 arithmetic); the bf16
+// GEMM path and the rest of the list in issue 16 (embedding, multi-tensor
 // AdamW) are to come.
 //
 //   gelu_forward, gelu_backward      GPT-2's tanh GELU; backward accumulates
@@ -20,6 +20,10 @@
 //   squared_norm                     sum of squares in double: a fixed grid of
 //                                    per-block partial sums, then one block
 //                                    adds them in order (deterministic)
+//   softmax_cross_entropy            the loss over the vocabulary and its
+//                                    gradient in one kernel, a block per row,
+//                                    from bf16 logits, no fp32 copy of them
+//                                    (cross_entropy.cu, cross_entropy_rows.hpp)
 //   flash_attention_forward,         causal grouped-query attention from the
 //   flash_attention_backward         packed qkv of kernels/cpu/attention.hpp's
 //                                    gqa_attention_*, FlashAttention-2's
@@ -28,7 +32,7 @@
 //
 // defines: gelu_forward, gelu_backward, residual_forward, residual_backward,
 // layernorm_forward, layernorm_backward, adamw_update, squared_norm,
-// flash_attention_forward, flash_attention_backward
+// softmax_cross_entropy, flash_attention_forward, flash_attention_backward
 #pragma once
 
 #include <cuda_bf16.h>
@@ -61,6 +65,13 @@ void adamw_update(float* params, const float* grads, float* m, float* v, std::in
 constexpr int kNormBlocks = 256;
 constexpr std::int64_t squared_norm_scratch_doubles() { return kNormBlocks + 1; }
 double squared_norm(const float* x, std::int64_t n, double* scratch, cudaStream_t stream);
+
+// logits [N, V] bf16, targets [N] in [0, V): losses [N] = -log softmax at the
+// target (fp32) and dlogits [N, V] = dloss / N (softmax - onehot(target)) in
+// bf16, both written; dlogits may be logits itself (the gradient replaces
+// the logits in place).
+void softmax_cross_entropy(__nv_bfloat16* dlogits, float* losses, const __nv_bfloat16* logits, const std::int32_t* targets,
+                           std::int64_t N, std::int64_t V, float dloss, cudaStream_t stream);
 
 // Causal attention, scale 1 / sqrt(D), D 64 or 128, KVH dividing NH (query
 // head h reads key/value head h / (NH / KVH)). qkv [B, T, (NH + 2 KVH) D] in

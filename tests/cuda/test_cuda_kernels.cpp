@@ -27,6 +27,7 @@
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/adamw.hpp"
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/residual.hpp"
 #include "kernels/cuda/cuda_check.hpp"
@@ -291,6 +292,40 @@ TEST(CudaKernels, FlashAttentionMatchesNaiveAttention) {
     EXPECT_TRUE(first == second) << "flash backward is not deterministic, " << what;
   }
   EXPECT_THROW(flash_attention_forward(nullptr, nullptr, nullptr, 1, 8, 4, 4, 96, nullptr), std::invalid_argument);
+}
+
+// The fused cross-entropy against kernels/cpu/cross_entropy in double on the
+// same bf16 logits: losses fp32 (1e-5), gradients bf16 (1e-2), and the same
+// gradients when they overwrite the logits in place.
+TEST(CudaKernels, SoftmaxCrossEntropyMatchesTheCpuLoss) {
+  std::mt19937_64 rng(seed() + 5);
+  for (const auto& [N, V] : {std::pair<std::int64_t, std::int64_t>{7, 50257}, {3, 5}, {2, 128256}}) {
+    const auto NV = static_cast<std::size_t>(N * V);
+    Vec logits = bf16_vector(NV, rng);
+    for (double& x : logits) x *= 8;  // still bf16: a power-of-two scale
+    std::vector<std::int32_t> targets(static_cast<std::size_t>(N));
+    for (auto& t : targets) t = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(V));
+    targets[0] = static_cast<std::int32_t>(V - 1);
+    Vec probs(NV), losses(static_cast<std::size_t>(N)), dlogits(NV, 0.0);
+    kernels::cross_entropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
+    kernels::cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0, N, V);
+    DeviceBf16 glogits(NV), gdlogits(NV);
+    DeviceFloats glosses(static_cast<std::size_t>(N));
+    std::int32_t* gtargets = nullptr;
+    MESHPLAN_CUDA_CHECK(cudaMalloc(&gtargets, targets.size() * sizeof(std::int32_t)));
+    MESHPLAN_CUDA_CHECK(cudaMemcpy(gtargets, targets.data(), targets.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+    glogits.upload(logits);
+    gdlogits.poison();
+    glosses.poison();
+    softmax_cross_entropy(gdlogits.get(), glosses.get(), glogits.get(), gtargets, N, V, 1.0f, nullptr);
+    const std::string what = "N " + std::to_string(N) + " V " + std::to_string(V) + " (seed " + std::to_string(seed()) + ")";
+    EXPECT_LE(relative_error(glosses.download(), losses), 1e-5) << "cross-entropy losses, " << what;
+    const Vec separate = gdlogits.download();
+    EXPECT_LE(relative_error(separate, dlogits), 1e-2) << "cross-entropy gradients, " << what;
+    softmax_cross_entropy(glogits.get(), glosses.get(), glogits.get(), gtargets, N, V, 1.0f, nullptr);  // in place
+    EXPECT_TRUE(glogits.download() == separate) << "in place differs from out of place, " << what;
+    MESHPLAN_CUDA_CHECK(cudaFree(gtargets));
+  }
 }
 
 }  // namespace
