@@ -4,8 +4,7 @@
 // with), takes device pointers and a stream, and launches asynchronously on
 // it. Every CUDA call is checked (cuda_check.hpp). fp32, except flash
 // attention and the cross-entropy (bf16 tensors, fp32 arithmetic); the bf16
-// GEMM path and the rest of the list in issue 16 (embedding, multi-tensor
-// AdamW) are to come.
+// GEMM path and the multi-tensor AdamW of issue 16 are to come.
 //
 //   gelu_forward, gelu_backward      GPT-2's tanh GELU; backward accumulates
 //   residual_forward, _backward      out = a + b; backward accumulates both
@@ -20,6 +19,10 @@
 //   squared_norm                     sum of squares in double: a fixed grid of
 //                                    per-block partial sums, then one block
 //                                    adds them in order (deterministic)
+//   embedding_forward, _backward     token + position embedding; backward
+//                                    sums each distinct token's rows in
+//                                    position order (embedding_groups.hpp):
+//                                    deterministic, no float atomics
 //   softmax_cross_entropy            the loss over the vocabulary and its
 //                                    gradient in one kernel, a block per row,
 //                                    from bf16 logits, no fp32 copy of them
@@ -32,6 +35,7 @@
 //
 // defines: gelu_forward, gelu_backward, residual_forward, residual_backward,
 // layernorm_forward, layernorm_backward, adamw_update, squared_norm,
+// embedding_forward, embedding_backward, DeviceEmbeddingGroups,
 // softmax_cross_entropy, flash_attention_forward, flash_attention_backward
 #pragma once
 
@@ -65,6 +69,23 @@ void adamw_update(float* params, const float* grads, float* m, float* v, std::in
 constexpr int kNormBlocks = 256;
 constexpr std::int64_t squared_norm_scratch_doubles() { return kNormBlocks + 1; }
 double squared_norm(const float* x, std::int64_t n, double* scratch, cudaStream_t stream);
+
+// tokens [B, T] in [0, V), wte [V, C], wpe [maxT, C] or null: out [B, T, C]
+// = wte[token] + wpe[t], written.
+void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, std::int64_t B,
+                       std::int64_t T, std::int64_t C, cudaStream_t stream);
+// The batch's EmbeddingGroups (embedding_groups.hpp) copied to the device:
+// `count` distinct tokens, starts [count + 1], positions [B T].
+struct DeviceEmbeddingGroups {
+  const std::int32_t* tokens = nullptr;
+  const std::int32_t* starts = nullptr;
+  const std::int32_t* positions = nullptr;
+  std::int64_t count = 0;
+};
+// Accumulates dwte[token] += the token's dout rows (in position order) and,
+// when dwpe is not null, dwpe[t] += sum over the batch of dout[b, t].
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const DeviceEmbeddingGroups& groups, std::int64_t B,
+                        std::int64_t T, std::int64_t C, cudaStream_t stream);
 
 // logits [N, V] bf16, targets [N] in [0, V): losses [N] = -log softmax at the
 // target (fp32) and dlogits [N, V] = dloss / N (softmax - onehot(target)) in

@@ -28,9 +28,11 @@
 #include "kernels/cpu/adamw.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/residual.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/embedding_groups.hpp"
 #include "kernels/cuda/kernels.hpp"
 
 namespace meshplan::kernels::cuda {
@@ -325,6 +327,60 @@ TEST(CudaKernels, SoftmaxCrossEntropyMatchesTheCpuLoss) {
     softmax_cross_entropy(glogits.get(), glosses.get(), glogits.get(), gtargets, N, V, 1.0f, nullptr);  // in place
     EXPECT_TRUE(glogits.download() == separate) << "in place differs from out of place, " << what;
     MESHPLAN_CUDA_CHECK(cudaFree(gtargets));
+  }
+}
+
+// A device copy of host int32 values, freed when it goes.
+class DeviceInts {
+ public:
+  explicit DeviceInts(const std::vector<std::int32_t>& v) : n_(v.size()) {
+    MESHPLAN_CUDA_CHECK(cudaMalloc(&data_, std::max<std::size_t>(n_, 1) * sizeof(std::int32_t)));
+    MESHPLAN_CUDA_CHECK(cudaMemcpy(data_, v.data(), n_ * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+  }
+  DeviceInts(const DeviceInts&) = delete;
+  DeviceInts& operator=(const DeviceInts&) = delete;
+  ~DeviceInts() { cudaFree(data_); }
+  const std::int32_t* get() const { return data_; }
+
+ private:
+  std::int32_t* data_ = nullptr;
+  std::size_t n_;
+};
+
+// Token and position embedding against kernels/cpu/embedding in double; the
+// backward accumulates into random starting gradients, with tokens repeated
+// many times, and gives the same bits twice.
+TEST(CudaKernels, EmbeddingForwardAndDeterministicBackward) {
+  std::mt19937_64 rng(seed() + 6);
+  const std::int64_t B = 4, T = 333, C = 200, V = 97;
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B * T));
+  for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % V);
+  const Vec wte = random_vector(static_cast<std::size_t>(V * C), rng), wpe = random_vector(static_cast<std::size_t>(T * C), rng);
+  const Vec dout = random_vector(static_cast<std::size_t>(B * T * C), rng);
+  const Vec dwte0 = random_vector(wte.size(), rng), dwpe0 = random_vector(wpe.size(), rng);
+  Vec out(dout.size()), dwte = dwte0, dwpe = dwpe0;
+  kernels::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  kernels::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+
+  DeviceInts gtokens(tokens);
+  DeviceFloats gwte = on_device(wte), gwpe = on_device(wpe), gout(out.size()), gdout = on_device(dout);
+  gout.poison();
+  embedding_forward(gout.get(), gtokens.get(), gwte.get(), gwpe.get(), B, T, C, nullptr);
+  EXPECT_CLOSE(gout.download(), out, "embedding forward");
+
+  const EmbeddingGroups groups = embedding_groups(tokens.data(), B * T);
+  DeviceInts gids(groups.tokens), gstarts(groups.starts), gpositions(groups.positions);
+  const DeviceEmbeddingGroups device_groups{gids.get(), gstarts.get(), gpositions.get(),
+                                            static_cast<std::int64_t>(groups.tokens.size())};
+  Vec first;
+  for (int run = 0; run < 2; ++run) {
+    DeviceFloats gdwte = on_device(dwte0), gdwpe = on_device(dwpe0);
+    embedding_backward(gdwte.get(), gdwpe.get(), gdout.get(), device_groups, B, T, C, nullptr);
+    const Vec got = gdwte.download();
+    EXPECT_CLOSE(got, dwte, "embedding backward, token table");
+    EXPECT_CLOSE(gdwpe.download(), dwpe, "embedding backward, position table");
+    if (run == 0) first = got;
+    else EXPECT_TRUE(got == first) << "embedding backward is not deterministic";
   }
 }
 
