@@ -45,6 +45,15 @@ void block_load(std::vector<float>& tile, const std::vector<float>& packed, long
   for (int t = 0; t < threads; ++t) load_rows<D>(tile.data(), packed.data(), row_base, first, n, rows, width, column, t, threads);
 }
 
+// Twin of load_key_value_tile: a query-row block's threads load the tiles.
+template <int D>
+void load_key_value_tile(std::vector<float>& k_tile, std::vector<float>& v_tile, const std::vector<float>& qkv,
+                         long long row_base, int first_key, int n, const Shape& s, int g) {
+  const long long width = s.width(D);
+  block_load<D>(k_tile, qkv, row_base, first_key, n, s.T, width, static_cast<long long>(s.NH + g) * D, kQueryTile);
+  block_load<D>(v_tile, qkv, row_base, first_key, n, s.T, width, static_cast<long long>(s.NH + s.KVH + g) * D, kQueryTile);
+}
+
 // Twin of forward_kernel.
 template <int D>
 void twin_forward(std::vector<float>& out, std::vector<float>& lse, const std::vector<float>& qkv, const Shape& s) {
@@ -64,9 +73,7 @@ void twin_forward(std::vector<float>& out, std::vector<float>& lse, const std::v
       }
       for (int first_key = 0; first_key <= last_row; first_key += kKeyTile) {
         const int n_tile = std::min(kKeyTile, s.T - first_key);
-        block_load<D>(k_tile, qkv, row_base, first_key, n_tile, s.T, width, static_cast<long long>(s.NH + g) * D, kQueryTile);
-        block_load<D>(v_tile, qkv, row_base, first_key, n_tile, s.T, width, static_cast<long long>(s.NH + s.KVH + g) * D,
-                      kQueryTile);
+        load_key_value_tile<D>(k_tile, v_tile, qkv, row_base, first_key, n_tile, s, g);
         for (int t = 0; t < kQueryTile; ++t) {
           const int row = first_row + t;
           if (row < s.T) {
@@ -168,9 +175,7 @@ void twin_backward(std::vector<float>& dqkv, const std::vector<float>& dout, con
       }
       for (int first_key = 0; first_key <= last_row; first_key += kKeyTile) {
         const int n_tile = std::min(kKeyTile, s.T - first_key);
-        block_load<D>(k_tile, qkv, row_base, first_key, n_tile, s.T, width, static_cast<long long>(s.NH + g) * D, kQueryTile);
-        block_load<D>(v_tile, qkv, row_base, first_key, n_tile, s.T, width, static_cast<long long>(s.NH + s.KVH + g) * D,
-                      kQueryTile);
+        load_key_value_tile<D>(k_tile, v_tile, qkv, row_base, first_key, n_tile, s, g);
         for (int t = 0; t < kQueryTile; ++t) {
           const int row = first_row + t;
           if (row >= s.T) continue;

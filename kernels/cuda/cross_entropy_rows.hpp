@@ -15,11 +15,7 @@
 
 #include <math.h>
 
-#if defined(__CUDACC__)
-#define MESHPLAN_CE_HD __host__ __device__
-#else
-#define MESHPLAN_CE_HD
-#endif
+#include "kernels/cuda/host_device.hpp"
 
 namespace meshplan::kernels::ce {
 
@@ -31,9 +27,9 @@ struct MaxSum {
   float sum;  // sum of exp(x - max)
 };
 
-MESHPLAN_CE_HD inline MaxSum empty() { return {-INFINITY, 0.0f}; }
+MESHPLAN_HD inline MaxSum empty() { return {-INFINITY, 0.0f}; }
 
-MESHPLAN_CE_HD inline void add(MaxSum& a, float x) {
+MESHPLAN_HD inline void add(MaxSum& a, float x) {
   if (x > a.max) {
     a.sum = a.sum * expf(a.max - x) + 1.0f;  // exp(-inf) = 0 for the first value
     a.max = x;
@@ -42,18 +38,18 @@ MESHPLAN_CE_HD inline void add(MaxSum& a, float x) {
   }
 }
 
-MESHPLAN_CE_HD inline MaxSum merge(MaxSum a, MaxSum b) {
+MESHPLAN_HD inline MaxSum merge(MaxSum a, MaxSum b) {
   if (b.max == -INFINITY) return a;
   if (a.max == -INFINITY) return b;
   const float m = fmaxf(a.max, b.max);
   return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
 }
 
-MESHPLAN_CE_HD inline float logsumexp(MaxSum a) { return a.max + logf(a.sum); }
+MESHPLAN_HD inline float logsumexp(MaxSum a) { return a.max + logf(a.sum); }
 
 // d loss / d logit for one logit of a row: scale (softmax - [is target]),
 // scale being dloss / N for the mean loss over N rows.
-MESHPLAN_CE_HD inline float gradient(float logit, float row_logsumexp, bool is_target, float scale) {
+MESHPLAN_HD inline float gradient(float logit, float row_logsumexp, bool is_target, float scale) {
   return scale * (expf(logit - row_logsumexp) - (is_target ? 1.0f : 0.0f));
 }
 

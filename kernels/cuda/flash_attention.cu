@@ -44,6 +44,18 @@ __device__ void store_row(__nv_bfloat16* packed, long long offset, const float* 
   for (int d = 0; d < D; ++d) packed[offset + d] = __float2bfloat16(row[d]);
 }
 
+// Keys and values first_key .. first_key + n - 1 of key/value head g into the
+// block's shared tiles, spread over its threads.
+template <int D>
+__device__ void load_key_value_tile(float* k_tile, float* v_tile, const __nv_bfloat16* qkv, long long row_base,
+                                    int first_key, int n, const Shape& s, int g) {
+  const long long width = s.qkv_width() * D;
+  flash::load_rows<D>(k_tile, qkv, row_base, first_key, n, s.T, width, static_cast<long long>(s.NH + g) * D, threadIdx.x,
+                      blockDim.x);
+  flash::load_rows<D>(v_tile, qkv, row_base, first_key, n, s.T, width, static_cast<long long>(s.NH + s.KVH + g) * D,
+                      threadIdx.x, blockDim.x);
+}
+
 template <int D>
 __global__ void __launch_bounds__(kQueryTile) forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, Shape s) {
   __shared__ float k_tile[kKeyTile * D];
@@ -59,10 +71,7 @@ __global__ void __launch_bounds__(kQueryTile) forward_kernel(__nv_bfloat16* out,
   if (row < s.T) load_row<D>(q, qkv, (row_base + row) * width + static_cast<long long>(h) * D);
   for (int first_key = 0; first_key <= last_row; first_key += kKeyTile) {
     const int n_tile = min(kKeyTile, s.T - first_key);
-    flash::load_rows<D>(k_tile, qkv, row_base, first_key, n_tile, s.T, width, static_cast<long long>(s.NH + g) * D,
-                        threadIdx.x, blockDim.x);
-    flash::load_rows<D>(v_tile, qkv, row_base, first_key, n_tile, s.T, width,
-                        static_cast<long long>(s.NH + s.KVH + g) * D, threadIdx.x, blockDim.x);
+    load_key_value_tile<D>(k_tile, v_tile, qkv, row_base, first_key, n_tile, s, g);
     __syncthreads();
     if (row < s.T) flash::forward_tile<D, kKeyTile>(m, l, acc, q, k_tile, v_tile, min(n_tile, row - first_key + 1), scale);
     __syncthreads();
@@ -156,10 +165,7 @@ __global__ void __launch_bounds__(kQueryTile)
   }
   for (int first_key = 0; first_key <= last_row; first_key += kKeyTile) {
     const int n_tile = min(kKeyTile, s.T - first_key);
-    flash::load_rows<D>(k_tile, qkv, row_base, first_key, n_tile, s.T, width, static_cast<long long>(s.NH + g) * D,
-                        threadIdx.x, blockDim.x);
-    flash::load_rows<D>(v_tile, qkv, row_base, first_key, n_tile, s.T, width,
-                        static_cast<long long>(s.NH + s.KVH + g) * D, threadIdx.x, blockDim.x);
+    load_key_value_tile<D>(k_tile, v_tile, qkv, row_base, first_key, n_tile, s, g);
     __syncthreads();
     if (row < s.T) {
       flash::query_backward_tile<D>(dq, q, dout_row, row_lse, row_delta, row, k_tile, v_tile, first_key, n_tile, scale);

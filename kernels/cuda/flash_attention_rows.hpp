@@ -23,18 +23,14 @@
 // a pass per query row (dQ), each summing in a fixed order: deterministic,
 // no float atomics, at the price of computing each probability twice.
 //
-// defines: MESHPLAN_HD, flash::kQueryTile, kKeyTile, kBackwardKeyTile,
+// defines: flash::kQueryTile, kKeyTile, kBackwardKeyTile,
 // kBackwardQueryTile, flash::to_float, flash::load_rows, flash::forward_tile, flash::forward_finish,
 // flash::row_delta, flash::key_backward_tile, flash::query_backward_tile
 #pragma once
 
 #include <math.h>
 
-#if defined(__CUDACC__)
-#define MESHPLAN_HD __host__ __device__
-#else
-#define MESHPLAN_HD
-#endif
+#include "kernels/cuda/host_device.hpp"
 
 namespace meshplan::kernels::flash {
 

@@ -15,17 +15,8 @@ set -euo pipefail
 meshplan=$1 source_dir=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 venv="$work/venv"
-trap 'rm -rf "$venv"' EXIT
-
-python=${MESHPLAN_TORCH_PYTHON:-/usr/bin/python3}
-if ! "$python" -c 'import torch' >/dev/null 2>&1; then
-  echo "SKIPPED: $python has no torch (Debian: python3-torch); DeepSpeed's config parser imports it"
-  exit 77
-fi
-if ! "$python" -m venv --system-site-packages "$venv" >"$work/venv.log" 2>&1; then
-  echo "SKIPPED: '$python -m venv' failed (Debian: python3-venv): $(tail -1 "$work/venv.log")"
-  exit 77
-fi
+. "$(dirname "$0")/throwaway_venv.sh"
+throwaway_venv "${MESHPLAN_TORCH_PYTHON:-/usr/bin/python3}" "$venv" "DeepSpeed's config parser imports it"
 # 0.16.0: a release that installs against Debian bookworm's PyTorch 1.13 (DeepSpeed builds no ops at install).
 if ! "$venv/bin/pip" install --quiet --disable-pip-version-check --timeout 30 --no-build-isolation \
   deepspeed==0.16.0 >"$work/pip.log" 2>&1; then

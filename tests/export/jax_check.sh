@@ -16,13 +16,8 @@ set -euo pipefail
 meshplan=$1 blocks_tool=$2 source_dir=$3 work=$4
 rm -rf "$work" && mkdir -p "$work"
 venv="$work/venv"
-trap 'rm -rf "$venv"' EXIT
-
-python=${MESHPLAN_JAX_PYTHON:-python3}
-if ! "$python" -m venv "$venv" >"$work/venv.log" 2>&1; then
-  echo "SKIPPED: '$python -m venv' failed (Debian: python3-venv): $(tail -1 "$work/venv.log")"
-  exit 77
-fi
+. "$(dirname "$0")/throwaway_venv.sh"
+throwaway_venv "${MESHPLAN_JAX_PYTHON:-python3}" "$venv"
 if ! "$venv/bin/pip" install --quiet --disable-pip-version-check --timeout 30 jax >"$work/pip.log" 2>&1; then
   echo "SKIPPED: could not install JAX from PyPI: $(tail -2 "$work/pip.log" | tr '\n' ' ')"
   exit 77

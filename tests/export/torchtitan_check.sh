@@ -15,17 +15,8 @@ meshplan=$1 work=$2
 source_dir=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$work" && mkdir -p "$work"
 venv="$work/venv"
-trap 'rm -rf "$venv"' EXIT
-
-python=${MESHPLAN_TORCH_PYTHON:-/usr/bin/python3}
-if ! "$python" -c 'import torch' >/dev/null 2>&1; then
-  echo "SKIPPED: $python has no torch (Debian: python3-torch); torchtitan's config module imports it"
-  exit 77
-fi
-if ! "$python" -m venv --system-site-packages "$venv" >"$work/venv.log" 2>&1; then
-  echo "SKIPPED: '$python -m venv' failed (Debian: python3-venv): $(tail -1 "$work/venv.log")"
-  exit 77
-fi
+. "$(dirname "$0")/throwaway_venv.sh"
+throwaway_venv "${MESHPLAN_TORCH_PYTHON:-/usr/bin/python3}" "$venv" "torchtitan's config module imports it"
 # --no-deps: torchtitan's other requirements (datasets, torchdata, ...) are its training loop's, not its parser's.
 if ! { "$venv/bin/pip" install --quiet --disable-pip-version-check --timeout 30 --no-deps torchtitan==0.1.0 &&
   "$venv/bin/pip" install --quiet --disable-pip-version-check --timeout 30 tyro; } >"$work/pip.log" 2>&1; then
