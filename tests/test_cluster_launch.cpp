@@ -75,6 +75,36 @@ TEST(SlurmJob, NodesTasksAndGpusFromThePlansCluster) {
   EXPECT_EQ(refused.problems.front().where, "--tasks-per-node");
 }
 
+// What goes on an #SBATCH line is one word: a space or a line break in a
+// flag's value would end the option or inject another line, so it is refused
+// naming the flag; a job name taken from the plan's file name is made one word.
+TEST(SlurmJob, SbatchValuesAreOneWord) {
+  const PlanFile plan = plan_on("local-cpu", "dp=2");
+  for (const auto& [flag, field] : std::vector<std::pair<std::string, std::string SlurmOptions::*>>{
+           {"--job-name", &SlurmOptions::job_name}, {"--partition", &SlurmOptions::partition},
+           {"--time", &SlurmOptions::time}, {"--output", &SlurmOptions::output}, {"--srun-mpi", &SlurmOptions::srun_mpi}}) {
+    for (const std::string bad : {"two words", "a\n#SBATCH --exclusive", "it's", "tab\there"}) {
+      SlurmOptions o;
+      o.*field = bad;
+      const auto job = slurm_job(plan, "p.json", o, {"x"});
+      EXPECT_FALSE(job.ok()) << flag << " " << bad;
+      ASSERT_FALSE(job.problems.empty());
+      EXPECT_EQ(job.problems.front().where, flag);
+    }
+  }
+  const auto named = slurm_job(plan, "runs/my plan#1.json", {}, {"x"});
+  ASSERT_TRUE(named.ok()) << messages(named.problems);
+  EXPECT_EQ(named.value.options.job_name, "meshplan-my_plan_1");
+
+  SlurmOptions spaced;
+  spaced.working_directory = "/home/me/my runs";
+  const auto job = slurm_job(plan, "p.json", spaced, {"x"});
+  ASSERT_TRUE(job.ok());
+  const std::string script = sbatch_script(job.value);
+  EXPECT_EQ(script.find("--chdir"), std::string::npos) << script;
+  EXPECT_NE(script.find("\ncd '/home/me/my runs'\n"), std::string::npos) << script;
+}
+
 TEST(SlurmJob, ShellQuotingKeepsArgumentsWhole) {
   EXPECT_EQ(shell_quoted("text:/data/corpus.txt"), "text:/data/corpus.txt");
   EXPECT_EQ(shell_quoted("a b"), "'a b'");

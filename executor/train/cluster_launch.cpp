@@ -18,6 +18,16 @@ std::optional<std::int64_t> positive_count(const std::string& text) {
   return value;
 }
 
+// `text` without the characters an #SBATCH word cannot hold (blanks, quotes,
+// '#', '\\', control characters), each replaced by '_'.
+std::string sbatch_word(std::string text) {
+  for (char& c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= ' ' || u == 0x7f || c == '"' || c == '\'' || c == '#' || c == '\\') c = '_';
+  }
+  return text;
+}
+
 // NVLink or PCIe inside a node: the devices are GPUs (other kinds: CPU cores
 // over shared memory, TPU chips over ICI, which Slurm does not count as GPUs).
 bool gpu_cluster(const ClusterSpec& cluster) {
@@ -112,8 +122,18 @@ Loaded<SlurmJob> slurm_job(const PlanFile& plan, const std::string& plan_path, S
                                                    " has " + std::to_string(*plan.cluster.max_nodes)));
   }
   if (o.gpus_per_node < 0) o.gpus_per_node = gpu_cluster(plan.cluster) ? o.tasks_per_node : 0;
-  if (o.job_name.empty()) o.job_name = "meshplan-" + std::filesystem::path(plan_path).stem().string();
+  if (o.job_name.empty()) o.job_name = "meshplan-" + sbatch_word(std::filesystem::path(plan_path).stem().string());
   if (o.output.empty()) o.output = o.job_name + "-%j.out";
+  // Each goes on an #SBATCH line as one word: no spaces, quotes or line breaks.
+  const std::pair<const char*, const std::string*> words[] = {{"--job-name", &o.job_name}, {"--partition", &o.partition},
+                                                              {"--account", &o.account},   {"--time", &o.time},
+                                                              {"--output", &o.output},     {"--srun-mpi", &o.srun_mpi}};
+  for (const auto& [flag, value] : words) {
+    if (sbatch_word(*value) != *value) {
+      result.problems.push_back(error(flag, "'" + *value + "': one word without spaces, quotes, '#' or control characters"));
+    }
+  }
+  if (o.srun_mpi.empty()) result.problems.push_back(error("--srun-mpi", "names srun's MPI plugin (pmix, pmi2, none)"));
   job.options = std::move(o);
   job.command = std::move(command);
   return result;
@@ -143,9 +163,13 @@ std::string sbatch_script(const SlurmJob& job) {
   if (!o.partition.empty()) s << "#SBATCH --partition=" << o.partition << "\n";
   if (!o.account.empty()) s << "#SBATCH --account=" << o.account << "\n";
   if (!o.time.empty()) s << "#SBATCH --time=" << o.time << "\n";
-  if (!o.working_directory.empty()) s << "#SBATCH --chdir=" << o.working_directory << "\n";
+  const bool plain_directory = sbatch_word(o.working_directory) == o.working_directory;
+  if (!o.working_directory.empty() && plain_directory) s << "#SBATCH --chdir=" << o.working_directory << "\n";
   s << "#SBATCH --output=" << o.output << "\n"
     << "set -euo pipefail\n";
+  if (!o.working_directory.empty() && !plain_directory) {  // not expressible on an #SBATCH line
+    s << "cd " << shell_quoted(o.working_directory) << "\n";
+  }
   if (o.cpus_per_task > 0) {
     s << "# each rank's kernel threads: the CPUs Slurm gives its task\n"
       << "export OMP_NUM_THREADS=" << o.cpus_per_task << " OPENBLAS_NUM_THREADS=" << o.cpus_per_task << "\n";

@@ -53,7 +53,9 @@ struct SlurmJob {
 // The job for `plan` (its mesh's ranks, its cluster's node size) running
 // `command` on every rank. Problems name the option: tasks per node that do
 // not divide the ranks, nodes x tasks per node that are not the ranks, more
-// nodes than the cluster has.
+// nodes than the cluster has, a name, time or path that is not one word on
+// an #SBATCH line. A working directory that is not one word becomes a `cd`
+// in the script instead of --chdir.
 Loaded<SlurmJob> slurm_job(const PlanFile& plan, const std::string& plan_path, SlurmOptions options,
                            std::vector<std::string> command);
 
