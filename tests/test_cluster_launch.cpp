@@ -25,7 +25,8 @@ TEST(Hostfile, SlotsCommentsAndLineNumberedErrors) {
   EXPECT_EQ(hostfile_slots({hosts.value[0], hosts.value[1]}), 12);
 
   for (const auto& [text, where] : std::vector<std::pair<std::string, std::string>>{
-           {"a slots=0\n", "hf:1"}, {"a\nb slots=two\n", "hf:2"}, {"a cpus=2\n", "hf:1"}, {"slots=2\n", "hf:1"}}) {
+           {"a slots=0\n", "hf:1"}, {"a\nb slots=two\n", "hf:2"}, {"a cpus=2\n", "hf:1"}, {"slots=2\n", "hf:1"},
+           {"a slots=1000001\n", "hf:1"}}) {
     const auto bad = parse_hostfile(text, "hf");
     EXPECT_FALSE(bad.ok()) << text;
     ASSERT_FALSE(bad.problems.empty()) << text;

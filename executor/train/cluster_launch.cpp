@@ -11,10 +11,14 @@ namespace {
 
 Problem error(const std::string& where, const std::string& message) { return {Severity::error, where, message}; }
 
+// A host's slots: at most this many (no node runs a million ranks), so the
+// sum over any hostfile fits an int64.
+constexpr std::int64_t kMaxSlots = 1000000;
+
 std::optional<std::int64_t> positive_count(const std::string& text) {
   std::int64_t value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < 1) return std::nullopt;
+  if (ec != std::errc() || end != text.data() + text.size() || value < 1 || value > kMaxSlots) return std::nullopt;
   return value;
 }
 
@@ -57,7 +61,7 @@ Loaded<std::vector<HostSlots>> parse_hostfile(const std::string& text, const std
       if (key == "slots" || key == "max_slots" || key == "max-slots") {
         const auto count = positive_count(value);
         if (!count) {
-          result.problems.push_back(error(where, key + "=" + value + ": a count of 1 or more"));
+          result.problems.push_back(error(where, key + "=" + value + ": a count from 1 to " + std::to_string(kMaxSlots)));
         } else if (key == "slots") {
           host.slots = *count;
         }
@@ -123,7 +127,7 @@ Loaded<SlurmJob> slurm_job(const PlanFile& plan, const std::string& plan_path, S
   }
   if (o.gpus_per_node < 0) o.gpus_per_node = gpu_cluster(plan.cluster) ? o.tasks_per_node : 0;
   if (o.job_name.empty()) o.job_name = "meshplan-" + sbatch_word(std::filesystem::path(plan_path).stem().string());
-  if (o.output.empty()) o.output = o.job_name + "-%j.out";
+  if (o.output.empty()) o.output = sbatch_word(o.job_name) + "-%j.out";
   // Each goes on an #SBATCH line as one word: no spaces, quotes or line breaks.
   const std::pair<const char*, const std::string*> words[] = {{"--job-name", &o.job_name}, {"--partition", &o.partition},
                                                               {"--account", &o.account},   {"--time", &o.time},
