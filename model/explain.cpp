@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "model/layer_graph.hpp"
+#include "model/plan_defaults.hpp"
 #include "model/stage_partition.hpp"
 
 namespace meshplan {
@@ -31,7 +32,7 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
                          const Plan& plan) {
   Explanation ex;
   ex.deployment = deployment;
-  ex.seq_len = plan.seq_len > 0 ? plan.seq_len : model.default_seq_len();
+  ex.seq_len = plan_seq_len(model, plan);
   ex.micro_batches = plan.micro_batches();
   const LayerGraph graph = build_layer_graph(model, ex.seq_len);
   ex.parameter_count = graph.parameter_count();

@@ -7,6 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "model/plan_defaults.hpp"
+#include "model/stage_partition.hpp"
+
 namespace meshplan {
 namespace {
 
@@ -28,12 +31,12 @@ struct Writer {
     error("model.kind", framework + " trains transformers; this plan's model is " + to_string(file.model.kind));
     return false;
   }
-  std::int64_t seq_len() const { return plan().seq_len > 0 ? plan().seq_len : file.model.default_seq_len(); }
-  // Layers per pipeline chunk when they divide evenly, else 0.
+  std::int64_t seq_len() const { return plan_seq_len(file.model, plan()); }
+  // Layers per pipeline chunk when they divide evenly (stage_partition.hpp's even split), else 0.
   std::int64_t layers_per_chunk() const {
     const std::int64_t chunks = size(Axis::pp) * plan().schedule.virtual_stages;
     const std::int64_t layers = file.model.transformer.layers;
-    return chunks > 0 && layers % chunks == 0 ? layers / chunks : 0;
+    return chunks > 0 && layers % chunks == 0 ? chunk_layers(layers, chunks, {}, 0) : 0;
   }
   std::string header(const std::string& comment, const std::string& framework) const {
     std::string h = comment + " " + framework + " for " + file.model.name + " on " + mesh().to_string() + " (" +

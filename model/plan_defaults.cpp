@@ -24,4 +24,8 @@ Plan default_plan(ModelKind kind, const Mesh& mesh) {
   return plan;
 }
 
+std::int64_t plan_seq_len(const ModelSpec& model, const Plan& plan) {
+  return plan.seq_len > 0 ? plan.seq_len : model.default_seq_len();
+}
+
 }  // namespace meshplan

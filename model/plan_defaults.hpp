@@ -11,7 +11,8 @@
 // core to be selective about, and the search does not try it either);
 // sequence parallelism wherever a transformer has tp > 1; 1F1B.
 //
-// Defines: default_zero_stage, default_recompute, default_sequence_parallel, default_plan.
+// Defines: default_zero_stage, default_recompute, default_sequence_parallel, default_plan,
+// plan_seq_len.
 #pragma once
 
 #include "model/mesh.hpp"
@@ -38,5 +39,9 @@ bool default_sequence_parallel(ModelKind kind, const Mesh& mesh);
 // A plan on `mesh` with every default above, micro-batch 1 and 1F1B; the
 // batch, sequence, precision and headroom are the caller's to set.
 Plan default_plan(ModelKind kind, const Mesh& mesh);
+
+// The sequence length a plan trains: plan.seq_len, or the model's own when
+// the plan leaves it 0.
+std::int64_t plan_seq_len(const ModelSpec& model, const Plan& plan);
 
 }  // namespace meshplan

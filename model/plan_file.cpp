@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "model/layer_graph.hpp"
+#include "model/plan_defaults.hpp"
 #include "model/report_json.hpp"
 #include "model/validate.hpp"
 
@@ -545,7 +546,7 @@ PlanPrediction read_prediction(JsonObject& root) {
 
 // The plan's own rules (validate_plan), named by plan-file key.
 void validate_loaded(JsonObject& root, const PlanFile& file) {
-  const std::int64_t seq_len = file.plan.seq_len > 0 ? file.plan.seq_len : file.model.default_seq_len();
+  const std::int64_t seq_len = plan_seq_len(file.model, file.plan);
   if (seq_len < 1) return;
   const LayerGraph graph = build_layer_graph(file.model, seq_len);
   for (const auto& p : validate_plan(file.model, graph, file.cluster, Deployment{file.world_size, 0}, file.plan)) {

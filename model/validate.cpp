@@ -1,5 +1,6 @@
 #include "model/validate.hpp"
 
+#include "model/plan_defaults.hpp"
 #include "model/stage_partition.hpp"
 
 namespace meshplan {
@@ -175,7 +176,7 @@ Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const Cl
   check_world(check, cluster, deployment, plan);
   check_batch(check, plan);
   check_unsupported_axes(check, model, plan);
-  const std::int64_t seq_len = plan.seq_len > 0 ? plan.seq_len : model.default_seq_len();
+  const std::int64_t seq_len = plan_seq_len(model, plan);
   if (model.kind == ModelKind::transformer) check_transformer(check, model.transformer, plan, seq_len);
   if (model.kind == ModelKind::mlp) check_mlp(check, model.mlp, plan);
   check_schedule(check, plan);

@@ -14,6 +14,7 @@
 #include "executor/model/parameters.hpp"
 #include "executor/parallel/parallel_gpt.hpp"
 #include "executor/parallel/shard_layout.hpp"
+#include "model/plan_defaults.hpp"
 #include "model/validate.hpp"
 
 namespace meshplan::exec {
@@ -86,7 +87,7 @@ Problems trainable(const ModelSpec& spec, const Plan& plan, std::int64_t seq_len
 }
 
 std::int64_t training_seq_len(const ModelSpec& spec, const Plan& plan) {
-  return plan.seq_len > 0 ? plan.seq_len : spec.default_seq_len();
+  return plan_seq_len(spec, plan);
 }
 
 Problems run_input_problems(const std::string& data_spec, std::int64_t seq_len, const std::string& checkpoint_dir) {
