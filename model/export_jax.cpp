@@ -13,15 +13,6 @@
 namespace meshplan {
 namespace {
 
-std::int64_t weight_layers(const ModelSpec& model) {
-  switch (model.kind) {
-    case ModelKind::transformer: return model.transformer.layers;
-    case ModelKind::mlp: return static_cast<std::int64_t>(model.mlp.layer_sizes.size()) - 1;
-    case ModelKind::cnn: return 0;
-  }
-  return 0;
-}
-
 // A tensor the ShardingSpec writes as two side by side along one dimension
 // (attn.kv: keys then values; a gated w_in: gate then up; a LayerNorm: scale
 // then bias): that dimension and the two arrays' names. fused < 0: one array.
@@ -87,15 +78,6 @@ std::string python_tuple(const std::vector<std::int64_t>& values) {
   return s + (values.size() == 1 ? ",)" : ")");
 }
 
-// The mesh axes splitting a dimension as a PartitionSpec entry.
-std::string axes_entry(const std::vector<Axis>& axes) {
-  if (axes.empty()) return "None";
-  if (axes.size() == 1) return "'" + to_string(axes.front()) + "'";
-  std::string s = "(";
-  for (std::size_t i = 0; i < axes.size(); ++i) s += (i ? ", '" : "'") + to_string(axes[i]) + "'";
-  return s + ")";
-}
-
 void write_arrays(std::ostringstream& o, const std::string& name, const std::vector<ExportedArray>& arrays) {
   o << name << " = {\n";
   for (const ExportedArray& a : arrays) {
@@ -122,7 +104,7 @@ std::string logical_axis_rules(const std::vector<ExportedArray>& parameters) {
     if (conflicting[name]) {
       text += "    # '" + name + "': split differently by different parameters; use PARAMS' specs for it\n";
     } else {
-      text += "    ('" + name + "', " + axes_entry(rule[name]) + "),\n";
+      text += "    ('" + name + "', " + partition_entry(rule[name]) + "),\n";
     }
   }
   return text + ")\n";
@@ -135,7 +117,7 @@ Loaded<std::vector<ExportedArray>> exported_weights(const PlanFile& file, Tensor
   const ModelSpec& model = file.model;
   // The embedding first, then the layers in order, then the head.
   std::vector<std::string> names, head;
-  for (std::int64_t layer = 0; layer < weight_layers(model); ++layer) {
+  for (std::int64_t layer = 0; layer < sharding_layer_count(model); ++layer) {
     for (const TensorChoice& t : sharding_tensors(model, layer)) {
       if (t.activation) continue;
       if (t.name.starts_with("layer") || t.name.starts_with("linear") || t.name.starts_with("embedding")) {

@@ -27,19 +27,6 @@ std::vector<Axis> in_mesh_order(const Mesh& mesh, const std::vector<Axis>& wante
 
 bool contains(const std::vector<Axis>& axes, Axis axis) { return std::find(axes.begin(), axes.end(), axis) != axes.end(); }
 
-std::int64_t layer_count(const ModelSpec& model) {
-  switch (model.kind) {
-    case ModelKind::transformer: return model.transformer.layers;
-    case ModelKind::mlp: return static_cast<std::int64_t>(model.mlp.layer_sizes.size()) - 1;
-    case ModelKind::cnn: {
-      std::int64_t blocks = 0;
-      for (auto b : model.cnn.stage_blocks) blocks += b;
-      return blocks;
-    }
-  }
-  return 0;
-}
-
 // A tensor as the first phase finds it: dimensions still whole.
 struct Located {
   std::vector<ShardedDim> dims;
@@ -157,7 +144,7 @@ Loaded<Located> transformer_tensor(const ModelSpec& model, const Plan& plan, con
   std::int64_t layer = -1;
   std::string rest;
   if (parse_layer(tensor, "layer", layer, rest)) {
-    const std::int64_t layers = layer_count(model);
+    const std::int64_t layers = sharding_layer_count(model);
     if (layer < 0 || layer >= layers) return failed("layer " + std::to_string(layer) + " is out of range 0.." + std::to_string(layers - 1));
     Loaded<Located> result = transformer_layer_tensor(t, s, rest, tensor, plan.mesh.size(Axis::tp));
     result.value.stage = stage_of_layer(layers, plan, layer);
@@ -204,7 +191,7 @@ Loaded<Located> mlp_tensor(const ModelSpec& model, const Plan& plan, const std::
   if (!parse_layer(tensor, "linear", layer, rest) || (rest != "weight" && rest != "output")) {
     return failed("unknown tensor '" + tensor + "' (linear<i>.weight or linear<i>.output)");
   }
-  const std::int64_t layers = layer_count(model);
+  const std::int64_t layers = sharding_layer_count(model);
   if (layer < 0 || layer >= layers) return failed("linear " + std::to_string(layer) + " is out of range 0.." + std::to_string(layers - 1));
   Loaded<Located> result;
   Located& l = result.value;
@@ -328,20 +315,30 @@ std::optional<ModelState> model_state(TensorRole role) {
   return std::nullopt;
 }
 
-std::string ShardingSpec::partition_text() const {
-  std::string text = "P(";
-  for (std::size_t d = 0; d < dims.size(); ++d) {
-    if (d) text += ", ";
-    if (dims[d].axes.empty()) {
-      text += "None";
-    } else if (dims[d].axes.size() == 1) {
-      text += "'" + to_string(dims[d].axes.front()) + "'";
-    } else {
-      text += "(";
-      for (std::size_t a = 0; a < dims[d].axes.size(); ++a) text += (a ? ", '" : "'") + to_string(dims[d].axes[a]) + "'";
-      text += ")";
+std::int64_t sharding_layer_count(const ModelSpec& model) {
+  switch (model.kind) {
+    case ModelKind::transformer: return model.transformer.layers;
+    case ModelKind::mlp: return static_cast<std::int64_t>(model.mlp.layer_sizes.size()) - 1;
+    case ModelKind::cnn: {
+      std::int64_t blocks = 0;
+      for (auto b : model.cnn.stage_blocks) blocks += b;
+      return blocks;
     }
   }
+  return 0;
+}
+
+std::string partition_entry(const std::vector<Axis>& axes) {
+  if (axes.empty()) return "None";
+  if (axes.size() == 1) return "'" + to_string(axes.front()) + "'";
+  std::string text = "(";
+  for (std::size_t a = 0; a < axes.size(); ++a) text += (a ? ", '" : "'") + to_string(axes[a]) + "'";
+  return text + ")";
+}
+
+std::string ShardingSpec::partition_text() const {
+  std::string text = "P(";
+  for (std::size_t d = 0; d < dims.size(); ++d) text += (d ? ", " : "") + partition_entry(dims[d].axes);
   return text + ")";
 }
 

@@ -36,7 +36,8 @@
 //     smaller (or empty) when n does not divide the size (split_extents).
 //
 // Defines: TensorRole, model_state, ShardedDim, ShardingSpec, TensorChoice,
-// sharding_tensors, sharding_spec, gathered, block_of_device, split_extents,
+// sharding_layer_count, partition_entry, sharding_tensors, sharding_spec,
+// gathered, block_of_device, split_extents,
 // block_shape.
 #pragma once
 
@@ -77,6 +78,13 @@ struct ShardingSpec {
   // Blocks along dimension d (the product of its axes' sizes).
   std::int64_t splits(const Mesh& mesh, std::size_t d) const;
 };
+
+// The layers sharding_tensors takes (0 .. count - 1): a transformer's
+// layers, an MLP's linears, a CNN's blocks.
+std::int64_t sharding_layer_count(const ModelSpec& model);
+
+// One dimension's entry of a PartitionSpec: None, 'tp', or ('fsdp', 'tp').
+std::string partition_entry(const std::vector<Axis>& axes);
 
 // Tensors offered for a model, with `layer` standing for the chosen layer
 // ("layer3.mlp.w_in"). Parameters first, then activations.
