@@ -56,15 +56,32 @@ __device__ void load_key_value_tile(float* k_tile, float* v_tile, const __nv_bfl
                       threadIdx.x, blockDim.x);
 }
 
+// What a forward or dQ block works on (grid: query-row tiles x B NH): head h
+// of sequence b, key/value head g, its rows up to last_row, this thread's row.
+template <int D>
+struct QueryRows {
+  int b, h, g, row, last_row;
+  long long width, row_base;
+  float scale;
+  __device__ explicit QueryRows(const Shape& s)
+      : b(blockIdx.y / s.NH),
+        h(blockIdx.y % s.NH),
+        g(h / (s.NH / s.KVH)),
+        row(blockIdx.x * kQueryTile + threadIdx.x),
+        last_row(min(static_cast<int>(blockIdx.x) * kQueryTile + kQueryTile, s.T) - 1),
+        width(s.qkv_width() * D),
+        row_base(static_cast<long long>(b) * s.T),
+        scale(rsqrtf(static_cast<float>(D))) {}
+};
+
 template <int D>
 __global__ void __launch_bounds__(kQueryTile) forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, Shape s) {
   __shared__ float k_tile[kKeyTile * D];
   __shared__ float v_tile[kKeyTile * D];
-  const int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, g = h / (s.NH / s.KVH);
-  const long long width = s.qkv_width() * D, row_base = static_cast<long long>(b) * s.T;
-  const int first_row = blockIdx.x * kQueryTile, row = first_row + threadIdx.x;
-  const int last_row = min(first_row + kQueryTile, s.T) - 1;
-  const float scale = rsqrtf(static_cast<float>(D));
+  const QueryRows<D> r(s);
+  const int b = r.b, h = r.h, g = r.g, row = r.row, last_row = r.last_row;
+  const long long width = r.width, row_base = r.row_base;
+  const float scale = r.scale;
   float q[D], acc[D];
   float m = -INFINITY, l = 0;
   for (int d = 0; d < D; ++d) acc[d] = 0;
@@ -148,11 +165,10 @@ __global__ void __launch_bounds__(kQueryTile)
                           const float* delta, Shape s) {
   __shared__ float k_tile[kKeyTile * D];
   __shared__ float v_tile[kKeyTile * D];
-  const int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, g = h / (s.NH / s.KVH);
-  const long long width = s.qkv_width() * D, row_base = static_cast<long long>(b) * s.T;
-  const int first_row = blockIdx.x * kQueryTile, row = first_row + threadIdx.x;
-  const int last_row = min(first_row + kQueryTile, s.T) - 1;
-  const float scale = rsqrtf(static_cast<float>(D));
+  const QueryRows<D> r(s);
+  const int b = r.b, h = r.h, g = r.g, row = r.row, last_row = r.last_row;
+  const long long width = r.width, row_base = r.row_base;
+  const float scale = r.scale;
   float q[D], dout_row[D], dq[D];
   float row_lse = 0, row_delta = 0;
   for (int d = 0; d < D; ++d) dq[d] = 0;

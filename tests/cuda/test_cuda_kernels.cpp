@@ -55,32 +55,45 @@ Vec random_vector(std::size_t n, std::mt19937_64& rng, double lo = -1.0, double 
   return v;
 }
 
-// A device buffer of floats, freed when it goes.
-class DeviceFloats {
+// A device array of T (float, bf16 or int32), freed when it goes. upload and
+// download convert from and to double (T's rounding); poison sets every byte
+// to 0xFF, NaN for float and bf16.
+template <typename T>
+class DeviceArray {
  public:
-  explicit DeviceFloats(std::size_t n) : n_(n) { MESHPLAN_CUDA_CHECK(cudaMalloc(&data_, std::max<std::size_t>(n, 1) * sizeof(float))); }
-  DeviceFloats(const DeviceFloats&) = delete;
-  DeviceFloats& operator=(const DeviceFloats&) = delete;
-  DeviceFloats(DeviceFloats&& other) noexcept : data_(other.data_), n_(other.n_) { other.data_ = nullptr; }
-  DeviceFloats& operator=(DeviceFloats&&) = delete;
-  ~DeviceFloats() { cudaFree(data_); }
-  float* get() { return data_; }
-  void upload(const Vec& v) {
-    const std::vector<float> f(v.begin(), v.end());
-    MESHPLAN_CUDA_CHECK(cudaMemcpy(data_, f.data(), n_ * sizeof(float), cudaMemcpyHostToDevice));
+  explicit DeviceArray(std::size_t n) : n_(n) { MESHPLAN_CUDA_CHECK(cudaMalloc(&data_, std::max<std::size_t>(n, 1) * sizeof(T))); }
+  explicit DeviceArray(const std::vector<T>& values) : DeviceArray(values.size()) {
+    MESHPLAN_CUDA_CHECK(cudaMemcpy(data_, values.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
   }
-  void poison() { MESHPLAN_CUDA_CHECK(cudaMemset(data_, 0xFF, n_ * sizeof(float))); }  // every float NaN
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& other) noexcept : data_(other.data_), n_(other.n_) { other.data_ = nullptr; }
+  DeviceArray& operator=(DeviceArray&&) = delete;
+  ~DeviceArray() { cudaFree(data_); }
+  T* get() { return data_; }
+  const T* get() const { return data_; }
+  void upload(const Vec& v) {
+    std::vector<T> h(n_);
+    for (std::size_t i = 0; i < n_; ++i) h[i] = static_cast<T>(static_cast<float>(v[i]));
+    MESHPLAN_CUDA_CHECK(cudaMemcpy(data_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void poison() { MESHPLAN_CUDA_CHECK(cudaMemset(data_, 0xFF, n_ * sizeof(T))); }
   Vec download() const {
-    std::vector<float> f(n_);
+    std::vector<T> h(n_);
     MESHPLAN_CUDA_CHECK(cudaDeviceSynchronize());
-    MESHPLAN_CUDA_CHECK(cudaMemcpy(f.data(), data_, n_ * sizeof(float), cudaMemcpyDeviceToHost));
-    return {f.begin(), f.end()};
+    MESHPLAN_CUDA_CHECK(cudaMemcpy(h.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    Vec v(n_);
+    for (std::size_t i = 0; i < n_; ++i) v[i] = static_cast<float>(h[i]);
+    return v;
   }
 
  private:
-  float* data_ = nullptr;
+  T* data_ = nullptr;
   std::size_t n_;
 };
+using DeviceFloats = DeviceArray<float>;
+using DeviceBf16 = DeviceArray<__nv_bfloat16>;
+using DeviceInts = DeviceArray<std::int32_t>;
 
 DeviceFloats on_device(const Vec& v) {
   DeviceFloats d(v.size());
@@ -202,36 +215,6 @@ TEST(CudaKernels, AdamWStepsAndTheSquaredNorm) {
   EXPECT_EQ(first, second) << "the squared norm is deterministic";
 }
 
-// A device buffer of bf16 values, freed when it goes.
-class DeviceBf16 {
- public:
-  explicit DeviceBf16(std::size_t n) : n_(n) {
-    MESHPLAN_CUDA_CHECK(cudaMalloc(&data_, std::max<std::size_t>(n, 1) * sizeof(__nv_bfloat16)));
-  }
-  DeviceBf16(const DeviceBf16&) = delete;
-  DeviceBf16& operator=(const DeviceBf16&) = delete;
-  ~DeviceBf16() { cudaFree(data_); }
-  __nv_bfloat16* get() { return data_; }
-  void upload(const Vec& v) {
-    std::vector<__nv_bfloat16> h(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) h[i] = __float2bfloat16(static_cast<float>(v[i]));
-    MESHPLAN_CUDA_CHECK(cudaMemcpy(data_, h.data(), n_ * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
-  }
-  void poison() { MESHPLAN_CUDA_CHECK(cudaMemset(data_, 0xFF, n_ * sizeof(__nv_bfloat16))); }  // every value NaN
-  Vec download() const {
-    std::vector<__nv_bfloat16> h(n_);
-    MESHPLAN_CUDA_CHECK(cudaDeviceSynchronize());
-    MESHPLAN_CUDA_CHECK(cudaMemcpy(h.data(), data_, n_ * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
-    Vec v(n_);
-    for (std::size_t i = 0; i < n_; ++i) v[i] = __bfloat162float(h[i]);
-    return v;
-  }
-
- private:
-  __nv_bfloat16* data_ = nullptr;
-  std::size_t n_;
-};
-
 // Values exactly representable in bf16, as the GPU holds them.
 Vec bf16_vector(std::size_t n, std::mt19937_64& rng) {
   Vec v = random_vector(n, rng);
@@ -313,39 +296,19 @@ TEST(CudaKernels, SoftmaxCrossEntropyMatchesTheCpuLoss) {
     kernels::cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0, N, V);
     DeviceBf16 glogits(NV), gdlogits(NV);
     DeviceFloats glosses(static_cast<std::size_t>(N));
-    std::int32_t* gtargets = nullptr;
-    MESHPLAN_CUDA_CHECK(cudaMalloc(&gtargets, targets.size() * sizeof(std::int32_t)));
-    MESHPLAN_CUDA_CHECK(cudaMemcpy(gtargets, targets.data(), targets.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+    const DeviceInts gtargets(targets);
     glogits.upload(logits);
     gdlogits.poison();
     glosses.poison();
-    softmax_cross_entropy(gdlogits.get(), glosses.get(), glogits.get(), gtargets, N, V, 1.0f, nullptr);
+    softmax_cross_entropy(gdlogits.get(), glosses.get(), glogits.get(), gtargets.get(), N, V, 1.0f, nullptr);
     const std::string what = "N " + std::to_string(N) + " V " + std::to_string(V) + " (seed " + std::to_string(seed()) + ")";
     EXPECT_LE(relative_error(glosses.download(), losses), 1e-5) << "cross-entropy losses, " << what;
     const Vec separate = gdlogits.download();
     EXPECT_LE(relative_error(separate, dlogits), 1e-2) << "cross-entropy gradients, " << what;
-    softmax_cross_entropy(glogits.get(), glosses.get(), glogits.get(), gtargets, N, V, 1.0f, nullptr);  // in place
+    softmax_cross_entropy(glogits.get(), glosses.get(), glogits.get(), gtargets.get(), N, V, 1.0f, nullptr);  // in place
     EXPECT_TRUE(glogits.download() == separate) << "in place differs from out of place, " << what;
-    MESHPLAN_CUDA_CHECK(cudaFree(gtargets));
   }
 }
-
-// A device copy of host int32 values, freed when it goes.
-class DeviceInts {
- public:
-  explicit DeviceInts(const std::vector<std::int32_t>& v) : n_(v.size()) {
-    MESHPLAN_CUDA_CHECK(cudaMalloc(&data_, std::max<std::size_t>(n_, 1) * sizeof(std::int32_t)));
-    MESHPLAN_CUDA_CHECK(cudaMemcpy(data_, v.data(), n_ * sizeof(std::int32_t), cudaMemcpyHostToDevice));
-  }
-  DeviceInts(const DeviceInts&) = delete;
-  DeviceInts& operator=(const DeviceInts&) = delete;
-  ~DeviceInts() { cudaFree(data_); }
-  const std::int32_t* get() const { return data_; }
-
- private:
-  std::int32_t* data_ = nullptr;
-  std::size_t n_;
-};
 
 // Token and position embedding against kernels/cpu/embedding in double; the
 // backward accumulates into random starting gradients, with tokens repeated
