@@ -121,36 +121,6 @@ extern "C" void relay_interrupt(int) {
   if (mpirun_pid > 0) ::kill(static_cast<pid_t>(mpirun_pid), interrupts == 1 ? SIGUSR1 : SIGTERM);
 }
 
-// Runs `argv` (mpirun) in its own process group, relaying interrupts as the
-// file comment says; returns its exit status (130 once interrupted).
-int run_relaying_interrupts(const std::string& program, std::vector<char*>& argv) {
-  struct sigaction action {};
-  action.sa_handler = relay_interrupt;
-  sigemptyset(&action.sa_mask);
-  for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal_number, &action, nullptr);
-  std::cout.flush();
-  const pid_t child = ::fork();
-  if (child < 0) {
-    std::cerr << "meshplan launch: could not start " << program << ": " << std::strerror(errno) << "\n";
-    return exit_bad_input;
-  }
-  if (child == 0) {
-    ::setpgid(0, 0);
-    ::execv(program.c_str(), argv.data());
-    std::cerr << "meshplan launch: could not start " << program << ": " << std::strerror(errno) << "\n";
-    ::_exit(exit_bad_input);
-  }
-  ::setpgid(child, child);  // both sides, so neither order of fork and exec races
-  mpirun_pid = child;
-  if (interrupts > 0) ::kill(child, SIGUSR1);  // one that came before mpirun had a pid
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0) {
-    if (errno != EINTR) return 1;
-  }
-  if (interrupts > 0) return exit_interrupted;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 void report(const Problems& problems) {
   for (const auto& p : problems) std::cerr << "meshplan launch: " << describe(p) << "\n";
 }
@@ -191,15 +161,29 @@ std::string absolute(const std::string& path) {
   return error ? path : p.lexically_normal().string();
 }
 
-// Runs `command` (its first word found in PATH already) and waits; its
-// standard output, line by line, goes to `on_line` when given (else through).
-int run_and_wait(const std::vector<std::string>& command, const std::function<void(const std::string&)>& on_line = {}) {
+// Runs `command` (its first word a path: find_program's) and waits for it.
+// With `relay`, in its own process group, interrupts relayed as the file
+// comment says (mpirun), and 130 returned once interrupted; otherwise in
+// launch's group, so the terminal's Ctrl-C reaches it directly (sbatch). Its
+// standard output goes line by line to `on_line` when given, else through.
+int run_child(const std::vector<std::string>& command, bool relay,
+              const std::function<void(const std::string&)>& on_line = {}) {
   int pipe_fds[2] = {-1, -1};
   if (on_line && ::pipe(pipe_fds) != 0) return exit_bad_input;
+  if (relay) {
+    struct sigaction action {};
+    action.sa_handler = relay_interrupt;
+    sigemptyset(&action.sa_mask);
+    for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal_number, &action, nullptr);
+  }
   std::cout.flush();
   const pid_t child = ::fork();
-  if (child < 0) return exit_bad_input;
+  if (child < 0) {
+    std::cerr << "meshplan launch: could not start " << command[0] << ": " << std::strerror(errno) << "\n";
+    return exit_bad_input;
+  }
   if (child == 0) {
+    if (relay) ::setpgid(0, 0);
     if (on_line) {
       ::dup2(pipe_fds[1], STDOUT_FILENO);
       ::close(pipe_fds[0]);
@@ -211,6 +195,11 @@ int run_and_wait(const std::vector<std::string>& command, const std::function<vo
     ::execv(argv[0], argv.data());
     std::cerr << "meshplan launch: could not start " << command[0] << ": " << std::strerror(errno) << "\n";
     ::_exit(exit_bad_input);
+  }
+  if (relay) {
+    ::setpgid(child, child);  // both sides, so neither order of fork and exec races
+    mpirun_pid = child;
+    if (interrupts > 0) ::kill(child, SIGUSR1);  // one that came before the child had a pid
   }
   if (on_line) {
     ::close(pipe_fds[1]);
@@ -228,6 +217,7 @@ int run_and_wait(const std::vector<std::string>& command, const std::function<vo
   while (::waitpid(child, &status, 0) < 0) {
     if (errno != EINTR) return 1;
   }
+  if (relay && interrupts > 0) return exit_interrupted;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -268,7 +258,7 @@ int launch_slurm(const LaunchFlags& flags, const PlanFile& plan, const std::vect
     return exit_bad_input;
   }
   std::string job_id;
-  const int status = run_and_wait(sbatch, [&](const std::string& line) {
+  const int status = run_child(sbatch, false, [&](const std::string& line) {
     if (job_id.empty() && !line.empty()) {
       job_id = line.substr(0, line.find(';'));
       std::string output = o.output;
@@ -386,11 +376,8 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& train_a
     return exit_bad_input;
   }
   command.front() = mpirun;
-  std::vector<char*> argv;
-  for (auto& arg : command) argv.push_back(arg.data());
-  argv.push_back(nullptr);
   ::setenv("MESHPLAN_LAUNCHED", "1", 1);  // local ranks inherit mpirun's environment
-  return run_relaying_interrupts(mpirun, argv);
+  return run_child(command, true);
 }
 
 }  // namespace
