@@ -18,11 +18,7 @@ venv="$work/venv"
 . "$(dirname "$0")/throwaway_venv.sh"
 throwaway_venv "${MESHPLAN_TORCH_PYTHON:-/usr/bin/python3}" "$venv" "DeepSpeed's config parser imports it"
 # 0.16.0: a release that installs against Debian bookworm's PyTorch 1.13 (DeepSpeed builds no ops at install).
-if ! "$venv/bin/pip" install --quiet --disable-pip-version-check --timeout 30 --no-build-isolation \
-  deepspeed==0.16.0 >"$work/pip.log" 2>&1; then
-  echo "SKIPPED: could not install DeepSpeed from PyPI: $(tail -2 "$work/pip.log" | tr '\n' ' ')"
-  exit 77
-fi
+pip_or_skip "$venv" "DeepSpeed 0.16.0" --no-build-isolation deepspeed==0.16.0
 
 # name | mesh | explain flags | data-parallel ranks | ZeRO stage DeepSpeed must parse | precision
 cases=(

@@ -18,10 +18,7 @@ rm -rf "$work" && mkdir -p "$work"
 venv="$work/venv"
 . "$(dirname "$0")/throwaway_venv.sh"
 throwaway_venv "${MESHPLAN_JAX_PYTHON:-python3}" "$venv"
-if ! "$venv/bin/pip" install --quiet --disable-pip-version-check --timeout 30 jax >"$work/pip.log" 2>&1; then
-  echo "SKIPPED: could not install JAX from PyPI: $(tail -2 "$work/pip.log" | tr '\n' ' ')"
-  exit 77
-fi
+pip_or_skip "$venv" JAX jax
 echo "JAX $("$venv/bin/python" -c 'import jax; print(jax.__version__)') installed in a throwaway environment"
 export XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu
 

@@ -18,11 +18,8 @@ venv="$work/venv"
 . "$(dirname "$0")/throwaway_venv.sh"
 throwaway_venv "${MESHPLAN_TORCH_PYTHON:-/usr/bin/python3}" "$venv" "torchtitan's config module imports it"
 # --no-deps: torchtitan's other requirements (datasets, torchdata, ...) are its training loop's, not its parser's.
-if ! { "$venv/bin/pip" install --quiet --disable-pip-version-check --timeout 30 --no-deps torchtitan==0.1.0 &&
-  "$venv/bin/pip" install --quiet --disable-pip-version-check --timeout 30 tyro; } >"$work/pip.log" 2>&1; then
-  echo "SKIPPED: could not install torchtitan 0.1.0 and tyro from PyPI: $(tail -2 "$work/pip.log" | tr '\n' ' ')"
-  exit 77
-fi
+pip_or_skip "$venv" "torchtitan 0.1.0" --no-deps torchtitan==0.1.0
+pip_or_skip "$venv" tyro tyro
 
 # name | model | gpus | mesh | explain flags
 cases=(
