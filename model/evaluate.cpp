@@ -300,7 +300,7 @@ namespace {
 struct StageSum {
   double dense = 0, expert = 0, largest_block = 0;
   double chunk_activation_bytes = 0, largest_layer_bytes = 0, gradient_elements = 0, loss_logits = 0;
-  double forward_s = 0, backward_s = 0, weight_gradient_s = 0, compute_s = 0;
+  double forward_s = 0, backward_s = 0, weight_gradient_s = 0, compute_s = 0, backward_compute_s = 0;
   double tp_s = 0, tp_exposed_s = 0, cp_s = 0, cp_exposed_s = 0, ep_s = 0;
   std::int64_t layers = 0;
   double blocks_with_parameters = 0;
@@ -310,7 +310,11 @@ struct StageSum {
   double fsdp_s = 0, fsdp_exposed_s = 0;
 
   // Adds `count` blocks of one kind (`in_chunk`: a pipeline-partitioned layer).
-  void add(const BlockCost& c, bool in_chunk, double count, Recompute recompute) {
+  // ZB-H1 splits the backward, and its B pass has no W GEMMs beside it to
+  // hide tp collectives under.
+  void add(const BlockCost& c, bool in_chunk, double count, const Plan& plan) {
+    const Recompute recompute = plan.recompute;
+    const double tp_backward_exposed_s = plan.schedule.kind == ScheduleKind::zb_h1 ? c.tp_backward_total_s : c.tp_backward_s;
     dense += count * c.dense_parameters;
     expert += count * c.expert_parameters;
     largest_block = std::max(largest_block, c.dense_parameters + c.expert_parameters);
@@ -323,11 +327,12 @@ struct StageSum {
       layers += static_cast<std::int64_t>(count);
     }
     forward_s += count * (c.forward_compute_s + c.tp_forward_s + c.cp_forward_exposed_s + c.ep_s / 2);
-    backward_s += count * (c.backward_compute_s + c.tp_backward_s + c.cp_backward_exposed_s + c.ep_s / 2);
+    backward_s += count * (c.backward_compute_s + tp_backward_exposed_s + c.cp_backward_exposed_s + c.ep_s / 2);
     weight_gradient_s += count * c.weight_gradient_s;
     compute_s += count * (c.forward_compute_s + c.backward_compute_s);
+    backward_compute_s += count * c.backward_compute_s;
     tp_s += count * (c.tp_forward_s + c.tp_backward_total_s);
-    tp_exposed_s += count * (c.tp_forward_s + c.tp_backward_s);
+    tp_exposed_s += count * (c.tp_forward_s + tp_backward_exposed_s);
     cp_s += count * c.cp_s;
     cp_exposed_s += count * (c.cp_forward_exposed_s + c.cp_backward_exposed_s);
     ep_s += count * c.ep_s;
@@ -352,16 +357,16 @@ void fold_stages(std::vector<StageSum>& sum, const ModelProfile& prof, const Pla
     StageSum& s = sum[static_cast<std::size_t>(chunk % pp)];
     if (prof.uniform_layer_kind >= 0) {  // every layer alike: add them all at once
       const std::int64_t n = std::min(size, layers - next_layer);
-      if (n > 0) s.add(cost_of_block(prof, kind_cost, prof.layer_blocks[static_cast<std::size_t>(next_layer)]), true, static_cast<double>(n), plan.recompute);
+      if (n > 0) s.add(cost_of_block(prof, kind_cost, prof.layer_blocks[static_cast<std::size_t>(next_layer)]), true, static_cast<double>(n), plan);
       next_layer += n;
       continue;
     }
     for (std::int64_t i = 0; i < size && next_layer < layers; ++i, ++next_layer) {
-      s.add(cost_of_block(prof, kind_cost, prof.layer_blocks[static_cast<std::size_t>(next_layer)]), true, 1, plan.recompute);
+      s.add(cost_of_block(prof, kind_cost, prof.layer_blocks[static_cast<std::size_t>(next_layer)]), true, 1, plan);
     }
   }
-  if (prof.embedding_block >= 0) sum.front().add(cost_of_block(prof, kind_cost, prof.embedding_block), false, 1, plan.recompute);
-  if (prof.head_block >= 0) sum.back().add(cost_of_block(prof, kind_cost, prof.head_block), false, 1, plan.recompute);
+  if (prof.embedding_block >= 0) sum.front().add(cost_of_block(prof, kind_cost, prof.embedding_block), false, 1, plan);
+  if (prof.head_block >= 0) sum.back().add(cost_of_block(prof, kind_cost, prof.head_block), false, 1, plan);
 }
 
 // ---- phase 3: each stage's memory (the same rules as memory_model.cpp)
@@ -465,8 +470,8 @@ void add_weight_sharding(StageSum& s, const Plan& plan, const Link& fsdp_group) 
   s.backward_s += backward_exposed;
 }
 
-// Data-parallel gradient reduction after the last micro-batch (overlapping
-// its backward in buckets), ZeRO-1/2's gather of the updated weights, and
+// Data-parallel gradient reduction after the last micro-batch (in buckets,
+// overlapping its last gradient pass), ZeRO-1/2's gather of the updated weights, and
 // the optimizer, each the slowest stage's.
 struct AfterPipeline {
   double dp_s = 0, dp_exposed_s = 0, gather_after_step_s = 0, optimizer_s = 0;
@@ -481,12 +486,20 @@ AfterPipeline after_pipeline(const std::vector<StageSum>& sum, std::size_t slowe
     double reduce = 0, gather = 0;
     if (dp_group.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)) {
       const double local_gradients = s.gradient_bytes / ps.fsdp;  // HSDP: fsdp already reduce-scattered
-      reduce = cost(gradient_reduction(plan.zero_stage), local_gradients, dp_group);
+      const GradientBuckets buckets = gradient_buckets(local_gradients, plan.gradient_bucket_bytes);
+      const Collective kind = gradient_reduction(plan.zero_stage);
+      const double each = cost(kind, buckets.size, dp_group), last = cost(kind, buckets.last, dp_group);
+      reduce = buckets.count > 0 ? static_cast<double>(buckets.count - 1) * each + last : 0;
       if (zero_shards(plan.zero_stage, ModelState::optimizer)) gather = cost(Collective::all_gather, s.parameter_bytes / ps.fsdp, dp_group);
-      const double last_bucket = local_gradients > 0 ? reduce * std::min(1.0, plan.gradient_bucket_bytes / local_gradients) : 0;
-      const double exposed = plan.overlap_gradient_reduction && dp_group.overlaps_compute
-                                 ? std::max(reduce - s.backward_s, last_bucket)
-                                 : reduce;
+      double exposed = reduce;
+      if (plan.overlap_gradient_reduction && dp_group.overlaps_compute) {
+        // The buckets fill during the last gradient pass: ZB-H1's last W, or
+        // the last backward, whose own collectives follow its compute.
+        const bool split = plan.schedule.kind == ScheduleKind::zb_h1;
+        const double compute = split ? s.weight_gradient_s : s.backward_compute_s;
+        const double pass = split ? s.weight_gradient_s : s.backward_s;
+        exposed = std::max(0.0, bucket_reduction_end_s(buckets, each, last, compute) - pass);
+      }
       if (exposed > out.dp_exposed_s) out.dp_exposed_s = exposed;
       if (r == slowest) out.dp_s = reduce + gather;
     }

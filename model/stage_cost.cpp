@@ -1,6 +1,9 @@
 // The split rules of stage_cost.hpp, written once.
 #include "model/stage_cost.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace meshplan {
 
 ActivationSplit activation_split(std::int64_t tp, std::int64_t cp, bool sequence_parallel) {
@@ -28,6 +31,32 @@ PipelineTransfer pipeline_transfer(const ModelProfile& profile, const Plan& plan
   t.gather_after_receive = profile.kind == ModelKind::transformer && tp > 1 && !plan.sequence_parallel;
   t.send_bytes = t.gather_after_receive ? t.boundary_bytes / tp : t.boundary_bytes;
   return t;
+}
+
+GradientBuckets gradient_buckets(double reduced_bytes, double bucket_bytes) {
+  GradientBuckets b;
+  if (!(reduced_bytes > 0)) return b;
+  b.size = std::max(bucket_bytes, reduced_bytes / kMostGradientBuckets);
+  b.count = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(reduced_bytes / b.size)));
+  b.last = reduced_bytes - static_cast<double>(b.count - 1) * b.size;
+  if (!(b.last > 0)) {  // rounding put the boundary just past the total
+    b.count = std::max<std::int64_t>(1, b.count - 1);
+    b.last = reduced_bytes - static_cast<double>(b.count - 1) * b.size;
+  }
+  return b;
+}
+
+double bucket_reduction_end_s(const GradientBuckets& buckets, double each_s, double last_s, double compute_s) {
+  if (buckets.count <= 0) return 0;
+  const double total = buckets.through(buckets.count - 1);
+  auto ready = [&](std::int64_t k) { return compute_s * std::min(1.0, buckets.through(k) / total); };
+  auto after = [&](std::int64_t k) { return static_cast<double>(buckets.count - 1 - k) * each_s + last_s; };
+  double end = ready(buckets.count - 1) + last_s;
+  if (buckets.count >= 2) {
+    end = std::max(end, ready(0) + after(0));
+    end = std::max(end, ready(buckets.count - 2) + after(buckets.count - 2));
+  }
+  return end;
 }
 
 }  // namespace meshplan

@@ -21,7 +21,8 @@
 //
 // Defines: ActivationSplit, activation_split, LocalGemm, local_gemm, Pass,
 // HiddenUnder, BlockCollective, GemmCost, BlockCost, PipelineTransfer,
-// pipeline_transfer, gradient_reduction, optimizer_traffic_bytes.
+// pipeline_transfer, gradient_reduction, GradientBuckets, gradient_buckets,
+// bucket_reduction_end_s, optimizer_traffic_bytes.
 #pragma once
 
 #include <array>
@@ -138,6 +139,32 @@ PipelineTransfer pipeline_transfer(const ModelProfile& profile, const Plan& plan
 inline Collective gradient_reduction(int zero_stage) {
   return zero_shards(zero_stage, ModelState::optimizer) ? Collective::reduce_scatter : Collective::all_reduce;
 }
+
+// Data-parallel gradient buckets, as PyTorch DDP forms them (Li et al. 2020,
+// "PyTorch Distributed", Sec. 3.2.3): one device's `reduced_bytes` of
+// gradients to reduce, in buckets of `bucket_bytes` (raised so that there
+// are at most kMostGradientBuckets; a 1-byte bucket size would otherwise
+// ask for billions), the last holding the rest. Each bucket is its own
+// collective, so each pays the collective's latency.
+inline constexpr double kMostGradientBuckets = 4096;
+struct GradientBuckets {
+  std::int64_t count = 0;
+  double size = 0;  // every bucket but the last
+  double last = 0;
+  // Bytes in buckets 0..k: what the gradient pass must have produced before bucket k can start.
+  double through(std::int64_t k) const { return k + 1 >= count ? static_cast<double>(count - 1) * size + last : static_cast<double>(k + 1) * size; }
+};
+GradientBuckets gradient_buckets(double reduced_bytes, double bucket_bytes);
+
+// When the last bucket is reduced, in seconds from the start of the last
+// gradient pass's compute (`compute_s` long): bucket k becomes ready once
+// the pass has produced its bytes, in proportion to its progress (DDP's
+// hooks fire as gradients are written), and the buckets are reduced one
+// after another, each `each_s` and the last `last_s`. The simulator replays
+// exactly this (simulator/engine.cpp, schedule_buckets); with the buckets
+// ready in proportion to k, the latest finish is set by the first, the
+// second-to-last or the last bucket.
+double bucket_reduction_end_s(const GradientBuckets& buckets, double each_s, double last_s, double compute_s);
 
 // Adam per locally owned parameter: master weights and both moments read and
 // written, gradients read, the working weights written.

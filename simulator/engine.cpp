@@ -449,13 +449,16 @@ class Engine {
       st.compute_event = record(e);
     }
     st.outstanding = 1;
-    // Only tp collectives hide under the weight-gradient GEMMs (evaluate.cpp, tp_backward_s).
+    // Only tp collectives hide under the weight-gradient GEMMs, as much as the
+    // cost record hides block by block (evaluate.cpp, tp_backward_s): they
+    // start segment.tp_hidden_s before the compute ends. ZB-H1's B pass has
+    // no W GEMMs beside it, so nothing hides there.
     const auto tensor_parallel = std::count_if(segment.backward_comm.begin(), segment.backward_comm.end(),
                                                [](const CommWork& c) { return c.axis == Axis::tp; });
     st.overlapped = in.kind == Kind::backward && work_.overlap_tensor_parallel && tensor_parallel > 0;
     if (st.overlapped) {
       st.outstanding += static_cast<std::int32_t>(tensor_parallel);
-      push(now + std::max(0.0, duration - segment.weight_gradient_s), Wake::overlapped_comm, s);
+      push(now + std::max(0.0, duration - segment.tp_hidden_s), Wake::overlapped_comm, s);
     }
     if (work_.overlap_gradient_reduction && produces_gradients(in.kind) && st.last_gradient_pc[local(in.chunk)] == st.pc) {
       schedule_buckets(s, chunk, segment.gradient_bytes, now, duration);

@@ -22,9 +22,6 @@ namespace meshplan::sim {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-// More buckets than this per chunk are merged (a 1-byte bucket size would
-// otherwise ask for billions of events).
-constexpr double kMostBucketsPerChunk = 4096;
 
 // Ranks that communicate together over one or more mesh axes, combined as
 // evaluate.cpp's combine() does: sizes multiply, the slowest axis sets the
@@ -265,13 +262,12 @@ void add_buckets(ChunkWork& chunk, const Context& cx, Builder& build, std::int64
   const double fsdp = static_cast<double>(cx.plan.mesh.size(Axis::fsdp));
   const double reduced_total = produced_total / fsdp;
   if (!cx.reduce_over_dp || !(reduced_total > 0) || cx.options.zero_communication) return;
-  const double bucket = std::max(cx.plan.gradient_bucket_bytes, reduced_total / kMostBucketsPerChunk);
+  const GradientBuckets buckets = gradient_buckets(reduced_total, cx.plan.gradient_bucket_bytes);
   const Collective collective = gradient_reduction(cx.plan.zero_stage);
-  for (double reduced = 0; reduced < reduced_total;) {
-    const double size = std::min(bucket, reduced_total - reduced);
-    reduced = size < bucket ? reduced_total : reduced + size;
-    chunk.buckets.push_back({reduced >= reduced_total ? produced_total : reduced * fsdp,
-                             build.collective(collective, size, cx.groups.dp, r)});
+  for (std::int64_t k = 0; k < buckets.count; ++k) {
+    const bool last = k + 1 == buckets.count;
+    chunk.buckets.push_back({last ? produced_total : buckets.through(k) * fsdp,
+                             build.collective(collective, last ? buckets.last : buckets.size, cx.groups.dp, r)});
   }
 }
 
@@ -309,6 +305,7 @@ double build_chunk(ChunkWork& chunk, const Context& cx, Builder& build, std::int
     segment.forward_s += c.forward_compute_s;
     segment.backward_s += c.backward_compute_s;
     segment.weight_gradient_s += c.weight_gradient_s;
+    segment.tp_hidden_s += c.tp_backward_total_s - c.tp_backward_s;
     double parameters = c.dense_parameters + c.expert_parameters;
     // The last stage keeps a copy of a tied embedding for the output layer (Megatron).
     if (block == prof.head_block && cx.pp > 1) parameters += c.tied_parameters;

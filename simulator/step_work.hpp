@@ -76,6 +76,11 @@ struct SegmentWork {
   double forward_s = 0;            // compute only
   double backward_s = 0;           // input + weight gradients, incl. recomputation
   double weight_gradient_s = 0;    // the W part of backward_s (zero-bubble schedules)
+  // overlap_tensor_parallel: the seconds of backward tp collectives that the
+  // cost record hides under its blocks' W GEMMs, block by block
+  // (BlockCost::tp_backward_total_s - tp_backward_s); the collectives start
+  // this long before the backward's compute ends.
+  double tp_hidden_s = 0;
   std::vector<CommWork> forward_comm;   // collectives inside the blocks that the next block waits for (tp, cp, ep)
   std::vector<CommWork> backward_comm;
   CommWork parameter_gather;            // fsdp / ZeRO-3: before the forward and again before the backward

@@ -118,36 +118,40 @@ std::string describe(const PlanSetup& s, const Plan& plan) {
          " overlap-tp=" + std::to_string(plan.overlap_tensor_parallel);
 }
 
-// One pipeline stage, no data-parallel gradient reduction or weight sharding
-// (meshes over tp and cp) and backward tp collectives not overlapped: the
-// event engine and the analytical model are then the same model (m
-// micro-batches of the stage's forward and backward, each with its blocks'
-// collectives, then the optimizer), read from the same record, so the steps
-// must be equal. (With overlap_tensor_parallel the evaluator hides each
-// block's collectives under that block's W GEMMs, max(0, comm - W) per block
-// and not the recomputed forward's; the engine runs a segment's collectives
-// beside the segment's whole W part, recomputed ones included, and under
-// ZB-H1 not at all: docs/simulator.md, "Where the simulator and the
-// evaluator differ".) Relative 1e-12, not ==: the
-// engine adds the m passes one event after another where the evaluator
-// multiplies m by one pass, and the two sums round differently in the last
-// bits (ulps of the step).
-TEST(SimulatedStepExactly, OneStageWithoutDataParallelismEqualsTheEvaluator) {
+// One pipeline stage, weights not sharded (meshes over dp, tp, cp and ep,
+// ZeRO 0-2), every switch: the event engine and the analytical model are
+// then the same model, read from the same record, so the steps must be
+// equal: m micro-batches of the stage's forward and backward, each with its
+// blocks' collectives (backward tp collectives hidden under the W GEMMs
+// block by block, as much as the record says, and not at all beside
+// ZB-H1's B pass), the gradient buckets filling during the last gradient
+// pass and reduced one after another, then the optimizer and ZeRO-1/2's
+// gather. Relative 1e-12, not ==: the engine adds the m passes one event
+// after another where the evaluator multiplies m by one pass, and the two
+// sums round differently in the last bits (ulps of the step).
+TEST(SimulatedStepExactly, OneStageWithUnshardedWeightsEqualsTheEvaluator) {
   std::vector<PlanSetup> setups = make_setups();
   std::mt19937_64 rng(20261125);
-  int checked = 0;
-  for (int tried = 0; checked < 200 && tried < 20000; ++tried) {
+  int checked = 0, reduced = 0, hidden = 0;
+  for (int tried = 0; checked < 300 && tried < 30000; ++tried) {
     const PlanSetup& s = setups[std::uniform_int_distribution<std::size_t>(0, setups.size() - 1)(rng)];
-    Plan plan = draw_plan(s, rng, {Axis::tp, Axis::cp});
-    plan.overlap_tensor_parallel = false;
+    Plan plan = draw_plan(s, rng, {Axis::dp, Axis::tp, Axis::cp, Axis::ep});
+    plan.zero_stage = static_cast<int>(rng() % 3);
     if (!valid(s, plan)) continue;
     const auto sim = simulate_plan(*s.evaluator, plan, {false, false});
     ASSERT_TRUE(sim.ok()) << describe(s, plan) << "\n" << messages(sim.problems);
     ++checked;
     const double simulated = sim.value.summary.step_s, analytical = sim.value.analytical.step_s;
     EXPECT_NEAR(simulated, analytical, 1e-12 * analytical) << describe(s, plan);
+    if (plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) > 1) ++reduced;
+    if (plan.overlap_tensor_parallel && plan.mesh.size(Axis::tp) > 1) ++hidden;
   }
-  EXPECT_EQ(checked, 200);
+  EXPECT_EQ(checked, 300);
+  // The draw must reach the cases this test is about.
+  EXPECT_GT(reduced, 100);
+  EXPECT_GT(hidden, 50);
+  std::printf("[ exact    ] 300 one-stage plans: %d with a data-parallel reduction, %d hiding tp under W\n", reduced,
+              hidden);
 }
 
 // Over every axis, schedule and switch: the work the simulator replays is the
