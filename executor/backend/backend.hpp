@@ -1,14 +1,19 @@
 // The one interface between the executor and a device, in the way of ggml's
 // backends: layers, models and the trainer allocate and copy through a
-// Backend and never name a device API, so a CUDA backend (cudaMalloc,
-// cudaMemcpyAsync on a cudaStream_t, cuBLAS on that stream) is added later by
-// implementing this interface, without touching them.
+// Backend and never name a device API. CpuBackend (cpu_backend.hpp) is the
+// one they run on; CudaBackend (cuda_backend.hpp, built only with the CUDA
+// toolkit: cudaMalloc behind a caching allocator, cudaMemcpyAsync on a
+// cudaStream_t) implements the same interface without touching them. Running
+// the layers' math on it (cuBLAS and the kernels of kernels/cuda/ on its
+// streams) is still to come.
 //
 //   * Memory: allocate/deallocate raw bytes tagged with a MemoryCategory; the
 //     backend records every byte in its MemoryLedger (memory_ledger.hpp), so
 //     "memory in use" is measured, not estimated. deallocate takes the same
 //     size and category as the allocation (as std::allocator does), so a
-//     backend needs no per-pointer table.
+//     backend that hands memory straight back (the CPU's) needs no
+//     per-pointer table; the CUDA backend's cache keeps one anyway, for its
+//     blocks, and asserts that the two agree.
 //   * Execution: an ExecutionContext is an in-order queue of work (a CUDA
 //     stream; on the CPU, work runs on the calling thread, so a context is
 //     always synchronized). Copies are enqueued on a context; synchronize()
@@ -44,15 +49,16 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
-  virtual std::string_view name() const = 0;  // "cpu", later "cuda:0"
+  virtual std::string_view name() const = 0;  // "cpu", "cuda:0"
   virtual DeviceKind device_kind() const = 0;
   // Whether device memory is ordinary host memory (pointers from allocate may
   // be read and written by host code, e.g. through a TrackedVector).
   bool host_accessible() const { return device_kind() == DeviceKind::cpu; }
 
   // `bytes` of device memory recorded under `category`, aligned for any
-  // vector load (64 bytes on the CPU); nullptr when the device is out of
-  // memory (nothing is recorded then). bytes == 0 gives a valid, unique pointer.
+  // vector load (64 bytes on the CPU, at least 256 on CUDA); nullptr when the
+  // device is out of memory (nothing is recorded then). bytes == 0 gives a
+  // valid, unique pointer.
   virtual void* allocate(std::size_t bytes, MemoryCategory category) = 0;
   // Releases an allocation: same pointer, bytes and category as allocate's.
   virtual void deallocate(void* pointer, std::size_t bytes, MemoryCategory category) noexcept = 0;
