@@ -1,9 +1,11 @@
 // The elementwise kernels, AdamW and the squared norm of kernels.hpp: one
 // thread per element in a grid-stride loop, the formulas of the CPU kernels
-// (kernels/cpu/activation.cpp, residual.cpp, adamw.cpp) in float.
+// (kernels/cpu/activation.cpp, residual.cpp) in float; AdamW's element
+// update is adamw_multi_chunks.hpp's, shared with the multi-tensor step.
 #include <cmath>
 
 #include "kernels/cpu/activation.hpp"
+#include "kernels/cuda/adamw_multi_chunks.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/kernels.hpp"
 
@@ -55,22 +57,10 @@ __global__ void residual_backward_kernel(float* da, float* db, const float* dout
   }
 }
 
-struct AdamWStep {
-  float beta1, beta2, bias_correction1, bias_correction2, lr, eps, weight_decay;
-};
-
-__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, std::int64_t n, AdamWStep s) {
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, std::int64_t n, AdamWStepScalars s) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float g = grads[i];
-    const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * g;
-    const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float m_hat = mi / s.bias_correction1;
-    const float v_hat = vi / s.bias_correction2;
-    params[i] -= s.lr * (m_hat / (sqrtf(v_hat) + s.eps) + s.weight_decay * params[i]);
-  }
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    adamw_element(params[i], m[i], v[i], grads[i], s);
 }
 
 // Block b sums elements b, b + B, b + 2B, ... (B = kNormBlocks x kThreads
@@ -124,15 +114,7 @@ void residual_backward(float* da, float* db, const float* dout, std::int64_t n, 
 
 void adamw_update(float* params, const float* grads, float* m, float* v, std::int64_t n, std::int64_t step,
                   const AdamWHyperparameters& hp, cudaStream_t stream) {
-  if (step < 1) throw std::invalid_argument("AdamW steps count from 1");
-  const double step_d = static_cast<double>(step);
-  const AdamWStep s{static_cast<float>(hp.beta1),
-                    static_cast<float>(hp.beta2),
-                    static_cast<float>(1.0 - std::pow(hp.beta1, step_d)),
-                    static_cast<float>(1.0 - std::pow(hp.beta2, step_d)),
-                    static_cast<float>(hp.learning_rate),
-                    static_cast<float>(hp.eps),
-                    static_cast<float>(hp.weight_decay)};
+  const AdamWStepScalars s = adamw_step_scalars(step, hp, 1.0f);  // throws unless step >= 1
   adamw_kernel<<<blocks_for(n), kThreads, 0, stream>>>(params, grads, m, v, n, s);
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
 }

@@ -3,8 +3,9 @@
 // CPU kernel, instantiated in double, is the reference the tests compare
 // with), takes device pointers and a stream, and launches asynchronously on
 // it. Every CUDA call is checked (cuda_check.hpp). fp32, except flash
-// attention and the cross-entropy (bf16 tensors, fp32 arithmetic); the bf16
-// GEMM path and the multi-tensor AdamW of issue 16 are to come.
+// attention and the cross-entropy (bf16 tensors, fp32 arithmetic). The
+// GEMMs (bf16 with fp32 accumulation, fp32, TF32; bias and GELU epilogues)
+// go through cuBLASLt in gemm_lt.hpp, not here.
 //
 //   gelu_forward, gelu_backward      GPT-2's tanh GELU; backward accumulates
 //   residual_forward, _backward      out = a + b; backward accumulates both
@@ -19,6 +20,15 @@
 //   squared_norm                     sum of squares in double: a fixed grid of
 //                                    per-block partial sums, then one block
 //                                    adds them in order (deterministic)
+//   AdamWTensorList,                 the same step over every tensor of a
+//   adamw_update_multi               list in one launch, a block per chunk of
+//                                    at most 64Ki elements of one tensor
+//                                    (adamw_multi.cu, adamw_multi_chunks.hpp);
+//                                    gradients scaled first (clipping)
+//   global_squared_norm              sum of squares of all the list's
+//                                    gradients in double: one partial sum per
+//                                    chunk, added in chunk order by one
+//                                    block (deterministic, no atomics)
 //   embedding_forward, _backward     token + position embedding; backward
 //                                    sums each distinct token's rows in
 //                                    position order (embedding_groups.hpp):
@@ -35,6 +45,7 @@
 //
 // defines: gelu_forward, gelu_backward, residual_forward, residual_backward,
 // layernorm_forward, layernorm_backward, adamw_update, squared_norm,
+// AdamWTensor, AdamWTensorList, adamw_update_multi, global_squared_norm,
 // embedding_forward, embedding_backward, DeviceEmbeddingGroups,
 // softmax_cross_entropy, flash_attention_forward, flash_attention_backward
 #pragma once
@@ -43,6 +54,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/adamw_hyperparameters.hpp"
 
@@ -69,6 +81,62 @@ void adamw_update(float* params, const float* grads, float* m, float* v, std::in
 constexpr int kNormBlocks = 256;
 constexpr std::int64_t squared_norm_scratch_doubles() { return kNormBlocks + 1; }
 double squared_norm(const float* x, std::int64_t n, double* scratch, cudaStream_t stream);
+
+// One tensor of a multi-tensor AdamW step: n floats each of parameters,
+// gradients and the two moments in device memory, the four not overlapping.
+struct AdamWTensor {
+  float* params = nullptr;
+  const float* grads = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  std::int64_t n = 0;
+};
+struct TensorChunk;  // adamw_multi_chunks.hpp
+
+// The tensors one optimizer steps (a model's parameters, or a rank's shard
+// of them) and their chunk table (adamw_multi_chunks.hpp), copied to the
+// device once, when the list is built (synchronously): the list owns that
+// copy and the norm's per-chunk partial sums, and frees them when it goes;
+// the tensors stay the caller's. Build one per set of buffers and reuse it
+// every step, with no copy per step. Calls on one list must not overlap on
+// two streams (they share the partial sums). Throws std::invalid_argument on
+// a negative n or a null pointer with n > 0.
+class AdamWTensorList {
+ public:
+  explicit AdamWTensorList(const std::vector<AdamWTensor>& tensors);
+  ~AdamWTensorList();
+  AdamWTensorList(const AdamWTensorList&) = delete;
+  AdamWTensorList& operator=(const AdamWTensorList&) = delete;
+  AdamWTensorList(AdamWTensorList&& other) noexcept;
+  AdamWTensorList& operator=(AdamWTensorList&&) = delete;
+
+  std::int64_t tensor_count() const { return tensor_count_; }
+  std::int64_t chunk_count() const { return chunk_count_; }
+  std::int64_t element_count() const { return element_count_; }
+  // Device memory: tensors [tensor_count], chunks [chunk_count], partial
+  // sums [chunk_count + 1] (one per chunk, then the total).
+  const AdamWTensor* device_tensors() const { return tensors_; }
+  const TensorChunk* device_chunks() const { return chunks_; }
+  double* device_partial_sums() const { return partial_sums_; }
+
+ private:
+  AdamWTensor* tensors_ = nullptr;
+  TensorChunk* chunks_ = nullptr;
+  double* partial_sums_ = nullptr;
+  std::int64_t tensor_count_ = 0;
+  std::int64_t chunk_count_ = 0;
+  std::int64_t element_count_ = 0;
+};
+
+// adamw_update over every tensor of the list in one launch, each gradient
+// multiplied by grad_scale first (1: no clipping; min(1, max_norm / norm) to
+// clip, as kernels/cpu/adamw.hpp's clip_scale). Gradients are only read.
+void adamw_update_multi(const AdamWTensorList& list, std::int64_t step, const AdamWHyperparameters& hp,
+                        float grad_scale, cudaStream_t stream);
+// Sum over every gradient tensor of the list of g^2, in double, the same
+// bits on every run and GPU for the same list and values. Synchronises the
+// stream (the clipping factor is needed on the host).
+double global_squared_norm(const AdamWTensorList& list, cudaStream_t stream);
 
 // tokens [B, T] in [0, V), wte [V, C], wpe [maxT, C] or null: out [B, T, C]
 // = wte[token] + wpe[t], written.

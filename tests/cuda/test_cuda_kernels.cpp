@@ -9,7 +9,10 @@
 // Flash attention works on bf16 tensors: its outputs within 5e-3 (forward)
 // and 1e-2 (gradients) of grouped-query attention in double, its fp32
 // log-sum-exp within 1e-5; its arithmetic alone is also checked on the host
-// (tests/test_flash_attention_rows.cpp), where it agrees to 3e-7.
+// (tests/test_flash_attention_rows.cpp), where it agrees to 3e-7. The
+// multi-tensor AdamW is held to the CPU step in double over 10 clipped
+// steps (1e-5) and to NaN guards around its tensors; the global norm to a
+// sum in double (1e-10), the same bits on two runs.
 //
 // Without a usable GPU the program prints why and exits 77, which ctest
 // reports as skipped: it never passes without running.
@@ -17,6 +20,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -34,83 +38,12 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/embedding_groups.hpp"
 #include "kernels/cuda/kernels.hpp"
+#include "tests/cuda/cuda_test_support.hpp"
 
 namespace meshplan::kernels::cuda {
 namespace {
 
-using Vec = std::vector<double>;
-
-std::uint64_t seed() {
-  static const std::uint64_t value = [] {
-    if (const char* fixed = std::getenv("MESHPLAN_CUDA_TEST_SEED")) return static_cast<std::uint64_t>(std::strtoull(fixed, nullptr, 10));
-    return static_cast<std::uint64_t>(std::random_device{}());
-  }();
-  return value;
-}
-
-Vec random_vector(std::size_t n, std::mt19937_64& rng, double lo = -1.0, double hi = 1.0) {
-  std::uniform_real_distribution<double> dist(lo, hi);
-  Vec v(n);
-  for (double& x : v) x = static_cast<double>(static_cast<float>(dist(rng)));  // exactly representable in float
-  return v;
-}
-
-// A device array of T (float, bf16 or int32), freed when it goes. upload and
-// download convert from and to double (T's rounding); poison sets every byte
-// to 0xFF, NaN for float and bf16.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(std::size_t n) : n_(n) { MESHPLAN_CUDA_CHECK(cudaMalloc(&data_, std::max<std::size_t>(n, 1) * sizeof(T))); }
-  explicit DeviceArray(const std::vector<T>& values) : DeviceArray(values.size()) {
-    MESHPLAN_CUDA_CHECK(cudaMemcpy(data_, values.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  DeviceArray(DeviceArray&& other) noexcept : data_(other.data_), n_(other.n_) { other.data_ = nullptr; }
-  DeviceArray& operator=(DeviceArray&&) = delete;
-  ~DeviceArray() { cudaFree(data_); }
-  T* get() { return data_; }
-  const T* get() const { return data_; }
-  void upload(const Vec& v) {
-    std::vector<T> h(n_);
-    for (std::size_t i = 0; i < n_; ++i) h[i] = static_cast<T>(static_cast<float>(v[i]));
-    MESHPLAN_CUDA_CHECK(cudaMemcpy(data_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  void poison() { MESHPLAN_CUDA_CHECK(cudaMemset(data_, 0xFF, n_ * sizeof(T))); }
-  Vec download() const {
-    std::vector<T> h(n_);
-    MESHPLAN_CUDA_CHECK(cudaDeviceSynchronize());
-    MESHPLAN_CUDA_CHECK(cudaMemcpy(h.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    Vec v(n_);
-    for (std::size_t i = 0; i < n_; ++i) v[i] = static_cast<float>(h[i]);
-    return v;
-  }
-
- private:
-  T* data_ = nullptr;
-  std::size_t n_;
-};
-using DeviceFloats = DeviceArray<float>;
-using DeviceBf16 = DeviceArray<__nv_bfloat16>;
-using DeviceInts = DeviceArray<std::int32_t>;
-
-DeviceFloats on_device(const Vec& v) {
-  DeviceFloats d(v.size());
-  d.upload(v);
-  return d;
-}
-
-// ||a - b|| / ||b||; NaN anywhere fails.
-double relative_error(const Vec& a, const Vec& b) {
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    diff += (a[i] - b[i]) * (a[i] - b[i]);
-    norm += b[i] * b[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-300));
-}
+using namespace test_support;
 
 constexpr double kTolerance = 1e-5;
 
@@ -213,13 +146,6 @@ TEST(CudaKernels, AdamWStepsAndTheSquaredNorm) {
   MESHPLAN_CUDA_CHECK(cudaFree(scratch));
   EXPECT_NEAR(first, expected, 1e-10 * expected) << "seed " << seed();
   EXPECT_EQ(first, second) << "the squared norm is deterministic";
-}
-
-// Values exactly representable in bf16, as the GPU holds them.
-Vec bf16_vector(std::size_t n, std::mt19937_64& rng) {
-  Vec v = random_vector(n, rng);
-  for (double& x : v) x = __bfloat162float(__float2bfloat16(static_cast<float>(x)));
-  return v;
 }
 
 // Causal flash attention against the CPU grouped-query attention in double on
@@ -347,6 +273,124 @@ TEST(CudaKernels, EmbeddingForwardAndDeterministicBackward) {
   }
 }
 
+// The multi-tensor AdamW over a random list of tensors (empty ones, one
+// element, sizes around the 64Ki-element chunk, a fresh draw of extra sizes)
+// against the CPU step in double for 10 steps, clipped as the trainers clip,
+// by the GPU's own global norm. The tensors lie in one arena per buffer with
+// NaN guards before, between and after them: a guard written, or a chunk
+// skipped (its moments stay 0), fails. The norm's partial sums are poisoned
+// before each call; the norm is held to a sum in double (1e-10) and must
+// give the same bits twice.
+TEST(CudaKernels, MultiTensorAdamWAndTheGlobalNorm) {
+  std::mt19937_64 rng(seed() + 7);
+  std::vector<std::size_t> sizes = {0, 1, 65535, 65536, 65537, 0, 3 * 65536 + 17};
+  for (std::uint64_t extra = rng() % 5; extra > 0; --extra) sizes.push_back(static_cast<std::size_t>(rng() % 200000));
+  std::shuffle(sizes.begin(), sizes.end(), rng);
+  constexpr std::size_t kGuard = 37;
+  std::vector<std::size_t> offsets;
+  std::size_t arena = kGuard;
+  for (const std::size_t n : sizes) {
+    offsets.push_back(arena);
+    arena += n + kGuard;
+  }
+  // An arena with `values` in the tensors' places and NaN in the guards.
+  const auto fill = [&](const std::vector<Vec>& values) {
+    Vec a(arena, NAN);
+    for (std::size_t t = 0; t < sizes.size(); ++t) std::copy(values[t].begin(), values[t].end(), a.begin() + static_cast<std::ptrdiff_t>(offsets[t]));
+    return a;
+  };
+  std::vector<Vec> params(sizes.size()), m(sizes.size()), v(sizes.size());
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    params[t] = random_vector(sizes[t], rng);
+    m[t].assign(sizes[t], 0.0);
+    v[t].assign(sizes[t], 0.0);
+  }
+  DeviceFloats gparams = on_device(fill(params)), ggrads(arena), gm = on_device(fill(m)), gv = on_device(fill(v));
+  std::vector<AdamWTensor> tensors;
+  for (std::size_t t = 0; t < sizes.size(); ++t)
+    tensors.push_back({gparams.get() + offsets[t], ggrads.get() + offsets[t], gm.get() + offsets[t], gv.get() + offsets[t],
+                       static_cast<std::int64_t>(sizes[t])});
+  const AdamWTensorList list(tensors);
+  std::int64_t elements = 0, chunks = 0;
+  for (const std::size_t n : sizes) {
+    elements += static_cast<std::int64_t>(n);
+    chunks += static_cast<std::int64_t>((n + 65535) / 65536);
+  }
+  EXPECT_EQ(list.tensor_count(), static_cast<std::int64_t>(sizes.size()));
+  EXPECT_EQ(list.chunk_count(), chunks);
+  EXPECT_EQ(list.element_count(), elements);
+
+  AdamWHyperparameters hp;
+  hp.learning_rate = 1e-3;
+  hp.weight_decay = 0.1;
+  const double max_grad_norm = 100.0;
+  int clipped_steps = 0;
+  Vec grads_arena;
+  for (std::int64_t step = 1; step <= 10; ++step) {
+    const double magnitude = std::vector<double>{0.01, 0.3, 2.0}[rng() % 3];
+    std::vector<Vec> grads(sizes.size());
+    for (std::size_t t = 0; t < sizes.size(); ++t) grads[t] = random_vector(sizes[t], rng, -magnitude, magnitude);
+    grads_arena = fill(grads);
+    ggrads.upload(grads_arena);
+
+    double expected_norm2 = 0;
+    for (const Vec& g : grads)
+      for (const double x : g) expected_norm2 += x * x;
+    double norm2[2];
+    for (double& n2 : norm2) {
+      MESHPLAN_CUDA_CHECK(cudaMemset(list.device_partial_sums(), 0xFF, static_cast<std::size_t>(list.chunk_count() + 1) * sizeof(double)));
+      n2 = global_squared_norm(list, nullptr);
+    }
+    EXPECT_NEAR(norm2[0], expected_norm2, 1e-10 * expected_norm2) << "global norm^2, step " << step << " (seed " << seed() << ")";
+    EXPECT_EQ(norm2[0], norm2[1]) << "the global norm is not deterministic, step " << step;
+
+    const float scale = static_cast<float>(kernels::clip_scale(std::sqrt(norm2[0]), max_grad_norm));
+    if (scale != 1.0f) ++clipped_steps;
+    adamw_update_multi(list, step, hp, scale, nullptr);
+    for (std::size_t t = 0; t < sizes.size(); ++t) {
+      Vec g = grads[t];
+      for (double& x : g) x *= static_cast<double>(scale);
+      kernels::adamw_update(params[t].data(), g.data(), m[t].data(), v[t].data(), static_cast<std::int64_t>(sizes[t]), step, hp);
+    }
+  }
+  EXPECT_GT(clipped_steps, 0) << "no step was clipped: the test does not cover grad_scale (seed " << seed() << ")";
+
+  // Tensors concatenated (guards dropped), after checking the guards are still NaN.
+  const auto tensors_of = [&](const Vec& a, const char* what) {
+    Vec out;
+    for (std::size_t t = 0; t <= sizes.size(); ++t) {
+      const std::size_t guard_end = t < sizes.size() ? offsets[t] : arena;
+      const std::size_t guard_begin = guard_end - kGuard;
+      for (std::size_t i = guard_begin; i < guard_end; ++i)
+        if (!std::isnan(a[i])) {
+          ADD_FAILURE() << what << ": element " << i << " of the guard before tensor " << t << " was written";
+          break;
+        }
+      if (t < sizes.size()) out.insert(out.end(), a.begin() + static_cast<std::ptrdiff_t>(offsets[t]), a.begin() + static_cast<std::ptrdiff_t>(offsets[t] + sizes[t]));
+    }
+    return out;
+  };
+  Vec all_params, all_m, all_v;
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    all_params.insert(all_params.end(), params[t].begin(), params[t].end());
+    all_m.insert(all_m.end(), m[t].begin(), m[t].end());
+    all_v.insert(all_v.end(), v[t].begin(), v[t].end());
+  }
+  EXPECT_CLOSE(tensors_of(gparams.download(), "parameters"), all_params, "multi-tensor AdamW parameters after 10 steps");
+  EXPECT_CLOSE(tensors_of(gm.download(), "first moment"), all_m, "multi-tensor AdamW first moment");
+  EXPECT_CLOSE(tensors_of(gv.download(), "second moment"), all_v, "multi-tensor AdamW second moment");
+  EXPECT_TRUE(tensors_of(ggrads.download(), "gradients") == tensors_of(grads_arena, "uploaded gradients"))
+      << "the gradients were changed";
+
+  const AdamWTensorList empty({{nullptr, nullptr, nullptr, nullptr, 0}});
+  EXPECT_EQ(empty.chunk_count(), 0);
+  EXPECT_EQ(global_squared_norm(empty, nullptr), 0.0);
+  EXPECT_NO_THROW(adamw_update_multi(empty, 1, hp, 1.0f, nullptr));
+  EXPECT_THROW(AdamWTensorList({{nullptr, nullptr, nullptr, nullptr, 5}}), std::invalid_argument);
+  EXPECT_THROW(AdamWTensorList({{nullptr, nullptr, nullptr, nullptr, -1}}), std::invalid_argument);
+  EXPECT_THROW(adamw_update_multi(list, 0, hp, 1.0f, nullptr), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace meshplan::kernels::cuda
 
@@ -359,8 +403,8 @@ int main(int argc, char** argv) {
     return 77;
   }
   std::printf("cuda_kernel_tests: seed %llu (MESHPLAN_CUDA_TEST_SEED=%llu replays it)\n",
-              static_cast<unsigned long long>(meshplan::kernels::cuda::seed()),
-              static_cast<unsigned long long>(meshplan::kernels::cuda::seed()));
+              static_cast<unsigned long long>(meshplan::kernels::cuda::test_support::seed()),
+              static_cast<unsigned long long>(meshplan::kernels::cuda::test_support::seed()));
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
