@@ -9,11 +9,16 @@
 # time, which it also writes to OUT/table.md. Exit status: 0 when every
 # program passed, 77 when none could use a GPU (and why), else 1.
 #
-# Not yet here (issue 16): the GPT step against the CPU executor, NCCL, and
-# building on a machine without the Debian packages from .deb files fetched
-# beforehand.
+# Without those Debian packages (no network there): fetch them as .deb files
+# beforehand on a Debian 12 machine (scripts/gpu/debs.sh fetch, into
+# third_party/debs/), copy that folder along, and this script unpacks them
+# into build/deps-prefix and builds against them (MESHPLAN_DEPS_PREFIX, with
+# LD_LIBRARY_PATH for their libraries). DEBS=DIR names another folder;
+# DEBS=none ignores it.
 #
-# usage: scripts/gpu/cuda-checks.sh [OUT_DIR]   (default: gpu-checks)
+# Not yet here (issue 16): the GPT step against the CPU executor, NCCL.
+#
+# usage: [DEBS=DIR|none] scripts/gpu/cuda-checks.sh [OUT_DIR]   (default: gpu-checks)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-gpu-checks}
@@ -21,8 +26,20 @@ mkdir -p "$out"
 build=build/gpu-checks
 fail() { echo "cuda-checks: $*" >&2; exit 1; }
 
+deps=()
+debs=${DEBS:-third_party/debs}
+if [ "$debs" != none ] && compgen -G "$debs/*.deb" > /dev/null; then
+  prefix=$(scripts/gpu/debs.sh unpack "$debs" build/deps-prefix) || fail "could not unpack the .deb files in $debs"
+  arch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+  export LD_LIBRARY_PATH="$prefix/usr/lib/$arch:$prefix/lib/$arch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  deps=(-DMESHPLAN_DEPS_PREFIX="$prefix")
+  echo "cuda-checks: dependencies from $debs ($(ls "$debs"/*.deb | wc -l) packages, unpacked in $prefix)"
+elif [ "${DEBS:-}" != "" ] && [ "$debs" != none ]; then
+  fail "DEBS=$debs holds no .deb files"
+fi
+
 command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ] || fail "no nvcc on PATH or under /usr/local/cuda/bin"
-cmake --preset release -B "$build" -DMESHPLAN_STUDIO=OFF -DMESHPLAN_PLOT=OFF -DMESHPLAN_BENCH=OFF \
+cmake --preset release -B "$build" -DMESHPLAN_STUDIO=OFF -DMESHPLAN_PLOT=OFF -DMESHPLAN_BENCH=OFF "${deps[@]}" \
   > "$out/configure.log" 2>&1 || fail "configure failed: $(tail -5 "$out/configure.log")"
 grep -q "GPU kernels built" "$out/configure.log" || fail "CMake did not find the CUDA toolkit: $(grep -i cuda "$out/configure.log")"
 programs=(cuda_kernel_tests cuda_gemm_tests cuda_backend_tests)
