@@ -25,7 +25,7 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
                                   "Mesh axes outermost first, e.g. dp=16,pp=8,tp=8 (axes dp fsdp tp pp cp ep; "
                                   "the last axis varies fastest and stays inside a node). Default: the plan the "
                                   "search ranks first (meshplan plan), with the other plan flags given held fixed");
-  command.add_option("--mesh-shape", f.mesh_shape, "Mesh as the seeds write it: '[[4,2],[\"fsdp\",\"tp\"]]'")
+  command.add_option("--mesh-shape", f.mesh_shape, "Mesh as a JAX-style mesh_shape (sizes, then axis names): '[[4,2],[\"fsdp\",\"tp\"]]'")
       ->excludes(mesh);
   command.add_option("--micro-batch", f.micro_batch,
                      "Sequences per micro-batch per data-parallel rank (default: 1 with --mesh, else searched)");
