@@ -63,6 +63,14 @@ class Backend {
   // Releases an allocation: same pointer, bytes and category as allocate's.
   virtual void deallocate(void* pointer, std::size_t bytes, MemoryCategory category) noexcept = 0;
 
+  // Host memory to stage device data through (an MPI transfer of a GPU
+  // buffer, comm/staged_communicator.hpp): page-locked on a GPU, so copies
+  // to and from it run at the link's speed; ordinary 64-byte-aligned memory
+  // here. Recorded in the ledger under `communication`; nullptr when out of
+  // memory. Freed with the same size.
+  virtual void* allocate_host_staging(std::size_t bytes);
+  virtual void deallocate_host_staging(void* pointer, std::size_t bytes) noexcept;
+
   virtual MemoryLedger& ledger() = 0;
   virtual const MemoryLedger& ledger() const = 0;
 

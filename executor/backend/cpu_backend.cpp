@@ -16,6 +16,21 @@ std::string_view to_string(DeviceKind kind) {
   return "unknown";
 }
 
+void* Backend::allocate_host_staging(std::size_t bytes) {
+  constexpr std::size_t alignment = CpuBackend::alignment_bytes;
+  const std::size_t rounded = bytes == 0 ? alignment : (bytes + alignment - 1) / alignment * alignment;
+  if (rounded < bytes) return nullptr;  // overflow
+  void* pointer = std::aligned_alloc(alignment, rounded);
+  if (pointer != nullptr) ledger().record_allocation(MemoryCategory::communication, static_cast<std::int64_t>(bytes));
+  return pointer;
+}
+
+void Backend::deallocate_host_staging(void* pointer, std::size_t bytes) noexcept {
+  if (pointer == nullptr) return;
+  std::free(pointer);
+  ledger().record_free(MemoryCategory::communication, static_cast<std::int64_t>(bytes));
+}
+
 void* CpuBackend::allocate(std::size_t bytes, MemoryCategory category) {
   const std::size_t rounded = bytes == 0 ? alignment_bytes : (bytes + alignment_bytes - 1) / alignment_bytes * alignment_bytes;
   if (rounded < bytes) return nullptr;  // overflow

@@ -135,6 +135,25 @@ void CudaBackend::deallocate(void* pointer, std::size_t bytes, MemoryCategory ca
   allocator_.deallocate(pointer, bytes, category);
 }
 
+void* CudaBackend::allocate_host_staging(std::size_t bytes) {
+  const DeviceGuard guard(device_);
+  void* pointer = nullptr;
+  const cudaError_t status = cudaMallocHost(&pointer, bytes == 0 ? 1 : bytes);
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // clear it: running out is not a sticky error
+    return nullptr;
+  }
+  MESHPLAN_CUDA_CHECK(status);
+  ledger_.record_allocation(MemoryCategory::communication, static_cast<std::int64_t>(bytes));
+  return pointer;
+}
+
+void CudaBackend::deallocate_host_staging(void* pointer, std::size_t bytes) noexcept {
+  if (pointer == nullptr) return;
+  (void)cudaFreeHost(pointer);  // no device guard (it may throw); a failed release cannot be reported here
+  ledger_.record_free(MemoryCategory::communication, static_cast<std::int64_t>(bytes));
+}
+
 std::unique_ptr<ExecutionContext> CudaBackend::make_context() { return std::make_unique<CudaExecutionContext>(device_); }
 
 void CudaBackend::copy_host_to_device(void* device_destination, const void* host_source, std::size_t bytes,

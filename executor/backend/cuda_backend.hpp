@@ -69,6 +69,9 @@ class CudaBackend final : public Backend {
   // Aligned to 512 B within a segment, segments as cudaMalloc aligns them (at least 256 B).
   void* allocate(std::size_t bytes, MemoryCategory category) override;
   void deallocate(void* pointer, std::size_t bytes, MemoryCategory category) noexcept override;
+  // Page-locked host memory (cudaMallocHost), recorded under communication.
+  void* allocate_host_staging(std::size_t bytes) override;
+  void deallocate_host_staging(void* pointer, std::size_t bytes) noexcept override;
   MemoryLedger& ledger() override { return ledger_; }
   const MemoryLedger& ledger() const override { return ledger_; }
   ExecutionContext& default_context() override { return *default_context_; }

@@ -4,7 +4,8 @@
 # Debian dependencies (yaml-cpp, Boost, CLI11, GoogleTest, nlohmann-json,
 # OpenBLAS; the lent H100/H200 machines have them): configures the release
 # preset without the studio, builds the CUDA test programs (the kernels
-# against the CPU kernels, the cuBLASLt GEMMs, the CUDA backend), records the
+# against the CPU kernels, the cuBLASLt GEMMs, the CUDA backend, the NCCL
+# communicator with one rank), records the
 # GPU, runs each program and prints a table of program, test, result and
 # time, which it also writes to OUT/table.md. Exit status: 0 when every
 # program passed, 77 when none could use a GPU (and why), else 1.
@@ -16,7 +17,8 @@
 # LD_LIBRARY_PATH for their libraries). DEBS=DIR names another folder;
 # DEBS=none ignores it.
 #
-# Not yet here (issue 16): the GPT step against the CPU executor, NCCL.
+# Not yet here (issue 16): the GPT step against the CPU executor; NCCL across
+# several GPUs (the NCCL test runs a world of one rank).
 #
 # usage: [DEBS=DIR|none] scripts/gpu/cuda-checks.sh [OUT_DIR]   (default: gpu-checks)
 set -uo pipefail
@@ -39,10 +41,18 @@ elif [ "${DEBS:-}" != "" ] && [ "$debs" != none ]; then
 fi
 
 command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ] || fail "no nvcc on PATH or under /usr/local/cuda/bin"
+# NCCL outside the toolkit: PyTorch's pip copy (site-packages/nvidia/nccl) as the fallback.
+nccl_root=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null) || nccl_root=""
 cmake --preset release -B "$build" -DMESHPLAN_STUDIO=OFF -DMESHPLAN_PLOT=OFF -DMESHPLAN_BENCH=OFF "${deps[@]}" \
+  ${nccl_root:+-DMESHPLAN_NCCL_ROOT="$nccl_root"} \
   > "$out/configure.log" 2>&1 || fail "configure failed: $(tail -5 "$out/configure.log")"
 grep -q "GPU kernels built" "$out/configure.log" || fail "CMake did not find the CUDA toolkit: $(grep -i cuda "$out/configure.log")"
 programs=(cuda_kernel_tests cuda_gemm_tests cuda_backend_tests)
+if grep -q "the NCCL communicator is built" "$out/configure.log"; then
+  programs+=(nccl_communicator_tests)
+else
+  echo "cuda-checks: NCCL not found, nccl_communicator_tests not built: $(grep -i nccl "$out/configure.log")"
+fi
 cmake --build "$build" --target "${programs[@]}" -j "$(nproc)" > "$out/build.log" 2>&1 ||
   fail "build failed: $(tail -20 "$out/build.log")"
 if command -v nvidia-smi > /dev/null; then
