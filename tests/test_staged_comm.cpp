@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "executor/backend/backend.hpp"
+#include "executor/comm/mesh_comms.hpp"
 #include "executor/comm/mpi_communicator.hpp"
 #include "executor/comm/staged_communicator.hpp"
 
@@ -264,6 +265,25 @@ TEST(StagedGroups, SplitGroupsWorkOnDeviceBuffersToo) {
   std::int32_t expected = 0;
   for (int q = r % 2; q < staged().size(); q += 2) expected += q;
   for (std::int32_t v : buffer.host()) ASSERT_EQ(v, expected);
+}
+
+// A mesh over staged groups: the axes it lacks are groups of one split from
+// the staged world, so their collectives copy with the device's copies (a
+// host group of one would memmove device pointers and crash here).
+TEST(StagedGroups, AMeshLacksAxesAsDeviceGroupsOfOne) {
+  const int n = staged().size();
+  Mesh mesh;
+  mesh.axes.push_back({Axis::dp, n});
+  auto groups = comm::MeshCommunicators::create(staged(), mesh, comm::SelfGroups::split_from_world);
+  ASSERT_TRUE(groups.ok());
+  Communicator& tp = groups.value.group(Axis::tp);
+  ASSERT_EQ(tp.size(), 1);
+  DeviceVector<float> send(device(), std::vector<float>(12, 3.5f)), recv(device(), 12, -1.0f);
+  tp.all_gather(send.data(), recv.data(), 12, DataType::f32);
+  for (float v : recv.host()) ASSERT_EQ(v, 3.5f);
+  DeviceVector<float> buffer(device(), std::vector<float>(8, static_cast<float>(staged().rank())));
+  groups.value.group(Axis::dp).all_reduce(buffer.data(), 8, DataType::f32, ReduceOp::sum);
+  for (float v : buffer.host()) ASSERT_EQ(v, static_cast<float>(n * (n - 1) / 2));
 }
 
 TEST(StagedMemory, StagingIsRecordedAsCommunicationAndFreedWithTheGroup) {

@@ -32,7 +32,7 @@ std::unique_ptr<Communicator> split_over(Communicator& world, const Mesh& mesh, 
 
 }  // namespace
 
-Loaded<MeshCommunicators> MeshCommunicators::create(Communicator& world, const Mesh& mesh) {
+Loaded<MeshCommunicators> MeshCommunicators::create(Communicator& world, const Mesh& mesh, SelfGroups self_groups) {
   Loaded<MeshCommunicators> result;
   const std::int64_t needed = mesh.world_size();
   if (needed != world.size()) {
@@ -63,8 +63,13 @@ Loaded<MeshCommunicators> MeshCommunicators::create(Communicator& world, const M
   for (const Axis axis : all_axes) {
     auto& group = out.groups_[index(axis)];
     if (group) continue;
-    group = make_self_communicator(to_string(axis));
-    group->set_timeout(world.timeout());
+    // Every rank lacks the same axes, in the same order: the splits are matched.
+    if (self_groups == SelfGroups::split_from_world) {
+      group = world.split(world.rank(), 0, to_string(axis));
+    } else {
+      group = make_self_communicator(to_string(axis));
+      group->set_timeout(world.timeout());
+    }
   }
   return result;
 }

@@ -7,9 +7,12 @@
 // (split colour: the rank's coordinates on every other axis; key: its
 // coordinate on this one), so a group's rank() is the rank's coordinate on the
 // axis. Axes the mesh does not have are groups of one, so layers call
-// collectives on them unconditionally.
+// collectives on them unconditionally: by default host groups of one
+// (make_self_communicator: copies with memmove), or, for communicators on
+// device buffers (NCCL, StagedCommunicator), groups of one split from the
+// world itself, whose copies are the device's.
 //
-// defines: MeshCommunicators
+// defines: SelfGroups, MeshCommunicators
 #pragma once
 
 #include <array>
@@ -23,12 +26,16 @@
 
 namespace meshplan::exec::comm {
 
+// Where the groups of the axes a mesh lacks come from (see above).
+enum class SelfGroups : std::uint8_t { host, split_from_world };
+
 class MeshCommunicators {
  public:
   // Collective over `world`. Problems (naming the mesh and the mpirun command
   // that would fit) when world.size() differs from the mesh's world size.
   // `world` must outlive the result.
-  static Loaded<MeshCommunicators> create(Communicator& world, const Mesh& mesh);
+  static Loaded<MeshCommunicators> create(Communicator& world, const Mesh& mesh,
+                                          SelfGroups self_groups = SelfGroups::host);
 
   const Mesh& mesh() const { return mesh_; }
   Communicator& world() { return *world_; }
