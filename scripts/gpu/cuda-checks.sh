@@ -35,6 +35,7 @@ if [ "$debs" != none ] && compgen -G "$debs/*.deb" > /dev/null; then
   arch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
   export LD_LIBRARY_PATH="$prefix/usr/lib/$arch:$prefix/lib/$arch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   deps=(-DMESHPLAN_DEPS_PREFIX="$prefix")
+  build=build/gpu-checks-debs  # apart: a cache configured against the system would keep its package paths
   echo "cuda-checks: dependencies from $debs ($(ls "$debs"/*.deb | wc -l) packages, unpacked in $prefix)"
 elif [ "${DEBS:-}" != "" ] && [ "$debs" != none ]; then
   fail "DEBS=$debs holds no .deb files"
