@@ -481,26 +481,38 @@ AfterPipeline after_pipeline(const std::vector<StageSum>& sum, std::size_t slowe
                              const PlanScalars& ps, const ComputeRates& rates) {
   AfterPipeline out;
   const Link dp_group = combine({ps.links.of(Axis::dp), ps.links.of(Axis::ep)});
+  const bool reduced = dp_group.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters);
+  const bool gathered = reduced && zero_shards(plan.zero_stage, ModelState::optimizer);
+  const bool overlapped = plan.overlap_gradient_reduction && dp_group.overlaps_compute;
+  const bool split = plan.schedule.kind == ScheduleKind::zb_h1;  // the last gradient pass is a W
+  const Collective kind = gradient_reduction(plan.zero_stage);
+  // Stages alike (the middle ones of a pipeline) price alike: the last stage's
+  // figures are reused when its gradients and last pass were the same.
+  double seen_gradients = -1, seen_compute = -1, seen_pass = -1, seen_parameters = -1;
+  double reduce = 0, gather = 0, exposed = 0;
   for (std::size_t r = 0; r < sum.size(); ++r) {
     const StageSum& s = sum[r];
-    double reduce = 0, gather = 0;
-    if (dp_group.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)) {
+    if (reduced) {
       const double local_gradients = s.gradient_bytes / ps.fsdp;  // HSDP: fsdp already reduce-scattered
-      const GradientBuckets buckets = gradient_buckets(local_gradients, plan.gradient_bucket_bytes);
-      const Collective kind = gradient_reduction(plan.zero_stage);
-      const double each = cost(kind, buckets.size, dp_group), last = cost(kind, buckets.last, dp_group);
-      reduce = buckets.count > 0 ? static_cast<double>(buckets.count - 1) * each + last : 0;
-      if (zero_shards(plan.zero_stage, ModelState::optimizer)) gather = cost(Collective::all_gather, s.parameter_bytes / ps.fsdp, dp_group);
-      double exposed = reduce;
-      if (plan.overlap_gradient_reduction && dp_group.overlaps_compute) {
-        // The buckets fill during the last gradient pass: ZB-H1's last W, or
-        // the last backward, whose own collectives follow its compute.
-        const bool split = plan.schedule.kind == ScheduleKind::zb_h1;
-        const double compute = split ? s.weight_gradient_s : s.backward_compute_s;
-        const double pass = split ? s.weight_gradient_s : s.backward_s;
-        exposed = std::max(0.0, bucket_reduction_end_s(buckets, each, last, compute) - pass);
+      // The buckets fill during the last gradient pass: ZB-H1's last W, or
+      // the last backward, whose own collectives follow its compute.
+      const double compute = split ? s.weight_gradient_s : s.backward_compute_s;
+      const double pass = split ? s.weight_gradient_s : s.backward_s;
+      if (local_gradients != seen_gradients || compute != seen_compute || pass != seen_pass) {
+        seen_gradients = local_gradients;
+        seen_compute = compute;
+        seen_pass = pass;
+        const GradientBuckets buckets = gradient_buckets(local_gradients, plan.gradient_bucket_bytes);
+        const double each = buckets.count > 1 ? cost(kind, buckets.size, dp_group) : 0;
+        const double last = buckets.count > 1 && buckets.last == buckets.size ? each : cost(kind, buckets.last, dp_group);
+        reduce = buckets.count > 0 ? static_cast<double>(buckets.count - 1) * each + last : 0;
+        exposed = overlapped ? std::max(0.0, bucket_reduction_end_s(buckets, each, last, compute) - pass) : reduce;
       }
-      if (exposed > out.dp_exposed_s) out.dp_exposed_s = exposed;
+      if (gathered && s.parameter_bytes != seen_parameters) {
+        seen_parameters = s.parameter_bytes;
+        gather = cost(Collective::all_gather, s.parameter_bytes / ps.fsdp, dp_group);
+      }
+      out.dp_exposed_s = std::max(out.dp_exposed_s, exposed);
       if (r == slowest) out.dp_s = reduce + gather;
     }
     out.optimizer_s = std::max(out.optimizer_s, stream_time_s(optimizer_traffic_bytes(s.optimizer_parameters, ps.bytes),
