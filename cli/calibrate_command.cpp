@@ -40,6 +40,9 @@
 //                   writes the files while the others wait without spinning.
 //                   With one rank the link figures stay the built-in
 //                   placeholder's, marked as such.
+//
+// `--backend cuda` measures one GPU instead and writes a device preset
+// (cli/calibrate_cuda.hpp); `--from FILE` measures nothing (calibrate_from.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -55,6 +58,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/calibrate_cuda.hpp"
 #include "cli/calibrate_from.hpp"
 #include "cli/calibrate_report.hpp"
 #include "cli/commands.hpp"
@@ -76,7 +80,28 @@ struct CalibrateFlags {
   bool quick = false;
   bool json = false;
   CalibrateFromFlags from;  // --from FILE: presets from measurements made elsewhere
+  std::string backend = "cpu";  // --backend: cpu (this machine's cores) or cuda (one GPU, calibrate_cuda.hpp)
+  int device = 0;               // --device, with --backend cuda
+  std::string jsonl;            // --jsonl, with --backend cuda
 };
+
+// --backend cuda: the flags it shares with --from (--name, --base) and its own.
+int run_calibrate_cuda_flags(const CalibrateFlags& flags, CLI::App& command) {
+  for (const char* other : {"--from", "--json"}) {
+    if (command.count(other) > 0) {
+      std::cerr << "meshplan calibrate: " << other << " does not go with --backend cuda\n";
+      return exit_bad_input;
+    }
+  }
+  CalibrateCudaFlags cuda;
+  cuda.device = flags.device;
+  cuda.quick = flags.quick;
+  cuda.out = flags.out;
+  cuda.name = flags.from.name;
+  cuda.base = flags.from.base;
+  cuda.jsonl = flags.jsonl;
+  return run_calibrate_cuda(cuda);
+}
 
 // The output folder and its devices/ and clusters/ subfolders, created now so
 // that a bad --out fails before minutes of measuring.
@@ -187,14 +212,27 @@ Command add_calibrate_command(CLI::App& app) {
       "calibrate", "Measure this machine (GEMM rate by size, memory bandwidth, cores, memory; with cold operands on "
                    "every core the GEMM efficiency by arithmetic intensity and the rates of GELU, LayerNorm, residual and "
                    "optimizer kernels; under mpirun with 2 or more ranks also the MPI collectives) and write the device "
-                   "and cluster presets local-cpu; or, with --from FILE, write a device preset from measurements made on another "
+                   "and cluster presets local-cpu; with --backend cuda, measure one GPU with meshplan's own CUDA kernels "
+                   "(GEMMs, attention, memory-bound ops, AdamW, device copy), keep the rows as JSON lines and write a "
+                   "device preset from them; or, with --from FILE, write a device preset from measurements made on another "
                    "device (a GPU), or a cluster preset from nccl-tests output");
   auto flags = std::make_shared<CalibrateFlags>();
   command->add_option("--out", flags->out,
                       "Presets folder to write devices/local-cpu.yaml and clusters/local-cpu.yaml into (default: "
                       "$MESHPLAN_USER_PRESETS, else $XDG_CONFIG_HOME/meshplan/presets, else "
                       "~/.config/meshplan/presets, which preset lookup searches first)");
-  command->add_flag("--quick", flags->quick, "A run of a few seconds: small GEMMs and arrays (for tests; rougher figures)");
+  command->add_flag("--quick", flags->quick,
+                    "A run of a few seconds: small GEMMs and arrays (for tests; rougher figures); with --backend cuda, "
+                    "fewer shapes");
+  command->add_option("--backend", flags->backend,
+                      "What to measure: cpu (this machine's cores, the local-cpu presets; the default) or cuda (one "
+                      "GPU with meshplan's CUDA kernels: writes devices/NAME.yaml into --out and the measured rows to "
+                      "--jsonl; needs a CUDA build and a GPU, else exits 2 and says why)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  command->add_option("--device", flags->device, "With --backend cuda: the CUDA device to measure (default 0)");
+  command->add_option("--jsonl", flags->jsonl,
+                      "With --backend cuda: where to write the measured rows (default: OUT/measured/NAME.jsonl), the "
+                      "format --from reads");
   command->add_flag("--json", flags->json, "Print the measurements and the written figures as one JSON object");
   CalibrateFromFlags& from = flags->from;
   auto* from_file = command->add_option(
@@ -210,12 +248,15 @@ Command add_calibrate_command(CLI::App& app) {
   needs_from(command->add_option("--collective", from.collective,
                                  "With --nccl-tests: the collective timed (all_reduce, all_gather, reduce_scatter, "
                                  "send_recv), when the text does not name its program"));
-  needs_from(command->add_option("--name", from.name, "Name of the written preset (default: the --base preset's)"));
+  command->add_option("--name", from.name,
+                      "Name of the written preset (with --from, default: the --base preset's; with --backend cuda, "
+                      "default: local-cuda)");
   needs_from(command->add_option("-o,--output", from.output, "Write the preset to FILE (default: stdout)"));
-  needs_from(command->add_option(
+  command->add_option(
       "--base", from.base,
       "Device (or with --nccl-tests cluster) preset whose figures the file does not measure are kept: dense peaks, "
-      "memory bandwidth, the stack's context and workspace; for a device, flags override it"));
+      "memory bandwidth, the stack's context and workspace; for a device, flags override it. With --backend cuda, "
+      "default: the built-in preset for the GPU's name (h100-sxm, h200, a100-80g, a100-40g, v100-32g)");
   needs_from(command->add_option("--peak-tflops", from.peak_tflops,
                                  "Dense datasheet peaks the file cannot measure, e.g. bf16=989.4,fp32=67 (the GEMM rows "
                                  "are fractions of the bf16 peak)"));
@@ -226,7 +267,25 @@ Command add_calibrate_command(CLI::App& app) {
   needs_from(command->add_option("--source", from.source, "The preset's source: text (default: the base's)"));
   // --from measures nothing here: the measuring flags do not go with it.
   for (const char* measuring : {"--quick", "--json", "--out"}) from_file->excludes(command->get_option(measuring));
-  return [flags]() { return flags->from.file.empty() ? run_calibrate(*flags) : run_calibrate_from(flags->from); };
+  return [flags, command]() {
+    if (flags->backend == "cuda") return run_calibrate_cuda_flags(*flags, *command);
+    for (const char* cuda_only : {"--device", "--jsonl"}) {
+      if (command->count(cuda_only) > 0) {
+        std::cerr << "meshplan calibrate: " << cuda_only << " goes with --backend cuda\n";
+        return exit_bad_input;
+      }
+    }
+    if (flags->from.file.empty()) {
+      for (const char* from_only : {"--name", "--base"}) {
+        if (command->count(from_only) > 0) {
+          std::cerr << "meshplan calibrate: " << from_only << " goes with --from FILE or --backend cuda\n";
+          return exit_bad_input;
+        }
+      }
+      return run_calibrate(*flags);
+    }
+    return run_calibrate_from(flags->from);
+  };
 }
 
 }  // namespace meshplan::cli

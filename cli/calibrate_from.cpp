@@ -84,50 +84,10 @@ int write_out(const CalibrateFromFlags& f, const std::string& yaml) {
 }
 
 int device_from(const CalibrateFromFlags& f, const std::string& text) {
-  Problems problems;
-  DeviceSpec base;
-  std::string base_label = "flags";
-  std::map<std::string, std::string> base_comments;
-  if (!f.base.empty()) {
-    auto loaded = load_device(f.base);
-    for (auto p : loaded.problems) {
-      p.where = "--base " + p.where;
-      problems.push_back(p);
-    }
-    base = loaded.value;
-    base_label = "--base " + f.base;
-    // The base's comments carry the sources of the figures it keeps.
-    if (const auto file = find_preset(PresetKind::device, f.base); file.ok()) {
-      std::ifstream base_file(file.value.path);
-      std::stringstream base_text;
-      base_text << base_file.rdbuf();
-      base_comments = yaml_line_comments(base_text.str());
-    }
-  } else {
-    base.name = "measured-device";
-    base.source = "datasheet figures from flags";
-  }
-  if (!f.peak_tflops.empty()) apply_peaks(f.peak_tflops, base, problems);
-  if (f.memory_bandwidth_gb_per_s > 0) base.memory_bandwidth_bytes_per_s = f.memory_bandwidth_gb_per_s * 1e9;
-  if (!f.name.empty()) base.name = f.name;
-  if (!f.source.empty()) base.source = f.source;
-  auto measured = parse_device_measurements(text, f.file);
-  problems.insert(problems.end(), measured.problems.begin(), measured.problems.end());
-  if (has_errors(problems)) {
-    report(problems);
-    return exit_bad_input;
-  }
-  auto figures = derive_device_figures(measured.value, base);
-  problems.insert(problems.end(), figures.problems.begin(), figures.problems.end());
-  report(problems);
-  if (has_errors(problems)) return exit_bad_input;
-  DeviceSpec device = apply_measured_figures(base, figures.value, measured.value);
-  if (f.memory_gib > 0) device.memory_bytes = f.memory_gib * 1024.0 * 1024 * 1024;
-  if (device.memory_bytes <= 0) {
-    report({{Severity::error, "--memory-gib", "the file states no device memory: give --memory-gib or a --base device"}});
-    return exit_bad_input;
-  }
-  return write_out(f, measured_device_yaml(device, figures.value, measured.value, base_label, command_of(f), base_comments));
+  const Loaded<std::string> yaml = device_preset_yaml(f, text, command_of(f));
+  report(yaml.problems);
+  if (has_errors(yaml.problems)) return exit_bad_input;
+  return write_out(f, yaml.value);
 }
 
 int cluster_from(const CalibrateFromFlags& f, const std::string& text) {
@@ -159,6 +119,51 @@ int cluster_from(const CalibrateFromFlags& f, const std::string& text) {
 }
 
 }  // namespace
+
+Loaded<std::string> device_preset_yaml(const CalibrateFromFlags& f, const std::string& text, const std::string& command) {
+  Loaded<std::string> result;
+  Problems& problems = result.problems;
+  DeviceSpec base;
+  std::string base_label = "flags";
+  std::map<std::string, std::string> base_comments;
+  if (!f.base.empty()) {
+    auto loaded = load_device(f.base);
+    for (auto p : loaded.problems) {
+      p.where = "--base " + p.where;
+      problems.push_back(p);
+    }
+    base = loaded.value;
+    base_label = "--base " + f.base;
+    // The base's comments carry the sources of the figures it keeps.
+    if (const auto file = find_preset(PresetKind::device, f.base); file.ok()) {
+      std::ifstream base_file(file.value.path);
+      std::stringstream base_text;
+      base_text << base_file.rdbuf();
+      base_comments = yaml_line_comments(base_text.str());
+    }
+  } else {
+    base.name = "measured-device";
+    base.source = "datasheet figures from flags";
+  }
+  if (!f.peak_tflops.empty()) apply_peaks(f.peak_tflops, base, problems);
+  if (f.memory_bandwidth_gb_per_s > 0) base.memory_bandwidth_bytes_per_s = f.memory_bandwidth_gb_per_s * 1e9;
+  if (!f.name.empty()) base.name = f.name;
+  if (!f.source.empty()) base.source = f.source;
+  auto measured = parse_device_measurements(text, f.file);
+  problems.insert(problems.end(), measured.problems.begin(), measured.problems.end());
+  if (has_errors(problems)) return result;
+  auto figures = derive_device_figures(measured.value, base);
+  problems.insert(problems.end(), figures.problems.begin(), figures.problems.end());
+  if (has_errors(problems)) return result;
+  DeviceSpec device = apply_measured_figures(base, figures.value, measured.value);
+  if (f.memory_gib > 0) device.memory_bytes = f.memory_gib * 1024.0 * 1024 * 1024;
+  if (device.memory_bytes <= 0) {
+    problems.push_back({Severity::error, "--memory-gib", "the file states no device memory: give --memory-gib or a --base device"});
+    return result;
+  }
+  result.value = measured_device_yaml(device, figures.value, measured.value, base_label, command, base_comments);
+  return result;
+}
 
 int run_calibrate_from(const CalibrateFromFlags& f) {
   std::ifstream in(f.file, std::ios::binary);

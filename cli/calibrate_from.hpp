@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "model/problem.hpp"
+
 namespace meshplan::cli {
 
 struct CalibrateFromFlags {
@@ -23,5 +25,12 @@ struct CalibrateFromFlags {
 };
 
 int run_calibrate_from(const CalibrateFromFlags& flags);
+
+// The device preset's YAML from measurement rows (`text`, named `flags.file`
+// in messages and the header) with the flags' base, peaks and name: what
+// --from writes, and what `calibrate --backend cuda` writes from the rows it
+// measured. `command`: how the preset was made, for its header. Warnings and
+// errors in the problems; the YAML only when there is no error.
+Loaded<std::string> device_preset_yaml(const CalibrateFromFlags& flags, const std::string& text, const std::string& command);
 
 }  // namespace meshplan::cli

@@ -134,6 +134,7 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
     if (section == "device") {
       m.device_name = row.text("name");
       if (const std::string torch = row.text("torch"); !torch.empty()) m.software = "PyTorch " + torch;
+      if (const std::string stack = row.text("stack"); !stack.empty()) m.software = stack;  // calibrate --backend cuda
       if (json.contains("sms")) m.compute_units = row.count("sms");
       if (json.contains("mem_bytes")) m.memory_bytes = row.positive("mem_bytes").value_or(0);
       if (json.contains("l2_bytes")) m.l2_bytes = row.positive("l2_bytes").value_or(0);

@@ -7,7 +7,7 @@
 // without a GPU backend here.
 //
 // Rows ("section" names the kind; times in seconds, medians of repeats):
-//   device:    name, sms, mem_bytes, l2_bytes, torch (all optional)
+//   device:    name, sms, mem_bytes, l2_bytes, torch or stack (the software that measured; all optional)
 //   ceiling:   what = "bf16_gemm_8192" (tflops_med) | "d2d_copy_1GiB" (gb_per_s_med, read + written) | others (kept as comments)
 //   gemm:      m, k, n, s_med, tflops_med              bf16 C[m,n] = A[m,k] B[k,n]
 //   attention: B, H, T, D, fwd_s, fwd_bwd_s            causal fused attention, bf16

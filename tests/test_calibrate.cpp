@@ -579,4 +579,48 @@ TEST(CalibrateFrom, BadInputIsAClearError) {
   EXPECT_NE(r.err.find("--memory-bandwidth-gb-per-s"), std::string::npos) << r.err;
 }
 
+// `calibrate --backend cuda` where no GPU can be used measures nothing: exit
+// 2, why, and the PyTorch script with --from as the way instead. The GPU is
+// hidden (CUDA_VISIBLE_DEVICES empty), so this checks the same path on a
+// machine that has one; a build without CUDA says so instead.
+TEST(CalibrateCuda, WithoutAGpuExitsTwoAndSaysWhy) {
+  std::optional<std::string> previous;
+  if (const char* old = std::getenv("CUDA_VISIBLE_DEVICES")) previous = old;
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  const fs::path out = temp_path("cuda-presets");
+  fs::remove_all(out);
+  const CliRun r = run({"calibrate", "--backend", "cuda", "--quick", "--out", out.string()});
+  if (previous) {
+    ::setenv("CUDA_VISIBLE_DEVICES", previous->c_str(), 1);
+  } else {
+    ::unsetenv("CUDA_VISIBLE_DEVICES");
+  }
+  EXPECT_EQ(r.status, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--backend cuda: "), std::string::npos) << r.err;
+  const bool no_device = r.err.find("no usable CUDA device on this machine") != std::string::npos;
+  const bool no_cuda = r.err.find("built without CUDA") != std::string::npos;
+  EXPECT_TRUE(no_device || no_cuda) << r.err;
+  EXPECT_NE(r.err.find("nothing was measured"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("scripts/gpu/measure_device.py"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("meshplan calibrate --from OUT.jsonl"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_FALSE(fs::exists(out / "devices" / "local-cuda.yaml"));
+  expect_no_crash_text(r);
+}
+
+TEST(CalibrateCuda, FlagsThatDoNotGoTogetherAreRefused) {
+  CliRun r = run({"calibrate", "--device", "1"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--device goes with --backend cuda"), std::string::npos) << r.err;
+  r = run({"calibrate", "--name", "x"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--name goes with --from FILE or --backend cuda"), std::string::npos) << r.err;
+  r = run_in_source({"calibrate", "--backend", "cuda", "--from", "tests/data/h100-measured.jsonl"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--from does not go with --backend cuda"), std::string::npos) << r.err;
+  r = run({"calibrate", "--backend", "gpu"});
+  EXPECT_NE(r.status, 0);
+  expect_no_crash_text(r);
+}
+
 }  // namespace

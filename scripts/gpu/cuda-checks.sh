@@ -48,7 +48,7 @@ cmake --preset release -B "$build" -DMESHPLAN_STUDIO=OFF -DMESHPLAN_PLOT=OFF -DM
   ${nccl_root:+-DMESHPLAN_NCCL_ROOT="$nccl_root"} \
   > "$out/configure.log" 2>&1 || fail "configure failed: $(tail -5 "$out/configure.log")"
 grep -q "GPU kernels built" "$out/configure.log" || fail "CMake did not find the CUDA toolkit: $(grep -i cuda "$out/configure.log")"
-programs=(cuda_kernel_tests cuda_gemm_tests cuda_backend_tests)
+programs=(cuda_kernel_tests cuda_gemm_tests cuda_backend_tests cuda_calibrate_tests)
 if grep -q "the NCCL communicator is built" "$out/configure.log"; then
   programs+=(nccl_communicator_tests)
 else
@@ -98,4 +98,8 @@ for s in "${statuses[@]}"; do
 done
 if [ "$status" = 0 ] && [ "$skipped" = "${#statuses[@]}" ]; then status=77; fi
 if [ "$status" = 0 ] && [ "$skipped" != 0 ]; then status=1; fi  # some ran and some could not: not a pass
+if [ "$status" = 0 ]; then  # the tests passed: a quick preset of this GPU; its failure does not change the status
+  "$build/cli/meshplan" calibrate --backend cuda --quick --out "$out/presets" > "$out/calibrate.log" 2>&1 ||
+    echo "cuda-checks: calibrate --backend cuda failed (exit $?): $(tail -3 "$out/calibrate.log")"
+fi
 exit "$status"
