@@ -11,10 +11,22 @@
 // are silent. Started without mpirun it still runs, on one rank, and says that
 // the numbers then measure no communication (send_recv needs 2 ranks and is
 // skipped). Exit status 1 when any result was wrong.
+//
+// --backend nccl times the NCCL communicator on GPU buffers instead, one GPU
+// per rank (commbench_nccl.hpp), with the same flags, sizes and table. This
+// file is built twice: into `meshplan`, which for --backend nccl execs
+// meshplan-commbench-nccl beside it with the same flags (so that meshplan
+// never loads the CUDA runtime or NCCL), and into that program
+// (MESHPLAN_COMMBENCH_NCCL_BUILD), which opens the NCCL world. Without that
+// program, --backend nccl exits 2 and says why.
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -23,6 +35,9 @@
 #include "cli/commands.hpp"
 #include "executor/comm/collective_bench.hpp"
 #include "executor/comm/world.hpp"
+#if defined(MESHPLAN_COMMBENCH_NCCL_BUILD)
+#include "cli/commbench_nccl.hpp"
+#endif
 
 namespace meshplan::cli {
 namespace {
@@ -30,6 +45,7 @@ namespace {
 namespace comm = exec::comm;
 
 struct CommbenchFlags {
+  std::string backend = "mpi";  // mpi (host buffers) or nccl (GPU buffers, meshplan-commbench-nccl)
   std::string min_bytes = "8";
   std::string max_bytes = "16M";
   int step_factor = 2;
@@ -138,7 +154,51 @@ std::string table_row(const comm::CollectiveTiming& t) {
   return line;
 }
 
+#if !defined(MESHPLAN_COMMBENCH_NCCL_BUILD)
+int cannot_run_nccl(const std::string& why) {
+  std::cerr << "meshplan commbench: --backend nccl: " << why
+            << "; nothing was measured. `meshplan commbench` (--backend mpi) times the MPI communicator\n";
+  return exit_bad_input;
+}
+
+// `meshplan` itself: exec meshplan-commbench-nccl with the same flags (this process has not started MPI).
+int exec_commbench_nccl(const CommbenchFlags& f) {
+#if defined(MESHPLAN_COMMBENCH_NCCL_PROGRAM)
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  const fs::path program = self.parent_path() / MESHPLAN_COMMBENCH_NCCL_PROGRAM;
+  if (error || !fs::exists(program)) {
+    return cannot_run_nccl(std::string("its program ") + MESHPLAN_COMMBENCH_NCCL_PROGRAM +
+                           " is not beside this meshplan (" + (error ? error.message() : program.string()) + ")");
+  }
+  std::string collectives;
+  for (const auto& c : f.collectives) collectives += (collectives.empty() ? "" : ",") + c;
+  char timeout[32];
+  std::snprintf(timeout, sizeof timeout, "%.17g", f.comm_timeout_s);
+  std::vector<std::string> args = {program.string(), "commbench", "--backend", "nccl", "--min-bytes", f.min_bytes,
+                                   "--max-bytes", f.max_bytes, "--step-factor", std::to_string(f.step_factor),
+                                   "--iters", std::to_string(f.iters), "--warmup", std::to_string(f.warmup),
+                                   "--collectives", collectives, "--type", f.type, "--comm-timeout", timeout};
+  if (f.json) args.emplace_back("--json");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  ::execv(argv[0], argv.data());
+  return cannot_run_nccl("could not start " + program.string() + ": " + std::strerror(errno));
+#else
+  (void)f;
+  return cannot_run_nccl("this meshplan was built without NCCL (MESHPLAN_CUDA=OFF, or CMake found no CUDA toolkit "
+                         "or no NCCL)");
+#endif
+}
+#endif
+
 int run_commbench(const CommbenchFlags& flags) {
+#if !defined(MESHPLAN_COMMBENCH_NCCL_BUILD)
+  if (flags.backend == "nccl") return exec_commbench_nccl(flags);
+#endif
   auto world = comm::open_world();
   const bool speaks = !world.value || world.value->rank() == 0;
   if (!world.ok()) {
@@ -152,22 +212,42 @@ int run_commbench(const CommbenchFlags& flags) {
     }
     return exit_bad_input;
   }
-  auto& group = *world.value;
-  group.set_timeout(std::chrono::duration<double>(flags.comm_timeout_s));
+  world.value->set_timeout(std::chrono::duration<double>(flags.comm_timeout_s));
+  comm::Communicator* measured = world.value.get();
+  comm::BenchBuffers* buffers = nullptr;  // host memory
+  std::string over = comm::built_with_mpi() ? "MPI" : "no MPI (this build runs one rank)";
+#if defined(MESHPLAN_COMMBENCH_NCCL_BUILD)
+  Loaded<NcclBench> nccl;
+  if (flags.backend == "nccl") {
+    nccl = open_nccl_bench(*world.value);
+    if (!nccl.ok()) {
+      if (world.value->rank() == nccl.value.reporting_rank) {
+        for (const auto& p : nccl.problems) std::cerr << "meshplan commbench: " << describe(p) << "\n";
+      }
+      return exit_bad_input;
+    }
+    measured = nccl.value.group.get();
+    buffers = nccl.value.buffers.get();
+    over = nccl.value.description;
+  }
+#endif
+  auto& group = *measured;
   const int n = group.size();
+  const char* rerun = flags.backend == "nccl" ? "mpirun -np 2 meshplan commbench --backend nccl"
+                                              : "mpirun -np 2 meshplan commbench";
 
   std::vector<std::int64_t> sizes;
   for (std::int64_t s = valid.value.min_bytes; s <= valid.value.max_bytes; s *= flags.step_factor) sizes.push_back(s);
 
   if (speaks && !flags.json) {
     std::printf("# meshplan commbench: %d rank%s over %s; %s; %d iterations after %d warm-up\n", n,
-                n == 1 ? "" : "s", comm::built_with_mpi() ? "MPI" : "no MPI (this build runs one rank)",
-                flags.type.c_str(), flags.iters, flags.warmup);
+                n == 1 ? "" : "s", over.c_str(), flags.type.c_str(), flags.iters, flags.warmup);
     std::printf("# time: median over iterations, max over ranks (min: the fastest iteration); algbw = size / time;"
                 " busbw = algbw x F_bus\n");
     if (n == 1) {
       std::printf("# one rank: collectives only copy, so these times measure no communication;\n"
-                  "# run under mpirun (mpirun -np 2 meshplan commbench) to measure MPI. send_recv is skipped.\n");
+                  "# run under mpirun (%s) to measure %s. send_recv is skipped.\n",
+                  rerun, flags.backend == "nccl" ? "NCCL" : "MPI");
     }
   }
   nlohmann::json results = nlohmann::json::array();
@@ -187,7 +267,8 @@ int run_commbench(const CommbenchFlags& flags) {
     for (const std::int64_t size : sizes) {
       // Sizes that round to the same whole-element buffer are measured once.
       if (comm::collective_size_bytes(collective, size, n, valid.value.type) == previous) continue;
-      const auto t = comm::measure_collective(group, collective, size, flags.iters, flags.warmup, valid.value.type);
+      const auto t = comm::measure_collective(group, collective, size, flags.iters, flags.warmup, valid.value.type,
+                                               buffers);
       previous = t.bytes;
       all_correct = all_correct && t.correct;
       if (!speaks) continue;
@@ -212,6 +293,8 @@ int run_commbench(const CommbenchFlags& flags) {
   }
   if (speaks && flags.json) {
     const nlohmann::json out = {{"ranks", n},
+                                {"backend", flags.backend},
+                                {"over", over},
                                 {"mpi", comm::built_with_mpi()},
                                 {"type", flags.type},
                                 {"iterations", flags.iters},
@@ -233,6 +316,11 @@ Command add_commbench_command(CLI::App& app) {
   auto flags = std::make_shared<CommbenchFlags>();
   auto* command = app.add_subcommand(
       "commbench", "Time the communicator's collectives by size, nccl-tests style (run under mpirun -np N)");
+  command->add_option("--backend", flags->backend,
+                      "mpi: the MPI communicator on host buffers; nccl: the NCCL communicator on GPU buffers, one GPU "
+                      "per rank (needs the CUDA build's meshplan-commbench-nccl)")
+      ->check(CLI::IsMember({"mpi", "nccl"}))
+      ->capture_default_str();
   command->add_option("--min-bytes", flags->min_bytes, "Smallest size (bytes; K, M, G suffixes)")
       ->capture_default_str();
   command->add_option("--max-bytes", flags->max_bytes, "Largest size (bytes; K, M, G suffixes)")

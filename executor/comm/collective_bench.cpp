@@ -1,6 +1,8 @@
 // measure_collective(): fill, barrier, time, check, per iteration; the
 // definitions are in collective_bench.hpp. Fill values are small integers
 // (sums stay below 2^24, exact in f32, up to about 1000 ranks), so a check is equality.
+// With BenchBuffers the host vectors are the staging copies of the device
+// buffers: filled here, uploaded, run on the device, downloaded, checked here.
 //
 // defines: collective_size_bytes, measure_collective
 #include "executor/comm/collective_bench.hpp"
@@ -14,6 +16,37 @@ namespace meshplan::exec::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// One buffer from BenchBuffers for the scope; null (and nothing allocated) without them.
+class StagedBuffer {
+ public:
+  StagedBuffer(BenchBuffers* buffers, std::size_t bytes)
+      : buffers_(buffers), bytes_(bytes), data_(buffers != nullptr && bytes > 0 ? buffers->allocate(bytes) : nullptr) {}
+  ~StagedBuffer() {
+    if (data_ != nullptr) buffers_->release(data_, bytes_);
+  }
+  StagedBuffer(const StagedBuffer&) = delete;
+  StagedBuffer& operator=(const StagedBuffer&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  BenchBuffers* buffers_;
+  std::size_t bytes_;
+  void* data_;
+};
+
+// all_reduce of one summary value over the group, through `buffers` when the group works on them.
+template <typename V>
+void reduce_summary(Communicator& group, BenchBuffers* buffers, V& value, DataType type, ReduceOp op) {
+  if (buffers == nullptr) {
+    group.all_reduce(&value, 1, type, op);
+    return;
+  }
+  const StagedBuffer staged(buffers, sizeof value);
+  buffers->upload(staged.data(), &value, sizeof value);
+  group.all_reduce(staged.data(), 1, type, op);
+  buffers->download(&value, staged.data(), sizeof value);
+}
 
 // Elements each rank sends (all_gather), receives (reduce_scatter) or
 // exchanges with each peer (all_to_all); the whole buffer otherwise.
@@ -29,13 +62,23 @@ std::int64_t block_count(Collective collective, std::int64_t count, std::int64_t
 template <typename T>
 class Run {
  public:
-  Run(Communicator& group, Collective collective, std::int64_t count)
+  Run(Communicator& group, Collective collective, std::int64_t count, BenchBuffers* buffers)
       : group_(group), collective_(collective), n_(group.size()), r_(group.rank()), count_(count),
-        block_(block_count(collective, count, n_)) {
-    const bool gathers = collective == Collective::all_gather;
-    const bool scatters = collective == Collective::reduce_scatter;
-    send_.resize(static_cast<std::size_t>(gathers ? block_ : count_));
-    recv_.resize(static_cast<std::size_t>(scatters ? block_ : count_));
+        block_(block_count(collective, count, n_)), buffers_(buffers),
+        send_(at(uses_send() ? (collective == Collective::all_gather ? block_ : count_) : 0)),
+        recv_(at(collective == Collective::reduce_scatter ? block_ : count_)),
+        send_staged_(buffers, send_.size() * sizeof(T)), recv_staged_(buffers, recv_.size() * sizeof(T)) {}
+
+  // After fill(): the inputs where the communicator reads them (complete on return).
+  void upload() {
+    if (buffers_ == nullptr) return;
+    if (!send_.empty()) buffers_->upload(send_staged_.data(), send_.data(), send_.size() * sizeof(T));
+    buffers_->upload(recv_staged_.data(), recv_.data(), recv_.size() * sizeof(T));
+  }
+
+  // After run(): the result back in the host vector that wrong() checks.
+  void download() {
+    if (buffers_ != nullptr) buffers_->download(recv_.data(), recv_staged_.data(), recv_.size() * sizeof(T));
   }
 
   void fill() {
@@ -67,22 +110,24 @@ class Run {
 
   void run() {
     const DataType type = data_type_of<T>();
+    void* send_data = buffers_ != nullptr ? send_staged_.data() : send_.data();
+    void* recv_data = buffers_ != nullptr ? recv_staged_.data() : recv_.data();
     switch (collective_) {
-      case Collective::all_reduce: group_.all_reduce(recv_.data(), count_, type, ReduceOp::sum); break;
-      case Collective::all_gather: group_.all_gather(send_.data(), recv_.data(), block_, type); break;
+      case Collective::all_reduce: group_.all_reduce(recv_data, count_, type, ReduceOp::sum); break;
+      case Collective::all_gather: group_.all_gather(send_data, recv_data, block_, type); break;
       case Collective::reduce_scatter:
-        group_.reduce_scatter(send_.data(), recv_.data(), block_, type, ReduceOp::sum);
+        group_.reduce_scatter(send_data, recv_data, block_, type, ReduceOp::sum);
         break;
-      case Collective::all_to_all: group_.all_to_all(send_.data(), recv_.data(), block_, type); break;
-      case Collective::broadcast: group_.broadcast(recv_.data(), count_, type, 0); break;
+      case Collective::all_to_all: group_.all_to_all(send_data, recv_data, block_, type); break;
+      case Collective::broadcast: group_.broadcast(recv_data, count_, type, 0); break;
       case Collective::send_recv:
         // Ping-pong: rank 0 sends, rank 1 receives and returns what it got.
         if (r_ == 0) {
-          group_.send(recv_.data(), count_, type, 1, 0);
-          group_.recv(recv_.data(), count_, type, 1, 1);
+          group_.send(recv_data, count_, type, 1, 0);
+          group_.recv(recv_data, count_, type, 1, 1);
         } else if (r_ == 1) {
-          group_.recv(recv_.data(), count_, type, 0, 0);
-          group_.send(recv_.data(), count_, type, 0, 1);
+          group_.recv(recv_data, count_, type, 0, 0);
+          group_.send(recv_data, count_, type, 0, 1);
         }
         break;
     }
@@ -124,6 +169,11 @@ class Run {
   }
 
  private:
+  // all_gather, reduce_scatter and all_to_all read a separate input; the others work in place.
+  bool uses_send() const {
+    return collective_ == Collective::all_gather || collective_ == Collective::reduce_scatter ||
+           collective_ == Collective::all_to_all;
+  }
   static std::size_t at(std::int64_t index) { return static_cast<std::size_t>(index); }
   static T value(std::int64_t v) { return static_cast<T>(v); }
 
@@ -133,12 +183,14 @@ class Run {
   int r_;
   std::int64_t count_;
   std::int64_t block_;
-  std::vector<T> send_, recv_;
+  BenchBuffers* buffers_;
+  std::vector<T> send_, recv_;  // the buffers themselves, or their host staging copies
+  StagedBuffer send_staged_, recv_staged_;
 };
 
 template <typename T>
 CollectiveTiming measure(Communicator& group, Collective collective, std::int64_t bytes, int iterations, int warmup,
-                         DataType type) {
+                         DataType type, BenchBuffers* buffers) {
   CollectiveTiming timing;
   timing.collective = collective;
   timing.type = type;
@@ -147,16 +199,18 @@ CollectiveTiming measure(Communicator& group, Collective collective, std::int64_
   timing.count = timing.bytes / static_cast<std::int64_t>(size_of(type));
   timing.iterations = iterations;
 
-  Run<T> run(group, collective, timing.count);
+  Run<T> run(group, collective, timing.count, buffers);
   std::vector<double> times_s;
   std::int64_t wrong = 0;
   for (int i = 0; i < warmup + iterations; ++i) {
     run.fill();
+    run.upload();
     group.barrier();
     const auto start = Clock::now();
     run.run();
     const double elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
     if (i >= warmup) times_s.push_back(elapsed_s);
+    run.download();
     wrong += run.wrong();
   }
   double median_s = 0;
@@ -170,10 +224,10 @@ CollectiveTiming measure(Communicator& group, Collective collective, std::int64_
     median_s /= 2;
     min_s /= 2;
   }
-  group.all_reduce(&median_s, 1, DataType::f64, ReduceOp::max);
-  group.all_reduce(&min_s, 1, DataType::f64, ReduceOp::max);
+  reduce_summary(group, buffers, median_s, DataType::f64, ReduceOp::max);
+  reduce_summary(group, buffers, min_s, DataType::f64, ReduceOp::max);
   timing.min_time_s = min_s;
-  group.all_reduce(&wrong, 1, DataType::i64, ReduceOp::sum);
+  reduce_summary(group, buffers, wrong, DataType::i64, ReduceOp::sum);
   timing.time_s = median_s;
   timing.wrong_elements = wrong;
   timing.correct = wrong == 0;
@@ -197,16 +251,16 @@ std::int64_t collective_size_bytes(Collective collective, std::int64_t bytes, in
 }
 
 CollectiveTiming measure_collective(Communicator& group, Collective collective, std::int64_t bytes, int iterations,
-                                    int warmup, DataType type) {
+                                    int warmup, DataType type, BenchBuffers* buffers) {
   if (collective == Collective::send_recv && group.size() < 2) {
     throw std::logic_error("measure_collective: send_recv needs 2 ranks, \"" + group.name() + "\" has " +
                            std::to_string(group.size()));
   }
   switch (type) {
-    case DataType::f32: return measure<float>(group, collective, bytes, iterations, warmup, type);
-    case DataType::f64: return measure<double>(group, collective, bytes, iterations, warmup, type);
-    case DataType::i32: return measure<std::int32_t>(group, collective, bytes, iterations, warmup, type);
-    case DataType::i64: return measure<std::int64_t>(group, collective, bytes, iterations, warmup, type);
+    case DataType::f32: return measure<float>(group, collective, bytes, iterations, warmup, type, buffers);
+    case DataType::f64: return measure<double>(group, collective, bytes, iterations, warmup, type, buffers);
+    case DataType::i32: return measure<std::int32_t>(group, collective, bytes, iterations, warmup, type, buffers);
+    case DataType::i64: return measure<std::int64_t>(group, collective, bytes, iterations, warmup, type, buffers);
     case DataType::u8: break;
   }
   throw std::logic_error("measure_collective: " + to_string(type) + " is not supported (sums overflow bytes)");

@@ -18,9 +18,18 @@
 // before each iteration; every iteration's result is checked on every rank,
 // and `correct` is true only when all of them were right.
 //
-// defines: CollectiveTiming, measure_collective, collective_size_bytes
+// Buffers: by default in host memory, what the MPI communicator works on. A
+// communicator on device memory (NCCL) passes BenchBuffers: the inputs are
+// still made on the host, uploaded before the barrier, and every iteration's
+// result is downloaded after the timed call and checked on the host, as for
+// host buffers. The copies are outside the timed region, so the timing is
+// unchanged: it stops when the blocking call returns, which for NCCL is when
+// its stream has finished the operation (nccl_communicator.hpp).
+//
+// defines: CollectiveTiming, BenchBuffers, measure_collective, collective_size_bytes
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "executor/comm/communicator.hpp"
@@ -43,14 +52,28 @@ struct CollectiveTiming {
   std::int64_t wrong_elements = 0;  // summed over ranks and iterations
 };
 
+// Memory the communicator's operations take (device memory for NCCL). Every
+// call is complete when it returns (the device implementation synchronises),
+// so the communicator may use the data at once.
+class BenchBuffers {
+ public:
+  virtual ~BenchBuffers() = default;
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void release(void* buffer, std::size_t bytes) noexcept = 0;
+  virtual void upload(void* buffer, const void* host, std::size_t bytes) = 0;
+  virtual void download(void* host, const void* buffer, std::size_t bytes) = 0;
+};
+
 // S rounded down so that every rank's block holds whole elements (all_gather,
 // reduce_scatter and all_to_all split S into n blocks); at least one element
 // per block.
 std::int64_t collective_size_bytes(Collective collective, std::int64_t bytes, int ranks, DataType type);
 
 // Collective over `group` (every rank calls it with the same arguments).
-// send_recv needs at least 2 ranks (std::logic_error otherwise).
+// send_recv needs at least 2 ranks (std::logic_error otherwise). `buffers`
+// null: host memory; otherwise the communicator's buffers come from it, and
+// so do the few elements of the summary reductions (time, wrong elements).
 CollectiveTiming measure_collective(Communicator& group, Collective collective, std::int64_t bytes, int iterations,
-                                    int warmup, DataType type = DataType::f32);
+                                    int warmup, DataType type = DataType::f32, BenchBuffers* buffers = nullptr);
 
 }  // namespace meshplan::exec::comm

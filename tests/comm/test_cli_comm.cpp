@@ -1,6 +1,7 @@
 // `meshplan commbench` and `meshplan launch` as a user runs them: commbench
 // under mpirun with 2 ranks (every collective present, every result checked,
-// F_bus and algbw consistent) and alone (one rank, said so); launch's command
+// F_bus and algbw consistent) and alone (one rank, said so); --backend nccl
+// where no GPU is visible (exit 2, why, once); launch's command
 // line for 2- and 4-rank plans, the exact argument vector it execs (through a
 // stand-in launcher that records it), a real 2-rank training run of a tiny
 // GPT started by it, and its refusals.
@@ -91,6 +92,42 @@ TEST(CliCommbench, BadFlagsNameTheFlag) {
   r = run({"commbench", "--collectives", "all_reduce,allgather"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("'allgather' is not one of"), std::string::npos) << r.err;
+  expect_no_crash_text(r);
+}
+
+// --backend nccl where no GPU can be seen (CUDA_VISIBLE_DEVICES empty hides
+// any, so this holds on a GPU machine too): exit 2, say why, measure nothing.
+// Without a CUDA/NCCL build, meshplan itself says it was built without NCCL.
+TEST(CliCommbench, NcclWithoutAGpuSaysWhyAndMeasuresNothing) {
+  const CliRun r = run_under({"env", "CUDA_VISIBLE_DEVICES="}, {"commbench", "--backend", "nccl", "--max-bytes", "1K"});
+  EXPECT_EQ(r.status, 2) << r.err << r.out;
+  EXPECT_NE(r.err.find("meshplan commbench: --backend nccl"), std::string::npos) << r.err;
+  const bool no_gpu = r.err.find("sees no CUDA device") != std::string::npos &&
+                      r.err.find("NCCL needs a GPU per rank") != std::string::npos;
+  const bool not_built = r.err.find("built without NCCL") != std::string::npos;
+  EXPECT_TRUE(no_gpu || not_built) << r.err;
+  EXPECT_NE(r.err.find("--backend mpi"), std::string::npos) << "names what to do instead:\n" << r.err;
+  EXPECT_EQ(r.out.find("# all_reduce"), std::string::npos) << r.out;
+  expect_no_crash_text(r);
+}
+
+// Under mpirun the ranks refuse together and one of them says why.
+TEST(CliCommbench, NcclWithoutAGpuUnderMpirunSaysItOnce) {
+  std::vector<std::string> prefix{"env", "CUDA_VISIBLE_DEVICES="};
+  for (const auto& word : mpirun(2)) prefix.push_back(word);
+  const CliRun r = run_under(prefix, {"commbench", "--backend", "nccl", "--max-bytes", "1K"});
+  EXPECT_NE(r.status, 0) << r.err << r.out;
+  const auto first = r.err.find("meshplan commbench: --backend nccl");
+  ASSERT_NE(first, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("meshplan commbench: --backend nccl", first + 1), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("# all_reduce"), std::string::npos) << r.out;
+}
+
+TEST(CliCommbench, BadBackendNamesTheChoices) {
+  const CliRun r = run({"commbench", "--backend", "gloo"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--backend"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("mpi,nccl"), std::string::npos) << r.err;
   expect_no_crash_text(r);
 }
 
