@@ -3,10 +3,6 @@
 // and writes the preset through calibrate --from's derivation.
 #include "cli/calibrate_cuda.hpp"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -15,6 +11,7 @@
 
 #include "cli/calibrate_from.hpp"
 #include "cli/commands.hpp"
+#include "cli/sibling_program.hpp"
 #include "model/atomic_file.hpp"
 #include "model/device_spec.hpp"
 #include "model/presets.hpp"
@@ -51,14 +48,7 @@ int cannot_measure(const std::string& why) {
 // load the CUDA runtime and cuBLASLt (0.17 s and 210 MB per start).
 int run_calibrate_cuda(const CalibrateCudaFlags& f) {
 #if defined(MESHPLAN_CUDA_CALIBRATE_PROGRAM)
-  std::error_code error;
-  const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  const fs::path program = self.parent_path() / MESHPLAN_CUDA_CALIBRATE_PROGRAM;
-  if (error || !fs::exists(program)) {
-    return cannot_measure(std::string("its measuring program ") + MESHPLAN_CUDA_CALIBRATE_PROGRAM +
-                          " is not beside this meshplan (" + (error ? error.message() : program.string()) + ")");
-  }
-  std::vector<std::string> args = {program.string(), "--device", std::to_string(f.device)};
+  std::vector<std::string> args = {"--device", std::to_string(f.device)};
   if (f.quick) args.emplace_back("--quick");
   for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--out", &f.out}, {"--name", &f.name},
                                     {"--base", &f.base}, {"--jsonl", &f.jsonl}}) {
@@ -67,12 +57,7 @@ int run_calibrate_cuda(const CalibrateCudaFlags& f) {
       args.push_back(*value);
     }
   }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::cout.flush();
-  ::execv(argv[0], argv.data());
-  return cannot_measure("could not start " + program.string() + ": " + std::strerror(errno));
+  return cannot_measure(exec_beside_meshplan(MESHPLAN_CUDA_CALIBRATE_PROGRAM, args));
 #else
   (void)f;
   return cannot_measure("this meshplan was built without CUDA (MESHPLAN_CUDA=OFF, or CMake found no CUDA toolkit)");

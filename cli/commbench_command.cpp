@@ -20,19 +20,16 @@
 // (MESHPLAN_COMMBENCH_NCCL_BUILD), which opens the NCCL world. Without that
 // program, --backend nccl exits 2 and says why.
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <cctype>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/sibling_program.hpp"
 #include "executor/comm/collective_bench.hpp"
 #include "executor/comm/world.hpp"
 #if defined(MESHPLAN_COMMBENCH_NCCL_BUILD)
@@ -164,29 +161,16 @@ int cannot_run_nccl(const std::string& why) {
 // `meshplan` itself: exec meshplan-commbench-nccl with the same flags (this process has not started MPI).
 int exec_commbench_nccl(const CommbenchFlags& f) {
 #if defined(MESHPLAN_COMMBENCH_NCCL_PROGRAM)
-  namespace fs = std::filesystem;
-  std::error_code error;
-  const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  const fs::path program = self.parent_path() / MESHPLAN_COMMBENCH_NCCL_PROGRAM;
-  if (error || !fs::exists(program)) {
-    return cannot_run_nccl(std::string("its program ") + MESHPLAN_COMMBENCH_NCCL_PROGRAM +
-                           " is not beside this meshplan (" + (error ? error.message() : program.string()) + ")");
-  }
   std::string collectives;
   for (const auto& c : f.collectives) collectives += (collectives.empty() ? "" : ",") + c;
   char timeout[32];
   std::snprintf(timeout, sizeof timeout, "%.17g", f.comm_timeout_s);
-  std::vector<std::string> args = {program.string(), "commbench", "--backend", "nccl", "--min-bytes", f.min_bytes,
+  std::vector<std::string> args = {"commbench", "--backend", "nccl", "--min-bytes", f.min_bytes,
                                    "--max-bytes", f.max_bytes, "--step-factor", std::to_string(f.step_factor),
                                    "--iters", std::to_string(f.iters), "--warmup", std::to_string(f.warmup),
                                    "--collectives", collectives, "--type", f.type, "--comm-timeout", timeout};
   if (f.json) args.emplace_back("--json");
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::cout.flush();
-  ::execv(argv[0], argv.data());
-  return cannot_run_nccl("could not start " + program.string() + ": " + std::strerror(errno));
+  return cannot_run_nccl(exec_beside_meshplan(MESHPLAN_COMMBENCH_NCCL_PROGRAM, args));
 #else
   (void)f;
   return cannot_run_nccl("this meshplan was built without NCCL (MESHPLAN_CUDA=OFF, or CMake found no CUDA toolkit "
