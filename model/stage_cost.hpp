@@ -141,7 +141,7 @@ inline Collective gradient_reduction(int zero_stage) {
 }
 
 // Data-parallel gradient buckets, as PyTorch DDP forms them (Li et al. 2020,
-// "PyTorch Distributed", Sec. 3.2.3): one device's `reduced_bytes` of
+// "PyTorch Distributed", Sec. 3.2): one device's `reduced_bytes` of
 // gradients to reduce, in buckets of `bucket_bytes` (raised so that there
 // are at most kMostGradientBuckets; a 1-byte bucket size would otherwise
 // ask for billions), the last holding the rest. Each bucket is its own
