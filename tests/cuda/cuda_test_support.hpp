@@ -4,18 +4,24 @@
 // read back as doubles, poisoned with NaN before a kernel that must write
 // it), and the relative error ||a - b|| / ||b|| that the tolerances bound.
 //
+// Every GPU test program's main() is run_gpu_tests: without a usable GPU it
+// says why and exits 77 (ctest: skipped), never passing vacuously.
+//
 // defines: test_support::Vec, seed, random_vector, bf16_vector, DeviceArray,
-// DeviceFloats, DeviceBf16, DeviceInts, on_device, relative_error
+// DeviceFloats, DeviceBf16, DeviceInts, on_device, relative_error, run_gpu_tests
 #pragma once
 
 #include <cuda_bf16.h>
+#include <gtest/gtest.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -101,6 +107,21 @@ inline Vec bf16_vector(std::size_t n, std::mt19937_64& rng) {
   Vec v = random_vector(n, rng);
   for (double& x : v) x = __bfloat162float(__float2bfloat16(static_cast<float>(x)));
   return v;
+}
+
+// The main() of a GPU test program: exit 77 with the reason when no CUDA
+// device can be used; else print the seed (and `extra`) and run the tests.
+inline int run_gpu_tests(int argc, char** argv, const char* program, const std::string& extra = "") {
+  const std::string problem = cuda_device_problem();
+  if (!problem.empty()) {
+    std::printf("%s: skipped: %s; these tests need an NVIDIA GPU (scripts/gpu/cuda-checks.sh runs them on one)\n",
+                program, problem.c_str());
+    return 77;
+  }
+  std::printf("%s: %sseed %llu (MESHPLAN_CUDA_TEST_SEED=%llu replays it)\n", program, extra.c_str(),
+              static_cast<unsigned long long>(seed()), static_cast<unsigned long long>(seed()));
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }
 
 }  // namespace meshplan::kernels::cuda::test_support

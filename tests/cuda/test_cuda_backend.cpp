@@ -21,19 +21,14 @@
 #include "executor/backend/buffer.hpp"
 #include "executor/backend/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "tests/cuda/cuda_test_support.hpp"
 
 namespace meshplan::exec {
 namespace {
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
+using kernels::cuda::test_support::seed;  // fresh every run, or MESHPLAN_CUDA_TEST_SEED
 
-std::uint64_t seed() {
-  static const std::uint64_t value = [] {
-    if (const char* fixed = std::getenv("MESHPLAN_CUDA_TEST_SEED")) return static_cast<std::uint64_t>(std::strtoull(fixed, nullptr, 10));
-    return static_cast<std::uint64_t>(std::random_device{}());
-  }();
-  return value;
-}
+constexpr std::size_t MiB = std::size_t{1} << 20;
 
 std::vector<unsigned char> random_bytes(std::size_t n, std::mt19937_64& rng) {
   std::vector<unsigned char> bytes(n);
@@ -134,15 +129,5 @@ TEST(CudaBackend, OutOfDeviceMemoryIsNullptrWithNothingRecorded) {
 }  // namespace meshplan::exec
 
 int main(int argc, char** argv) {
-  if (meshplan::exec::CudaBackend::device_count() == 0) {
-    const std::string problem = meshplan::kernels::cuda::cuda_device_problem();
-    std::printf("cuda_backend_tests: skipped: %s; these tests need an NVIDIA GPU\n",
-                problem.empty() ? "no CUDA device" : problem.c_str());
-    return 77;
-  }
-  std::printf("cuda_backend_tests: seed %llu (MESHPLAN_CUDA_TEST_SEED=%llu replays it)\n",
-              static_cast<unsigned long long>(meshplan::exec::seed()),
-              static_cast<unsigned long long>(meshplan::exec::seed()));
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return meshplan::kernels::cuda::test_support::run_gpu_tests(argc, argv, "cuda_backend_tests");
 }

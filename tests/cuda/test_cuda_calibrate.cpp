@@ -18,6 +18,7 @@
 #include "executor/calibrate/cuda_measure.hpp"
 #include "executor/calibrate/measurement_rows.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "tests/cuda/cuda_test_support.hpp"
 #include "model/device_spec.hpp"
 #include "model/measured_device.hpp"
 #include "model/presets.hpp"
@@ -95,12 +96,5 @@ TEST(CudaCalibrate, QuickRowsArePositiveAndWithinPhysicalBounds) {
 }  // namespace meshplan::exec
 
 int main(int argc, char** argv) {
-  if (meshplan::exec::CudaBackend::device_count() == 0) {
-    const std::string problem = meshplan::kernels::cuda::cuda_device_problem();
-    std::printf("cuda_calibrate_tests: skipped: %s; these tests need an NVIDIA GPU\n",
-                problem.empty() ? "no CUDA device" : problem.c_str());
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return meshplan::kernels::cuda::test_support::run_gpu_tests(argc, argv, "cuda_calibrate_tests");
 }

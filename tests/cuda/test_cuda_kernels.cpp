@@ -395,16 +395,5 @@ TEST(CudaKernels, MultiTensorAdamWAndTheGlobalNorm) {
 }  // namespace meshplan::kernels::cuda
 
 int main(int argc, char** argv) {
-  const std::string problem = meshplan::kernels::cuda::cuda_device_problem();
-  if (!problem.empty()) {
-    std::printf("cuda_kernel_tests: skipped: %s; these tests need an NVIDIA GPU (scripts/gpu/cuda-checks.sh runs them "
-                "on one)\n",
-                problem.c_str());
-    return 77;
-  }
-  std::printf("cuda_kernel_tests: seed %llu (MESHPLAN_CUDA_TEST_SEED=%llu replays it)\n",
-              static_cast<unsigned long long>(meshplan::kernels::cuda::test_support::seed()),
-              static_cast<unsigned long long>(meshplan::kernels::cuda::test_support::seed()));
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return meshplan::kernels::cuda::test_support::run_gpu_tests(argc, argv, "cuda_kernel_tests");
 }

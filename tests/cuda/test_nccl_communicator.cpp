@@ -31,23 +31,16 @@
 
 #include "executor/comm/nccl_communicator.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "tests/cuda/cuda_test_support.hpp"
 
 namespace meshplan::exec::comm {
 namespace {
 
+using kernels::cuda::test_support::seed;  // fresh every run, or MESHPLAN_CUDA_TEST_SEED
+
 using Bytes = std::vector<unsigned char>;
 
 constexpr DataType all_types[] = {DataType::f32, DataType::f64, DataType::i32, DataType::i64, DataType::u8};
-
-std::uint64_t seed() {
-  static const std::uint64_t value = [] {
-    if (const char* fixed = std::getenv("MESHPLAN_CUDA_TEST_SEED")) {
-      return static_cast<std::uint64_t>(std::strtoull(fixed, nullptr, 10));
-    }
-    return static_cast<std::uint64_t>(std::random_device{}());
-  }();
-  return value;
-}
 
 // `count` random elements of `type` as bytes: finite values in [-1, 1] for
 // floats (so no NaN payload can hide a change), any bits for integers.
@@ -301,17 +294,9 @@ TEST(NcclWatchdog, EndsTheJobByDefault) {
 }  // namespace meshplan::exec::comm
 
 int main(int argc, char** argv) {
-  const std::string problem = meshplan::kernels::cuda::cuda_device_problem();
-  if (!problem.empty()) {
-    std::printf("nccl_communicator_tests: skipped: %s; these tests need an NVIDIA GPU (and NCCL)\n",
-                problem.c_str());
-    return 77;
-  }
   int version = 0;
-  ncclGetVersion(&version);
-  std::printf("nccl_communicator_tests: NCCL %d (header %d), seed %llu (MESHPLAN_CUDA_TEST_SEED=%llu replays it)\n",
-              version, NCCL_VERSION_CODE, static_cast<unsigned long long>(meshplan::exec::comm::seed()),
-              static_cast<unsigned long long>(meshplan::exec::comm::seed()));
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  if (meshplan::kernels::cuda::cuda_device_problem().empty()) ncclGetVersion(&version);
+  return meshplan::kernels::cuda::test_support::run_gpu_tests(
+      argc, argv, "nccl_communicator_tests",
+      "NCCL " + std::to_string(version) + " (header " + std::to_string(NCCL_VERSION_CODE) + "), ");
 }
