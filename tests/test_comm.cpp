@@ -19,6 +19,7 @@
 #include "executor/comm/communicator.hpp"
 #include "executor/comm/mesh_comms.hpp"
 #include "executor/comm/mpi_communicator.hpp"
+#include "tests/comm/mpi_gtest.hpp"
 #include "model/mesh.hpp"
 
 namespace comm = meshplan::exec::comm;
@@ -429,20 +430,6 @@ TEST(DataTypes, SizesAndNames) {
   EXPECT_EQ(comm::to_string(ReduceOp::max), "max");
 }
 
-// Rank 0 prints gtest's usual output; other ranks print only their failures, prefixed with the rank.
-class FailuresOnly : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailuresOnly(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_, result.file_name() ? result.file_name() : "?",
-                 result.line_number(), result.summary());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -455,14 +442,7 @@ int main(int argc, char** argv) {
   world_group = world_loaded.value.get();
   // A test that returns early on one rank leaves the others in a collective: fail in seconds, not minutes.
   world().set_timeout(std::chrono::duration<double>(30));
-  if (world().rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailuresOnly(world().rank()));
-  }
-  std::int32_t failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  world().all_reduce(std::span<std::int32_t>(&failed, 1), ReduceOp::max);
-  if (world().rank() == 0 && failed != 0) std::fprintf(stderr, "comm_tests: a test failed on some rank (see above)\n");
+  const int failed = comm::testing::run_all_tests_on_every_rank(world(), "comm_tests");
   world_loaded.value.reset();
   return failed;
 }

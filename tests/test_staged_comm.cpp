@@ -22,6 +22,7 @@
 #include "executor/comm/mesh_comms.hpp"
 #include "executor/comm/mpi_communicator.hpp"
 #include "executor/comm/staged_communicator.hpp"
+#include "tests/comm/mpi_gtest.hpp"
 
 namespace meshplan::exec {
 namespace {
@@ -304,17 +305,6 @@ TEST(StagedMemory, StagingIsRecordedAsCommunicationAndFreedWithTheGroup) {
   EXPECT_EQ(own.ledger().snapshot()[MemoryCategory::communication].now_bytes, 0);
 }
 
-class FailuresOnly final : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailuresOnly(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (result.failed()) std::fprintf(stderr, "rank %d: %s:%d: %s\n", rank_, result.file_name(), result.line_number(), result.message());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace meshplan::exec
 
@@ -331,14 +321,7 @@ int main(int argc, char** argv) {
   FakeDevice fake;
   device_ = &fake;
   staged_group = std::make_unique<comm::StagedCommunicator>(world_group->split(0, world_group->rank(), "staged"), fake);
-  if (world_group->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailuresOnly(world_group->rank()));
-  }
-  std::int32_t failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  world_group->all_reduce(std::span<std::int32_t>(&failed, 1), comm::ReduceOp::max);
-  if (world_group->rank() == 0 && failed != 0) std::fprintf(stderr, "staged_comm_tests: a test failed on some rank (see above)\n");
+  const int failed = comm::testing::run_all_tests_on_every_rank(*world_group, "staged_comm_tests");
   staged_group.reset();
   world_loaded.value.reset();
   return failed;
