@@ -37,6 +37,7 @@ struct NcclCommunicator::Channel {
   int* barrier_word = nullptr;           // one device int for barrier()
   int device = 0;
   bool aborted = false;
+  std::thread aborter;  // runs ncclCommAbort: joined by the destructor
   std::string name;
   std::shared_ptr<NcclWatchdogState> state;
 
@@ -116,10 +117,15 @@ std::string describe(const Operation& operation, const Channel& channel) {
          ") " + when;
 }
 
+// ncclCommAbort frees device memory, and cudaFree waits for all the device's
+// work: work queued behind a stream that never ends would hold the caller
+// there. So it runs on its own thread, and the caller throws or ends the job
+// at once; the channel's destructor joins it.
 void abort_channel(Channel& channel) {
   if (channel.aborted || channel.comm == nullptr) return;
   channel.aborted = true;
-  ncclCommAbort(channel.comm);  // its result changes nothing: the communicator is gone either way
+  // Its result changes nothing: the communicator is gone either way.
+  channel.aborter = std::thread([comm = channel.comm] { ncclCommAbort(comm); });
 }
 
 // For the call that makes channel.comm (init, split): a failure frees what it made.
@@ -290,6 +296,7 @@ NcclCommunicator::Channel::Channel(int device_, std::string name_, std::shared_p
 // ncclCommFinalize flushes and waits for the other ranks; a peer that never
 // finalizes would hang ncclCommDestroy, so past the timeout the communicator is aborted.
 NcclCommunicator::Channel::~Channel() {
+  if (aborter.joinable()) aborter.join();
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(device);
@@ -313,6 +320,7 @@ NcclCommunicator::Channel::~Channel() {
                    state->bootstrap_rank, finalize.what.c_str(), describe_group(name).c_str(),
                    state->timeout_s.load());
       abort_channel(*this);
+      aborter.join();
     }
   }
   cudaFree(barrier_word);

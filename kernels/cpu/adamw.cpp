@@ -15,6 +15,10 @@ void adamw_update(T* params, const T* grads, T* m, T* v, std::int64_t n, std::in
   const double step_d = static_cast<double>(step);
   const T beta1 = static_cast<T>(hp.beta1);
   const T beta2 = static_cast<T>(hp.beta2);
+  // 1 - beta in double, then rounded: in float, 1 - T(0.999) is 1.3e-5 away
+  // from 0.001, and every second moment with it.
+  const T one_minus_beta1 = static_cast<T>(1.0 - hp.beta1);
+  const T one_minus_beta2 = static_cast<T>(1.0 - hp.beta2);
   const T bias_correction1 = static_cast<T>(1.0 - std::pow(hp.beta1, step_d));
   const T bias_correction2 = static_cast<T>(1.0 - std::pow(hp.beta2, step_d));
   const T lr = static_cast<T>(hp.learning_rate);
@@ -24,8 +28,8 @@ void adamw_update(T* params, const T* grads, T* m, T* v, std::int64_t n, std::in
 #pragma omp simd
   for (std::int64_t i = 0; i < n; ++i) {
     const T g = grads[i];
-    m[i] = beta1 * m[i] + (T(1) - beta1) * g;
-    v[i] = beta2 * v[i] + (T(1) - beta2) * g * g;
+    m[i] = beta1 * m[i] + one_minus_beta1 * g;
+    v[i] = beta2 * v[i] + one_minus_beta2 * g * g;
     const T m_hat = m[i] / bias_correction1;
     const T v_hat = v[i] / bias_correction2;
     params[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + weight_decay * params[i]);

@@ -69,7 +69,9 @@ inline std::vector<TensorChunk> tensor_chunks(const std::vector<std::int64_t>& s
 // One step's constants in float, as kernels/cpu/adamw.cpp converts them: the
 // bias corrections 1 - beta^step in double (std::pow), then rounded.
 struct AdamWStepScalars {
-  float beta1, beta2, bias_correction1, bias_correction2, lr, eps, weight_decay;
+  // 1 - beta is taken in double, then rounded: 1 - float(0.999) is 1.3e-5
+  // away from 0.001, which moves every second moment by as much.
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, bias_correction1, bias_correction2, lr, eps, weight_decay;
   float grad_scale;  // every gradient is multiplied by this first (clipping: min(1, max_norm / norm))
 };
 
@@ -78,6 +80,8 @@ inline AdamWStepScalars adamw_step_scalars(std::int64_t step, const AdamWHyperpa
   const double step_d = static_cast<double>(step);
   return {static_cast<float>(hp.beta1),
           static_cast<float>(hp.beta2),
+          static_cast<float>(1.0 - hp.beta1),
+          static_cast<float>(1.0 - hp.beta2),
           static_cast<float>(1.0 - std::pow(hp.beta1, step_d)),
           static_cast<float>(1.0 - std::pow(hp.beta2, step_d)),
           static_cast<float>(hp.learning_rate),
@@ -92,8 +96,8 @@ inline AdamWStepScalars adamw_step_scalars(std::int64_t step, const AdamWHyperpa
 //   param -= lr (m / bc1 / (sqrt(v / bc2) + eps) + weight_decay param)
 MESHPLAN_HD inline void adamw_element(float& param, float& m, float& v, float grad, const AdamWStepScalars& s) {
   const float g = grad * s.grad_scale;
-  const float m_new = s.beta1 * m + (1.0f - s.beta1) * g;
-  const float v_new = s.beta2 * v + (1.0f - s.beta2) * g * g;
+  const float m_new = s.beta1 * m + s.one_minus_beta1 * g;
+  const float v_new = s.beta2 * v + s.one_minus_beta2 * g * g;
   m = m_new;
   v = v_new;
   const float m_hat = m_new / s.bias_correction1;

@@ -1,7 +1,7 @@
 // LayerNorm of kernels.hpp: the CPU kernel's formulas (kernels/cpu/
 // layernorm.cpp: two-pass statistics, dinp = rstd (g - mean(g) - xhat
 // mean(g xhat)) with g = dout weight), one block per row; the weight and bias
-// gradients by one thread per channel, summing the rows in order.
+// gradients by one block per 32 channels, in a fixed order (below).
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/kernels.hpp"
@@ -65,18 +65,40 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   }
 }
 
-__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout, const float* inp,
-                                                 const float* mean, const float* rstd, std::int64_t N, std::int64_t C) {
-  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
+// One block per 32 channels: lane x of each warp reads channel x (a row's 32
+// channels are one 128-byte line), warp y sums rows y, y + 32, ... in order,
+// then the 32 partial sums are added in a fixed tree: deterministic, no
+// atomics, and every row is read once.
+constexpr int kParamChannels = 32, kParamRowLanes = 32;
+
+__global__ void __launch_bounds__(kParamChannels * kParamRowLanes)
+    layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout, const float* inp,
+                                     const float* mean, const float* rstd, std::int64_t N, std::int64_t C) {
+  __shared__ float dw_part[kParamRowLanes][kParamChannels + 1];
+  __shared__ float db_part[kParamRowLanes][kParamChannels + 1];
+  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(kParamChannels) + threadIdx.x;
   float dw = 0, db = 0;
-  for (std::int64_t row = 0; row < N; ++row) {
-    const float dy = dout[row * C + c];
-    db += dy;
-    dw += dy * (inp[row * C + c] - mean[row]) * rstd[row];
+  if (c < C) {
+    for (std::int64_t row = threadIdx.y; row < N; row += kParamRowLanes) {
+      const float dy = dout[row * C + c];
+      db += dy;
+      dw += dy * (inp[row * C + c] - mean[row]) * rstd[row];
+    }
   }
-  dweight[c] += dw;
-  dbias[c] += db;
+  dw_part[threadIdx.y][threadIdx.x] = dw;
+  db_part[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  for (int stride = kParamRowLanes / 2; stride > 0; stride /= 2) {
+    if (threadIdx.y < stride) {
+      dw_part[threadIdx.y][threadIdx.x] += dw_part[threadIdx.y + stride][threadIdx.x];
+      db_part[threadIdx.y][threadIdx.x] += db_part[threadIdx.y + stride][threadIdx.x];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && c < C) {
+    dweight[c] += dw_part[0][threadIdx.x];
+    dbias[c] += db_part[0][threadIdx.x];
+  }
 }
 
 }  // namespace
@@ -95,8 +117,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   layernorm_backward_input_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, mean,
                                                                                      rstd, C);
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
-  const unsigned blocks = static_cast<unsigned>((C + kThreads - 1) / kThreads);
-  layernorm_backward_params_kernel<<<blocks, kThreads, 0, stream>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
+  const unsigned blocks = static_cast<unsigned>((C + kParamChannels - 1) / kParamChannels);
+  layernorm_backward_params_kernel<<<blocks, dim3(kParamChannels, kParamRowLanes), 0, stream>>>(dweight, dbias, dout, inp,
+                                                                                               mean, rstd, N, C);
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -5,10 +5,12 @@
 # OpenBLAS; the lent H100/H200 machines have them): configures the release
 # preset without the studio, builds the CUDA test programs (the kernels
 # against the CPU kernels, the cuBLASLt GEMMs, the CUDA backend, the NCCL
-# communicator with one rank), records the
-# GPU, runs each program and prints a table of program, test, result and
-# time, which it also writes to OUT/table.md. Exit status: 0 when every
-# program passed, 77 when none could use a GPU (and why), else 1.
+# communicator with one rank, calibrate's measurements), records the GPU,
+# runs each program and prints a table of program, test, result and time,
+# which it also writes to OUT/table.md. Then it times our kernels against
+# PyTorch's on the same card (OUT/vs-torch.md; CUDA_CHECKS_TIMING below).
+# Exit status: 0 when every program passed, 77 when none could use a GPU
+# (and why), else 1.
 #
 # Without those Debian packages (no network there): fetch them as .deb files
 # beforehand on a Debian 12 machine (scripts/gpu/debs.sh fetch, into
@@ -56,6 +58,11 @@ else
 fi
 cmake --build "$build" --target "${programs[@]}" -j "$(nproc)" > "$out/build.log" 2>&1 ||
   fail "build failed: $(tail -20 "$out/build.log")"
+timing=${CUDA_CHECKS_TIMING:-full}
+if [ "$timing" != none ]; then  # meshplan and meshplan-calibrate-cuda, for the timing below
+  cmake --build "$build" --target meshplan -j "$(nproc)" >> "$out/build.log" 2>&1 ||
+    { echo "cuda-checks: meshplan did not build, no timing: $(tail -5 "$out/build.log")"; timing=none; }
+fi
 if command -v nvidia-smi > /dev/null; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
 else
@@ -64,7 +71,7 @@ fi
 
 statuses=()
 for program in "${programs[@]}"; do
-  "$build/tests/$program" --gtest_output="json:$out/$program.json" > "$out/$program.log" 2>&1
+  timeout 300 "$build/tests/$program" --gtest_output="json:$out/$program.json" > "$out/$program.log" 2>&1
   statuses+=("$?")
   cat "$out/$program.log"
 done
@@ -98,8 +105,36 @@ for s in "${statuses[@]}"; do
 done
 if [ "$status" = 0 ] && [ "$skipped" = "${#statuses[@]}" ]; then status=77; fi
 if [ "$status" = 0 ] && [ "$skipped" != 0 ]; then status=1; fi  # some ran and some could not: not a pass
-if [ "$status" = 0 ]; then  # the tests passed: a quick preset of this GPU; its failure does not change the status
-  "$build/cli/meshplan" calibrate --backend cuda --quick --out "$out/presets" > "$out/calibrate.log" 2>&1 ||
+# Timing, one run on this card (CUDA_CHECKS_TIMING=full, the default; quick; none):
+# `calibrate --backend cuda` measures our kernels (cuBLASLt GEMMs, flash
+# attention, LayerNorm/GELU/residual, cross-entropy, AdamW) and writes a
+# device preset; measure_device.py measures PyTorch's on the same shapes; the
+# table compares them. It runs when any program could use the GPU, and its
+# failure does not change the status.
+if [ "$timing" != none ] && [ "$skipped" != "${#statuses[@]}" ]; then
+  quick=(); [ "$timing" = quick ] && quick=(--quick)
+  start=$(date +%s)
+  timeout 150 "$build/cli/meshplan" calibrate --backend cuda "${quick[@]}" --out "$out/presets" --jsonl "$out/ours.jsonl" \
+    > "$out/calibrate.log" 2>&1 ||
     echo "cuda-checks: calibrate --backend cuda failed (exit $?): $(tail -3 "$out/calibrate.log")"
+  echo "cuda-checks: calibrate --backend cuda took $(( $(date +%s) - start )) s"
+  if [[ " ${programs[*]} " == *" nccl_communicator_tests "* ]]; then  # the NCCL commbench, one rank (no mpirun)
+    timeout 60 "$build/cli/meshplan" commbench --backend nccl --max-bytes 256M --iters 10 --collectives all_reduce \
+      > "$out/commbench-nccl.log" 2>&1 || echo "cuda-checks: commbench --backend nccl failed (exit $?)"
+    tail -n 8 "$out/commbench-nccl.log"
+  fi
+  if [ -s "$out/ours.jsonl" ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2> /dev/null; then
+    start=$(date +%s)
+    PYTHONUNBUFFERED=1 timeout 150 python3 scripts/gpu/measure_device.py "$out/torch.jsonl" > "$out/torch.log" 2>&1 ||
+      echo "cuda-checks: measure_device.py failed (exit $?): $(tail -3 "$out/torch.log")"
+    echo "cuda-checks: measure_device.py took $(( $(date +%s) - start )) s"
+    if [ -s "$out/torch.jsonl" ]; then
+      python3 scripts/gpu/compare_with_torch.py "$out/ours.jsonl" "$out/torch.jsonl" > "$out/vs-torch.md"
+      echo; echo "Our kernels against PyTorch's on this card (PyTorch / ours > 1: ours faster):"
+      tail -n 14 "$out/vs-torch.md"
+    fi
+  else
+    echo "cuda-checks: no PyTorch with CUDA here, or no rows of ours: no comparison with PyTorch"
+  fi
 fi
 exit "$status"
