@@ -7,14 +7,15 @@
 // GEMMs (bf16 with fp32 accumulation, fp32, TF32; bias and GELU epilogues)
 // go through cuBLASLt in gemm_lt.hpp, not here.
 //
-//   gelu_forward, gelu_backward      GPT-2's tanh GELU; backward accumulates
+//   gelu_forward, gelu_backward      GPT-2's tanh GELU, as x sigmoid(2u)
+//                                    (no cancellation); backward accumulates
 //   residual_forward, _backward      out = a + b; backward accumulates both
 //   layernorm_forward                one block per row: mean and variance in
 //                                    two passes over the row (as the CPU
 //                                    kernel), rstd = 1 / sqrt(var + 1e-5)
 //   layernorm_backward               dinp per row (one block per row);
-//                                    dweight and dbias by one thread per
-//                                    channel summing over rows in order:
+//                                    dweight and dbias by a block per 32
+//                                    channels, rows summed in a fixed order:
 //                                    deterministic, no float atomics
 //   adamw_update                     kernels/cpu/adamw.hpp's step, elementwise
 //   squared_norm                     sum of squares in double: a fixed grid of
@@ -40,8 +41,9 @@
 //   flash_attention_forward,         causal grouped-query attention from the
 //   flash_attention_backward         packed qkv of kernels/cpu/attention.hpp's
 //                                    gqa_attention_*, FlashAttention-2's
-//                                    algorithm (flash_attention.cu; the row
-//                                    arithmetic in flash_attention_rows.hpp)
+//                                    algorithm on tensor cores (mma.sync,
+//                                    bf16; compute capability 8.0 and later;
+//                                    flash_attention.cu)
 //
 // defines: gelu_forward, gelu_backward, residual_forward, residual_backward,
 // layernorm_forward, layernorm_backward, adamw_update, squared_norm,
@@ -166,6 +168,8 @@ void softmax_cross_entropy(__nv_bfloat16* dlogits, float* losses, const __nv_bfl
 // head h reads key/value head h / (NH / KVH)). qkv [B, T, (NH + 2 KVH) D] in
 // gqa_attention_forward's layout; out [B, T, NH D] and lse [B, NH, T] (each
 // row's log-sum-exp of its scaled scores, all the backward keeps) written.
+// Needs compute capability 8.0 or later, qkv and dout 16-byte aligned, out
+// and dqkv 4-byte aligned; throws std::invalid_argument otherwise.
 void flash_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, std::int64_t B, std::int64_t T,
                              std::int64_t NH, std::int64_t KVH, std::int64_t D, cudaStream_t stream);
 // Given dout [B, T, NH D] and the forward's qkv, out and lse, writes dqkv

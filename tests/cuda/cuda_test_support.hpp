@@ -8,7 +8,7 @@
 // says why and exits 77 (ctest: skipped), never passing vacuously.
 //
 // defines: test_support::Vec, seed, random_vector, bf16_vector, DeviceArray,
-// DeviceFloats, DeviceBf16, DeviceInts, on_device, relative_error, run_gpu_tests
+// DeviceFloats, DeviceBf16, DeviceInts, on_device, relative_error, accumulated_error, run_gpu_tests
 #pragma once
 
 #include <cuda_bf16.h>
@@ -100,6 +100,20 @@ inline double relative_error(const Vec& a, const Vec& b) {
     norm += b[i] * b[i];
   }
   return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+// For an output that a kernel accumulates (out = start + added):
+// ||gpu - reference|| / (||start|| + ||added||), which stays meaningful where
+// the sum cancels and its own norm is near zero.
+inline double accumulated_error(const Vec& gpu, const Vec& reference, const Vec& start, const Vec& added) {
+  double diff = 0, start_norm = 0, added_norm = 0;
+  for (std::size_t i = 0; i < gpu.size(); ++i) {
+    if (!std::isfinite(gpu[i])) return INFINITY;
+    diff += (gpu[i] - reference[i]) * (gpu[i] - reference[i]);
+    start_norm += start[i] * start[i];
+    added_norm += added[i] * added[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(start_norm) + std::sqrt(added_norm), 1e-300);
 }
 
 // Values exactly representable in bf16, as the GPU holds them.

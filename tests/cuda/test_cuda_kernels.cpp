@@ -8,8 +8,8 @@
 // terms; the CPU kernels match their double references to 2e-5 per element).
 // Flash attention works on bf16 tensors: its outputs within 5e-3 (forward)
 // and 1e-2 (gradients) of grouped-query attention in double, its fp32
-// log-sum-exp within 1e-5; its arithmetic alone is also checked on the host
-// (tests/test_flash_attention_rows.cpp), where it agrees to 3e-7. The
+// log-sum-exp within 1e-5; sequences of 1, 257, 300 and 1024 rows cover
+// partial tiles, a block's rows past the end, and grouped-query heads. The
 // multi-tensor AdamW is held to the CPU step in double over 10 clipped
 // steps (1e-5) and to NaN guards around its tensors; the global norm to a
 // sum in double (1e-10), the same bits on two runs.
@@ -65,7 +65,12 @@ TEST(CudaKernels, GeluForwardAndBackward) {
     gelu_forward(dout_gpu.get(), dx.get(), static_cast<std::int64_t>(n), nullptr);
     gelu_backward(ddinp.get(), dx.get(), ddout.get(), static_cast<std::int64_t>(n), nullptr);
     EXPECT_CLOSE(dout_gpu.download(), out, "gelu forward, n " << n);
-    EXPECT_CLOSE(ddinp.download(), dinp, "gelu backward, n " << n);
+    // The backward adds g dout to `start`; near GELU's minimum (x = -0.75, g = 0)
+    // and where start and g dout cancel, one element's own relative error says
+    // nothing, so the error is measured against the sizes of the two terms.
+    Vec added(n);
+    for (std::size_t i = 0; i < n; ++i) added[i] = dinp[i] - start[i];
+    EXPECT_LE(accumulated_error(ddinp.download(), dinp, start, added), kTolerance) << "gelu backward, n " << n << " (seed " << seed() << ")";
   }
 }
 
