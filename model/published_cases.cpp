@@ -181,10 +181,15 @@ std::vector<PublishedCase> published_multi_gpu_cases() {
     plan.recompute = Recompute::full;       // Eq. 3 counts the recomputed forward pass
     plan.attention = Attention::unfused;    // Megatron-LM in 2021 had no fused attention
     plan.precision = Precision::bf16;       // "mixed precision"; fp16 and bf16 share the A100's peak
+    // Megatron-LM's own DDP (--DDP-impl local, its default then) all-reduced the
+    // gradients once, after the last micro-batch's backward: train_step in
+    // megatron/training.py, timer "backward-params-all-reduce". Not overlapped.
+    plan.overlap_gradient_reduction = false;
     c.unit = ThroughputUnit::megatron_tflops_per_device;
     c.throughput = row.tflops_per_gpu;
     c.note = "micro-batch unstated: 1 assumed; schedule unstated: 1F1B (not interleaved) assumed; "
-             "no sequence parallelism (2021); dropout 0.1 as in Megatron's GPT recipe";
+             "no sequence parallelism (2021); dropout 0.1 as in Megatron's GPT recipe; gradients all-reduced "
+             "after the last backward, not overlapped (Megatron-LM's local DDP, its default in 2021)";
     c.miss_reason = "predicted fast, as every Megatron A100 row here and in Table 5: the a100-80g preset has no "
                     "measured GEMM curve, so its kernels run nearer peak than Megatron's 2021 kernels did "
                     "(docs/cost-model.md, \"Known gaps\")";
