@@ -116,14 +116,24 @@ inline CollectiveCost collective_time(Collective collective, double bytes, std::
           algorithm};
 }
 
-// The cheaper of ring and tree, as NCCL's tuner picks per call (ties go to ring).
+// The cheaper of ring and tree, as NCCL's tuner picks per call (ties go to
+// ring). The same arithmetic as the overload above, bit for bit, with the
+// shared bytes x F_bus taken once: the planner prices every plan's
+// collectives through here.
 inline CollectiveCost collective_time(Collective collective, double bytes, std::int64_t n,
                                       double bus_bandwidth_bytes_per_s, double latency_s) {
-  const CollectiveCost ring =
-      collective_time(collective, bytes, n, bus_bandwidth_bytes_per_s, latency_s, CollectiveAlgorithm::ring);
+  if (n <= 1 || !(bytes > 0)) return {0.0, CollectiveAlgorithm::ring};
+  if (!(bus_bandwidth_bytes_per_s > 0)) return {std::numeric_limits<double>::infinity(), CollectiveAlgorithm::ring};
+  const double moved = bytes * bus_bandwidth_factor(collective, n);
+  const CollectiveCost ring{
+      static_cast<double>(latency_steps(collective, n, CollectiveAlgorithm::ring)) * latency_s +
+          moved / (bus_bandwidth_bytes_per_s * 1.0),
+      CollectiveAlgorithm::ring};
   if (!has_tree_variant(collective)) return ring;
-  const CollectiveCost tree =
-      collective_time(collective, bytes, n, bus_bandwidth_bytes_per_s, latency_s, CollectiveAlgorithm::tree);
+  const CollectiveCost tree{
+      static_cast<double>(latency_steps(collective, n, CollectiveAlgorithm::tree)) * latency_s +
+          moved / (bus_bandwidth_bytes_per_s * kTreeBandwidthEfficiency),
+      CollectiveAlgorithm::tree};
   return tree.time_s < ring.time_s ? tree : ring;
 }
 

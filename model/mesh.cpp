@@ -69,19 +69,6 @@ std::optional<Axis> parse_axis(std::string_view name) {
   return std::nullopt;
 }
 
-std::int64_t Mesh::size(Axis axis) const {
-  for (const auto& a : axes) {
-    if (a.axis == axis) return a.size;
-  }
-  return 1;
-}
-
-std::int64_t Mesh::world_size() const {
-  std::int64_t product = 1;
-  for (const auto& a : axes) product *= a.size;
-  return product;
-}
-
 std::vector<std::int64_t> Mesh::coordinates(std::int64_t rank) const {
   std::vector<std::int64_t> coords(axes.size(), 0);
   for (std::size_t i = axes.size(); i-- > 0;) {

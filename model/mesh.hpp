@@ -37,8 +37,18 @@ struct MeshAxis {
 struct Mesh {
   std::vector<MeshAxis> axes;  // outermost first; the last varies fastest
 
-  std::int64_t size(Axis axis) const;  // 1 when the axis is absent
-  std::int64_t world_size() const;
+  // Inline: the evaluator asks these dozens of times per plan.
+  std::int64_t size(Axis axis) const {  // 1 when the axis is absent
+    for (const auto& a : axes) {
+      if (a.axis == axis) return a.size;
+    }
+    return 1;
+  }
+  std::int64_t world_size() const {
+    std::int64_t product = 1;
+    for (const auto& a : axes) product *= a.size;
+    return product;
+  }
   // Devices that split one batch between them: dp x fsdp x ep (ep carves its
   // expert groups out of the data-parallel ranks, as in Megatron-LM and GShard).
   std::int64_t data_parallel_size() const { return size(Axis::dp) * size(Axis::fsdp) * size(Axis::ep); }

@@ -59,12 +59,4 @@ std::optional<Schedule> parse_schedule(std::string_view text) {
   return std::nullopt;
 }
 
-std::int64_t Plan::micro_batches() const {
-  // A product past int64 (a plan file may say micro_batch 2^40 on 2^30 ranks) divides nothing.
-  std::int64_t per_step = 0;
-  if (__builtin_mul_overflow(micro_batch, mesh.data_parallel_size(), &per_step)) return 0;
-  if (per_step <= 0 || global_batch % per_step != 0) return 0;
-  return global_batch / per_step;
-}
-
 }  // namespace meshplan

@@ -67,8 +67,15 @@ struct Plan {
   bool overlap_tensor_parallel = false;
 
   // Micro-batches per optimizer step on each data-parallel rank (gradient
-  // accumulation steps); 0 when the batch does not divide.
-  std::int64_t micro_batches() const;
+  // accumulation steps); 0 when the batch does not divide. Inline: the
+  // evaluator asks it many times per plan. A product past int64 (a plan file
+  // may say micro_batch 2^40 on 2^30 ranks) divides nothing.
+  std::int64_t micro_batches() const {
+    std::int64_t per_step = 0;
+    if (__builtin_mul_overflow(micro_batch, mesh.data_parallel_size(), &per_step)) return 0;
+    if (per_step <= 0 || global_batch % per_step != 0) return 0;
+    return global_batch / per_step;
+  }
 };
 
 }  // namespace meshplan
