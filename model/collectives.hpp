@@ -10,7 +10,7 @@
 // ten times per plan and evaluates around a million plans per second.
 //
 // Defines: Collective, CollectiveAlgorithm, bus_bandwidth_factor,
-// latency_steps, collective_time, hierarchical_all_reduce_time.
+// latency_steps, moved_time, collective_time, hierarchical_all_reduce_time.
 #pragma once
 
 #include <bit>
@@ -97,6 +97,15 @@ struct CollectiveCost {
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;  // the one actually priced
 };
 
+// One algorithm's price once bytes x F_bus (`moved`) is known, for n > 1
+// ranks and a positive bandwidth: the one formula both overloads below use.
+inline double moved_time(Collective collective, double moved, std::int64_t n, double bus_bandwidth_bytes_per_s,
+                         double latency_s, CollectiveAlgorithm algorithm) {
+  const double efficiency = algorithm == CollectiveAlgorithm::tree ? kTreeBandwidthEfficiency : 1.0;
+  const double steps = static_cast<double>(latency_steps(collective, n, algorithm));
+  return steps * latency_s + moved / (bus_bandwidth_bytes_per_s * efficiency);
+}
+
 // One algorithm. `bytes` follows nccl-tests (all_reduce: the buffer;
 // all_gather: the gathered output; reduce_scatter: the full input;
 // all_to_all: all bytes one rank sends; broadcast/send_recv: the message).
@@ -110,29 +119,24 @@ inline CollectiveCost collective_time(Collective collective, double bytes, std::
   if (algorithm == CollectiveAlgorithm::tree && !has_tree_variant(collective)) algorithm = CollectiveAlgorithm::ring;
   if (n <= 1 || !(bytes > 0)) return {0.0, algorithm};
   if (!(bus_bandwidth_bytes_per_s > 0)) return {std::numeric_limits<double>::infinity(), algorithm};
-  const double efficiency = algorithm == CollectiveAlgorithm::tree ? kTreeBandwidthEfficiency : 1.0;
-  const double steps = static_cast<double>(latency_steps(collective, n, algorithm));
-  return {steps * latency_s + bytes * bus_bandwidth_factor(collective, n) / (bus_bandwidth_bytes_per_s * efficiency),
-          algorithm};
+  const double moved = bytes * bus_bandwidth_factor(collective, n);
+  return {moved_time(collective, moved, n, bus_bandwidth_bytes_per_s, latency_s, algorithm), algorithm};
 }
 
 // The cheaper of ring and tree, as NCCL's tuner picks per call (ties go to
-// ring). The same arithmetic as the overload above, bit for bit, with the
-// shared bytes x F_bus taken once: the planner prices every plan's
-// collectives through here.
+// ring): the overload above for each, with bytes x F_bus taken once, since
+// the planner prices every plan's collectives through here.
 inline CollectiveCost collective_time(Collective collective, double bytes, std::int64_t n,
                                       double bus_bandwidth_bytes_per_s, double latency_s) {
   if (n <= 1 || !(bytes > 0)) return {0.0, CollectiveAlgorithm::ring};
   if (!(bus_bandwidth_bytes_per_s > 0)) return {std::numeric_limits<double>::infinity(), CollectiveAlgorithm::ring};
   const double moved = bytes * bus_bandwidth_factor(collective, n);
   const CollectiveCost ring{
-      static_cast<double>(latency_steps(collective, n, CollectiveAlgorithm::ring)) * latency_s +
-          moved / (bus_bandwidth_bytes_per_s * 1.0),
+      moved_time(collective, moved, n, bus_bandwidth_bytes_per_s, latency_s, CollectiveAlgorithm::ring),
       CollectiveAlgorithm::ring};
   if (!has_tree_variant(collective)) return ring;
   const CollectiveCost tree{
-      static_cast<double>(latency_steps(collective, n, CollectiveAlgorithm::tree)) * latency_s +
-          moved / (bus_bandwidth_bytes_per_s * kTreeBandwidthEfficiency),
+      moved_time(collective, moved, n, bus_bandwidth_bytes_per_s, latency_s, CollectiveAlgorithm::tree),
       CollectiveAlgorithm::tree};
   return tree.time_s < ring.time_s ? tree : ring;
 }
