@@ -267,7 +267,7 @@ void fit_attention(MeasuredDeviceFigures& f, const DeviceMeasurements& m) {
     const double x = rounded("%.1f", flops / 1e9) * 1e9;
     if (!f.attention_forward_curve.empty() && x <= f.attention_forward_curve.back().forward_flops) continue;
     f.attention_forward_curve.push_back({x, rounded("%.0f", flops / a.forward_s / 1e12) * 1e12});
-    f.attention_backward_curve.push_back({x, rounded("%.0f", 2.5 * flops / (a.forward_backward_s - a.forward_s) / 1e12) * 1e12});
+    f.attention_backward_curve.push_back({x, rounded("%.0f", DeviceMeasurements::Attention::kBackwardFlopRatio * flops / (a.forward_backward_s - a.forward_s) / 1e12) * 1e12});
   }
   if (!m.attention_dropout.empty()) {
     std::vector<double> forward, backward;

@@ -57,6 +57,9 @@ struct DeviceMeasurements {
     std::int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
     double forward_s = 0, forward_backward_s = 0;
     double forward_flops() const;  // 2 B H T^2 D: the causal half of Q K^T and P V
+    // The backward's FLOPs over the forward's: dV, dP, dQ, dK and the
+    // recomputed scores, 2.5x (FlashAttention-2's count, as measure_device.py's 3.5x for both).
+    static constexpr double kBackwardFlopRatio = 2.5;
   };
   struct Op {
     std::string op;

@@ -88,6 +88,10 @@ TEST(MeasurementRows, OneJsonObjectPerLineInTheFormatOfTheReferenceFile) {
   const auto gemm = nlohmann::json::parse(to_jsonl({gemm_row(1024, 768, 3072, 2e-5, 1e-5)}));
   EXPECT_NEAR(gemm["tflops_med"].get<double>(), 2.0 * 1024 * 768 * 3072 / 2e-5 / 1e12, 1e-9);
   EXPECT_NEAR(gemm["tflops_best"].get<double>(), 2.0 * 1024 * 768 * 3072 / 1e-5 / 1e12, 1e-9);
+  // Attention: 2 B H T^2 D forward, 3.5x that forward and backward, as measure_device.py.
+  const auto attention = nlohmann::json::parse(to_jsonl({attention_row(8, 12, 1024, 64, 1e-4, 4e-4)}));
+  EXPECT_NEAR(attention["fwd_tflops"].get<double>(), 2.0 * 8 * 12 * 1024 * 1024 * 64 / 1e-4 / 1e12, 1e-9);
+  EXPECT_NEAR(attention["fwd_bwd_tflops"].get<double>(), 3.5 * 2.0 * 8 * 12 * 1024 * 1024 * 64 / 4e-4 / 1e12, 1e-9);
   const auto copy = nlohmann::json::parse(to_jsonl({copy_ceiling_row(1 << 30, 1e-3, 1e-3)}));
   EXPECT_EQ(copy["what"], "d2d_copy_1GiB");
   EXPECT_NEAR(copy["gb_per_s_med"].get<double>(), 2.0 * kGib / 1e-3 / 1e9, 1e-9);  // read + written

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/measured_device.hpp"
+
 namespace meshplan::exec {
 namespace {
 
@@ -50,9 +52,13 @@ MeasurementRow gemm_row(std::int64_t m, std::int64_t k, std::int64_t n, double m
 
 MeasurementRow attention_row(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D, double forward_s,
                              double forward_backward_s) {
-  // 2 B H T^2 D: the causal half of Q K^T and P V; backward 2.5x forward (measure_device.py's 3.5x for both).
-  const double flops = 2.0 * static_cast<double>(B) * static_cast<double>(H) * static_cast<double>(T) *
-                       static_cast<double>(T) * static_cast<double>(D);
+  // The FLOP count calibrate --from reads these rows with (model/measured_device.hpp).
+  DeviceMeasurements::Attention shape;
+  shape.batch = B;
+  shape.heads = H;
+  shape.seq = T;
+  shape.head_dim = D;
+  const double flops = shape.forward_flops();
   return row("attention", {{"B", B},
                            {"H", H},
                            {"T", T},
@@ -60,7 +66,7 @@ MeasurementRow attention_row(std::int64_t B, std::int64_t H, std::int64_t T, std
                            {"fwd_s", forward_s},
                            {"fwd_bwd_s", forward_backward_s},
                            {"fwd_tflops", flops / forward_s / kTera},
-                           {"fwd_bwd_tflops", 3.5 * flops / forward_backward_s / kTera},
+                           {"fwd_bwd_tflops", (1.0 + DeviceMeasurements::Attention::kBackwardFlopRatio) * flops / forward_backward_s / kTera},
                            {"dtype", std::string("bf16")}});
 }
 
