@@ -69,6 +69,9 @@ class FakeDevice final : public Backend {
   void copy_device_to_device(void* destination, const void* source, std::size_t bytes, ExecutionContext&) override {
     if (bytes > 0) std::memcpy(real(destination), real(source), bytes);
   }
+  void fill_zero(void* destination, std::size_t bytes, ExecutionContext&) override {
+    if (bytes > 0) std::memset(real(destination), 0, bytes);
+  }
 
   static void* real(const void* device) {
     const auto bits = reinterpret_cast<std::uintptr_t>(device);

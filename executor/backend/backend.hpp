@@ -87,6 +87,8 @@ class Backend {
                                    ExecutionContext& context) = 0;
   virtual void copy_device_to_device(void* device_destination, const void* device_source, std::size_t bytes,
                                      ExecutionContext& context) = 0;
+  // Enqueue setting `bytes` of device memory to zero (memset; cudaMemsetAsync).
+  virtual void fill_zero(void* device_destination, std::size_t bytes, ExecutionContext& context) = 0;
 };
 
 // The process's CPU backend (cpu_backend.hpp): what the single-rank models

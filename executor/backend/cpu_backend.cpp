@@ -60,6 +60,10 @@ void CpuBackend::copy_device_to_device(void* device_destination, const void* dev
   if (bytes > 0) std::memmove(device_destination, device_source, bytes);
 }
 
+void CpuBackend::fill_zero(void* device_destination, std::size_t bytes, ExecutionContext&) {
+  if (bytes > 0) std::memset(device_destination, 0, bytes);
+}
+
 Backend& default_backend() {
   // Never destroyed: containers with static storage may free into it during exit.
   static CpuBackend* const backend = new CpuBackend("cpu");

@@ -41,6 +41,7 @@ class CpuBackend final : public Backend {
                            ExecutionContext& context) override;
   void copy_device_to_device(void* device_destination, const void* device_source, std::size_t bytes,
                              ExecutionContext& context) override;
+  void fill_zero(void* device_destination, std::size_t bytes, ExecutionContext& context) override;
 
  private:
   std::string name_;

@@ -171,6 +171,15 @@ void CudaBackend::copy_device_to_device(void* device_destination, const void* de
   copy(device_destination, device_source, bytes, cudaMemcpyDeviceToDevice, context);
 }
 
+void CudaBackend::fill_zero(void* device_destination, std::size_t bytes, ExecutionContext& context) {
+  if (bytes == 0) return;
+  auto* cuda_context = dynamic_cast<CudaExecutionContext*>(&context);
+  if (cuda_context == nullptr || cuda_context->device() != device_)
+    throw std::invalid_argument(name_ + ": fills need a CUDA context of the same device (from make_context)");
+  const DeviceGuard guard(device_);
+  MESHPLAN_CUDA_CHECK(cudaMemsetAsync(device_destination, 0, bytes, cuda_context->stream()));
+}
+
 void CudaBackend::copy(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind,
                        ExecutionContext& context) {
   if (bytes == 0) return;

@@ -83,6 +83,7 @@ class CudaBackend final : public Backend {
                            ExecutionContext& context) override;
   void copy_device_to_device(void* device_destination, const void* device_source, std::size_t bytes,
                              ExecutionContext& context) override;
+  void fill_zero(void* device_destination, std::size_t bytes, ExecutionContext& context) override;
 
   int device() const { return device_; }
   CudaExecutionContext& cuda_default_context() { return *default_context_; }

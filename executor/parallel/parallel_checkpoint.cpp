@@ -49,8 +49,7 @@ std::vector<TensorBlob> gather_checkpoint_tensors(ParallelGpt& model) {
 Problems restore_checkpoint_tensors(ParallelGpt& model, const std::vector<TensorBlob>& blobs, const std::string& where) {
   const ParameterLayout layout = parameter_layout(model.spec()).value;
   const auto n = static_cast<std::size_t>(layout.total_elements);
-  const auto alloc = floats(MemoryCategory::communication).get_allocator();
-  Floats full[] = {Floats(n, 0.0f, alloc), Floats(n, 0.0f, alloc), Floats(n, 0.0f, alloc)};
+  std::vector<float> full[] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
   Problems problems = checkpoint_full(layout, blobs, where, {full[0], full[1], full[2]});
   if (!has_errors(problems))
     for (int which = 0; which < 3; ++which) model.scatter_full(which, full[which]);

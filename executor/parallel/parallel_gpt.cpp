@@ -4,6 +4,8 @@
 // parallelism), matrices of [B x T, *] are inside a tensor-parallel region.
 // Collectives on the tp group of one (tp = 1) are no-ops, so the code has no
 // tp = 1 special case and then computes exactly what the reference computes.
+// Every op on a buffer is a call of ops_ (gpt_ops.hpp); this file holds no
+// arithmetic on tensors, only which op runs on which buffer, and the collectives.
 #include "executor/parallel/parallel_gpt.hpp"
 
 #include <algorithm>
@@ -13,14 +15,6 @@
 
 #include "executor/model/parameters.hpp"
 #include "executor/train/trainable.hpp"
-#include "kernels/cpu/activation.hpp"
-#include "kernels/cpu/attention.hpp"
-#include "kernels/cpu/fast_math.hpp"
-#include "kernels/cpu/layernorm.hpp"
-#include "kernels/cpu/matmul.hpp"
-#include "kernels/cpu/rmsnorm.hpp"
-#include "kernels/cpu/rope.hpp"
-#include "kernels/cpu/swiglu.hpp"
 #include "model/layer_graph.hpp"
 #include "model/schedule.hpp"
 #include "model/stage_partition.hpp"
@@ -31,20 +25,32 @@ using comm::DataType;
 using comm::ReduceOp;
 
 struct ParallelGpt::LayerActs {
-  Floats ln1 = floats(MemoryCategory::activations), ln1_mean = floats(MemoryCategory::activations), ln1_rstd = floats(MemoryCategory::activations), ln1_full = floats(MemoryCategory::activations);
-  Floats qkv = floats(MemoryCategory::activations), atty = floats(MemoryCategory::activations), att = floats(MemoryCategory::activations), res2 = floats(MemoryCategory::activations);
-  Floats ln2 = floats(MemoryCategory::activations), ln2_mean = floats(MemoryCategory::activations), ln2_rstd = floats(MemoryCategory::activations), ln2_full = floats(MemoryCategory::activations);
-  Floats fch = floats(MemoryCategory::activations), fch_gelu = floats(MemoryCategory::activations), res3 = floats(MemoryCategory::activations);
+  explicit LayerActs(Backend& b)
+      : ln1(act, b), ln1_mean(act, b), ln1_rstd(act, b), ln1_full(act, b), qkv(act, b), atty(act, b), att(act, b),
+        res2(act, b), ln2(act, b), ln2_mean(act, b), ln2_rstd(act, b), ln2_full(act, b), fch(act, b),
+        fch_gelu(act, b), res3(act, b), d_fcproj(MemoryCategory::workspace, b), d_fch(MemoryCategory::workspace, b),
+        d_attproj(MemoryCategory::workspace, b), d_qkv(MemoryCategory::workspace, b) {}
+  static constexpr MemoryCategory act = MemoryCategory::activations;
+  Floats ln1, ln1_mean, ln1_rstd, ln1_full;
+  Floats qkv, atty, att, res2;  // att: the attention op's state (GptOps::attention_state_elements)
+  Floats ln2, ln2_mean, ln2_rstd, ln2_full;
+  Floats fch, fch_gelu, res3;
   // Kept from an input-gradient pass for the weight pass (workspace, as the gradients they are copied from).
   Floats d_fcproj, d_fch, d_attproj, d_qkv;
 };
 
 struct ParallelGpt::Slot {
+  explicit Slot(Backend& b)
+      : input(act, b), lnf(act, b), lnf_mean(act, b), lnf_rstd(act, b), lnf_full(act, b), probs(act, b),
+        device_tokens(act, b), device_targets(act, b), d_logits(MemoryCategory::workspace, b) {}
+  static constexpr MemoryCategory act = MemoryCategory::activations;
   std::int64_t micro_batch = -1;  // -1: free
-  Floats input = floats(MemoryCategory::activations);  // [rows_local, C]: the chunk's input (chunk 0: the embedding output)
+  Floats input;  // [rows_local, C]: the chunk's input (chunk 0: the embedding output)
   std::vector<LayerActs> layers;
-  Floats lnf = floats(MemoryCategory::activations), lnf_mean = floats(MemoryCategory::activations), lnf_rstd = floats(MemoryCategory::activations), lnf_full = floats(MemoryCategory::activations), probs = floats(MemoryCategory::activations);  // last chunk
-  std::vector<std::int32_t> tokens, targets;
+  Floats lnf, lnf_mean, lnf_rstd, lnf_full, probs;  // last chunk
+  std::vector<std::int32_t> tokens, targets;        // host
+  // Their copies in device memory, on a backend that is not host memory (on the CPU the ops read `tokens`).
+  DeviceVector<std::int32_t> device_tokens, device_targets;
   Floats d_logits;  // kept from an input-gradient pass for the weight pass (workspace)
 };
 
@@ -74,80 +80,9 @@ P* at(P* base, const Unit& unit, int tensor) {
 }
 
 void fit(Floats& buffer, std::int64_t n) { buffer.resize(static_cast<std::size_t>(n)); }
-void zero(Floats& buffer) { std::fill(buffer.begin(), buffer.end(), 0.0f); }
-
-// out = x + (y + bias), row by row, the residual add of a row-parallel linear's
-// output (bias null: out = x + y).
-void add_residual_bias(float* out, const float* x, const float* y, const float* bias, std::int64_t rows,
-                       std::int64_t C) {
-  if (bias == nullptr) {
-    for (std::int64_t i = 0; i < rows * C; ++i) out[i] = x[i] + y[i];
-    return;
-  }
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < C; ++c) out[r * C + c] = x[r * C + c] + (y[r * C + c] + bias[c]);
-}
-
-// The model's norm: layer norm (weight, bias; mean and rstd saved) or RMSNorm (weight; rstd saved).
-void norm_forward(const TpShape& s, float* out, float* mean, float* rstd, const float* x, const float* weight,
-                  const float* bias, std::int64_t rows, std::int64_t C) {
-  if (s.rms()) kernels::rmsnorm_forward(out, rstd, x, weight, rows, C, s.dims.norm_eps);
-  else kernels::layernorm_forward(out, mean, rstd, x, weight, bias, rows, C);
-}
-
-void norm_backward(const TpShape& s, float* dx, float* dweight, float* dbias, const float* dout, const float* x,
-                   const float* weight, const float* mean, const float* rstd, std::int64_t rows, std::int64_t C) {
-  if (s.rms()) kernels::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, rows, C);
-  else kernels::layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, rows, C);
-}
-
-// The MLP's activation on fc's output [rows, fc_local] -> [rows, ffn_local]:
-// GELU, or a gated one (SwiGLU, GeGLU) over the gate and up halves.
-void mlp_activation_forward(const TpShape& s, float* out, const float* in, std::int64_t rows, std::int64_t F) {
-  switch (s.dims.feed_forward) {
-    case FeedForward::gelu: kernels::gelu_forward(out, in, rows * F); return;
-    case FeedForward::swiglu: kernels::swiglu_forward(out, in, rows, F); return;
-    case FeedForward::geglu: kernels::geglu_forward(out, in, rows, F); return;
-  }
-}
-
-void mlp_activation_backward(const TpShape& s, float* din, const float* dout, const float* in, std::int64_t rows,
-                             std::int64_t F) {
-  switch (s.dims.feed_forward) {
-    case FeedForward::gelu: kernels::gelu_backward(din, in, dout, rows * F); return;
-    case FeedForward::swiglu: kernels::swiglu_backward(din, dout, in, rows, F); return;
-    case FeedForward::geglu: kernels::geglu_backward(din, dout, in, rows, F); return;
-  }
-}
 
 // ln_f's bias in its unit's buffer (after the weight), or null under RMSNorm.
 float* final_norm_bias(const TpShape& s, Floats& unit) { return s.rms() ? nullptr : unit.data() + s.channels; }
-
-// Rotary positions on the query and key heads of a [rows, qkv_local] buffer
-// (values in the forward; their gradients, rotated back, in the backward).
-void rotate_qk(const TpShape& s, float* qkv, std::int64_t rows, std::int64_t seq_len, bool inverse) {
-  if (!s.rotary()) return;
-  const std::int64_t D = s.head_dim, stride = s.qkv_local();
-  kernels::rope_apply(qkv, rows, seq_len, s.heads_local(), D, stride, s.dims.rope_theta, inverse);
-  kernels::rope_apply(qkv + s.q_local(), rows, seq_len, s.kv_heads_local(), D, stride, s.dims.rope_theta, inverse);
-}
-
-void attention_forward(const TpShape& s, float* out, float* att, const float* qkv, std::int64_t B, std::int64_t T) {
-  if (s.kv_heads == s.heads)
-    kernels::attention_forward(out, att, qkv, B, T, s.q_local(), s.heads_local());
-  else
-    kernels::gqa_attention_forward(out, att, qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim,
-                                   s.heads / s.kv_heads, s.kv_replicated() ? s.q_head_begin() : 0);
-}
-
-void attention_backward(const TpShape& s, float* dqkv, const float* dout, const float* qkv, const float* att,
-                        std::int64_t B, std::int64_t T) {
-  if (s.kv_heads == s.heads)
-    kernels::attention_backward(dqkv, dout, qkv, att, B, T, s.q_local(), s.heads_local());
-  else
-    kernels::gqa_attention_backward(dqkv, dout, qkv, att, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim,
-                                    s.heads / s.kv_heads, s.kv_replicated() ? s.q_head_begin() : 0);
-}
 
 // Softmax cross-entropy over a vocabulary split by rows of wte across tp
 // (Megatron-LM's vocab_parallel_cross_entropy): the row maximum and the sum
@@ -155,75 +90,34 @@ void attention_backward(const TpShape& s, float* dqkv, const float* dout, const 
 // rank whose shard holds it. Only the first `vocab_real` columns are real;
 // padding columns are masked out of the maximum and the sum and get
 // probability 0. Overwrites logits[N, Vp] with this shard's probabilities.
-// Each row is kernels::cross_entropy_forward's arithmetic (the same max,
-// vectorised exp, sums and loss formula), rows in OpenMP threads, the mean
-// summed in row order in double; with tp = 1 the two agree bit for bit.
-// Rows whose target is negative (padding of a last evaluation batch) are
-// left out of the loss and the count.
+// The arithmetic is the ops' (GptOps::loss_*; on the CPU
+// kernels::cross_entropy_forward's, so with tp = 1 the two agree bit for
+// bit). Rows whose target is negative (padding of a last evaluation batch)
+// are left out of the loss and the count. `targets` are host memory,
+// `device_targets` the same in the backend's.
 struct VocabLoss {
   double mean = 0;           // over the rows with a target
   std::int64_t correct = 0;  // rows whose target is in this shard and has the row's largest logit
 };
 
-VocabLoss vocab_parallel_cross_entropy(float* logits, const std::int32_t* targets, std::int64_t N, std::int64_t Vp,
-                                       std::int64_t vocab_real, std::int64_t vocab_begin, comm::Communicator& tp,
-                                       LossScratch& scratch) {
+VocabLoss vocab_parallel_cross_entropy(GptOps& ops, float* logits, const std::int32_t* device_targets, std::int64_t N,
+                                       std::int64_t Vp, std::int64_t vocab_real, std::int64_t vocab_begin,
+                                       comm::Communicator& tp, LossScratch& scratch) {
   const auto n_rows = static_cast<std::size_t>(N);
-  const bool threads = N * Vp >= (1 << 17);
-  Floats& row_max = scratch.row_max;
-  row_max.assign(n_rows, -std::numeric_limits<float>::infinity());
-#pragma omp parallel for schedule(static) if (threads)
-  for (std::int64_t n = 0; n < N; ++n) {
-    const float* z = logits + n * Vp;
-    float m = row_max[static_cast<std::size_t>(n)];
-    for (std::int64_t v = 0; v < vocab_real; ++v)
-      if (z[v] > m) m = z[v];
-    row_max[static_cast<std::size_t>(n)] = m;
-  }
-  tp.all_reduce(row_max.data(), N, DataType::f32, ReduceOp::max);
-  // [sum of exp | target logit], reduced over tp in one call.
-  Floats& sums = scratch.sums;
-  sums.assign(2 * n_rows, 0.0f);
-  Floats& correct = scratch.correct;  // 1 or 0 by row
-  correct.assign(n_rows, 0.0f);
-#pragma omp parallel for schedule(static) if (threads)
-  for (std::int64_t n = 0; n < N; ++n) {
-    float* z = logits + n * Vp;
-    const float m = row_max[static_cast<std::size_t>(n)];
-    const std::int64_t target = targets[n] - vocab_begin;
-    if (target >= 0 && target < vocab_real) {
-      sums[n_rows + static_cast<std::size_t>(n)] = z[target];
-      correct[static_cast<std::size_t>(n)] = z[target] == m ? 1.0f : 0.0f;
-    }
-#pragma omp simd
-    for (std::int64_t v = 0; v < vocab_real; ++v) z[v] = kernels::exp_of(z[v] - m);
-    float sum = 0;
-    for (std::int64_t v = 0; v < vocab_real; ++v) sum += z[v];
-    for (std::int64_t v = vocab_real; v < Vp; ++v) z[v] = 0;  // padding: masked
-    sums[static_cast<std::size_t>(n)] = sum;
-  }
-  tp.all_reduce(sums.data(), 2 * N, DataType::f32, ReduceOp::sum);
-  Floats& row_loss = scratch.row_loss;
-  row_loss.resize(n_rows);
-#pragma omp parallel for schedule(static) if (threads)
-  for (std::int64_t n = 0; n < N; ++n) {
-    float* p = logits + n * Vp;
-    const float sum = sums[static_cast<std::size_t>(n)];
-    const float inv_sum = 1.0f / sum;
-    for (std::int64_t v = 0; v < vocab_real; ++v) p[v] *= inv_sum;
-    row_loss[static_cast<std::size_t>(n)] =
-        std::log(sum) - (sums[n_rows + static_cast<std::size_t>(n)] - row_max[static_cast<std::size_t>(n)]);
-  }
+  scratch.row_max.resize(n_rows);
+  ops.loss_row_max(scratch.row_max.data(), logits, N, Vp, vocab_real);
+  tp.all_reduce(scratch.row_max.data(), N, DataType::f32, ReduceOp::max);
+  scratch.sums.resize(2 * n_rows);  // [sum of exp | target logit], reduced over tp in one call
+  scratch.correct.resize(n_rows);   // 1 or 0 by row
+  ops.loss_exponentials(logits, scratch.sums.data(), scratch.correct.data(), scratch.row_max.data(), device_targets,
+                        vocab_begin, N, Vp, vocab_real);
+  tp.all_reduce(scratch.sums.data(), 2 * N, DataType::f32, ReduceOp::sum);
+  scratch.row_loss.resize(n_rows);
+  ops.loss_normalize(logits, scratch.row_loss.data(), scratch.sums.data(), scratch.row_max.data(), N, Vp, vocab_real);
+  const LossSummary summary = ops.loss_summary(scratch.row_loss.data(), scratch.correct.data(), device_targets, N);
   VocabLoss result;
-  double loss_sum = 0;
-  std::int64_t counted = 0;
-  for (std::size_t n = 0; n < n_rows; ++n) {
-    if (targets[n] < 0) continue;
-    loss_sum += static_cast<double>(row_loss[n]);
-    result.correct += correct[n] > 0 ? 1 : 0;
-    ++counted;
-  }
-  result.mean = counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
+  result.correct = summary.correct;
+  result.mean = summary.counted > 0 ? summary.loss_sum / static_cast<double>(summary.counted) : 0.0;
   return result;
 }
 
@@ -262,12 +156,28 @@ Problems plan_problems(const ModelSpec& spec, const Plan& plan, std::int64_t seq
   return problems;
 }
 
-ParallelGpt::ParallelGpt(comm::MeshCommunicators& groups) : groups_(groups) {}
+ParallelGpt::ParallelGpt(comm::MeshCommunicators& groups, Backend& backend, std::unique_ptr<GptOps> ops)
+    : groups_(groups),
+      backend_(&backend),
+      ops_(std::move(ops)),
+      loss_scratch_(backend),
+      full_a_(MemoryCategory::workspace, backend),
+      full_b_(MemoryCategory::workspace, backend),
+      dqkv_(MemoryCategory::workspace, backend),
+      datty_(MemoryCategory::workspace, backend),
+      dfch_(MemoryCategory::workspace, backend),
+      dgelu_(MemoryCategory::workspace, backend),
+      dlogits_(MemoryCategory::workspace, backend),
+      dlocal_(MemoryCategory::workspace, backend),
+      dstream_(MemoryCategory::workspace, backend),
+      dstream_recv_(MemoryCategory::communication, backend),
+      reduced_shard_(MemoryCategory::communication, backend) {}
 ParallelGpt::~ParallelGpt() = default;
 
 Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, const Plan& plan,
                                                           comm::MeshCommunicators& groups, std::uint64_t seed,
-                                                          std::int64_t seq_len) {
+                                                          std::int64_t seq_len, Backend& backend,
+                                                          std::unique_ptr<GptOps> ops) {
   Loaded<std::unique_ptr<ParallelGpt>> result;
   Problems& problems = result.problems;
   if (spec.kind != ModelKind::transformer) {
@@ -286,7 +196,15 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
   problems.insert(problems.end(), full.problems.begin(), full.problems.end());
   if (has_errors(problems)) return result;
 
-  std::unique_ptr<ParallelGpt> model(new ParallelGpt(groups));
+  if (ops == nullptr) {
+    if (!backend.host_accessible()) {
+      problems.push_back(error("--backend", "a model on " + std::string(backend.name()) +
+                                                " needs that device's ops (the CPU's run on host memory only)"));
+      return result;
+    }
+    ops = make_cpu_gpt_ops(backend);
+  }
+  std::unique_ptr<ParallelGpt> model(new ParallelGpt(groups, backend, std::move(ops)));
   ParallelGpt& m = *model;
   m.spec_ = spec;
   m.self_ = comm::make_self_communicator("self");
@@ -315,7 +233,7 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
   // Units of this stage: wte, wpe with chunk 0; the layers of its chunks; the tied wte copy and ln_f with the last.
   const std::vector<int> layer_blocks = graph.layer_blocks();
   auto add_unit = [&](UnitLayout layout, bool counts_in_norm) {
-    Unit unit;
+    Unit unit(backend);
     unit.layout = std::move(layout);
     unit.counts_in_norm = counts_in_norm;
     m.units_.push_back(std::move(unit));
@@ -352,6 +270,7 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
 // and moments by shard mode, and the passes' scratch.
 void ParallelGpt::allocate(const Parameters<float>& full) {
   const std::int64_t S = shard_group_->size(), shard_rank = shard_group_->rank();
+  std::vector<float> host;  // a unit's padded values, cut on the host and copied to the backend
   for (Unit& u : units_) {
     u.padded = (u.layout.elements + S - 1) / S * S;
     u.shard_size = u.padded / S;
@@ -360,19 +279,19 @@ void ParallelGpt::allocate(const Parameters<float>& full) {
     u.optimizer_begin = whole ? 0 : u.shard_begin;
     u.optimizer_end = whole ? u.layout.elements : std::min(u.shard_begin + u.shard_size, u.layout.elements);
     u.optimizer_end = std::max(u.optimizer_end, u.optimizer_begin);
-    fit(u.adam_m, u.optimizer_end - u.optimizer_begin);
-    fit(u.adam_v, u.optimizer_end - u.optimizer_begin);
-    u.values.assign(static_cast<std::size_t>(u.padded), 0.0f);
+    u.adam_m.assign_zero(static_cast<std::size_t>(u.optimizer_end - u.optimizer_begin));
+    u.adam_v.assign_zero(static_cast<std::size_t>(u.optimizer_end - u.optimizer_begin));
+    host.assign(static_cast<std::size_t>(u.padded), 0.0f);
     for (const LocalTensor& tensor : u.layout.tensors)
       extract_shard(tensor, shape_, full.values.data() + full.layout.at(tensor.name).offset,
-                    u.values.data() + tensor.offset);
+                    host.data() + tensor.offset);
     if (mode_ == ShardMode::fsdp) {
-      u.shard_values.assign(u.values.begin() + u.shard_begin, u.values.begin() + u.shard_begin + u.shard_size);
-      release(u.values);
+      u.shard_values.assign_host(host.data() + u.shard_begin, static_cast<std::size_t>(u.shard_size));
     } else {
-      u.grads.assign(static_cast<std::size_t>(u.padded), 0.0f);
+      u.values.assign_host(host.data(), host.size());
+      u.grads.assign_zero(static_cast<std::size_t>(u.padded));
     }
-    if (mode_ != ShardMode::replicated) u.shard_grads.assign(static_cast<std::size_t>(u.shard_size), 0.0f);
+    if (mode_ != ShardMode::replicated) u.shard_grads.assign_zero(static_cast<std::size_t>(u.shard_size));
   }
 
   const std::int64_t C = shape_.channels, BT = rows_;
@@ -417,19 +336,19 @@ void ParallelGpt::prefetch_values(int index) {
 }
 
 void ParallelGpt::done_values(Unit& u) {
-  if (mode_ == ShardMode::fsdp) release(u.values);
+  if (mode_ == ShardMode::fsdp) u.values.release();
 }
 
 void ParallelGpt::use_grads(Unit& u) {
-  if (mode_ == ShardMode::fsdp) u.grads.assign(static_cast<std::size_t>(u.padded), 0.0f);
+  if (mode_ == ShardMode::fsdp) u.grads.assign_zero(static_cast<std::size_t>(u.padded));
 }
 
 void ParallelGpt::done_grads(Unit& u) {
   if (mode_ != ShardMode::fsdp) return;
   fit(reduced_shard_, u.shard_size);
   shard_group_->reduce_scatter(u.grads.data(), reduced_shard_.data(), u.shard_size, DataType::f32, ReduceOp::sum);
-  for (std::size_t i = 0; i < static_cast<std::size_t>(u.shard_size); ++i) u.shard_grads[i] += reduced_shard_[i];
-  release(u.grads);
+  ops_->add(u.shard_grads.data(), reduced_shard_.data(), u.shard_size);
+  u.grads.release();
 }
 
 // ---- tensor-parallel region boundaries
@@ -446,7 +365,7 @@ void ParallelGpt::leave_region(float* partial_full, float* out_local) {
     tp_->reduce_scatter(partial_full, out_local, rows_local_ * C, DataType::f32, ReduceOp::sum);
   } else {
     tp_->all_reduce(partial_full, rows_ * C, DataType::f32, ReduceOp::sum);
-    if (out_local != partial_full) std::copy(partial_full, partial_full + rows_ * C, out_local);
+    if (out_local != partial_full) ops_->copy(out_local, partial_full, rows_ * C);
   }
 }
 
@@ -470,7 +389,7 @@ float* ParallelGpt::forward_input(std::int64_t chunk, std::int64_t mb) {
     if (s.micro_batch == mb) slot = &s;
   for (Slot& s : slots)
     if (slot == nullptr && s.micro_batch < 0) slot = &s;
-  if (slot == nullptr) slot = &slots.emplace_back();
+  if (slot == nullptr) slot = &slots.emplace_back(*backend_);
   slot->micro_batch = mb;
   fit(slot->input, rows_local_ * shape_.channels);
   return slot->input.data();
@@ -489,10 +408,14 @@ double ParallelGpt::forward(std::int64_t chunk, std::int64_t mb, const std::int3
   Slot& s = slot_of(chunk, mb);
   s.tokens.assign(tokens, tokens + rows_);
   s.targets.assign(targets, targets + rows_);
+  if (!backend_->host_accessible()) {
+    s.device_tokens.assign_host(tokens, static_cast<std::size_t>(rows_));
+    s.device_targets.assign_host(targets, static_cast<std::size_t>(rows_));
+  }
   const std::vector<int>& units = chunk_units_[static_cast<std::size_t>(chunk / stages_)];
   if (!units.empty()) prefetch_values(units.front());  // overlaps the embedding, or the pass's set-up
   if (chunk == 0) embedding_forward(s);
-  s.layers.resize(units.size());
+  while (s.layers.size() < units.size()) s.layers.emplace_back(*backend_);
   const float* x = s.input.data();
   for (std::size_t i = 0; i < units.size(); ++i) {
     Unit& u = units_[static_cast<std::size_t>(units[i])];
@@ -529,7 +452,7 @@ void ParallelGpt::backward(std::int64_t chunk, std::int64_t mb, float dloss, boo
     }
   } else {
     if (last) head_backward(s, out, dloss, part);
-    else std::copy(dstream_recv_.begin(), dstream_recv_.end(), dstream_.begin());
+    else ops_->copy(dstream_.data(), dstream_recv_.data(), std::ssize(dstream_));
     for (std::size_t i = units.size(); i-- > 0;) {
       Unit& u = units_[static_cast<std::size_t>(units[i])];
       use_values(u);
@@ -560,30 +483,30 @@ void ParallelGpt::backward(std::int64_t chunk, std::int64_t mb, float dloss, boo
 void ParallelGpt::layer_forward(Unit& u, LayerActs& a, const float* x) {
   const TpShape& sh = shape_;
   const std::int64_t C = sh.channels, Q = sh.q_local(), QKV = sh.qkv_local(), Ft = sh.ffn_local(), FC = sh.fc_local();
-  const std::int64_t NHt = sh.heads_local(), R = rows_local_, BT = rows_;
+  const std::int64_t R = rows_local_, BT = rows_;
   const float* p = u.values.data();
   fit(a.ln1, R * C), fit(a.ln1_mean, sh.rms() ? 0 : R), fit(a.ln1_rstd, R), fit(a.qkv, BT * QKV), fit(a.atty, BT * Q);
-  fit(a.att, batch_ * NHt * seq_len_ * seq_len_), fit(a.res2, R * C), fit(a.ln2, R * C), fit(a.ln2_mean, sh.rms() ? 0 : R);
+  fit(a.att, ops_->attention_state_elements(sh, batch_, seq_len_)), fit(a.res2, R * C), fit(a.ln2, R * C), fit(a.ln2_mean, sh.rms() ? 0 : R);
   fit(a.ln2_rstd, R), fit(a.fch, BT * FC), fit(a.fch_gelu, BT * Ft), fit(a.res3, R * C);
   if (sequence_parallel_) fit(a.ln1_full, BT * C), fit(a.ln2_full, BT * C);
 
-  norm_forward(sh, a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p + off(u, ln1w), at(p, u, ln1b), R, C);
+  ops_->norm_forward(sh, a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p + off(u, ln1w), at(p, u, ln1b), R, C);
   const float* ln1 = enter_region(a.ln1.data(), a.ln1_full.data());
-  matmul_.forward(a.qkv.data(), ln1, p + off(u, qkvw), at(p, u, qkvb), BT, C, QKV);
-  rotate_qk(sh, a.qkv.data(), BT, seq_len_, false);
-  attention_forward(sh, a.atty.data(), a.att.data(), a.qkv.data(), batch_, seq_len_);
-  matmul_.forward(full_a_.data(), a.atty.data(), p + off(u, attw), static_cast<const float*>(nullptr), BT, Q, C);
+  ops_->linear_forward(a.qkv.data(), ln1, p + off(u, qkvw), at(p, u, qkvb), BT, C, QKV);
+  ops_->rotate_qk(sh, a.qkv.data(), BT, seq_len_, false);
+  ops_->attention_forward(sh, a.atty.data(), a.att.data(), a.qkv.data(), batch_, seq_len_);
+  ops_->linear_forward(full_a_.data(), a.atty.data(), p + off(u, attw), static_cast<const float*>(nullptr), BT, Q, C);
   leave_region(full_a_.data(), dlocal_.data());
-  add_residual_bias(a.res2.data(), x, dlocal_.data(), at(p, u, attb), R, C);
+  ops_->residual_bias(a.res2.data(), x, dlocal_.data(), at(p, u, attb), R, C);
 
-  norm_forward(sh, a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p + off(u, ln2w), at(p, u, ln2b),
+  ops_->norm_forward(sh, a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p + off(u, ln2w), at(p, u, ln2b),
                R, C);
   const float* ln2 = enter_region(a.ln2.data(), a.ln2_full.data());
-  matmul_.forward(a.fch.data(), ln2, p + off(u, fcw), at(p, u, fcb), BT, C, FC);
-  mlp_activation_forward(sh, a.fch_gelu.data(), a.fch.data(), BT, Ft);
-  matmul_.forward(full_a_.data(), a.fch_gelu.data(), p + off(u, fcow), static_cast<const float*>(nullptr), BT, Ft, C);
+  ops_->linear_forward(a.fch.data(), ln2, p + off(u, fcw), at(p, u, fcb), BT, C, FC);
+  ops_->mlp_activation_forward(sh, a.fch_gelu.data(), a.fch.data(), BT, Ft);
+  ops_->linear_forward(full_a_.data(), a.fch_gelu.data(), p + off(u, fcow), static_cast<const float*>(nullptr), BT, Ft, C);
   leave_region(full_a_.data(), dlocal_.data());
-  add_residual_bias(a.res3.data(), a.res2.data(), dlocal_.data(), at(p, u, fcob), R, C);
+  ops_->residual_bias(a.res3.data(), a.res2.data(), dlocal_.data(), at(p, u, fcob), R, C);
 }
 
 void ParallelGpt::layer_backward(Unit& u, LayerActs& a, const float* x, BackwardPart part) {
@@ -599,35 +522,35 @@ void ParallelGpt::layer_backward(Unit& u, LayerActs& a, const float* x, Backward
   const float* ln1 = sequence_parallel_ ? a.ln1_full.data() : a.ln1.data();
   const float* ln2 = sequence_parallel_ ? a.ln2_full.data() : a.ln2.data();
 
-  if (float* dbias = at(g, u, fcob)) kernels::bias_backward(dbias, dstream_.data(), R, C);
+  if (float* dbias = at(g, u, fcob)) ops_->bias_backward(dbias, dstream_.data(), R, C);
   const float* dfcproj = enter_region(dstream_.data(), full_a_.data());
-  zero(dgelu_);
-  if (keep) a.d_fcproj.assign(dfcproj, dfcproj + BT * C);
-  matmul_.backward(dgelu_.data(), weight_grad(fcow), static_cast<float*>(nullptr), dfcproj, a.fch_gelu.data(),
+  dgelu_.zero();
+  if (keep) a.d_fcproj.assign_device(dfcproj, static_cast<std::size_t>(BT * C));
+  ops_->linear_backward(dgelu_.data(), weight_grad(fcow), static_cast<float*>(nullptr), dfcproj, a.fch_gelu.data(),
                    p + off(u, fcow), BT, Ft, C);
-  zero(dfch_);
-  mlp_activation_backward(sh, dfch_.data(), dgelu_.data(), a.fch.data(), BT, Ft);
-  if (keep) a.d_fch = dfch_;
-  zero(full_b_);
-  matmul_.backward(full_b_.data(), weight_grad(fcw), at(g, u, fcb), dfch_.data(), ln2, p + off(u, fcw), BT, C, FC);
+  dfch_.zero();
+  ops_->mlp_activation_backward(sh, dfch_.data(), dgelu_.data(), a.fch.data(), BT, Ft);
+  if (keep) a.d_fch.assign(dfch_);
+  full_b_.zero();
+  ops_->linear_backward(full_b_.data(), weight_grad(fcw), at(g, u, fcb), dfch_.data(), ln2, p + off(u, fcw), BT, C, FC);
   leave_region(full_b_.data(), dlocal_.data());
-  norm_backward(sh, dstream_.data(), g + off(u, ln2w), at(g, u, ln2b), dlocal_.data(), a.res2.data(), p + off(u, ln2w),
+  ops_->norm_backward(sh, dstream_.data(), g + off(u, ln2w), at(g, u, ln2b), dlocal_.data(), a.res2.data(), p + off(u, ln2w),
                 a.ln2_mean.data(), a.ln2_rstd.data(), R, C);
 
-  if (float* dbias = at(g, u, attb)) kernels::bias_backward(dbias, dstream_.data(), R, C);
+  if (float* dbias = at(g, u, attb)) ops_->bias_backward(dbias, dstream_.data(), R, C);
   const float* dattproj = enter_region(dstream_.data(), full_a_.data());
-  zero(datty_);
-  if (keep) a.d_attproj.assign(dattproj, dattproj + BT * C);
-  matmul_.backward(datty_.data(), weight_grad(attw), static_cast<float*>(nullptr), dattproj, a.atty.data(),
+  datty_.zero();
+  if (keep) a.d_attproj.assign_device(dattproj, static_cast<std::size_t>(BT * C));
+  ops_->linear_backward(datty_.data(), weight_grad(attw), static_cast<float*>(nullptr), dattproj, a.atty.data(),
                    p + off(u, attw), BT, Q, C);
-  zero(dqkv_);
-  attention_backward(sh, dqkv_.data(), datty_.data(), a.qkv.data(), a.att.data(), batch_, seq_len_);
-  rotate_qk(sh, dqkv_.data(), BT, seq_len_, true);  // d(rotated q, k) -> d(q, k)
-  if (keep) a.d_qkv = dqkv_;
-  zero(full_b_);
-  matmul_.backward(full_b_.data(), weight_grad(qkvw), at(g, u, qkvb), dqkv_.data(), ln1, p + off(u, qkvw), BT, C, QKV);
+  dqkv_.zero();
+  ops_->attention_backward(sh, dqkv_.data(), datty_.data(), a.qkv.data(), a.atty.data(), a.att.data(), batch_, seq_len_);
+  ops_->rotate_qk(sh, dqkv_.data(), BT, seq_len_, true);  // d(rotated q, k) -> d(q, k)
+  if (keep) a.d_qkv.assign(dqkv_);
+  full_b_.zero();
+  ops_->linear_backward(full_b_.data(), weight_grad(qkvw), at(g, u, qkvb), dqkv_.data(), ln1, p + off(u, qkvw), BT, C, QKV);
   leave_region(full_b_.data(), dlocal_.data());
-  norm_backward(sh, dstream_.data(), g + off(u, ln1w), at(g, u, ln1b), dlocal_.data(), x, p + off(u, ln1w),
+  ops_->norm_backward(sh, dstream_.data(), g + off(u, ln1w), at(g, u, ln1b), dlocal_.data(), x, p + off(u, ln1w),
                 a.ln1_mean.data(), a.ln1_rstd.data(), R, C);
 }
 
@@ -640,54 +563,48 @@ void ParallelGpt::layer_weight_gradients(Unit& u, LayerActs& a, const float*) {
   const float* ln1 = sequence_parallel_ ? a.ln1_full.data() : a.ln1.data();
   const float* ln2 = sequence_parallel_ ? a.ln2_full.data() : a.ln2.data();
   float* none = nullptr;
-  matmul_.backward(none, g + off(u, fcow), none, a.d_fcproj.data(), a.fch_gelu.data(), p + off(u, fcow), BT, Ft, C);
-  matmul_.backward(none, g + off(u, fcw), none, a.d_fch.data(), ln2, p + off(u, fcw), BT, C, FC);
-  matmul_.backward(none, g + off(u, attw), none, a.d_attproj.data(), a.atty.data(), p + off(u, attw), BT, Q, C);
-  matmul_.backward(none, g + off(u, qkvw), none, a.d_qkv.data(), ln1, p + off(u, qkvw), BT, C, QKV);
+  ops_->linear_backward(none, g + off(u, fcow), none, a.d_fcproj.data(), a.fch_gelu.data(), p + off(u, fcow), BT, Ft, C);
+  ops_->linear_backward(none, g + off(u, fcw), none, a.d_fch.data(), ln2, p + off(u, fcw), BT, C, FC);
+  ops_->linear_backward(none, g + off(u, attw), none, a.d_attproj.data(), a.atty.data(), p + off(u, attw), BT, Q, C);
+  ops_->linear_backward(none, g + off(u, qkvw), none, a.d_qkv.data(), ln1, p + off(u, qkvw), BT, C, QKV);
+}
+
+// The micro-batch's tokens and targets where the ops read them: the host
+// copies on a host-memory backend, the device copies otherwise.
+const std::int32_t* ParallelGpt::tokens_of(const Slot& s) const {
+  return backend_->host_accessible() ? s.tokens.data() : s.device_tokens.data();
+}
+const std::int32_t* ParallelGpt::targets_of(const Slot& s) const {
+  return backend_->host_accessible() ? s.targets.data() : s.device_targets.data();
 }
 
 void ParallelGpt::embedding_forward(Slot& s) {
   Unit& wte = units_[static_cast<std::size_t>(wte_)];
   use_values(wte);
-  const std::int64_t C = shape_.channels, begin = shape_.vocab_begin(), real = shape_.vocab_real();
-  for (std::int64_t n = 0; n < rows_; ++n) {
-    const std::int64_t row = s.tokens[static_cast<std::size_t>(n)] - begin;
-    float* out = full_a_.data() + n * C;
-    if (row >= 0 && row < real) std::copy(wte.values.data() + row * C, wte.values.data() + (row + 1) * C, out);
-    else std::fill(out, out + C, 0.0f);
-  }
+  const std::int64_t C = shape_.channels;
+  ops_->embedding_forward(full_a_.data(), tokens_of(s), wte.values.data(), shape_.vocab_begin(), shape_.vocab_real(),
+                          rows_, C);
   leave_region(full_a_.data(), s.input.data());  // each token's row comes from the one rank holding it
   done_values(wte);
   if (wpe_ < 0) return;  // rotary or no positions: nothing added to the stream
   Unit& wpe = units_[static_cast<std::size_t>(wpe_)];
   use_values(wpe);
-  for (std::int64_t r = 0; r < rows_local_; ++r) {
-    const std::int64_t position = (row_offset_ + r) % seq_len_;
-    for (std::int64_t c = 0; c < C; ++c) s.input[static_cast<std::size_t>(r * C + c)] += wpe.values[static_cast<std::size_t>(position * C + c)];
-  }
+  ops_->positions_forward(s.input.data(), wpe.values.data(), rows_local_, row_offset_, seq_len_, C);
   done_values(wpe);
 }
 
 void ParallelGpt::embedding_backward(Slot& s) {
   Unit& wte = units_[static_cast<std::size_t>(wte_)];
-  const std::int64_t C = shape_.channels, begin = shape_.vocab_begin(), real = shape_.vocab_real();
+  const std::int64_t C = shape_.channels;
   if (wpe_ >= 0) {
     Unit& wpe = units_[static_cast<std::size_t>(wpe_)];
     use_grads(wpe);
-    for (std::int64_t r = 0; r < rows_local_; ++r) {
-      const std::int64_t position = (row_offset_ + r) % seq_len_;
-      for (std::int64_t c = 0; c < C; ++c) wpe.grads[static_cast<std::size_t>(position * C + c)] += dstream_[static_cast<std::size_t>(r * C + c)];
-    }
+    ops_->positions_backward(wpe.grads.data(), dstream_.data(), rows_local_, row_offset_, seq_len_, C);
     done_grads(wpe);
   }
   const float* d = enter_region(dstream_.data(), full_a_.data());
   use_grads(wte);
-  for (std::int64_t n = 0; n < rows_; ++n) {
-    const std::int64_t row = s.tokens[static_cast<std::size_t>(n)] - begin;
-    if (row < 0 || row >= real) continue;
-    float* dw = wte.grads.data() + row * C;
-    for (std::int64_t c = 0; c < C; ++c) dw[c] += d[n * C + c];
-  }
+  ops_->embedding_backward(wte.grads.data(), d, tokens_of(s), shape_.vocab_begin(), shape_.vocab_real(), rows_, C);
   done_grads(wte);
 }
 
@@ -699,11 +616,11 @@ double ParallelGpt::head_forward(Slot& s, const float* x) {
   use_values(head);
   fit(s.lnf, R * C), fit(s.lnf_mean, shape_.rms() ? 0 : R), fit(s.lnf_rstd, R), fit(s.probs, rows_ * Vp);
   if (sequence_parallel_) fit(s.lnf_full, rows_ * C);
-  norm_forward(shape_, s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, lnf.values.data(), final_norm_bias(shape_, lnf.values), R,
+  ops_->norm_forward(shape_, s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, lnf.values.data(), final_norm_bias(shape_, lnf.values), R,
                C);
   const float* h = enter_region(s.lnf.data(), s.lnf_full.data());
-  matmul_.forward(s.probs.data(), h, head.values.data(), static_cast<const float*>(nullptr), rows_, C, Vp);
-  const VocabLoss loss = vocab_parallel_cross_entropy(s.probs.data(), s.targets.data(), rows_, Vp,
+  ops_->linear_forward(s.probs.data(), h, head.values.data(), static_cast<const float*>(nullptr), rows_, C, Vp);
+  const VocabLoss loss = vocab_parallel_cross_entropy(*ops_, s.probs.data(), targets_of(s), rows_, Vp,
                                                       shape_.vocab_real(), shape_.vocab_begin(), *tp_, loss_scratch_);
   correct_ = loss.correct;
   done_values(head);
@@ -717,7 +634,7 @@ void ParallelGpt::head_weight_gradients(Slot& s) {
   use_grads(head);
   const float* h = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
   float* none = nullptr;
-  matmul_.backward(none, head.grads.data(), none, s.d_logits.data(), h, head.values.data(), rows_, shape_.channels,
+  ops_->linear_backward(none, head.grads.data(), none, s.d_logits.data(), h, head.values.data(), rows_, shape_.channels,
                    shape_.vocab_local);
   done_grads(head);
   done_values(head);
@@ -727,28 +644,21 @@ void ParallelGpt::head_backward(Slot& s, const float* x, float dloss, BackwardPa
   Unit& head = units_[static_cast<std::size_t>(head_)];
   Unit& lnf = units_[static_cast<std::size_t>(lnf_)];
   const std::int64_t C = shape_.channels, R = rows_local_, Vp = shape_.vocab_local;
-  const std::int64_t begin = shape_.vocab_begin(), real = shape_.vocab_real();
   use_values(lnf);
   use_values(head);
   use_grads(lnf);
   use_grads(head);
   const float scale = dloss / static_cast<float>(rows_);
-#pragma omp parallel for schedule(static) if (rows_ * Vp >= (1 << 17))
-  for (std::int64_t n = 0; n < rows_; ++n) {
-    const float* p = s.probs.data() + n * Vp;
-    float* dz = dlogits_.data() + n * Vp;
-    for (std::int64_t v = 0; v < Vp; ++v) dz[v] = scale * p[v];
-    const std::int64_t target = s.targets[static_cast<std::size_t>(n)] - begin;
-    if (target >= 0 && target < real) dz[target] -= scale;
-  }
+  ops_->loss_backward(dlogits_.data(), s.probs.data(), targets_of(s), shape_.vocab_begin(), shape_.vocab_real(), scale,
+                      rows_, Vp);
   const float* h = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
-  if (part == BackwardPart::input) s.d_logits = dlogits_;
-  zero(full_b_);
-  matmul_.backward(full_b_.data(), part == BackwardPart::whole ? head.grads.data() : nullptr,
+  if (part == BackwardPart::input) s.d_logits.assign(dlogits_);
+  full_b_.zero();
+  ops_->linear_backward(full_b_.data(), part == BackwardPart::whole ? head.grads.data() : nullptr,
                    static_cast<float*>(nullptr), dlogits_.data(), h, head.values.data(), rows_, C, Vp);
   leave_region(full_b_.data(), dlocal_.data());
-  zero(dstream_);
-  norm_backward(shape_, dstream_.data(), lnf.grads.data(), final_norm_bias(shape_, lnf.grads), dlocal_.data(), x, lnf.values.data(),
+  dstream_.zero();
+  ops_->norm_backward(shape_, dstream_.data(), lnf.grads.data(), final_norm_bias(shape_, lnf.grads), dlocal_.data(), x, lnf.values.data(),
                 s.lnf_mean.data(), s.lnf_rstd.data(), R, C);
   done_grads(head);
   done_grads(lnf);
@@ -758,51 +668,61 @@ void ParallelGpt::head_backward(Slot& s, const float* x, float dloss, BackwardPa
 
 // ---- full tensors
 
+// Full tensors are cut and joined on the host (insert_shard, extract_shard);
+// the collectives run on the backend's memory.
 std::vector<float> ParallelGpt::gather_full(int which) {
   const ParameterLayout layout = parameter_layout(spec_).value;
-  Floats full(static_cast<std::size_t>(layout.total_elements), 0.0f, floats(MemoryCategory::communication).get_allocator());
+  std::vector<float> full(static_cast<std::size_t>(layout.total_elements), 0.0f);
   const bool owner = groups_.coordinate(Axis::dp) == 0 && groups_.coordinate(Axis::fsdp) == 0;
+  Floats buffer = floats(MemoryCategory::communication, *backend_);
+  Floats shard = floats(MemoryCategory::communication, *backend_);
   for (Unit& u : units_) {
-    Floats buffer(static_cast<std::size_t>(u.padded), 0.0f, floats(MemoryCategory::communication).get_allocator());
+    buffer.assign_zero(static_cast<std::size_t>(u.padded));
     if (which == 0) {
       use_values(u);
-      std::copy(u.values.begin(), u.values.end(), buffer.begin());
+      ops_->copy(buffer.data(), u.values.data(), u.padded);
       done_values(u);
     } else {
       const Floats& moment = which == 1 ? u.adam_m : u.adam_v;
       if (mode_ == ShardMode::replicated) {
-        std::copy(moment.begin(), moment.end(), buffer.begin());
+        ops_->copy(buffer.data(), moment.data(), std::ssize(moment));
       } else {
-        Floats shard(static_cast<std::size_t>(u.shard_size), 0.0f, floats(MemoryCategory::communication).get_allocator());
-        std::copy(moment.begin(), moment.end(), shard.begin());
+        shard.assign_zero(static_cast<std::size_t>(u.shard_size));
+        ops_->copy(shard.data(), moment.data(), std::ssize(moment));
         shard_group_->all_gather(shard.data(), buffer.data(), u.shard_size, DataType::f32);
       }
     }
     if (!owner || !u.counts_in_norm) continue;
+    const std::vector<float> host = buffer.to_host();
     for (const LocalTensor& t : u.layout.tensors) {
       if (t.split == TpSplit::none && shape_.tp_rank != 0) continue;
-      insert_shard(t, shape_, buffer.data() + t.offset, full.data() + layout.at(t.name).offset, shape_.tp_rank == 0);
+      insert_shard(t, shape_, host.data() + t.offset, full.data() + layout.at(t.name).offset, shape_.tp_rank == 0);
     }
   }
-  groups_.world().all_reduce(full.data(), std::ssize(full), DataType::f32, ReduceOp::sum);
-  return {full.begin(), full.end()};
+  buffer.assign_host(full.data(), full.size());
+  groups_.world().all_reduce(buffer.data(), std::ssize(buffer), DataType::f32, ReduceOp::sum);
+  return buffer.to_host();
 }
 
 void ParallelGpt::scatter_full(int which, std::span<const float> full) {
   const ParameterLayout layout = parameter_layout(spec_).value;
+  std::vector<float> host;
+  const auto to_device = [&](Floats& destination, std::int64_t begin, std::int64_t end) {
+    if (end > begin)
+      backend_->copy_host_to_device(destination.data(), host.data() + begin,
+                                    static_cast<std::size_t>(end - begin) * sizeof(float), backend_->default_context());
+  };
   for (Unit& u : units_) {
-    Floats buffer(static_cast<std::size_t>(u.padded), 0.0f, floats(MemoryCategory::communication).get_allocator());
+    host.assign(static_cast<std::size_t>(u.padded), 0.0f);
     for (const LocalTensor& t : u.layout.tensors)
-      extract_shard(t, shape_, full.data() + layout.at(t.name).offset, buffer.data() + t.offset);
+      extract_shard(t, shape_, full.data() + layout.at(t.name).offset, host.data() + t.offset);
     if (which == 0) {
-      if (mode_ == ShardMode::fsdp)
-        std::copy(buffer.begin() + u.shard_begin, buffer.begin() + u.shard_begin + u.shard_size, u.shard_values.begin());
-      else
-        std::copy(buffer.begin(), buffer.end(), u.values.begin());
+      if (mode_ == ShardMode::fsdp) to_device(u.shard_values, u.shard_begin, u.shard_begin + u.shard_size);
+      else to_device(u.values, 0, u.padded);
     } else {
-      Floats& moment = which == 1 ? u.adam_m : u.adam_v;
-      std::copy(buffer.begin() + u.optimizer_begin, buffer.begin() + u.optimizer_end, moment.begin());
+      to_device(which == 1 ? u.adam_m : u.adam_v, u.optimizer_begin, u.optimizer_end);
     }
+    backend_->default_context().synchronize();  // `host` is refilled next
   }
 }
 

@@ -31,10 +31,14 @@
 // from exactly the single-device weights (memory is the full model once,
 // at start-up; fine at the sizes a CPU trains).
 //
-// Memory: every buffer (unit values, gradients, shards, AdamW moments,
-// activation slots, scratch, communication buffers) is a TrackedVector of
-// the rank's default_backend(), so its ledger measures the rank by category;
-// under fsdp a unit's gathered values and full gradient are freed after use.
+// Device: the model is built on one Backend (the CPU's default_backend()
+// unless create is given another) and computes only through that backend's
+// GptOps (gpt_ops.hpp): every buffer (unit values, gradients, shards, AdamW
+// moments, activation slots, scratch, communication buffers) is a
+// DeviceVector of the backend, so its ledger measures the rank by category,
+// and no host code reads or writes one (tokens and targets are copied to it;
+// full tensors for files and tests are copied back). Under fsdp a unit's
+// gathered values and full gradient are freed after use.
 //
 // Activations of a (chunk, micro-batch) live in a slot from its forward to
 // its backward (or to release_pass(), after a forward-only evaluation pass);
@@ -46,8 +50,8 @@
 // the reference GPT of tests/reference/ computes. `meshplan train` runs GPT
 // plans of one rank this way too, so there is one GPT executor.
 //
-// Precision: the linear layers' GEMMs go through a MatmulRunner (fp32, or
-// bf16 operands with fp32 accumulation and fp32 master weights).
+// Precision: the linear layers' GEMMs are fp32, or bf16 operands with fp32
+// accumulation and fp32 master weights (GptOps::set_matmul_precision).
 //
 // defines: Floats, floats, ShardMode, Unit, LossScratch, plan_problems, ParallelGpt
 #pragma once
@@ -58,10 +62,11 @@
 #include <span>
 #include <vector>
 
+#include "executor/backend/device_vector.hpp"
 #include "executor/backend/tracked_allocator.hpp"
 #include "executor/comm/mesh_comms.hpp"
-#include "executor/model/matmul_runner.hpp"
 #include "executor/model/parameters.hpp"
+#include "executor/parallel/gpt_ops.hpp"
 #include "executor/parallel/shard_layout.hpp"
 #include "model/model_spec.hpp"
 #include "model/plan.hpp"
@@ -81,14 +86,19 @@ enum class ShardMode : std::uint8_t { replicated, zero1, zero2, fsdp };
 // gradients from them and frees the pass's activations.
 enum class BackwardPart : std::uint8_t { whole, input, weight };
 
-// A float buffer recorded in the rank's memory ledger (default_backend(),
-// one process per rank) under `category`.
-using Floats = TrackedVector<float>;
-inline Floats floats(MemoryCategory category) { return Floats(TrackedAllocator<float>(category)); }
+// A float buffer of the model's backend, recorded in its memory ledger under `category`.
+using Floats = DeviceVector<float>;
+inline Floats floats(MemoryCategory category, Backend& backend = default_backend()) {
+  return Floats(category, backend);
+}
 
 // One unit's storage on this rank. Offsets are in the padded unit buffer
 // (elements rounded up to a multiple of the sharding group's size).
 struct Unit {
+  explicit Unit(Backend& backend = default_backend())
+      : values(MemoryCategory::parameters, backend), grads(MemoryCategory::gradients, backend),
+        shard_values(MemoryCategory::parameters, backend), shard_grads(MemoryCategory::gradients, backend),
+        adam_m(MemoryCategory::optimizer, backend), adam_v(MemoryCategory::optimizer, backend) {}
   UnitLayout layout;
   std::vector<std::int64_t> offsets;  // a layer unit's tensors by kind (parallel_gpt.cpp's LayerTensor), -1: absent
   std::int64_t padded = 0;
@@ -97,19 +107,21 @@ struct Unit {
   std::int64_t optimizer_begin = 0;   // the range this rank updates (whole unit when replicated)
   std::int64_t optimizer_end = 0;
   bool counts_in_norm = true;         // false for the last stage's copy of the tied wte
-  Floats values = floats(MemoryCategory::parameters);  // padded; under fsdp only while a pass uses it
-  Floats grads = floats(MemoryCategory::gradients);    // padded; under fsdp only during a backward use
-  Floats shard_values = floats(MemoryCategory::parameters);  // fsdp
-  Floats shard_grads = floats(MemoryCategory::gradients);    // ZeRO 1/2, fsdp: this rank's reduced shard
-  Floats adam_m = floats(MemoryCategory::optimizer), adam_v = floats(MemoryCategory::optimizer);  // optimizer range
+  Floats values;        // padded; under fsdp only while a pass uses it
+  Floats grads;         // padded; under fsdp only during a backward use
+  Floats shard_values;  // fsdp
+  Floats shard_grads;   // ZeRO 1/2, fsdp: this rank's reduced shard
+  Floats adam_m, adam_v;  // the optimizer range
 };
 
 // The vocabulary-parallel loss's per-row buffers, kept between passes so a
 // step allocates nothing after the first.
 struct LossScratch {
-  Floats row_max = floats(MemoryCategory::workspace), row_loss = floats(MemoryCategory::workspace);
-  Floats correct = floats(MemoryCategory::workspace);
-  Floats sums = floats(MemoryCategory::communication);  // [sum of exp | target logit], reduced over tp
+  explicit LossScratch(Backend& backend = default_backend())
+      : row_max(MemoryCategory::workspace, backend), row_loss(MemoryCategory::workspace, backend),
+        correct(MemoryCategory::workspace, backend), sums(MemoryCategory::communication, backend) {}
+  Floats row_max, row_loss, correct;
+  Floats sums;  // [sum of exp | target logit], reduced over tp
 };
 
 // What ParallelGpt cannot run of a GPT plan, naming the model and plan fields:
@@ -126,15 +138,19 @@ class ParallelGpt {
   ParallelGpt& operator=(const ParallelGpt&) = delete;
 
   // Problems name plan fields (mesh.tp, sequence_parallel, schedule, zero, ...)
-  // for what this runtime cannot run. `groups` must outlive the model.
+  // for what this runtime cannot run. `groups` must outlive the model. The
+  // model lives on `backend` (which must outlive it) and computes with `ops`,
+  // which must be that backend's (null: make_cpu_gpt_ops(backend), for a
+  // host-accessible backend); `groups` must take that backend's pointers.
   static Loaded<std::unique_ptr<ParallelGpt>> create(const ModelSpec& spec, const Plan& plan,
                                                       comm::MeshCommunicators& groups, std::uint64_t seed,
-                                                      std::int64_t seq_len);
+                                                      std::int64_t seq_len, Backend& backend = default_backend(),
+                                                      std::unique_ptr<GptOps> ops = nullptr);
 
   // Where the activation entering `chunk` for micro-batch `mb` is received
-  // ([rows_local, C]); takes the pass's activation slot.
+  // ([rows_local, C], backend memory); takes the pass's activation slot.
   float* forward_input(std::int64_t chunk, std::int64_t mb);
-  // Runs the chunk; tokens/targets are the micro-batch's [B, T] (all ranks have them).
+  // Runs the chunk; tokens/targets are the micro-batch's [B, T] in host memory (all ranks have them).
   // Returns the micro-batch's mean loss on the last chunk, 0 otherwise. A
   // negative target marks a padding row (evaluation only: no backward may
   // follow), left out of the loss and of correct_predictions().
@@ -153,8 +169,11 @@ class ParallelGpt {
   // Summed over tp, the micro-batch's correct next-token predictions.
   std::int64_t correct_predictions() const { return correct_; }
   // fp32 (default) or bf16 GEMMs; problems name "--precision" (MatmulRunner).
-  Problems set_matmul_precision(Precision precision) { return matmul_.set_precision(precision); }
-  Precision matmul_precision() const { return matmul_.precision(); }
+  Problems set_matmul_precision(Precision precision) { return ops_->set_matmul_precision(precision); }
+  Precision matmul_precision() const { return ops_->matmul_precision(); }
+  // The backend the model's buffers live on, and its ops (the trainer's reductions and update use them too).
+  Backend& backend() const { return *backend_; }
+  GptOps& ops() { return *ops_; }
   // Where the gradient of the chunk's output is received before backward (not on the last chunk).
   float* backward_input() { return dstream_recv_.data(); }
   // Backward of a pass (frees its slot). `dloss` scales the loss (1 / micro-batches
@@ -193,7 +212,7 @@ class ParallelGpt {
  private:
   struct LayerActs;
   struct Slot;
-  explicit ParallelGpt(comm::MeshCommunicators& groups);
+  ParallelGpt(comm::MeshCommunicators& groups, Backend& backend, std::unique_ptr<GptOps> ops);
   void allocate(const Parameters<float>& full);
 
   Slot& slot_of(std::int64_t chunk, std::int64_t mb);
@@ -214,6 +233,8 @@ class ParallelGpt {
   double head_forward(Slot& slot, const float* x);
   void head_backward(Slot& slot, const float* x, float dloss, BackwardPart part);
   void head_weight_gradients(Slot& slot);
+  const std::int32_t* tokens_of(const Slot& slot) const;
+  const std::int32_t* targets_of(const Slot& slot) const;
   void embedding_forward(Slot& slot);
   void embedding_backward(Slot& slot);
   comm::MeshCommunicators& groups_;
@@ -236,14 +257,15 @@ class ParallelGpt {
   std::vector<std::vector<int>> chunk_units_;  // by local chunk (chunk / stages): layer unit indices
   std::vector<std::vector<Slot>> slots_;       // by local chunk
 
-  MatmulRunner<float> matmul_{default_backend()};
+  Backend* backend_;
+  std::unique_ptr<GptOps> ops_;
   LossScratch loss_scratch_;
   std::int64_t correct_ = 0;
 
   // Scratch shared by passes.
   Floats full_a_, full_b_, dqkv_, datty_, dfch_, dgelu_, dlogits_, dlocal_, dstream_;  // workspace
-  Floats dstream_recv_ = floats(MemoryCategory::communication);
-  Floats reduced_shard_ = floats(MemoryCategory::communication);  // fsdp: a gradient shard's reduce-scatter
+  Floats dstream_recv_;   // communication
+  Floats reduced_shard_;  // communication; fsdp: a gradient shard's reduce-scatter
 };
 
 }  // namespace meshplan::exec::parallel

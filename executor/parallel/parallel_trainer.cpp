@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "executor/train/lr_schedule.hpp"
-#include "kernels/cpu/adamw.hpp"
 #include "model/schedule.hpp"
 
 namespace meshplan::exec::parallel {
@@ -27,7 +26,8 @@ using comm::ReduceOp;
 // without blocking; wait() completes them all and copies the sums back.
 class GradientBuckets {
  public:
-  GradientBuckets(comm::Communicator& group, double cap_bytes) : group_(group), cap_bytes_(cap_bytes) {}
+  GradientBuckets(comm::Communicator& group, double cap_bytes, GptOps& ops, Backend& backend)
+      : group_(group), cap_bytes_(cap_bytes), ops_(ops), backend_(backend) {}
 
   void add(Unit& unit) {
     if (group_.size() == 1) return;
@@ -44,31 +44,34 @@ class GradientBuckets {
       bucket.request->wait();
       std::int64_t at = 0;
       for (Unit* unit : bucket.units) {
-        std::copy(bucket.staging.begin() + at, bucket.staging.begin() + at + unit->layout.elements, unit->grads.begin());
+        ops_.copy(unit->grads.data(), bucket.staging.data() + at, unit->layout.elements);
         at += unit->layout.elements;
       }
     }
     // Keep the staging buffers for the next step: the same buckets recur every
     // step, and fresh ones cost a page fault per 4 KiB (~5% of a dp=2 step).
-    if (spare_.size() < buckets_.size()) spare_.resize(buckets_.size());
+    while (spare_.size() < buckets_.size()) spare_.emplace_back(MemoryCategory::communication, backend_);
     for (std::size_t i = 0; i < buckets_.size(); ++i) spare_[i] = std::move(buckets_[i].staging);
     buckets_.clear();
   }
 
  private:
   struct Bucket {
+    explicit Bucket(Backend& backend) : staging(MemoryCategory::communication, backend) {}
     std::vector<Unit*> units;
-    Floats staging = floats(MemoryCategory::communication);
+    Floats staging;
     std::unique_ptr<comm::Request> request;
   };
   void launch() {
-    Bucket bucket;
+    Bucket bucket(backend_);
     bucket.units = std::move(pending_);
     if (buckets_.size() < spare_.size()) bucket.staging = std::move(spare_[buckets_.size()]);
-    bucket.staging.clear();
-    bucket.staging.reserve(static_cast<std::size_t>(pending_elements_));
-    for (Unit* unit : bucket.units)
-      bucket.staging.insert(bucket.staging.end(), unit->grads.begin(), unit->grads.begin() + unit->layout.elements);
+    bucket.staging.resize(static_cast<std::size_t>(pending_elements_));
+    std::int64_t at = 0;
+    for (Unit* unit : bucket.units) {
+      ops_.copy(bucket.staging.data() + at, unit->grads.data(), unit->layout.elements);
+      at += unit->layout.elements;
+    }
     bucket.request = group_.iall_reduce(bucket.staging.data(), std::ssize(bucket.staging), DataType::f32, ReduceOp::sum);
     buckets_.push_back(std::move(bucket));
     pending_.clear();
@@ -77,6 +80,8 @@ class GradientBuckets {
 
   comm::Communicator& group_;
   double cap_bytes_;
+  GptOps& ops_;
+  Backend& backend_;
   std::vector<Unit*> pending_;
   std::int64_t pending_elements_ = 0;
   std::vector<Bucket> buckets_;
@@ -84,11 +89,12 @@ class GradientBuckets {
 };
 
 // The gradient this rank holds for a unit at the step end: the whole padded
-// unit (ZeRO 0/1) or its shard (ZeRO 2, fsdp), indexed in unit coordinates.
+// unit (ZeRO 0/1) or its shard (ZeRO 2, fsdp), indexed in unit coordinates
+// (backend memory: at() is a pointer, never read here).
 struct GradView {
   float* data = nullptr;  // element `begin` of the unit
   std::int64_t begin = 0, end = 0;
-  float& at(std::int64_t i) const { return data[i - begin]; }
+  float* at(std::int64_t i) const { return data + (i - begin); }
 };
 
 GradView grad_view(Unit& u, ShardMode mode) {
@@ -167,7 +173,7 @@ class ParallelStep {
         // and the ZeRO paper's P_os price; a dp=2 ZeRO-1 step of gpt-byte-10m
         // went from 0.389 s to 0.376 s).
         bucketed_(mode_ == ShardMode::replicated),
-        buckets_(groups_.group(Axis::dp), plan.gradient_bucket_bytes),
+        buckets_(groups_.group(Axis::dp), plan.gradient_bucket_bytes, model.ops(), model.backend()),
         dloss_(1.0f / static_cast<float>(M_ * D_)) {}
 
   // This rank's micro-batches of the step's global batch (data-parallel rank d takes [d M, (d + 1) M)).
@@ -187,8 +193,8 @@ class ParallelStep {
   // Runs the stage's instruction list; returns this rank's sum of micro-batch losses.
   double run_program() {
     for (Unit& u : model_.units()) {
-      std::fill(u.grads.begin(), u.grads.end(), 0.0f);
-      std::fill(u.shard_grads.begin(), u.shard_grads.end(), 0.0f);
+      u.grads.zero();
+      u.shard_grads.zero();
     }
     const auto on_final = [&](Unit& unit) {
       if (bucketed_) buckets_.add(unit);
@@ -197,8 +203,8 @@ class ParallelStep {
     double loss_sum = 0;
     std::vector<std::pair<Floats, std::unique_ptr<comm::Request>>> sends;
     const auto send = [&](const float* out, int peer, int tag) {
-      auto& sent = sends.emplace_back(Floats(out, out + rows, floats(MemoryCategory::communication).get_allocator()),
-                                      nullptr);
+      auto& sent = sends.emplace_back(floats(MemoryCategory::communication, model_.backend()), nullptr);
+      sent.first.assign_device(out, static_cast<std::size_t>(rows));
       sent.second = pp_.isend(sent.first.data(), rows, DataType::f32, peer, tag);
     };
     for (std::size_t i = 0; i < program_.size(); ++i) {
@@ -255,7 +261,7 @@ class ParallelStep {
         const GradView view = grad_view(u, mode_);
         const auto reduce = [&](std::int64_t begin, std::int64_t end) {
           const std::int64_t lo = std::max(begin, view.begin), hi = std::min(end, view.end);
-          if (hi > lo) tp_.all_reduce(&view.at(lo), hi - lo, DataType::f32, ReduceOp::sum);
+          if (hi > lo) tp_.all_reduce(view.at(lo), hi - lo, DataType::f32, ReduceOp::sum);
         };
         for (const LocalTensor& t : u.layout.tensors) {
           if (t.split == TpSplit::none && model_.sequence_parallel()) reduce(t.offset, t.offset + t.elements());
@@ -278,7 +284,7 @@ class ParallelStep {
       const bool tp_copy = groups_.coordinate(Axis::tp) == 0;  // the copy of tp-whole elements the norm counts
       const auto count = [&](std::int64_t begin, std::int64_t end) {
         const std::int64_t lo = std::max(begin, u.optimizer_begin), hi = std::min(end, u.optimizer_end);
-        if (hi > lo) norm_spans_.emplace_back(&view.at(lo), static_cast<std::size_t>(hi - lo));
+        if (hi > lo) norm_spans_.emplace_back(view.at(lo), static_cast<std::size_t>(hi - lo));
       };
       for (const LocalTensor& t : u.layout.tensors) {
         if (t.split == TpSplit::none && !tp_copy) continue;
@@ -291,18 +297,15 @@ class ParallelStep {
         count(from, t.offset + t.elements());
       }
     }
-    return kernels::global_l2_norm<float>(norm_spans_);
+    return model_.ops().l2_norm(norm_spans_);
   }
 
   // Clipping and AdamW on the range this rank updates; ZeRO 1/2 all-gather the updated shards over dp.
   void update(float clip_scale, std::int64_t updates, const kernels::AdamWHyperparameters& hp) {
     for (Unit& u : model_.units()) {
       const GradView view = grad_view(u, mode_);
-      if (clip_scale != 1.0f && u.optimizer_end > u.optimizer_begin) {
-        float* g = &view.at(u.optimizer_begin);
-        const std::int64_t n = u.optimizer_end - u.optimizer_begin;
-        for (std::int64_t k = 0; k < n; ++k) g[k] *= clip_scale;
-      }
+      if (clip_scale != 1.0f && u.optimizer_end > u.optimizer_begin)
+        model_.ops().scale(view.at(u.optimizer_begin), clip_scale, u.optimizer_end - u.optimizer_begin);
       float* values = mode_ == ShardMode::fsdp ? u.shard_values.data() : u.values.data();
       const std::int64_t values_base = mode_ == ShardMode::fsdp ? u.shard_begin : 0;
       for (const LocalTensor& t : u.layout.tensors) {
@@ -311,8 +314,8 @@ class ParallelStep {
         kernels::AdamWHyperparameters tensor_hp = hp;
         if (!t.decays()) tensor_hp.weight_decay = 0;
         const auto moment = static_cast<std::size_t>(lo - u.optimizer_begin);
-        kernels::adamw_update(values + (lo - values_base), &view.at(lo), u.adam_m.data() + moment,
-                              u.adam_v.data() + moment, hi - lo, updates, tensor_hp);
+        model_.ops().adamw_update(values + (lo - values_base), view.at(lo), u.adam_m.data() + moment,
+                                  u.adam_v.data() + moment, hi - lo, updates, tensor_hp);
       }
       if ((mode_ == ShardMode::zero1 || mode_ == ShardMode::zero2) && model_.shard_group().size() > 1)
         model_.shard_group().all_gather(u.values.data() + u.shard_begin, u.values.data(), u.shard_size, DataType::f32);
@@ -329,13 +332,15 @@ class ParallelStep {
   void sum_tied_embedding() {
     const GradView view = grad_view(*model_.wte(), mode_);
     const std::int64_t n = view.end - view.begin;
-    const auto comm_alloc = floats(MemoryCategory::communication).get_allocator();
-    Floats mine(view.data, view.data + n, comm_alloc), theirs(static_cast<std::size_t>(n), 0.0f, comm_alloc);
+    Floats mine = floats(MemoryCategory::communication, model_.backend());
+    Floats theirs = floats(MemoryCategory::communication, model_.backend());
+    mine.assign_device(view.data, static_cast<std::size_t>(n));
+    theirs.assign_zero(static_cast<std::size_t>(n));
     const int peer = static_cast<int>(stage_ == 0 ? stages_ - 1 : 0);
     auto request = pp_.isend(mine.data(), n, DataType::f32, peer, tied_embedding_tag);
     pp_.recv(theirs.data(), n, DataType::f32, peer, tied_embedding_tag);
     request->wait();
-    for (std::int64_t k = 0; k < n; ++k) view.data[k] = mine[static_cast<std::size_t>(k)] + theirs[static_cast<std::size_t>(k)];
+    model_.ops().add(view.data, theirs.data(), n);  // mine + theirs: view.data still holds mine
   }
 
   ParallelGpt& model_;
@@ -419,7 +424,7 @@ EvalResult evaluate_parallel(ParallelGpt& model, data::DataLoader& loader, std::
       const double loss = model.forward(c, 0, tokens.data(), targets.data());
       if (c + 1 < chunks && next == stage) {
         const float* out = model.forward_output(c, 0);
-        std::copy(out, out + rows, model.forward_input(c + 1, 0));
+        model.ops().copy(model.forward_input(c + 1, 0), out, rows);
       } else if (c + 1 < chunks) {
         // Blocking: chunks run in one order on every rank, and the next chunk's stage receives this next.
         pp.send(model.forward_output(c, 0), rows, DataType::f32, next, transfer_tag(c, 0, chunks, false));

@@ -190,7 +190,8 @@ int run(const std::string& model_path, const std::filesystem::path& out_dir) {
   const double loss = gpt.model->forward(0, 0, batch_loader.recorded_tokens.data(), batch_loader.recorded_targets.data());
   const std::int64_t BT = kBatch * T;
   const parallel::Floats& probs_buffer = gpt.model->probabilities(0, 0);
-  const std::vector<float> probs(probs_buffer.begin(), probs_buffer.begin() + BT * V);
+  std::vector<float> probs = probs_buffer.to_host();
+  probs.resize(static_cast<std::size_t>(BT * V));
   gpt.model->backward(0, 0, 1.0f, true, [](parallel::Unit&) {});
   const std::vector<float> batch_grads = full_gradient(*gpt.model, layout.value);
 
