@@ -23,6 +23,7 @@
 #include "executor/comm/mpi_communicator.hpp"
 #include "executor/comm/staged_communicator.hpp"
 #include "tests/comm/mpi_gtest.hpp"
+#include "tests/fake_device.hpp"
 
 namespace meshplan::exec {
 namespace {
@@ -30,64 +31,7 @@ namespace {
 using comm::Communicator;
 using comm::DataType;
 using comm::ReduceOp;
-
-constexpr std::uintptr_t kDeviceBit = std::uintptr_t{1} << 62;
-
-class NoWaitContext final : public ExecutionContext {
- public:
-  void synchronize() override {}
-};
-
-// Device memory is host memory behind pointers that are not host addresses.
-class FakeDevice final : public Backend {
- public:
-  std::string_view name() const override { return "fake-device"; }
-  DeviceKind device_kind() const override { return DeviceKind::cuda; }
-  void* allocate(std::size_t bytes, MemoryCategory category) override {
-    void* real = std::malloc(bytes == 0 ? 1 : bytes);
-    if (real == nullptr) return nullptr;
-    ledger_.record_allocation(category, static_cast<std::int64_t>(bytes));
-    return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(real) | kDeviceBit);
-  }
-  void deallocate(void* pointer, std::size_t bytes, MemoryCategory category) noexcept override {
-    if (pointer == nullptr) return;
-    std::free(real(pointer));
-    ledger_.record_free(category, static_cast<std::int64_t>(bytes));
-  }
-  MemoryLedger& ledger() override { return ledger_; }
-  const MemoryLedger& ledger() const override { return ledger_; }
-  ExecutionContext& default_context() override { return context_; }
-  std::unique_ptr<ExecutionContext> make_context() override { return std::make_unique<NoWaitContext>(); }
-  void copy_host_to_device(void* device, const void* host, std::size_t bytes, ExecutionContext&) override {
-    ++to_device;
-    if (bytes > 0) std::memcpy(real(device), host, bytes);
-  }
-  void copy_device_to_host(void* host, const void* device, std::size_t bytes, ExecutionContext&) override {
-    ++to_host;
-    if (bytes > 0) std::memcpy(host, real(device), bytes);
-  }
-  void copy_device_to_device(void* destination, const void* source, std::size_t bytes, ExecutionContext&) override {
-    if (bytes > 0) std::memcpy(real(destination), real(source), bytes);
-  }
-  void fill_zero(void* destination, std::size_t bytes, ExecutionContext&) override {
-    if (bytes > 0) std::memset(real(destination), 0, bytes);
-  }
-
-  static void* real(const void* device) {
-    const auto bits = reinterpret_cast<std::uintptr_t>(device);
-    if ((bits & kDeviceBit) == 0) {
-      std::fprintf(stderr, "FakeDevice: %p is not a device pointer\n", device);
-      std::abort();
-    }
-    return reinterpret_cast<void*>(bits & ~kDeviceBit);
-  }
-
-  int to_device = 0, to_host = 0;
-
- private:
-  MemoryLedger ledger_;
-  NoWaitContext context_;
-};
+using testing_support::FakeDevice;
 
 // A typed device array with host views through the backend's copies.
 template <typename T>
