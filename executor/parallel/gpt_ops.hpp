@@ -47,6 +47,14 @@ class GptOps {
  public:
   virtual ~GptOps() = default;
 
+  // What these ops cannot run of a model with this rank's shape, naming the
+  // model's fields (a GPU's ops may cover fewer layer kinds than the CPU's);
+  // ParallelGpt::create refuses the model then. None by default.
+  virtual Problems model_problems(const TpShape& shape) const {
+    (void)shape;
+    return {};
+  }
+
   // The linear layers' GEMMs: fp32 (default) or bf16 operands with fp32
   // accumulation; problems name "--precision".
   virtual Problems set_matmul_precision(Precision precision) = 0;

@@ -210,6 +210,9 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
   m.self_ = comm::make_self_communicator("self");
   m.tp_ = &groups.group(Axis::tp);
   m.shape_ = tp_shape(spec.transformer, tp, groups.coordinate(Axis::tp));
+  const Problems unsupported = m.ops_->model_problems(m.shape_);
+  problems.insert(problems.end(), unsupported.begin(), unsupported.end());
+  if (has_errors(problems)) return result;
   const DataSharding data = data_sharding(plan);
   if (data.parameters) {
     m.mode_ = ShardMode::fsdp;

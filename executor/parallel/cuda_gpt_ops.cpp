@@ -1,0 +1,231 @@
+// GptOps on one GPU (cuda_gpt_ops.hpp). Every op enqueues on the backend's
+// default stream, the one DeviceVector's copies and fills and the staged
+// communicator's copies use, so ops, copies and collectives run in call
+// order without events. Ops that return a number to the host (the loss
+// summary, the norm) wait for the stream.
+#include "executor/parallel/cuda_gpt_ops.hpp"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "executor/backend/device_vector.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/gemm_lt.hpp"
+#include "kernels/cuda/gpt_kernels.hpp"
+#include "kernels/cuda/kernels.hpp"
+
+namespace meshplan::exec::parallel {
+namespace {
+
+namespace cu = kernels::cuda;
+
+Problem unsupported(const std::string& field, const std::string& what) {
+  return {Severity::error, field, what + " does not run on the GPU yet (executor/parallel/cuda_gpt_ops.hpp); "
+                                         "train this model with --backend cpu"};
+}
+
+class CudaGptOps final : public GptOps {
+ public:
+  explicit CudaGptOps(CudaBackend& backend)
+      : stream_((MESHPLAN_CUDA_CHECK(cudaSetDevice(backend.device())), backend.cuda_default_context().stream())),
+        bf16_a_(MemoryCategory::workspace, backend),
+        bf16_b_(MemoryCategory::workspace, backend),
+        bf16_c_(MemoryCategory::workspace, backend),
+        scores_(MemoryCategory::workspace, backend),
+        norm_scratch_(MemoryCategory::workspace, backend) {
+    norm_scratch_.resize(static_cast<std::size_t>(cu::squared_norm_scratch_doubles()));
+  }
+
+  Problems model_problems(const TpShape& s) const override {
+    Problems problems;
+    if (s.rms()) problems.push_back(unsupported("model.norm", "RMSNorm"));
+    if (s.dims.feed_forward != FeedForward::gelu) problems.push_back(unsupported("model.feed_forward", "a gated MLP"));
+    if (s.rotary()) problems.push_back(unsupported("model.positions", "rotary positions"));
+    return problems;
+  }
+
+  Problems set_matmul_precision(Precision precision) override {
+    if (precision != Precision::fp32 && precision != Precision::bf16)
+      return {{Severity::error, "--precision", "the GPU executor computes in fp32 or bf16, not " + to_string(precision)}};
+    precision_ = precision;
+    return {};
+  }
+  Precision matmul_precision() const override { return precision_; }
+
+  void copy(float* destination, const float* source, std::int64_t n) override {
+    if (n > 0)
+      MESHPLAN_CUDA_CHECK(cudaMemcpyAsync(destination, source, static_cast<std::size_t>(n) * sizeof(float),
+                                          cudaMemcpyDeviceToDevice, stream_));
+  }
+  void add(float* destination, const float* source, std::int64_t n) override { cu::add(destination, source, n, stream_); }
+  void scale(float* x, float factor, std::int64_t n) override { cu::scale(x, factor, n, stream_); }
+
+  void linear_forward(float* out, const float* inp, const float* weight, const float* bias, std::int64_t N,
+                      std::int64_t C, std::int64_t OC) override {
+    if (precision_ == Precision::bf16) {
+      const auto* a = rounded(bf16_a_, inp, N * C);
+      const auto* w = rounded(bf16_b_, weight, OC * C);
+      gemm_.run(cu::linear_forward(cu::GemmType::kBf16ToFp32, out, a, w, bias, N, C, OC), stream_);
+      return;
+    }
+    gemm_.run(cu::linear_forward(cu::GemmType::kFp32, out, inp, weight, bias, N, C, OC), stream_);
+  }
+  void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, std::int64_t N, std::int64_t C, std::int64_t OC) override {
+    if (dbias != nullptr) cu::bias_backward(dbias, dout, N, OC, stream_);
+    if (precision_ == Precision::bf16) {
+      const auto* g = rounded(bf16_c_, dout, N * OC);
+      if (dinp != nullptr)
+        gemm_.run(cu::linear_backward_input(cu::GemmType::kBf16ToFp32, dinp, g, rounded(bf16_b_, weight, OC * C), N,
+                                            C, OC),
+                  stream_);
+      if (dweight != nullptr)
+        gemm_.run(cu::linear_backward_weight(cu::GemmType::kBf16ToFp32, dweight, g, rounded(bf16_a_, inp, N * C), N,
+                                             C, OC),
+                  stream_);
+      return;
+    }
+    if (dinp != nullptr)
+      gemm_.run(cu::linear_backward_input(cu::GemmType::kFp32, dinp, dout, weight, N, C, OC), stream_);
+    if (dweight != nullptr)
+      gemm_.run(cu::linear_backward_weight(cu::GemmType::kFp32, dweight, dout, inp, N, C, OC), stream_);
+  }
+  void residual_bias(float* out, const float* x, const float* y, const float* bias, std::int64_t rows,
+                     std::int64_t C) override {
+    cu::residual_bias(out, x, y, bias, rows, C, stream_);
+  }
+  void bias_backward(float* dbias, const float* dout, std::int64_t rows, std::int64_t C) override {
+    cu::bias_backward(dbias, dout, rows, C, stream_);
+  }
+  void norm_forward(const TpShape&, float* out, float* mean, float* rstd, const float* x, const float* weight,
+                    const float* bias, std::int64_t rows, std::int64_t C) override {
+    cu::layernorm_forward(out, mean, rstd, x, weight, bias, rows, C, stream_);
+  }
+  void norm_backward(const TpShape&, float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                     const float* weight, const float* mean, const float* rstd, std::int64_t rows,
+                     std::int64_t C) override {
+    cu::layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, rows, C, stream_);
+  }
+  void mlp_activation_forward(const TpShape&, float* out, const float* in, std::int64_t rows, std::int64_t F) override {
+    cu::gelu_forward(out, in, rows * F, stream_);
+  }
+  void mlp_activation_backward(const TpShape&, float* din, const float* dout, const float* in, std::int64_t rows,
+                               std::int64_t F) override {
+    cu::gelu_backward(din, in, dout, rows * F, stream_);
+  }
+  void rotate_qk(const TpShape&, float*, std::int64_t, std::int64_t, bool) override {}  // model_problems refuses rotary
+  std::int64_t attention_state_elements(const TpShape& s, std::int64_t B, std::int64_t T) const override {
+    return B * s.heads_local() * T * T;
+  }
+  void attention_forward(const TpShape& s, float* out, float* att, const float* qkv, std::int64_t B,
+                         std::int64_t T) override {
+    cu::attention_forward_fp32(out, att, qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim, group(s),
+                               head_offset(s), stream_);
+  }
+  void attention_backward(const TpShape& s, float* dqkv, const float* dout, const float* qkv, const float*,
+                          const float* att, std::int64_t B, std::int64_t T) override {
+    scores_.resize(static_cast<std::size_t>(attention_state_elements(s, B, T)));
+    cu::attention_backward_fp32(dqkv, scores_.data(), dout, qkv, att, B, T, s.heads_local(), s.kv_heads_local(),
+                                s.head_dim, group(s), head_offset(s), stream_);
+  }
+
+  void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, std::int64_t begin,
+                         std::int64_t real, std::int64_t rows, std::int64_t C) override {
+    cu::vocab_embedding_forward(out, tokens, wte, begin, real, rows, C, stream_);
+  }
+  void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, std::int64_t begin,
+                          std::int64_t real, std::int64_t rows, std::int64_t C) override {
+    cu::vocab_embedding_backward(dwte, dout, tokens, begin, real, rows, C, stream_);
+  }
+  void positions_forward(float* x, const float* wpe, std::int64_t rows, std::int64_t offset, std::int64_t T,
+                         std::int64_t C) override {
+    cu::positions_forward(x, wpe, rows, offset, T, C, stream_);
+  }
+  void positions_backward(float* dwpe, const float* dx, std::int64_t rows, std::int64_t offset, std::int64_t T,
+                          std::int64_t C) override {
+    cu::positions_backward(dwpe, dx, rows, offset, T, C, stream_);
+  }
+
+  void loss_row_max(float* row_max, const float* logits, std::int64_t N, std::int64_t Vp,
+                    std::int64_t real) override {
+    cu::loss_row_max(row_max, logits, N, Vp, real, stream_);
+  }
+  void loss_exponentials(float* logits, float* sums, float* correct, const float* row_max, const std::int32_t* targets,
+                         std::int64_t begin, std::int64_t N, std::int64_t Vp, std::int64_t real) override {
+    cu::loss_exponentials(logits, sums, correct, row_max, targets, begin, N, Vp, real, stream_);
+  }
+  void loss_normalize(float* p, float* row_loss, const float* sums, const float* row_max, std::int64_t N,
+                      std::int64_t Vp, std::int64_t real) override {
+    cu::loss_normalize(p, row_loss, sums, row_max, N, Vp, real, stream_);
+  }
+  LossSummary loss_summary(const float* row_loss, const float* correct, const std::int32_t* targets,
+                           std::int64_t N) override {
+    const auto n = static_cast<std::size_t>(N);
+    host_loss_.resize(n);
+    host_correct_.resize(n);
+    host_targets_.resize(n);
+    if (N > 0) {
+      MESHPLAN_CUDA_CHECK(cudaMemcpyAsync(host_loss_.data(), row_loss, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+      MESHPLAN_CUDA_CHECK(
+          cudaMemcpyAsync(host_correct_.data(), correct, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+      MESHPLAN_CUDA_CHECK(cudaMemcpyAsync(host_targets_.data(), targets, n * sizeof(std::int32_t),
+                                          cudaMemcpyDeviceToHost, stream_));
+      MESHPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    LossSummary summary;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (host_targets_[i] < 0) continue;
+      summary.loss_sum += static_cast<double>(host_loss_[i]);
+      summary.correct += host_correct_[i] > 0 ? 1 : 0;
+      ++summary.counted;
+    }
+    return summary;
+  }
+  void loss_backward(float* dlogits, const float* p, const std::int32_t* targets, std::int64_t begin,
+                     std::int64_t real, float scale, std::int64_t N, std::int64_t Vp) override {
+    cu::loss_backward(dlogits, p, targets, begin, real, scale, N, Vp, stream_);
+  }
+
+  void adamw_update(float* params, const float* grads, float* m, float* v, std::int64_t n, std::int64_t step,
+                    const kernels::AdamWHyperparameters& hp) override {
+    cu::adamw_update(params, grads, m, v, n, step, hp, stream_);
+  }
+  double l2_norm(const std::vector<std::span<const float>>& spans) override {
+    double sum = 0;  // each span's square in double, added in span order
+    for (const std::span<const float> s : spans)
+      sum += cu::squared_norm(s.data(), static_cast<std::int64_t>(s.size()), norm_scratch_.data(), stream_);
+    return std::sqrt(sum);
+  }
+
+ private:
+  // The query heads per key/value head, and the first query head's global index when tp replicates kv heads
+  // (kernels/cpu/attention.hpp's gqa_attention_*, as the CPU's ops call it).
+  static std::int64_t group(const TpShape& s) { return s.heads / s.kv_heads; }
+  static std::int64_t head_offset(const TpShape& s) { return s.kv_replicated() ? s.q_head_begin() : 0; }
+
+  // `source` rounded to bf16 in `workspace` (grown to n).
+  const __nv_bfloat16* rounded(DeviceVector<std::uint16_t>& workspace, const float* source, std::int64_t n) {
+    if (workspace.size() < static_cast<std::size_t>(n)) workspace.resize(static_cast<std::size_t>(n));
+    auto* out = reinterpret_cast<__nv_bfloat16*>(workspace.data());
+    cu::round_to_bf16(out, source, n, stream_);
+    return out;
+  }
+
+  cudaStream_t stream_;
+  cu::GemmLt gemm_;
+  Precision precision_ = Precision::fp32;
+  DeviceVector<std::uint16_t> bf16_a_, bf16_b_, bf16_c_;  // bf16 operands (workspace)
+  DeviceVector<float> scores_;                            // the attention backward's score gradients
+  DeviceVector<double> norm_scratch_;
+  std::vector<float> host_loss_, host_correct_;
+  std::vector<std::int32_t> host_targets_;
+};
+
+}  // namespace
+
+std::unique_ptr<GptOps> make_cuda_gpt_ops(CudaBackend& backend) { return std::make_unique<CudaGptOps>(backend); }
+
+}  // namespace meshplan::exec::parallel
