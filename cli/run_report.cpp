@@ -132,21 +132,28 @@ RankMeasurement measure_rank(int rank, int threads, const StepRecorder& steps,
   return m;
 }
 
-Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int threads_per_rank, Precision compute) {
+Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int threads_per_rank, Precision compute,
+                                              bool on_gpu) {
   Loaded<RunPrediction> out;
-  auto local = load_cluster("local-cpu");
-  if (!local.ok()) {
-    out.problems = local.problems;
-    return out;
-  }
-  ClusterSpec cluster = local.value;
+  ClusterSpec cluster = plan_file.cluster;
   bool threaded = false;
-  cluster.device = device_for_threads(cluster.device, std::max(1, threads_per_rank), &threaded);
+  if (!on_gpu) {
+    auto local = load_cluster("local-cpu");
+    if (!local.ok()) {
+      out.problems = local.problems;
+      return out;
+    }
+    cluster = local.value;
+    cluster.device = device_for_threads(cluster.device, std::max(1, threads_per_rank), &threaded);
+  }
   Plan plan = plan_file.plan;
   plan.precision = compute;
-  plan.attention = Attention::unfused;  // the CPU executor's attention (llm.c's) stores the s x s scores
+  // The executor's attention keeps the s x s probabilities (llm.c's on the CPU; the GPU's fp32 kernels likewise).
+  plan.attention = Attention::unfused;
   RunPrediction& p = out.value;
+  p.cluster = cluster.name;
   p.cluster_source = cluster.source;
+  p.on_gpu = on_gpu;
   p.threads_per_rank = threads_per_rank;
   p.threaded_rates = threaded;
   p.plan_file_cluster = plan_file.cluster.name;
@@ -156,8 +163,8 @@ Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int thr
     const Explanation e = explain_plan(plan_file.model, cluster, Deployment{world, rank}, plan);
     if (!e.valid || !e.time || !e.memory) {
       out.problems = e.problems;
-      out.problems.push_back({Severity::error, "local-cpu",
-                              "the plan cannot be priced on the local-cpu preset (" + cluster.source + ")"});
+      out.problems.push_back({Severity::error, cluster.name,
+                              "the plan cannot be priced on the " + cluster.name + " preset (" + cluster.source + ")"});
       return out;
     }
     if (rank == 0) {
@@ -239,8 +246,9 @@ Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_
                   {"OMP_WAIT_POLICY", environment("OMP_WAIT_POLICY")}};
   j["load_average_1min"] = load_average_1min();
   if (priced) {
-    j["prediction"] = {{"cluster", "local-cpu"},
+    j["prediction"] = {{"cluster", p.cluster},
                        {"cluster_source", p.cluster_source},
+                       {"backend", p.on_gpu ? "cuda" : "cpu"},
                        {"device_scaled_to_cores", p.threads_per_rank},
                        {"threaded_rates", p.threaded_rates},
                        {"step_s", p.step_s},
@@ -251,7 +259,7 @@ Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_
   } else {
     std::string why;
     for (const auto& problem : prediction.problems) why += (why.empty() ? "" : "; ") + describe(problem);
-    j["prediction"] = {{"cluster", "local-cpu"}, {"error", why}};
+    j["prediction"] = {{"cluster", p.cluster}, {"error", why}};
   }
   j["plan_file_prediction"] = {{"cluster", plan_file.cluster.name},
                                {"step_s", p.plan_file_step_s ? Json(*p.plan_file_step_s) : Json(nullptr)}};
@@ -278,7 +286,7 @@ Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_
   j["ranks"] = rows;
 
   // The table (stdout, rank 0).
-  std::cout << "\nmeasured vs predicted (local-cpu: " << (priced ? p.cluster_source : std::string("not priced"))
+  std::cout << "\nmeasured vs predicted (" << p.cluster << ": " << (priced ? p.cluster_source : std::string("not priced"))
             << "; " << threads.threads << (threads.threads == 1 ? " thread" : " threads") << " per rank: "
             << threads.source << format("; load average %.2f)\n", load_average_1min());
   if (!priced) {
@@ -287,7 +295,7 @@ Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_
     std::cout << format("  predicted step %.4g s = compute ", p.step_s) << format("%.4g", p.compute_s)
               << format(" + exposed communication %.4g", p.communication_exposed_s) << format(" + bubble %.4g", p.bubble_s)
               << format(" + optimizer %.4g s\n", p.optimizer_s);
-    if (p.threads_per_rank > 1) {
+    if (p.threads_per_rank > 1 && !p.on_gpu) {
       std::cout << "  each rank priced as " << p.threads_per_rank << " local-cpu cores"
                 << (p.threaded_rates ? " at the rates calibrate measured for one process of that many threads\n"
                                      : " at one core's rates x threads (calibrate measured no rates for this thread count: "

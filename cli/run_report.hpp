@@ -81,7 +81,9 @@ RankMeasurement measure_rank(int rank, int threads, const StepRecorder& steps,
 double median_after_warmup(const std::vector<double>& step_seconds, std::int64_t* counted = nullptr);
 
 struct RunPrediction {
-  std::string cluster_source;            // the local-cpu preset's `source`
+  std::string cluster = "local-cpu";     // the preset priced on: local-cpu, or the plan's own on a GPU
+  std::string cluster_source;            // that preset's `source`
+  bool on_gpu = false;                   // train --backend cuda: threads do not scale the device
   std::string cluster_file_note;         // "user presets" or "built-in"
   int threads_per_rank = 1;
   // More than one thread per rank: whether local-cpu's `achievable.threaded`
@@ -99,8 +101,12 @@ struct RunPrediction {
 };
 
 // The plan priced on the current local-cpu preset, each device scaled to
-// `threads_per_rank` cores, with the matmuls in `compute` precision.
-Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int threads_per_rank, Precision compute);
+// `threads_per_rank` cores, with the matmuls in `compute` precision. On a
+// GPU (`on_gpu`: train --backend cuda) on the plan file's own cluster
+// instead (its device preset: `calibrate --backend cuda` writes one of the
+// card trained on), threads not applying.
+Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int threads_per_rank, Precision compute,
+                                              bool on_gpu = false);
 
 // Gathers every rank's measurement to rank 0 over `world` (null: one rank),
 // and there prints the table to stdout and writes the JSON to `json_path`

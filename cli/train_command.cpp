@@ -10,6 +10,16 @@
 // train, unreadable --data and an unwritable --checkpoint-dir are refused
 // before MPI starts (executor/train/trainable.hpp); a job whose rank count
 // differs from the plan's world size is refused once it has.
+//
+// --backend cuda trains a transformer on a GPU (executor/parallel/
+// cuda_gpt_ops.hpp). This file is built twice: into `meshplan`, which for
+// --backend cuda execs meshplan-train-cuda beside it with the same
+// arguments (read back from /proc/self/cmdline), so that `meshplan` does not
+// load the CUDA runtime for every command; and into meshplan-train-cuda
+// (MESHPLAN_TRAIN_CUDA_BUILD, cli/train_cuda.hpp), which opens the GPU: the
+// launcher's local rank modulo the GPUs it sees, so ranks share GPUs when
+// there are fewer than ranks. Without that program --backend cuda exits 2
+// and says why.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +35,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/run_report.hpp"
+#include "cli/sibling_program.hpp"
 #include "cli/train_interrupt.hpp"
 #include "cli/train_progress.hpp"
 #include "executor/backend/backend.hpp"
@@ -36,6 +47,10 @@
 #include "model/explain.hpp"
 #include "model/plan_file.hpp"
 #include "model/shrink.hpp"
+
+#if defined(MESHPLAN_TRAIN_CUDA_BUILD)
+#include "cli/train_cuda.hpp"
+#endif
 
 namespace meshplan::cli {
 namespace {
@@ -49,6 +64,7 @@ struct TrainFlags {
   bool shrink = false;             // rehearse the plan with a model reduced to fit this machine
   std::string report_path;         // run report JSON (default: <metrics stem>.report.json)
   std::int64_t log_every = default_log_every;  // full stdout lines every N steps (train_progress.hpp)
+  std::string backend = "cpu";     // cpu, or cuda (one GPU per rank, shared when fewer; meshplan-train-cuda)
 };
 
 void report(const Problems& problems) {
@@ -193,7 +209,33 @@ void say_precision(const PlanFile& pf, Precision compute) {
               << "; plan and explain cannot price bf16 for it until it has one\n";
 }
 
+#if !defined(MESHPLAN_TRAIN_CUDA_BUILD)
+// This process's arguments after the program name, as it was started.
+std::vector<std::string> own_arguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  if (!args.empty()) args.erase(args.begin());
+  return args;
+}
+
+// --backend cuda: the same command in meshplan-train-cuda; returns only when that cannot start.
+int exec_train_cuda() {
+  std::string why = "this meshplan was built without the CUDA toolkit (no meshplan-train-cuda)";
+#if defined(MESHPLAN_TRAIN_CUDA_PROGRAM)
+  why = exec_beside_meshplan(MESHPLAN_TRAIN_CUDA_PROGRAM, own_arguments());
+#endif
+  if (leader_by_environment())
+    report({{Severity::error, "--backend", "cuda: " + why + "; --backend cpu trains on this machine's cores"}});
+  return exit_bad_input;
+}
+#endif
+
 int run_train(const TrainFlags& f) {
+#if !defined(MESHPLAN_TRAIN_CUDA_BUILD)
+  if (f.backend == "cuda") return exec_train_cuda();
+#endif
   install_interrupt_handlers(interrupt_notice(leader_by_environment()));
   auto plan_file = read_plan_file(f.plan_path);
   if (!plan_file.ok()) {
@@ -234,6 +276,9 @@ int run_train(const TrainFlags& f) {
   config.checkpoints_on = !f.checkpoint_dir.empty();
   config.compute = f.precision == "bf16" ? Precision::bf16 : Precision::fp32;
   config.threads = threads.threads;
+#if defined(MESHPLAN_TRAIN_CUDA_BUILD)
+  if (f.backend == "cuda") config.device = [] { return open_cuda_training_device(); };
+#endif
   std::optional<TrainLog> log;
   StepRecorder step_seconds;  // this rank's, for the run report
   exec::SessionHooks hooks;
@@ -261,11 +306,11 @@ int run_train(const TrainFlags& f) {
   if (end.kind == exec::SessionEnd::stopped)
     return finish_stopped_run(f, end.steps_done, run.total_steps(), end.interrupted, end.save_problems, comm.size(),
                               leader);
-  const exec::MemorySnapshot memory = exec::default_backend().ledger().snapshot();
+  const exec::MemorySnapshot memory = run.memory();
   if (leader) std::cout << exec::format_peak_memory(memory) << "\n";
   Problems run_problems = end.save_problems;
   const Problems report_problems =  // collective: every rank's measurement goes to rank 0
-      write_run_report(&comm, pf, predict_on_this_machine(pf, threads.threads, config.compute),
+      write_run_report(&comm, pf, predict_on_this_machine(pf, threads.threads, config.compute, f.backend == "cuda"),
                        measure_rank(comm.rank(), threads.threads, step_seconds,
                                     static_cast<double>(memory.total.peak_bytes)),
                        threads, f.report_path.empty() ? default_report_path(f.session.metrics_path) : f.report_path);
@@ -278,7 +323,7 @@ int run_train(const TrainFlags& f) {
 }  // namespace
 
 Command add_train_command(CLI::App& app) {
-  auto* command = app.add_subcommand("train", "Train a plan file's model for real on the CPU (multi-rank plans under mpirun)");
+  auto* command = app.add_subcommand("train", "Train a plan file's model for real, on the CPU or a GPU (multi-rank plans under mpirun)");
   auto f = std::make_shared<TrainFlags>();
   command->add_option("--plan", f->plan_path, "Plan file from `explain --emit-plan` or `plan --emit-plan`")->required();
   command->add_flag("--shrink", f->shrink,
@@ -316,6 +361,11 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--precision", f->precision, "Matmul arithmetic: fp32, or bf16 (inputs rounded, fp32 accumulate)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  command->add_option("--backend", f->backend,
+                      "Where a transformer trains: cpu (this machine's cores), or cuda (a GPU per rank, ranks "
+                      "sharing GPUs when there are fewer; GPT-2-style layers; meshplan-train-cuda)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   command->add_option("--comm-timeout", f->comm_timeout_s,
                       "Seconds a rank waits in a collective before the job is stopped (multi-rank plans)")

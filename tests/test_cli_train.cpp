@@ -178,6 +178,36 @@ TEST(CliTrain, RefusesWhatItCannotRunYet) {
   expect_no_crash_text(r);
 }
 
+// --backend cuda trains a GPT on a GPU through meshplan-train-cuda, which
+// `meshplan train` runs with the same arguments. Without a usable GPU (or
+// without the CUDA toolkit at build time) it exits 2 naming --backend and
+// why, before any step; with one it trains, and the metrics hold the steps.
+// An MLP is refused on a GPU either way; an unknown backend is a usage error.
+TEST(CliTrain, BackendCudaTrainsOnAGpuOrSaysWhyNot) {
+  const std::string plan = emit_gpt_plan("cuda-gpt.json", "dp=1", 1);
+  const auto metrics = temp_path("cuda-gpt.jsonl");
+  std::filesystem::remove(metrics);
+  CliRun r = run({"train", "--plan", plan, "--data", "text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp", "--steps", "2",
+                  "--backend", "cuda", "--metrics", metrics.string()});
+  if (r.status == 2) {
+    EXPECT_NE(r.err.find("meshplan train: --backend: cuda: "), std::string::npos) << r.err;
+    EXPECT_TRUE(r.err.find("no usable GPU") != std::string::npos || r.err.find("without the CUDA toolkit") != std::string::npos)
+        << r.err;
+    EXPECT_FALSE(std::filesystem::exists(metrics)) << "a step ran: " << r.out;
+  } else {
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(losses(metrics).size(), 2u) << r.out;
+  }
+  expect_no_crash_text(r);
+  r = run({"train", "--plan", emit_plan("cuda-mlp.json", "dp=1", 16, 16), "--data", "synthetic", "--steps", "1",
+           "--backend", "cuda"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--backend"), std::string::npos) << r.err;
+  r = run({"train", "--plan", plan, "--steps", "1", "--backend", "tpu"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--backend: tpu not in {cpu,cuda}"), std::string::npos) << r.err;
+}
+
 // An unwritable --checkpoint-dir is found before training, not at the first
 // save: exit 2, the flag and folder named, no step run.
 TEST(CliTrain, RefusesAnUnwritableCheckpointDirBeforeTraining) {

@@ -10,9 +10,11 @@
 #include "executor/backend/backend.hpp"
 #include "executor/checkpoint/checkpoint.hpp"
 #include "executor/comm/mesh_comms.hpp"
+#include "executor/comm/staged_communicator.hpp"
 #include "executor/data/loader.hpp"
 #include "executor/metrics/metrics.hpp"
 #include "executor/model/model.hpp"
+#include "executor/parallel/gpt_ops.hpp"
 #include "executor/parallel/parallel_checkpoint.hpp"
 #include "executor/parallel/parallel_trainer.hpp"
 #include "executor/train/data_parallel.hpp"
@@ -34,12 +36,19 @@ class Engine {
   virtual Problems restore(const std::vector<TensorBlob>& blobs, const std::string& where) = 0;
   virtual EvalResult evaluate(data::DataLoader& loader, std::int64_t max_samples) = 0;  // collective
   virtual bool classifier(const data::BatchShape& shape) const = 0;  // evaluated once per epoch
+  virtual Backend& backend() { return default_backend(); }           // where the model's memory is
 };
 
 class ParallelEngine final : public Engine {
  public:
-  ParallelEngine(comm::MeshCommunicators groups, const Plan& plan) : groups_(std::move(groups)), plan_(plan) {}
+  // `device` (may be empty: the CPU) and `staged_world` (the world on its memory, or null) must
+  // outlive the groups, which are split from one of them.
+  ParallelEngine(TrainingDevice device, std::unique_ptr<comm::Communicator> staged_world,
+                 comm::MeshCommunicators groups, const Plan& plan)
+      : device_(std::move(device)), staged_world_(std::move(staged_world)), groups_(std::move(groups)), plan_(plan) {}
   comm::MeshCommunicators& groups() { return groups_; }
+  // The device's ops, handed to the model (which keeps them).
+  std::unique_ptr<parallel::GptOps> take_ops() { return std::move(device_.ops); }
   void set_model(std::unique_ptr<parallel::ParallelGpt> model) { model_ = std::move(model); }
 
   TrainResult train(data::DataLoader& loader, const TrainOptions& options) override {
@@ -54,9 +63,12 @@ class ParallelEngine final : public Engine {
   }
   // Next-token prediction over a vocabulary is classification: evaluated once per epoch.
   bool classifier(const data::BatchShape& shape) const override { return shape.classes > 0; }
+  Backend& backend() override { return device_.backend ? *device_.backend : default_backend(); }
 
  private:
-  comm::MeshCommunicators groups_;  // before model_: the model refers to them
+  TrainingDevice device_;                             // first: everything below lives on it
+  std::unique_ptr<comm::Communicator> staged_world_;  // before groups_: they are split from it
+  comm::MeshCommunicators groups_;                    // before model_: the model refers to them
   Plan plan_;
   std::unique_ptr<parallel::ParallelGpt> model_;
 };
@@ -139,10 +151,22 @@ Problems TrainingSession::State::build_engine() {
   if (!validation.ok()) return validation.problems;
   eval_loader = std::move(validation.value);
   if (plan_file.model.kind == ModelKind::transformer) {
-    auto groups = comm::MeshCommunicators::create(*world, plan.mesh);
+    TrainingDevice device;
+    std::unique_ptr<comm::Communicator> staged_world;
+    if (config.device) {
+      Loaded<TrainingDevice> made = config.device();
+      if (!made.ok()) return made.problems;
+      device = std::move(made.value);
+      staged_world = std::make_unique<comm::StagedCommunicator>(world->split(0, world->rank(), "world"),
+                                                                *device.backend);
+    }
+    auto groups = comm::MeshCommunicators::create(staged_world ? *staged_world : *world, plan.mesh);
     if (!groups.ok()) return groups.problems;
-    auto parallel_engine = std::make_unique<ParallelEngine>(std::move(groups.value), plan);
-    auto model = parallel::ParallelGpt::create(plan_file.model, plan, parallel_engine->groups(), config.seed, seq_len);
+    auto parallel_engine =
+        std::make_unique<ParallelEngine>(std::move(device), std::move(staged_world), std::move(groups.value), plan);
+    Backend& backend = parallel_engine->backend();
+    auto model = parallel::ParallelGpt::create(plan_file.model, plan, parallel_engine->groups(), config.seed, seq_len,
+                                               backend, config.device ? parallel_engine->take_ops() : nullptr);
     if (!model.ok()) return model.problems;
     if (Problems p = model.value->set_matmul_precision(config.compute); has_errors(p)) return p;
     parallel_engine->set_model(std::move(model.value));
@@ -152,6 +176,8 @@ Problems TrainingSession::State::build_engine() {
           to_string(plan.schedule) + ", zero " + std::to_string(plan.zero_stage) +
           (plan.sequence_parallel ? ", sequence parallel" : "") + ")");
   } else {
+    if (config.device)
+      return {error("--backend", "an MLP trains on the CPU only (--backend cpu); GPUs train transformers")};
     // A launch that does not match the mesh is named first (it says which mpirun fits).
     auto groups = comm::MeshCommunicators::create(*world, plan.mesh);
     if (!groups.ok()) return groups.problems;
@@ -168,7 +194,7 @@ Problems TrainingSession::State::build_engine() {
           (plan.mesh.size(Axis::tp) > 1 ? "; tensor parallel, column/row-parallel linear pairs" : "") + ")");
   }
   // Peaks from here on are training's, not the initialisation's (every rank builds the full model once).
-  default_backend().ledger().reset_peaks();
+  engine->backend().ledger().reset_peaks();
   language_model = plan_file.model.kind == ModelKind::transformer;
   classifier = engine->classifier(loader->shape());
   return {};
@@ -312,7 +338,7 @@ void TrainingSession::State::after_step(const StepReport& s, SessionEnd& end, bo
     line.throughput_per_s = s.items_per_s;
     line.throughput_unit = language_model ? ThroughputUnit::tokens : ThroughputUnit::samples;
     if (peak_flops > 0 && s.step_s > 0) line.mfu = flops_per_step / s.step_s / peak_flops;
-    set_memory(line, default_backend().ledger().snapshot());
+    set_memory(line, engine->backend().ledger().snapshot());
     if (hooks.step) hooks.step(s, format_line(line));
     if (metrics) metrics->write(line);
   }
@@ -346,6 +372,15 @@ SessionEnd TrainingSession::train() {
   end.kind = !result.ok() ? SessionEnd::failed : result.stopped_early ? SessionEnd::stopped : SessionEnd::finished;
   return end;
 }
+
+TrainingDevice::TrainingDevice() = default;
+TrainingDevice::TrainingDevice(std::unique_ptr<Backend> b, std::unique_ptr<parallel::GptOps> o)
+    : backend(std::move(b)), ops(std::move(o)) {}
+TrainingDevice::TrainingDevice(TrainingDevice&&) noexcept = default;
+TrainingDevice& TrainingDevice::operator=(TrainingDevice&&) noexcept = default;
+TrainingDevice::~TrainingDevice() = default;
+
+MemorySnapshot TrainingSession::memory() const { return state_->engine->backend().ledger().snapshot(); }
 
 void TrainingSession::final_evaluation() {
   if (!state_->classifier) state_->evaluate(state_->options.steps);

@@ -33,6 +33,7 @@
 #include <memory>
 #include <string>
 
+#include "executor/backend/backend.hpp"
 #include "executor/comm/communicator.hpp"
 #include "executor/train/trainer.hpp"
 #include "model/plan_file.hpp"
@@ -40,6 +41,26 @@
 #include "model/problem.hpp"
 
 namespace meshplan::exec {
+
+namespace parallel {
+class GptOps;
+}
+
+// A device other than the CPU for a transformer to train on (`meshplan
+// train --backend cuda`): its backend and the model's ops on it. Whoever
+// links that device's library builds it (the CLI, with CUDA); the session
+// runs every collective on its memory through comm/staged_communicator.hpp
+// (MPI staged through page-locked host memory), so any number of ranks may
+// share one device.
+struct TrainingDevice {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<parallel::GptOps> ops;
+  TrainingDevice();
+  TrainingDevice(std::unique_ptr<Backend> backend, std::unique_ptr<parallel::GptOps> ops);
+  TrainingDevice(TrainingDevice&&) noexcept;
+  TrainingDevice& operator=(TrainingDevice&&) noexcept;
+  ~TrainingDevice();
+};
 
 struct SessionConfig {
   std::string data = "synthetic";  // data::make_loader's spec
@@ -61,6 +82,9 @@ struct SessionConfig {
   bool skip_non_finite = false;
   Precision compute = Precision::fp32;  // the matmuls' arithmetic (fp32 or bf16)
   int threads = 1;                      // BLAS/OpenMP threads per rank (the MFU's peak on local-cpu)
+  // The device a transformer trains on, built when the model is; null: the
+  // CPU (default_backend()). MLPs train on the CPU only.
+  std::function<Loaded<TrainingDevice>()> device;
 };
 
 // What rank 0 prints (the CLI's screen output). All optional.
@@ -109,6 +133,8 @@ class TrainingSession {
   // After a finished run, for models the run does not evaluate along the way
   // (regression): one last evaluation, said and written to the metrics file.
   void final_evaluation();
+  // The memory ledger of the device the model lives on (this rank's).
+  MemorySnapshot memory() const;
 
  private:
   struct State;

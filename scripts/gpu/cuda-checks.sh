@@ -5,7 +5,8 @@
 # OpenBLAS; the lent H100/H200 machines have them): configures the release
 # preset without the studio, builds the CUDA test programs (the kernels
 # against the CPU kernels, the cuBLASLt GEMMs, the CUDA backend, the NCCL
-# communicator with one rank, calibrate's measurements), records the GPU,
+# communicator with one rank, calibrate's measurements, and the GPT
+# executor's training steps on the GPU against the CPU's), records the GPU,
 # runs each program and prints a table of program, test, result and time,
 # which it also writes to OUT/table.md. Then it times our kernels against
 # PyTorch's on the same card (OUT/vs-torch.md; CUDA_CHECKS_TIMING below).
@@ -19,8 +20,8 @@
 # LD_LIBRARY_PATH for their libraries). DEBS=DIR names another folder;
 # DEBS=none ignores it.
 #
-# Not yet here (issue 16): the GPT step against the CPU executor; NCCL across
-# several GPUs (the NCCL test runs a world of one rank).
+# Not yet here (issue 16): `meshplan train --backend cuda` against PyTorch
+# (tokens/s, MFU); NCCL across several GPUs (the NCCL test runs a world of one rank).
 #
 # usage: [DEBS=DIR|none] [CUDA_CHECKS_TIMING=full|quick|none] scripts/gpu/cuda-checks.sh [OUT_DIR]
 #        (default OUT_DIR: gpu-checks; on an H200 the whole script took 106 s, docs/gpu-checks.md)
@@ -51,7 +52,7 @@ cmake --preset release -B "$build" -DMESHPLAN_STUDIO=OFF -DMESHPLAN_PLOT=OFF -DM
   ${nccl_root:+-DMESHPLAN_NCCL_ROOT="$nccl_root"} \
   > "$out/configure.log" 2>&1 || fail "configure failed: $(tail -5 "$out/configure.log")"
 grep -q "GPU kernels built" "$out/configure.log" || fail "CMake did not find the CUDA toolkit: $(grep -i cuda "$out/configure.log")"
-programs=(cuda_kernel_tests cuda_gemm_tests cuda_backend_tests cuda_calibrate_tests)
+programs=(cuda_kernel_tests cuda_gemm_tests cuda_backend_tests cuda_calibrate_tests cuda_gpt_tests)
 if grep -q "the NCCL communicator is built" "$out/configure.log"; then
   programs+=(nccl_communicator_tests)
 else

@@ -1,0 +1,44 @@
+// open_cuda_training_device (train_cuda.hpp).
+#include "cli/train_cuda.hpp"
+
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "executor/backend/cuda_backend.hpp"
+#include "executor/parallel/cuda_gpt_ops.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+
+namespace meshplan::cli {
+namespace {
+
+// The launcher's rank of this process on its node, or 0 without a launcher.
+int launcher_local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"})
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  return 0;
+}
+
+}  // namespace
+
+Loaded<exec::TrainingDevice> open_cuda_training_device() {
+  Loaded<exec::TrainingDevice> result;
+  const std::string problem = kernels::cuda::cuda_device_problem();
+  const int devices = exec::CudaBackend::device_count();
+  if (!problem.empty() || devices <= 0) {
+    result.problems.push_back({Severity::error, "--backend",
+                               "cuda: no usable GPU here (" + (problem.empty() ? "no CUDA device" : problem) +
+                                   "); --backend cpu trains on this machine's cores"});
+    return result;
+  }
+  try {
+    auto backend = std::make_unique<exec::CudaBackend>(launcher_local_rank() % devices);
+    auto ops = exec::parallel::make_cuda_gpt_ops(*backend);
+    result.value = exec::TrainingDevice(std::move(backend), std::move(ops));
+  } catch (const std::exception& e) {
+    result.problems.push_back({Severity::error, "--backend", std::string("cuda: the GPU could not be opened: ") + e.what()});
+  }
+  return result;
+}
+
+}  // namespace meshplan::cli
