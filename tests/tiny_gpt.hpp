@@ -65,8 +65,10 @@ struct OneRankGpt {
   std::unique_ptr<exec::parallel::ParallelGpt> model;
   Problems problems;
 
+  // On `backend` with its `ops` when given (a GPU's), else the CPU.
   OneRankGpt(const ModelSpec& spec, std::uint64_t seed, std::int64_t micro_batch, std::int64_t micro_batches,
-             std::int64_t seq_len) {
+             std::int64_t seq_len, exec::Backend& backend = exec::default_backend(),
+             std::unique_ptr<exec::parallel::GptOps> ops = nullptr) {
     plan.mesh = parse_mesh("dp=1", "mesh").value;
     plan.micro_batch = micro_batch;
     plan.global_batch = micro_batch * micro_batches;
@@ -76,7 +78,7 @@ struct OneRankGpt {
     problems = made.problems;
     if (!made.ok()) return;
     groups = std::make_unique<exec::comm::MeshCommunicators>(std::move(made.value));
-    auto gpt = exec::parallel::ParallelGpt::create(spec, plan, *groups, seed, seq_len);
+    auto gpt = exec::parallel::ParallelGpt::create(spec, plan, *groups, seed, seq_len, backend, std::move(ops));
     problems.insert(problems.end(), gpt.problems.begin(), gpt.problems.end());
     model = std::move(gpt.value);
   }

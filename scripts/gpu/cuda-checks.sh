@@ -20,8 +20,12 @@
 # LD_LIBRARY_PATH for their libraries). DEBS=DIR names another folder;
 # DEBS=none ignores it.
 #
-# Not yet here (issue 16): `meshplan train --backend cuda` against PyTorch
-# (tokens/s, MFU); NCCL across several GPUs (the NCCL test runs a world of one rank).
+# With full timing it also runs scripts/gpu/gpt-bench.sh: `meshplan train
+# --backend cuda` on GPT-2 124M/350M/1.5B against PyTorch eager and
+# torch.compile (tokens/s, MFU, measured over predicted step).
+#
+# Not yet here (issue 16): NCCL across several GPUs (the NCCL test runs a
+# world of one rank); the parallel matrix with 2 ranks sharing the GPU.
 #
 # usage: [DEBS=DIR|none] [CUDA_CHECKS_TIMING=full|quick|none] scripts/gpu/cuda-checks.sh [OUT_DIR]
 #        (default OUT_DIR: gpu-checks; on an H200 the whole script took 106 s, docs/gpu-checks.md)
@@ -60,6 +64,13 @@ else
 fi
 cmake --build "$build" --target "${programs[@]}" -j "$(nproc)" > "$out/build.log" 2>&1 ||
   fail "build failed: $(tail -20 "$out/build.log")"
+# The GPU executor's GPT against PyTorch (tests/reference/gpt_torch_reference.py with the dump built for
+# the GPU), when this Python has PyTorch: a row of the table like the programs'.
+reference=none
+if python3 -c 'import torch, numpy' 2> /dev/null; then
+  cmake --build "$build" --target gpt_reference_dump_cuda -j "$(nproc)" >> "$out/build.log" 2>&1 && reference=ready ||
+    echo "cuda-checks: gpt_reference_dump_cuda did not build: $(tail -5 "$out/build.log")"
+fi
 timing=${CUDA_CHECKS_TIMING:-full}
 if [ "$timing" != none ]; then  # meshplan and meshplan-calibrate-cuda, for the timing below
   cmake --build "$build" --target meshplan -j "$(nproc)" >> "$out/build.log" 2>&1 ||
@@ -77,6 +88,13 @@ for program in "${programs[@]}"; do
   statuses+=("$?")
   cat "$out/$program.log"
 done
+if [ "$reference" = ready ]; then
+  timeout 200 python3 tests/reference/gpt_torch_reference.py --dump-program "$build/tests/gpt_reference_dump_cuda" \
+    --model tests/data/gpt-tiny-ref.yaml --work-dir "$out/torch-reference-cuda" > "$out/gpt_torch_reference_cuda.log" 2>&1
+  statuses+=("$?")
+  programs+=(gpt_torch_reference_cuda)
+  tail -n 30 "$out/gpt_torch_reference_cuda.log"
+fi
 {
   echo "GPU: $(cat "$out/gpu.txt" 2>/dev/null)"
   echo
@@ -95,7 +113,7 @@ for suite in report.get("testsuites", []):
         print(f"| {program} | {suite['name']}.{t['name']} | {result} | {float(t.get('time', '0s').rstrip('s')):.3f} |")
 PY
     else
-      echo "| $program | | exit ${statuses[$i]}: $(head -1 "$out/$program.log") | |"
+      echo "| $program | | exit ${statuses[$i]}: $(grep -E '^(PASSED|FAILED|SKIPPED)' "$out/$program.log" | tail -1 || head -1 "$out/$program.log") | |"
     fi
   done
 } > "$out/table.md"
@@ -137,6 +155,11 @@ if [ "$timing" != none ] && [ "$skipped" != "${#statuses[@]}" ]; then
     fi
   else
     echo "cuda-checks: no PyTorch with CUDA here, or no rows of ours: no comparison with PyTorch"
+  fi
+  # The GPT executor's training steps against PyTorch's (scripts/gpu/gpt-bench.sh), full timing only.
+  if [ "$timing" = full ]; then
+    echo; echo "meshplan train --backend cuda against PyTorch on this card:"
+    scripts/gpu/gpt-bench.sh "$build" "$out/gpt-bench" || echo "cuda-checks: gpt-bench.sh failed (exit $?)"
   fi
 fi
 exit "$status"

@@ -26,8 +26,13 @@
 // every matrix is N(0, 1/fan_in), biases N(0, 0.1^2), norm weights
 // 1 + N(0, 0.2^2): unit-scale activations that exercise every term.
 //
+// Built a second time as gpt_reference_dump_cuda (MESHPLAN_REFERENCE_CUDA):
+// the same, with the model on a GPU (executor/parallel/cuda_gpt_ops.hpp), so
+// the same PyTorch comparison checks the GPU executor.
+//
 // Usage: gpt_reference_dump MODEL.yaml OUT_DIR   (OUT_DIR must not hold a checkpoint)
-// Exit status: 0 written, 1 the model or an output could not be made, 2 usage.
+// Exit status: 0 written, 1 the model or an output could not be made, 2
+// usage, 77 (the CUDA build) no usable GPU.
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -50,6 +55,12 @@
 #include "model/model_spec.hpp"
 #include "model/plan_file.hpp"
 #include "tiny_gpt.hpp"
+
+#if defined(MESHPLAN_REFERENCE_CUDA)
+#include "executor/backend/cuda_backend.hpp"
+#include "executor/parallel/cuda_gpt_ops.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#endif
 
 namespace meshplan::exec {
 namespace {
@@ -138,9 +149,11 @@ std::vector<TensorBlob> parameter_blobs(const ParameterLayout& layout, const std
 // The gradient of one rank holding every tensor whole (the mesh of one), in parameter_layout order.
 std::vector<float> full_gradient(parallel::ParallelGpt& model, const ParameterLayout& layout) {
   std::vector<float> grads(static_cast<std::size_t>(layout.total_elements), 0.0f);
-  for (parallel::Unit& u : model.units())
+  for (parallel::Unit& u : model.units()) {
+    const std::vector<float> unit = u.grads.to_host();
     for (const parallel::LocalTensor& t : u.layout.tensors)
-      parallel::insert_shard(t, model.shape(), u.grads.data() + t.offset, grads.data() + layout.at(t.name).offset);
+      parallel::insert_shard(t, model.shape(), unit.data() + t.offset, grads.data() + layout.at(t.name).offset);
+  }
   return grads;
 }
 
@@ -168,7 +181,16 @@ int run(const std::string& model_path, const std::filesystem::path& out_dir) {
   }
   const TransformerDims& dims = spec.value.transformer;
   const std::int64_t T = dims.seq_len, V = dims.vocab;
+#if defined(MESHPLAN_REFERENCE_CUDA)
+  if (const std::string problem = kernels::cuda::cuda_device_problem(); !problem.empty()) {
+    std::cout << "SKIPPED: no usable GPU (" << problem << ")\n";
+    return 77;
+  }
+  CudaBackend gpu(0);
+  testing_support::OneRankGpt gpt(spec.value, kSeed, kBatch, kMicroBatches, T, gpu, parallel::make_cuda_gpt_ops(gpu));
+#else
   testing_support::OneRankGpt gpt(spec.value, kSeed, kBatch, kMicroBatches, T);
+#endif
   if (!report(gpt.problems) || gpt.model == nullptr) return 1;
   const Loaded<ParameterLayout> layout = parameter_layout(spec.value);
   if (!report(layout.problems)) return 1;
