@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 
+#include "executor/comm/staged_communicator.hpp"
 #include "executor/model/parameters.hpp"
 #include "executor/train/trainable.hpp"
 #include "model/layer_graph.hpp"
@@ -207,7 +208,10 @@ Loaded<std::unique_ptr<ParallelGpt>> ParallelGpt::create(const ModelSpec& spec, 
   std::unique_ptr<ParallelGpt> model(new ParallelGpt(groups, backend, std::move(ops)));
   ParallelGpt& m = *model;
   m.spec_ = spec;
-  m.self_ = comm::make_self_communicator("self");
+  // The group of one copies in its gathers: on device memory, through the backend.
+  m.self_ = backend.host_accessible()
+                ? comm::make_self_communicator("self")
+                : std::make_unique<comm::StagedCommunicator>(comm::make_self_communicator("self"), backend);
   m.tp_ = &groups.group(Axis::tp);
   m.shape_ = tp_shape(spec.transformer, tp, groups.coordinate(Axis::tp));
   const Problems unsupported = m.ops_->model_problems(m.shape_);

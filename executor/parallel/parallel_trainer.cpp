@@ -110,6 +110,22 @@ int transfer_tag(std::int64_t chunk, std::int64_t micro_batch, std::int64_t chun
 }
 constexpr int tied_embedding_tag = 32001;
 
+// A sum over `group` of `n` host doubles (the step's loss and norm): through
+// the model's backend memory when the group works on device memory (a
+// staged or NCCL group takes device pointers only), else in place.
+void all_reduce_host_sums(ParallelGpt& model, comm::Communicator& group, double* values, int n) {
+  Backend& backend = model.backend();
+  if (backend.host_accessible()) {
+    group.all_reduce(values, n, DataType::f64, ReduceOp::sum);
+    return;
+  }
+  DeviceVector<double> device(MemoryCategory::communication, backend);
+  device.assign_host(values, static_cast<std::size_t>(n));
+  group.all_reduce(device.data(), n, DataType::f64, ReduceOp::sum);
+  const std::vector<double> summed = device.to_host();
+  std::copy(summed.begin(), summed.end(), values);
+}
+
 // Problems with the options and the data that no step could run with.
 Problems check_options(ParallelGpt& model, data::DataLoader& loader, const TrainOptions& options) {
   Problems problems;
@@ -379,7 +395,7 @@ TrainResult train_parallel(ParallelGpt& model, const Plan& plan, data::DataLoade
     const double local_norm = work.local_norm();
     double sums[2] = {local_norm * local_norm,
                       work.holds_loss() ? loss_sum / static_cast<double>(work.micro_batches_per_step()) : 0.0};
-    world.all_reduce(sums, 2, DataType::f64, ReduceOp::sum);
+    all_reduce_host_sums(model, world, sums, 2);
     const auto update = [&](double clip, std::int64_t n, const kernels::AdamWHyperparameters& hp) {
       work.update(static_cast<float>(clip), n, hp);
     };
@@ -435,7 +451,7 @@ EvalResult evaluate_parallel(ParallelGpt& model, data::DataLoader& loader, std::
       model.release_pass(c, 0);
     }
   }
-  groups.world().all_reduce(sums, 2, DataType::f64, ReduceOp::sum);
+  all_reduce_host_sums(model, groups.world(), sums, 2);
   EvalResult result;
   result.samples = samples;
   if (samples <= 0) return result;

@@ -24,8 +24,11 @@
 # --backend cuda` on GPT-2 124M/350M/1.5B against PyTorch eager and
 # torch.compile (tokens/s, MFU, measured over predicted step).
 #
+# It also runs the parallel matrix with 1, 2 and 4 ranks sharing this GPU
+# (collectives staged through host memory over MPI), when mpirun is here.
+#
 # Not yet here (issue 16): NCCL across several GPUs (the NCCL test runs a
-# world of one rank); the parallel matrix with 2 ranks sharing the GPU.
+# world of one rank).
 #
 # usage: [DEBS=DIR|none] [CUDA_CHECKS_TIMING=full|quick|none] scripts/gpu/cuda-checks.sh [OUT_DIR]
 #        (default OUT_DIR: gpu-checks; on an H200 the whole script took 106 s, docs/gpu-checks.md)
@@ -66,6 +69,12 @@ cmake --build "$build" --target "${programs[@]}" -j "$(nproc)" > "$out/build.log
   fail "build failed: $(tail -20 "$out/build.log")"
 # The GPU executor's GPT against PyTorch (tests/reference/gpt_torch_reference.py with the dump built for
 # the GPU), when this Python has PyTorch: a row of the table like the programs'.
+# The parallel matrix with every rank on this GPU (tests/parallel/parallel_matrix.cpp --device cuda), when mpirun is here.
+matrix=none
+if command -v mpirun > /dev/null; then
+  cmake --build "$build" --target parallel_matrix_cuda -j "$(nproc)" >> "$out/build.log" 2>&1 && matrix=ready ||
+    echo "cuda-checks: parallel_matrix_cuda did not build: $(tail -5 "$out/build.log")"
+fi
 reference=none
 if python3 -c 'import torch, numpy' 2> /dev/null; then
   cmake --build "$build" --target gpt_reference_dump_cuda -j "$(nproc)" >> "$out/build.log" 2>&1 && reference=ready ||
@@ -88,6 +97,18 @@ for program in "${programs[@]}"; do
   statuses+=("$?")
   cat "$out/$program.log"
 done
+if [ "$matrix" = ready ]; then
+  for case in one:1 dp2:2 dp2-zero2:2 fsdp2:2 tp2-sp:2 pp2-1f1b:2 pp2-zb-h1:2 dp2-tp2:4; do
+    plan=${case%%:*}
+    ranks=${case##*:}
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+      timeout 120 mpirun --oversubscribe -np "$ranks" "$build/tests/parallel_matrix_cuda" "$plan" --device cuda \
+      > "$out/parallel_matrix_cuda_$plan.log" 2>&1
+    statuses+=("$?")
+    programs+=("parallel_matrix_cuda_$plan")
+    grep -E "^device|SKIPPED|DIVERGED|differs" "$out/parallel_matrix_cuda_$plan.log" | head -3
+  done
+fi
 if [ "$reference" = ready ]; then
   timeout 200 python3 tests/reference/gpt_torch_reference.py --dump-program "$build/tests/gpt_reference_dump_cuda" \
     --model tests/data/gpt-tiny-ref.yaml --work-dir "$out/torch-reference-cuda" > "$out/gpt_torch_reference_cuda.log" 2>&1
@@ -113,7 +134,8 @@ for suite in report.get("testsuites", []):
         print(f"| {program} | {suite['name']}.{t['name']} | {result} | {float(t.get('time', '0s').rstrip('s')):.3f} |")
 PY
     else
-      echo "| $program | | exit ${statuses[$i]}: $(grep -E '^(PASSED|FAILED|SKIPPED)' "$out/$program.log" | tail -1 || head -1 "$out/$program.log") | |"
+      line=$(grep -E '^(PASSED|FAILED|SKIPPED|device )' "$out/$program.log" | tail -1)
+      echo "| $program | | exit ${statuses[$i]}: ${line:-$(head -1 "$out/$program.log")} | |"
     fi
   done
 } > "$out/table.md"

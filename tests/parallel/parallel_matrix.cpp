@@ -25,23 +25,40 @@
 // fp32, seed 7, global batch 8 sequences, 20 steps, AdamW with weight decay,
 // warmup and clipping at 1.0 (active: the early gradient norms exceed it).
 //
-// usage: parallel_matrix <plan> [--tolerance X] [--steps N]
+// --device fake runs the plan's model on a stand-in device whose memory the
+// host cannot touch (tests/fake_device.hpp) with the CPU's ops behind
+// pointer translation, every collective staged through host memory
+// (comm/staged_communicator.hpp), as several ranks sharing one GPU run it;
+// the CUDA build of this program (parallel_matrix_cuda) adds --device cuda,
+// the same on the GPU (ranks share GPU 0, or the launcher's local rank's).
+//
+// usage: parallel_matrix <plan> [--tolerance X] [--steps N] [--device cpu|fake|cuda]
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "executor/comm/mesh_comms.hpp"
 #include "executor/comm/mpi_communicator.hpp"
+#include "executor/comm/staged_communicator.hpp"
 #include "executor/data/text.hpp"
 #include "executor/model/model.hpp"
 #include "executor/parallel/parallel_gpt.hpp"
 #include "executor/parallel/parallel_trainer.hpp"
 #include "executor/train/trainer.hpp"
 #include "reference/reference_gpt.hpp"
+#include "../fake_device.hpp"
+#include "../fake_device_ops.hpp"
 #include "../tiny_gpt.hpp"
+
+#if defined(MESHPLAN_MATRIX_CUDA)
+#include "executor/backend/cuda_backend.hpp"
+#include "executor/parallel/cuda_gpt_ops.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#endif
 
 namespace {
 
@@ -214,11 +231,42 @@ int main(int argc, char** argv) {
   const std::string name = argv[1];
   double tolerance = 1e-5;
   std::int64_t steps = 20;
+  std::string device_name = "cpu";
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--tolerance") tolerance = std::atof(argv[i + 1]);
     if (flag == "--steps") steps = std::atoll(argv[i + 1]);
+    if (flag == "--device") device_name = argv[i + 1];
   }
+  // The device the parallel run lives on, its ops, and the world on its memory.
+  std::unique_ptr<exec::Backend> device;
+  std::unique_ptr<exec::parallel::GptOps> ops;
+  if (device_name == "fake") {
+    device = std::make_unique<testing_support::FakeDevice>();
+    ops = std::make_unique<testing_support::FakeDeviceOps>();
+#if defined(MESHPLAN_MATRIX_CUDA)
+  } else if (device_name == "cuda") {
+    if (const std::string problem = kernels::cuda::cuda_device_problem(); !problem.empty()) {
+      if (comm.rank() == 0) std::printf("SKIPPED: no usable GPU (%s)\n", problem.c_str());
+      return 77;
+    }
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    auto gpu = std::make_unique<exec::CudaBackend>((local ? std::atoi(local) : 0) % exec::CudaBackend::device_count());
+    ops = exec::parallel::make_cuda_gpt_ops(*gpu);
+    device = std::move(gpu);
+#endif
+  } else if (device_name != "cpu") {
+    std::fprintf(stderr, "parallel_matrix: --device %s: cpu or fake%s\n", device_name.c_str(),
+#if defined(MESHPLAN_MATRIX_CUDA)
+                 " or cuda"
+#else
+                 " (cuda in parallel_matrix_cuda)"
+#endif
+    );
+    return 2;
+  }
+  std::unique_ptr<exec::comm::Communicator> staged_world;
+  if (device) staged_world = std::make_unique<exec::comm::StagedCommunicator>(comm.split(0, comm.rank(), "world"), *device);
   const MatrixPlan& entry = matrix_plans().at(name);
   const ModelSpec spec = matrix_model(entry.llama);
   const std::uint64_t seed = 7;
@@ -234,8 +282,9 @@ int main(int argc, char** argv) {
   plan.precision = Precision::fp32;
   plan.gradient_bucket_bytes = 64 * 1024;  // a few buckets even for this small model
 
-  auto groups = exec::comm::MeshCommunicators::create(comm, plan.mesh);
-  auto model = groups.ok() ? exec::parallel::ParallelGpt::create(spec, plan, groups.value, seed, T)
+  auto groups = exec::comm::MeshCommunicators::create(staged_world ? *staged_world : comm, plan.mesh);
+  auto model = groups.ok() ? exec::parallel::ParallelGpt::create(spec, plan, groups.value, seed, T,
+                                                                 device ? *device : exec::default_backend(), std::move(ops))
                            : Loaded<std::unique_ptr<exec::parallel::ParallelGpt>>{};
   if (!groups.ok() || !model.ok()) {
     for (const auto& p : groups.problems) std::fprintf(stderr, "parallel_matrix %s: %s\n", name.c_str(), describe(p).c_str());
@@ -314,6 +363,7 @@ int main(int argc, char** argv) {
                  name.c_str(), losses.size(), param_diff, tolerance, worst_name.c_str(), worst_tensor);
     ok = false;
   }
+  std::printf("device %s: ", device_name.c_str());
   std::printf("plan %-34s ranks %d  steps %zu  loss %.6f -> %.6f  max loss rel diff %.3g (step %lld)  "
               "param rel diff %.3g (worst %s %.3g)  tolerance %.0e  %s\n",
               name.c_str(), comm.size(), losses.size(), losses.front(), losses.back(), worst_loss,
