@@ -25,6 +25,7 @@
 #include "model/schedule.hpp"
 #include "tests/fake_device.hpp"
 #include "tests/fake_device_ops.hpp"
+#include "tests/one_rank_run.hpp"
 #include "tests/test_support.hpp"
 #include "tests/tiny_gpt.hpp"
 
@@ -35,61 +36,16 @@ using testing_support::FakeDevice;
 using testing_support::FakeDeviceOps;
 using testing_support::messages;
 
-std::unique_ptr<data::TextLoader> text_loader(std::int64_t seq_len, std::uint64_t seed) {
-  const std::string phrase = "the quick brown fox jumps over the lazy dog. ";
-  std::vector<std::uint8_t> corpus;
-  for (int i = 0; i < 60; ++i) corpus.insert(corpus.end(), phrase.begin(), phrase.end());
-  const data::TextSplitRange range = data::text_split_range(std::ssize(corpus), data::Split::train);
-  return std::make_unique<data::TextLoader>(std::move(corpus), range, seq_len, seed);
-}
-
-// One rank's model on `backend` (with `ops`, or the CPU's), its step reports over `steps`, and what it holds after.
-struct Run {
-  std::vector<StepReport> steps;
-  std::vector<float> values, m, v;
-  EvalResult evaluation;
-  std::map<MemoryCategory, std::int64_t> held;  // bytes by category after training, over the model's start
-};
-
-Run train_on(const ModelSpec& spec, Backend& backend, std::unique_ptr<GptOps> ops, std::int64_t steps) {
-  Run run;
-  const std::int64_t B = 2, M = 2, T = 16;
-  auto world = comm::make_self_communicator("world");
-  Plan plan;
-  plan.mesh = parse_mesh("dp=1", "mesh").value;
-  plan.micro_batch = B;
-  plan.global_batch = B * M;
-  plan.precision = Precision::fp32;
-  plan.schedule = *parse_schedule("1f1b");
-  auto groups = comm::MeshCommunicators::create(*world, plan.mesh);
-  EXPECT_TRUE(groups.ok()) << messages(groups.problems);
-  if (!groups.ok()) return run;
-  const MemorySnapshot before = backend.ledger().snapshot();
-  auto gpt = ParallelGpt::create(spec, plan, groups.value, 5, T, backend, std::move(ops));
-  EXPECT_TRUE(gpt.ok()) << messages(gpt.problems);
-  if (!gpt.ok()) return run;
-  TrainOptions options = testing_support::tiny_gpt_train_options(steps);
-  options.micro_batch = B;
-  options.micro_batches = M;
-  options.on_step = [&](const StepReport& r) { run.steps.push_back(r); };
-  auto loader = text_loader(T, 3);
-  const TrainResult trained = train_parallel(*gpt.value, plan, *loader, options);
-  EXPECT_TRUE(trained.ok()) << messages(trained.problems);
-  const MemorySnapshot after = backend.ledger().snapshot();
-  for (const MemoryCategory c : memory_categories) run.held[c] = after[c].now_bytes - before[c].now_bytes;
-  run.values = gpt.value->gather_full(0);
-  run.m = gpt.value->gather_full(1);
-  run.v = gpt.value->gather_full(2);
-  auto eval_loader = text_loader(T, 9);
-  run.evaluation = evaluate_parallel(*gpt.value, *eval_loader, 7);
-  return run;
-}
+using testing_support::OneRankRun;
 
 void expect_same_run(const ModelSpec& spec) {
   CpuBackend cpu("cpu-reference");
-  const Run on_cpu = train_on(spec, cpu, nullptr, 4);
+  const OneRankRun on_cpu = testing_support::train_one_rank(spec, cpu, nullptr, Precision::fp32, 4, 2, 2, 16, 7);
   FakeDevice device;
-  const Run on_device = train_on(spec, device, std::make_unique<FakeDeviceOps>(), 4);
+  const OneRankRun on_device =
+      testing_support::train_one_rank(spec, device, std::make_unique<FakeDeviceOps>(), Precision::fp32, 4, 2, 2, 16, 7);
+  ASSERT_FALSE(has_errors(on_cpu.problems)) << messages(on_cpu.problems);
+  ASSERT_FALSE(has_errors(on_device.problems)) << messages(on_device.problems);
   ASSERT_EQ(on_cpu.steps.size(), 4u);
   ASSERT_EQ(on_device.steps.size(), 4u);
   for (std::size_t i = 0; i < 4; ++i) {
@@ -132,20 +88,10 @@ TEST(GptOnDevice, LlamaLayersNeverTouchDeviceMemoryFromTheHost) {
 }
 
 TEST(GptOnDevice, AModelOnADeviceWithoutItsOpsIsRefused) {
-  auto world = comm::make_self_communicator("world");
-  Plan plan;
-  plan.mesh = parse_mesh("dp=1", "mesh").value;
-  plan.micro_batch = 2;
-  plan.global_batch = 2;
-  plan.schedule = *parse_schedule("1f1b");
-  auto groups = comm::MeshCommunicators::create(*world, plan.mesh);
-  ASSERT_TRUE(groups.ok());
   FakeDevice device;
-  auto gpt = ParallelGpt::create(testing_support::tiny_gpt_spec("gpt-device", 1, 32, 4, 96, 257, 16), plan,
-                                 groups.value, 5, 16, device);
-  EXPECT_EQ(gpt.value, nullptr);
-  ASSERT_TRUE(has_errors(gpt.problems));
-  EXPECT_NE(messages(gpt.problems).find("fake-device"), std::string::npos) << messages(gpt.problems);
+  const std::string text = messages(testing_support::one_rank_model_problems(
+      testing_support::tiny_gpt_spec("gpt-device", 1, 32, 4, 96, 257, 16), device, nullptr, 16));
+  EXPECT_NE(text.find("--backend: a model on fake-device needs that device's ops"), std::string::npos) << text;
 }
 
 }  // namespace

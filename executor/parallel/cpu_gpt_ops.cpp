@@ -193,14 +193,7 @@ class CpuGptOps final : public GptOps {
   }
   LossSummary loss_summary(const float* row_loss, const float* correct, const std::int32_t* targets,
                            std::int64_t N) override {
-    LossSummary summary;
-    for (std::int64_t n = 0; n < N; ++n) {
-      if (targets[n] < 0) continue;
-      summary.loss_sum += static_cast<double>(row_loss[n]);
-      summary.correct += correct[n] > 0 ? 1 : 0;
-      ++summary.counted;
-    }
-    return summary;
+    return summarize_loss_rows(row_loss, correct, targets, N);
   }
   void loss_backward(float* dlogits, const float* probabilities, const std::int32_t* targets, std::int64_t vocab_begin,
                      std::int64_t vocab_real, float scale, std::int64_t N, std::int64_t Vp) override {

@@ -175,14 +175,7 @@ class CudaGptOps final : public GptOps {
                                           cudaMemcpyDeviceToHost, stream_));
       MESHPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
-    LossSummary summary;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (host_targets_[i] < 0) continue;
-      summary.loss_sum += static_cast<double>(host_loss_[i]);
-      summary.correct += host_correct_[i] > 0 ? 1 : 0;
-      ++summary.counted;
-    }
-    return summary;
+    return summarize_loss_rows(host_loss_.data(), host_correct_.data(), host_targets_.data(), N);
   }
   void loss_backward(float* dlogits, const float* p, const std::int32_t* targets, std::int64_t begin,
                      std::int64_t real, float scale, std::int64_t N, std::int64_t Vp) override {

@@ -18,7 +18,7 @@
 // Accumulating ops add into their outputs (the gradients: `+=`), as the
 // kernels of kernels/cpu/ do; the rest overwrite.
 //
-// defines: GptOps, LossSummary, make_cpu_gpt_ops
+// defines: GptOps, LossSummary, summarize_loss_rows, make_cpu_gpt_ops
 #pragma once
 
 #include <cstdint>
@@ -42,6 +42,21 @@ struct LossSummary {
   std::int64_t counted = 0;
   std::int64_t correct = 0;
 };
+
+// LossSummary of host rows: the losses of the rows whose target is not
+// negative summed in row order in double, their count, and how many are
+// correct (correct[n] > 0). Every GptOps::loss_summary ends here.
+inline LossSummary summarize_loss_rows(const float* row_loss, const float* correct, const std::int32_t* targets,
+                                       std::int64_t N) {
+  LossSummary summary;
+  for (std::int64_t n = 0; n < N; ++n) {
+    if (targets[n] < 0) continue;
+    summary.loss_sum += static_cast<double>(row_loss[n]);
+    summary.correct += correct[n] > 0 ? 1 : 0;
+    ++summary.counted;
+  }
+  return summary;
+}
 
 class GptOps {
  public:

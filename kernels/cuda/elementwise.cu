@@ -7,17 +7,12 @@
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cuda/adamw_multi_chunks.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/grid.cuh"
 #include "kernels/cuda/kernels.hpp"
 
 namespace meshplan::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-int blocks_for(std::int64_t n) {
-  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
-}
 
 constexpr float kGeluScale = kernels::kGeluScale<float>;  // kernels/cpu/activation.hpp's
 constexpr float kGeluCubic = kernels::kGeluCubic<float>;

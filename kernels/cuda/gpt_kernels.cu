@@ -7,46 +7,14 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/gpt_kernels.hpp"
+#include "kernels/cuda/grid.cuh"
 
 namespace meshplan::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-int blocks_for(std::int64_t n) {
-  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
-}
-
 #define MESHPLAN_GRID_STRIDE(i, n)                                                                   \
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-
-// The block's sum / maximum of `value` (every thread gets it), in a fixed
-// order; `shared` holds blockDim.x floats; blockDim.x a power of two.
-__device__ float block_sum(float value, float* shared) {
-  shared[threadIdx.x] = value;
-  __syncthreads();
-  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
-    __syncthreads();
-  }
-  const float sum = shared[0];
-  __syncthreads();
-  return sum;
-}
-
-__device__ float block_max(float value, float* shared) {
-  shared[threadIdx.x] = value;
-  __syncthreads();
-  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + stride]);
-    __syncthreads();
-  }
-  const float result = shared[0];
-  __syncthreads();
-  return result;
-}
 
 __global__ void scale_kernel(float* x, float factor, std::int64_t n) {
   MESHPLAN_GRID_STRIDE(i, n) x[i] *= factor;

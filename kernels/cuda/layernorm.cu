@@ -4,25 +4,12 @@
 // gradients by one block per 32 channels, in a fixed order (below).
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/grid.cuh"
 #include "kernels/cuda/kernels.hpp"
 
 namespace meshplan::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-// The block's sum of `value` (every thread gets it), in a fixed order.
-__device__ float block_sum(float value, float* shared) {
-  shared[threadIdx.x] = value;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
-    __syncthreads();
-  }
-  const float sum = shared[0];
-  __syncthreads();
-  return sum;
-}
 
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                          const float* bias, std::int64_t C) {

@@ -28,6 +28,7 @@
 #include "kernels/cuda/gpt_kernels.hpp"
 #include "model/schedule.hpp"
 #include "tests/cuda/cuda_test_support.hpp"
+#include "tests/one_rank_run.hpp"
 #include "tests/test_support.hpp"
 #include "tests/tiny_gpt.hpp"
 
@@ -38,55 +39,8 @@ namespace ts = kernels::cuda::test_support;
 
 using testing_support::messages;
 
-std::unique_ptr<data::TextLoader> text_loader(std::int64_t seq_len, std::uint64_t seed) {
-  const std::string phrase = "the quick brown fox jumps over the lazy dog. ";
-  std::vector<std::uint8_t> corpus;
-  for (int i = 0; i < 200; ++i) corpus.insert(corpus.end(), phrase.begin(), phrase.end());
-  const data::TextSplitRange range = data::text_split_range(std::ssize(corpus), data::Split::train);
-  return std::make_unique<data::TextLoader>(std::move(corpus), range, seq_len, seed);
-}
-
-struct TrainedRun {
-  std::vector<StepReport> steps;
-  std::vector<float> values;
-  EvalResult evaluation;
-  std::map<MemoryCategory, std::int64_t> held;
-};
-
-// One rank's model on `backend`, `steps` steps of B x M sequences of T tokens.
-TrainedRun train_on(const ModelSpec& spec, Backend& backend, std::unique_ptr<GptOps> ops, Precision precision,
-             std::int64_t steps, std::int64_t B, std::int64_t M, std::int64_t T) {
-  TrainedRun run;
-  auto world = comm::make_self_communicator("world");
-  Plan plan;
-  plan.mesh = parse_mesh("dp=1", "mesh").value;
-  plan.micro_batch = B;
-  plan.global_batch = B * M;
-  plan.precision = precision;
-  plan.schedule = *parse_schedule("1f1b");
-  auto groups = comm::MeshCommunicators::create(*world, plan.mesh);
-  EXPECT_TRUE(groups.ok()) << messages(groups.problems);
-  if (!groups.ok()) return run;
-  const MemorySnapshot before = backend.ledger().snapshot();
-  auto gpt = ParallelGpt::create(spec, plan, groups.value, 5, T, backend, std::move(ops));
-  EXPECT_TRUE(gpt.ok()) << messages(gpt.problems);
-  if (!gpt.ok()) return run;
-  const Problems precision_problems = gpt.value->set_matmul_precision(precision);
-  EXPECT_FALSE(has_errors(precision_problems)) << messages(precision_problems);
-  TrainOptions options = testing_support::tiny_gpt_train_options(steps);
-  options.micro_batch = B;
-  options.micro_batches = M;
-  options.on_step = [&](const StepReport& r) { run.steps.push_back(r); };
-  auto loader = text_loader(T, 3);
-  const TrainResult trained = train_parallel(*gpt.value, plan, *loader, options);
-  EXPECT_TRUE(trained.ok()) << messages(trained.problems);
-  const MemorySnapshot after = backend.ledger().snapshot();
-  for (const MemoryCategory c : memory_categories) run.held[c] = after[c].now_bytes - before[c].now_bytes;
-  run.values = gpt.value->gather_full(0);
-  auto eval_loader = text_loader(T, 9);
-  run.evaluation = evaluate_parallel(*gpt.value, *eval_loader, 2 * B + 1);
-  return run;
-}
+using testing_support::OneRankRun;
+using testing_support::train_one_rank;
 
 double relative_norm(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0, norm = 0;
@@ -104,22 +58,41 @@ struct GptCase {
 
 class GpuGptStep : public ::testing::TestWithParam<GptCase> {};
 
-TEST_P(GpuGptStep, Fp32LossesWithin1e5OfTheCpuOver10Steps) {
-  const GptCase& c = GetParam();
+// The case's model trained 10 steps on the CPU in fp32 and on the GPU with `gpu_precision` GEMMs.
+struct CpuAndGpu {
+  OneRankRun cpu, gpu;
+};
+CpuAndGpu train_both(const GptCase& c, Precision gpu_precision) {
   const ModelSpec spec = testing_support::tiny_gpt_spec(c.name, c.layers, c.hidden, c.heads, c.ffn, 257, c.T);
   CpuBackend cpu("cpu-reference");
-  const TrainedRun on_cpu = train_on(spec, cpu, nullptr, Precision::fp32, 10, c.B, c.M, c.T);
   CudaBackend gpu(0);
-  const TrainedRun on_gpu = train_on(spec, gpu, make_cuda_gpt_ops(gpu), Precision::fp32, 10, c.B, c.M, c.T);
+  return {train_one_rank(spec, cpu, nullptr, Precision::fp32, 10, c.B, c.M, c.T, 2 * c.B + 1),
+          train_one_rank(spec, gpu, make_cuda_gpt_ops(gpu), gpu_precision, 10, c.B, c.M, c.T, 2 * c.B + 1)};
+}
+
+// The largest relative loss difference over the steps, each checked against `bound`.
+double worst_loss_error(const CpuAndGpu& runs, double bound) {
+  double worst = 0;
+  for (std::size_t i = 0; i < runs.cpu.steps.size() && i < runs.gpu.steps.size(); ++i) {
+    const double cpu = runs.cpu.steps[i].loss, gpu = runs.gpu.steps[i].loss;
+    const double error = std::abs(gpu - cpu) / cpu;
+    worst = std::max(worst, error);
+    EXPECT_LE(error, bound) << "step " << i << ": gpu " << gpu << " cpu " << cpu;
+  }
+  return worst;
+}
+
+TEST_P(GpuGptStep, Fp32LossesWithin1e5OfTheCpuOver10Steps) {
+  const GptCase& c = GetParam();
+  const CpuAndGpu runs = train_both(c, Precision::fp32);
+  const OneRankRun &on_cpu = runs.cpu, &on_gpu = runs.gpu;
+  ASSERT_FALSE(has_errors(on_cpu.problems)) << messages(on_cpu.problems);
+  ASSERT_FALSE(has_errors(on_gpu.problems)) << messages(on_gpu.problems);
   ASSERT_EQ(on_cpu.steps.size(), 10u);
   ASSERT_EQ(on_gpu.steps.size(), 10u);
-  double worst = 0;
-  for (std::size_t i = 0; i < 10; ++i) {
-    const double error = std::abs(on_gpu.steps[i].loss - on_cpu.steps[i].loss) / on_cpu.steps[i].loss;
-    worst = std::max(worst, error);
-    EXPECT_LE(error, 1e-5) << "step " << i << ": gpu " << on_gpu.steps[i].loss << " cpu " << on_cpu.steps[i].loss;
+  const double worst = worst_loss_error(runs, 1e-5);
+  for (std::size_t i = 0; i < 10; ++i)
     EXPECT_NEAR(on_gpu.steps[i].grad_norm, on_cpu.steps[i].grad_norm, 1e-4 * on_cpu.steps[i].grad_norm) << "step " << i;
-  }
   EXPECT_LT(on_cpu.steps.back().loss, on_cpu.steps.front().loss);
   const double values_error = relative_norm(on_gpu.values, on_cpu.values);
   EXPECT_LE(values_error, 1e-4);
@@ -133,20 +106,12 @@ TEST_P(GpuGptStep, Fp32LossesWithin1e5OfTheCpuOver10Steps) {
 }
 
 TEST_P(GpuGptStep, Bf16LossesWithin1e2OfTheCpuFp32Run) {
-  const GptCase& c = GetParam();
-  const ModelSpec spec = testing_support::tiny_gpt_spec(c.name, c.layers, c.hidden, c.heads, c.ffn, 257, c.T);
-  CpuBackend cpu("cpu-reference");
-  const TrainedRun on_cpu = train_on(spec, cpu, nullptr, Precision::fp32, 10, c.B, c.M, c.T);
-  CudaBackend gpu(0);
-  const TrainedRun on_gpu = train_on(spec, gpu, make_cuda_gpt_ops(gpu), Precision::bf16, 10, c.B, c.M, c.T);
-  ASSERT_EQ(on_gpu.steps.size(), 10u);
-  double worst = 0;
-  for (std::size_t i = 0; i < 10; ++i) {
-    const double error = std::abs(on_gpu.steps[i].loss - on_cpu.steps[i].loss) / on_cpu.steps[i].loss;
-    worst = std::max(worst, error);
-    EXPECT_LE(error, 1e-2) << "step " << i;
-  }
-  std::printf("%s bf16 GEMMs vs cpu fp32, 10 steps: worst loss error %.2e\n", c.name, worst);
+  const CpuAndGpu runs = train_both(GetParam(), Precision::bf16);
+  ASSERT_FALSE(has_errors(runs.cpu.problems)) << messages(runs.cpu.problems);
+  ASSERT_FALSE(has_errors(runs.gpu.problems)) << messages(runs.gpu.problems);
+  ASSERT_EQ(runs.gpu.steps.size(), 10u);
+  std::printf("%s bf16 GEMMs vs cpu fp32, 10 steps: worst loss error %.2e\n", GetParam().name,
+              worst_loss_error(runs, 1e-2));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuGptStep,
@@ -161,17 +126,7 @@ TEST(GpuGptStep, ModelsTheGpuCannotRunYetAreRefusedByField) {
   spec.transformer.norm = Norm::rmsnorm;
   spec.transformer.positions = Positions::rotary;
   CudaBackend gpu(0);
-  auto world = comm::make_self_communicator("world");
-  Plan plan;
-  plan.mesh = parse_mesh("dp=1", "mesh").value;
-  plan.micro_batch = 2;
-  plan.global_batch = 2;
-  plan.schedule = *parse_schedule("1f1b");
-  auto groups = comm::MeshCommunicators::create(*world, plan.mesh);
-  ASSERT_TRUE(groups.ok());
-  auto gpt = ParallelGpt::create(spec, plan, groups.value, 5, 16, gpu, make_cuda_gpt_ops(gpu));
-  EXPECT_EQ(gpt.value, nullptr);
-  const std::string text = messages(gpt.problems);
+  const std::string text = messages(testing_support::one_rank_model_problems(spec, gpu, make_cuda_gpt_ops(gpu), 16));
   EXPECT_NE(text.find("model.norm"), std::string::npos) << text;
   EXPECT_NE(text.find("model.positions"), std::string::npos) << text;
 }
