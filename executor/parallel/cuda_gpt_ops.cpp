@@ -34,9 +34,13 @@ class CudaGptOps final : public GptOps {
         bf16_a_(MemoryCategory::workspace, backend),
         bf16_b_(MemoryCategory::workspace, backend),
         bf16_c_(MemoryCategory::workspace, backend),
+        flash_dqkv_(MemoryCategory::workspace, backend),
         scores_(MemoryCategory::workspace, backend),
         norm_scratch_(MemoryCategory::workspace, backend) {
     norm_scratch_.resize(static_cast<std::size_t>(cu::squared_norm_scratch_doubles()));
+    int major = 0;
+    MESHPLAN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, backend.device()));
+    tensor_cores_ = major >= 8;
   }
 
   Problems model_problems(const TpShape& s) const override {
@@ -117,18 +121,40 @@ class CudaGptOps final : public GptOps {
     cu::gelu_backward(din, in, dout, rows * F, stream_);
   }
   void rotate_qk(const TpShape&, float*, std::int64_t, std::int64_t, bool) override {}  // model_problems refuses rotary
+  // fp32 attention keeps the probabilities [B, heads, T, T]; bf16 flash attention keeps [lse | qkv | out]
+  // (FlashState below), O(T) per row instead of O(T^2).
   std::int64_t attention_state_elements(const TpShape& s, std::int64_t B, std::int64_t T) const override {
+    if (flash(s)) return FlashState::floats(s, B, T);
     return B * s.heads_local() * T * T;
   }
-  void attention_forward(const TpShape& s, float* out, float* att, const float* qkv, std::int64_t B,
+  void attention_forward(const TpShape& s, float* out, float* state, const float* qkv, std::int64_t B,
                          std::int64_t T) override {
-    cu::attention_forward_fp32(out, att, qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim, group(s),
+    if (flash(s)) {
+      const FlashState f(state, s, B, T);
+      cu::round_to_bf16(f.qkv, qkv, B * T * s.qkv_local(), stream_);
+      cu::flash_attention_forward(f.out, f.lse, f.qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim, stream_);
+      cu::widen_bf16(out, f.out, B * T * s.q_local(), stream_);
+      return;
+    }
+    cu::attention_forward_fp32(out, state, qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim, group(s),
                                head_offset(s), stream_);
   }
   void attention_backward(const TpShape& s, float* dqkv, const float* dout, const float* qkv, const float*,
-                          const float* att, std::int64_t B, std::int64_t T) override {
+                          const float* state, std::int64_t B, std::int64_t T) override {
+    if (flash(s)) {
+      const FlashState f(const_cast<float*>(state), s, B, T);
+      const __nv_bfloat16* g = rounded(bf16_c_, dout, B * T * s.q_local());
+      const std::int64_t n = B * T * s.qkv_local();
+      if (flash_dqkv_.size() < static_cast<std::size_t>(n)) flash_dqkv_.resize(static_cast<std::size_t>(n));
+      scores_.resize(static_cast<std::size_t>(B * s.heads_local() * T));  // the backward's delta rows
+      auto* dqkv16 = reinterpret_cast<__nv_bfloat16*>(flash_dqkv_.data());
+      cu::flash_attention_backward(dqkv16, scores_.data(), g, f.qkv, f.out, f.lse, B, T, s.heads_local(),
+                                   s.kv_heads_local(), s.head_dim, stream_);
+      cu::add_bf16(dqkv, dqkv16, n, stream_);
+      return;
+    }
     scores_.resize(static_cast<std::size_t>(attention_state_elements(s, B, T)));
-    cu::attention_backward_fp32(dqkv, scores_.data(), dout, qkv, att, B, T, s.heads_local(), s.kv_heads_local(),
+    cu::attention_backward_fp32(dqkv, scores_.data(), dout, qkv, state, B, T, s.heads_local(), s.kv_heads_local(),
                                 s.head_dim, group(s), head_offset(s), stream_);
   }
 
@@ -199,6 +225,32 @@ class CudaGptOps final : public GptOps {
   static std::int64_t group(const TpShape& s) { return s.heads / s.kv_heads; }
   static std::int64_t head_offset(const TpShape& s) { return s.kv_replicated() ? s.q_head_begin() : 0; }
 
+  // Whether this layer's attention runs as bf16 flash attention: with bf16 GEMMs, on tensor cores (compute
+  // capability 8.0 on), head dim 64 or 128, and each query head's key/value head local (tp replicating kv
+  // heads shifts the mapping, which the flash kernels do not take).
+  bool flash(const TpShape& s) const {
+    return precision_ == Precision::bf16 && tensor_cores_ && (s.head_dim == 64 || s.head_dim == 128) &&
+           head_offset(s) == 0 && s.heads_local() % s.kv_heads_local() == 0;
+  }
+  // The flash attention's saved state inside the float buffer the model keeps for it: the rows'
+  // log-sum-exp [B, heads, T] (fp32), then qkv [B, T, qkv_local] and the output [B, T, q_local] in bf16,
+  // each part starting on a 16-byte boundary (the kernels' alignment).
+  struct FlashState {
+    static std::int64_t aligned(std::int64_t floats) { return (floats + 3) / 4 * 4; }
+    static std::int64_t floats(const TpShape& s, std::int64_t B, std::int64_t T) {
+      return aligned(B * s.heads_local() * T) + aligned((B * T * s.qkv_local() + 1) / 2) +
+             aligned((B * T * s.q_local() + 1) / 2);
+    }
+    FlashState(float* state, const TpShape& s, std::int64_t B, std::int64_t T)
+        : lse(state),
+          qkv(reinterpret_cast<__nv_bfloat16*>(state + aligned(B * s.heads_local() * T))),
+          out(reinterpret_cast<__nv_bfloat16*>(state + aligned(B * s.heads_local() * T) +
+                                               aligned((B * T * s.qkv_local() + 1) / 2))) {}
+    float* lse;
+    __nv_bfloat16* qkv;
+    __nv_bfloat16* out;
+  };
+
   // `source` rounded to bf16 in `workspace` (grown to n).
   const __nv_bfloat16* rounded(DeviceVector<std::uint16_t>& workspace, const float* source, std::int64_t n) {
     if (workspace.size() < static_cast<std::size_t>(n)) workspace.resize(static_cast<std::size_t>(n));
@@ -210,8 +262,10 @@ class CudaGptOps final : public GptOps {
   cudaStream_t stream_;
   cu::GemmLt gemm_;
   Precision precision_ = Precision::fp32;
+  bool tensor_cores_ = false;                             // compute capability 8.0 or later (bf16 mma.sync)
   DeviceVector<std::uint16_t> bf16_a_, bf16_b_, bf16_c_;  // bf16 operands (workspace)
-  DeviceVector<float> scores_;                            // the attention backward's score gradients
+  DeviceVector<std::uint16_t> flash_dqkv_;                // the flash backward's bf16 dqkv (workspace)
+  DeviceVector<float> scores_;  // the attention backward's score gradients (fp32), or flash's delta rows
   DeviceVector<double> norm_scratch_;
   std::vector<float> host_loss_, host_correct_;
   std::vector<std::int32_t> host_targets_;

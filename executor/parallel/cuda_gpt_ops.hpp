@@ -12,17 +12,20 @@
 //   layer norm,     kernels/cuda/kernels.hpp (the CPU's two-pass formulas)
 //   GELU, AdamW,
 //   squared norm
-//   attention       fp32, keeping the probabilities as the CPU does
-//                   (gpt_kernels.hpp: attention_*_fp32), multi-head and
-//                   grouped-query; the backward's score gradients in a
+//   attention       with bf16 GEMMs, head dim 64 or 128 and compute
+//                   capability 8.0 on: the bf16 flash attention of
+//                   kernels.hpp (tensor cores), which keeps the rows'
+//                   log-sum-exp and bf16 copies of qkv and the output, O(T)
+//                   per row; otherwise fp32, keeping the probabilities as the
+//                   CPU does (gpt_kernels.hpp: attention_*_fp32), multi-head
+//                   and grouped-query, the backward's score gradients in a
 //                   workspace of the same size
 //   the rest        gpt_kernels.hpp: vocabulary-parallel embedding and loss
 //                   phases, positions, residual with bias
 //
 // Not run on the GPU yet (model_problems names them): RMSNorm, SwiGLU and
-// GeGLU, rotary positions. The bf16 flash attention and the fused bf16
-// cross-entropy of kernels.hpp are faster and leaner but change what the
-// forward keeps; they are the next step, not this one.
+// GeGLU, rotary positions. The fused bf16 cross-entropy of kernels.hpp
+// (no fp32 logits) is the next step.
 //
 // defines: make_cuda_gpt_ops
 #pragma once

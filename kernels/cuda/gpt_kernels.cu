@@ -41,6 +41,10 @@ __global__ void round_to_bf16_kernel(__nv_bfloat16* out, const float* in, std::i
   MESHPLAN_GRID_STRIDE(i, n) out[i] = __float2bfloat16_rn(in[i]);
 }
 
+__global__ void widen_bf16_kernel(float* out, const __nv_bfloat16* in, std::int64_t n, bool accumulate) {
+  MESHPLAN_GRID_STRIDE(i, n) out[i] = accumulate ? out[i] + __bfloat162float(in[i]) : __bfloat162float(in[i]);
+}
+
 __global__ void vocab_embedding_forward_kernel(float* out, const std::int32_t* tokens, const float* wte,
                                                std::int64_t begin, std::int64_t real, std::int64_t n,
                                                std::int64_t C) {
@@ -299,6 +303,18 @@ void bias_backward(float* dbias, const float* dout, std::int64_t rows, std::int6
 void round_to_bf16(__nv_bfloat16* out, const float* in, std::int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   round_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+  MESHPLAN_CUDA_CHECK(cudaGetLastError());
+}
+
+void widen_bf16(float* out, const __nv_bfloat16* in, std::int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  widen_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n, false);
+  MESHPLAN_CUDA_CHECK(cudaGetLastError());
+}
+
+void add_bf16(float* out, const __nv_bfloat16* in, std::int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  widen_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n, true);
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -12,7 +12,8 @@
 //   residual_bias                   out = x + (y + bias[c])
 //   bias_backward                   dbias[c] += column sums, a thread per
 //                                   channel summing rows in order
-//   round_to_bf16                   fp32 -> bf16, round to nearest even
+//   round_to_bf16, widen_bf16,      fp32 -> bf16 (round to nearest even),
+//   add_bf16                        bf16 -> fp32, and its accumulation
 //   vocab_embedding_forward,        rows of this rank's vocabulary shard;
 //   vocab_embedding_backward        backward: a thread per channel over the
 //                                   rows in order (the CPU's order)
@@ -33,7 +34,7 @@
 //                                   row) summing its group's query heads and
 //                                   rows in order
 //
-// defines: scale, add, residual_bias, bias_backward, round_to_bf16,
+// defines: scale, add, residual_bias, bias_backward, round_to_bf16, widen_bf16, add_bf16,
 // vocab_embedding_forward, vocab_embedding_backward, positions_forward,
 // positions_backward, loss_row_max, loss_exponentials, loss_normalize,
 // loss_backward, attention_forward_fp32, attention_backward_fp32
@@ -52,6 +53,9 @@ void residual_bias(float* out, const float* x, const float* y, const float* bias
                    cudaStream_t stream);
 void bias_backward(float* dbias, const float* dout, std::int64_t rows, std::int64_t C, cudaStream_t stream);
 void round_to_bf16(__nv_bfloat16* out, const float* in, std::int64_t n, cudaStream_t stream);
+// out = in (bf16 -> fp32); add_bf16: out += in.
+void widen_bf16(float* out, const __nv_bfloat16* in, std::int64_t n, cudaStream_t stream);
+void add_bf16(float* out, const __nv_bfloat16* in, std::int64_t n, cudaStream_t stream);
 
 void vocab_embedding_forward(float* out, const std::int32_t* tokens, const float* wte, std::int64_t vocab_begin,
                              std::int64_t vocab_real, std::int64_t rows, std::int64_t C, cudaStream_t stream);

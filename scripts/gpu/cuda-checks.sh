@@ -79,6 +79,8 @@ reference=none
 if python3 -c 'import torch, numpy' 2> /dev/null; then
   cmake --build "$build" --target gpt_reference_dump_cuda -j "$(nproc)" >> "$out/build.log" 2>&1 && reference=ready ||
     echo "cuda-checks: gpt_reference_dump_cuda did not build: $(tail -5 "$out/build.log")"
+else
+  echo "cuda-checks: python3 has no PyTorch and NumPy: the GPU GPT's PyTorch reference does not run"
 fi
 timing=${CUDA_CHECKS_TIMING:-full}
 if [ "$timing" != none ]; then  # meshplan and meshplan-calibrate-cuda, for the timing below

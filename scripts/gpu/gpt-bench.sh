@@ -12,7 +12,7 @@
 # own cluster, dgx-h100 unless GPT_BENCH_CLUSTER names another).
 #
 # A run that fails (out of memory: our fp32 attention keeps B x heads x T x
-# T probabilities per layer, about 100 GB for 1.5B at micro-batch 8) is a
+# T probabilities per layer in fp32; with bf16 the flash attention keeps O(T)) is a
 # row saying so, not a stop. Needs a built tree (scripts/gpu/cuda-checks.sh
 # builds one) and Python with PyTorch and PyYAML.
 #
