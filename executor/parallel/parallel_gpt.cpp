@@ -94,8 +94,8 @@ float* final_norm_bias(const TpShape& s, Floats& unit) { return s.rms() ? nullpt
 // The arithmetic is the ops' (GptOps::loss_*; on the CPU
 // kernels::cross_entropy_forward's, so with tp = 1 the two agree bit for
 // bit). Rows whose target is negative (padding of a last evaluation batch)
-// are left out of the loss and the count. `targets` are host memory,
-// `device_targets` the same in the backend's.
+// are left out of the loss and the count. `device_targets` are in the
+// backend's memory (ParallelGpt::targets_of).
 struct VocabLoss {
   double mean = 0;           // over the rows with a target
   std::int64_t correct = 0;  // rows whose target is in this shard and has the row's largest logit

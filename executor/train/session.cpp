@@ -159,6 +159,8 @@ Problems TrainingSession::State::build_engine() {
       device = std::move(made.value);
       staged_world = std::make_unique<comm::StagedCommunicator>(world->split(0, world->rank(), "world"),
                                                                 *device.backend);
+      say("training on " + std::string(device.backend->name()) +
+          (world->size() > 1 ? " (rank 0's; collectives staged through host memory)" : ""));
     }
     auto groups = comm::MeshCommunicators::create(staged_world ? *staged_world : *world, plan.mesh);
     if (!groups.ok()) return groups.problems;
