@@ -96,7 +96,7 @@ class CpuGptOps final : public GptOps {
     kernels::rope_apply(qkv + s.q_local(), rows, seq_len, s.kv_heads_local(), D, stride, s.dims.rope_theta, inverse);
   }
   std::int64_t attention_state_elements(const TpShape& s, std::int64_t B, std::int64_t T) const override {
-    return B * s.heads_local() * T * T;
+    return attention_probability_elements(s, B, T);
   }
   void attention_forward(const TpShape& s, float* out, float* att, const float* qkv, std::int64_t B,
                          std::int64_t T) override {
@@ -104,7 +104,7 @@ class CpuGptOps final : public GptOps {
       kernels::attention_forward(out, att, qkv, B, T, s.q_local(), s.heads_local());
     else
       kernels::gqa_attention_forward(out, att, qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim,
-                                     s.heads / s.kv_heads, s.kv_replicated() ? s.q_head_begin() : 0);
+                                     s.kv_group(), s.kv_head_offset());
   }
   void attention_backward(const TpShape& s, float* dqkv, const float* dout, const float* qkv, const float*,
                           const float* att, std::int64_t B, std::int64_t T) override {
@@ -112,7 +112,7 @@ class CpuGptOps final : public GptOps {
       kernels::attention_backward(dqkv, dout, qkv, att, B, T, s.q_local(), s.heads_local());
     else
       kernels::gqa_attention_backward(dqkv, dout, qkv, att, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim,
-                                      s.heads / s.kv_heads, s.kv_replicated() ? s.q_head_begin() : 0);
+                                      s.kv_group(), s.kv_head_offset());
   }
 
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, std::int64_t vocab_begin,

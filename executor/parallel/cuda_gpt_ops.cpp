@@ -125,7 +125,7 @@ class CudaGptOps final : public GptOps {
   // (FlashState below), O(T) per row instead of O(T^2).
   std::int64_t attention_state_elements(const TpShape& s, std::int64_t B, std::int64_t T) const override {
     if (flash(s)) return FlashState::floats(s, B, T);
-    return B * s.heads_local() * T * T;
+    return attention_probability_elements(s, B, T);
   }
   void attention_forward(const TpShape& s, float* out, float* state, const float* qkv, std::int64_t B,
                          std::int64_t T) override {
@@ -136,8 +136,8 @@ class CudaGptOps final : public GptOps {
       cu::widen_bf16(out, f.out, B * T * s.q_local(), stream_);
       return;
     }
-    cu::attention_forward_fp32(out, state, qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim, group(s),
-                               head_offset(s), stream_);
+    cu::attention_forward_fp32(out, state, qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim, s.kv_group(),
+                               s.kv_head_offset(), stream_);
   }
   void attention_backward(const TpShape& s, float* dqkv, const float* dout, const float* qkv, const float*,
                           const float* state, std::int64_t B, std::int64_t T) override {
@@ -153,9 +153,9 @@ class CudaGptOps final : public GptOps {
       cu::add_bf16(dqkv, dqkv16, n, stream_);
       return;
     }
-    scores_.resize(static_cast<std::size_t>(attention_state_elements(s, B, T)));
+    scores_.resize(static_cast<std::size_t>(attention_probability_elements(s, B, T)));
     cu::attention_backward_fp32(dqkv, scores_.data(), dout, qkv, state, B, T, s.heads_local(), s.kv_heads_local(),
-                                s.head_dim, group(s), head_offset(s), stream_);
+                                s.head_dim, s.kv_group(), s.kv_head_offset(), stream_);
   }
 
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, std::int64_t begin,
@@ -220,17 +220,13 @@ class CudaGptOps final : public GptOps {
   }
 
  private:
-  // The query heads per key/value head, and the first query head's global index when tp replicates kv heads
-  // (kernels/cpu/attention.hpp's gqa_attention_*, as the CPU's ops call it).
-  static std::int64_t group(const TpShape& s) { return s.heads / s.kv_heads; }
-  static std::int64_t head_offset(const TpShape& s) { return s.kv_replicated() ? s.q_head_begin() : 0; }
 
   // Whether this layer's attention runs as bf16 flash attention: with bf16 GEMMs, on tensor cores (compute
   // capability 8.0 on), head dim 64 or 128, and each query head's key/value head local (tp replicating kv
   // heads shifts the mapping, which the flash kernels do not take).
   bool flash(const TpShape& s) const {
     return precision_ == Precision::bf16 && tensor_cores_ && (s.head_dim == 64 || s.head_dim == 128) &&
-           head_offset(s) == 0 && s.heads_local() % s.kv_heads_local() == 0;
+           s.kv_head_offset() == 0 && s.heads_local() % s.kv_heads_local() == 0;
   }
   // The flash attention's saved state inside the float buffer the model keeps for it: the rows'
   // log-sum-exp [B, heads, T] (fp32), then qkv [B, T, qkv_local] and the output [B, T, q_local] in bf16,

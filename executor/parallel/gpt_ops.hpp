@@ -18,7 +18,7 @@
 // Accumulating ops add into their outputs (the gradients: `+=`), as the
 // kernels of kernels/cpu/ do; the rest overwrite.
 //
-// defines: GptOps, LossSummary, summarize_loss_rows, make_cpu_gpt_ops
+// defines: GptOps, LossSummary, summarize_loss_rows, attention_probability_elements, make_cpu_gpt_ops
 #pragma once
 
 #include <cstdint>
@@ -56,6 +56,13 @@ inline LossSummary summarize_loss_rows(const float* row_loss, const float* corre
     ++summary.counted;
   }
   return summary;
+}
+
+// The causal attention's probabilities [B, heads, T, T] of this rank's heads:
+// what the attention kernels that keep them (the CPU's, the GPU's fp32 ones)
+// save for the backward.
+inline std::int64_t attention_probability_elements(const TpShape& s, std::int64_t B, std::int64_t T) {
+  return B * s.heads_local() * T * T;
 }
 
 class GptOps {

@@ -123,6 +123,11 @@ struct TpShape {
   std::int64_t kv_heads_local() const { return (qkv_width - q_width) / (2 * head_dim); }
   bool kv_replicated() const { return tp > 1 && kv_heads_local() == kv_heads; }
   std::int64_t q_head_begin() const { return tp_rank * heads_local(); }  // global index of the first query head
+  // How this rank's query heads find their key/value head (kernels/cpu/attention.hpp's gqa_attention_*):
+  // local query head h reads local kv head (kv_head_offset() + h) / kv_group(). The offset is the first
+  // query head's global index when tp replicates the kv heads, else 0 (each rank holds its group's kv heads).
+  std::int64_t kv_group() const { return heads / kv_heads; }
+  std::int64_t kv_head_offset() const { return kv_replicated() ? q_head_begin() : 0; }
   std::int64_t q_local() const { return q_width; }  // attention output width on this rank
   std::int64_t qkv_local() const { return qkv_width; }
   std::int64_t ffn_local() const { return ffn_width; }
