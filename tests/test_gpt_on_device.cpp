@@ -77,13 +77,7 @@ TEST(GptOnDevice, Gpt2LayersNeverTouchDeviceMemoryFromTheHost) {
 // RMSNorm, SwiGLU, rotary positions, grouped-query attention, untied head, no biases.
 TEST(GptOnDevice, LlamaLayersNeverTouchDeviceMemoryFromTheHost) {
   ModelSpec spec = testing_support::tiny_gpt_spec("llama-device", 2, 32, 4, 64, 257, 16);
-  TransformerDims& t = spec.transformer;
-  t.kv_heads = 2;
-  t.feed_forward = FeedForward::swiglu;
-  t.norm = Norm::rmsnorm;
-  t.positions = Positions::rotary;
-  t.bias = false;
-  t.tied_embeddings = false;
+  testing_support::set_llama_layers(spec.transformer, 2);
   expect_same_run(spec);
 }
 

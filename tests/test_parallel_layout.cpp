@@ -18,6 +18,7 @@
 #include "model/cluster_spec.hpp"
 #include "model/sharding_spec.hpp"
 #include "model/stage_partition.hpp"
+#include "tests/tiny_gpt.hpp"
 #include "model/topology.hpp"
 
 namespace {
@@ -42,13 +43,8 @@ TransformerDims llama_dims() {
   TransformerDims t = dims();
   t.hidden = 16;
   t.heads = 8;
-  t.kv_heads = 4;
   t.head_dim = 2;
-  t.feed_forward = FeedForward::swiglu;
-  t.norm = Norm::rmsnorm;
-  t.positions = Positions::rotary;
-  t.tied_embeddings = false;
-  t.bias = false;
+  testing_support::set_llama_layers(t, 4);
   return t;
 }
 

@@ -42,6 +42,18 @@ inline ModelSpec tiny_gpt_spec(const std::string& name, std::int64_t layers, std
   return spec;
 }
 
+// The Llama family's layers on such dims: grouped-query attention with
+// `kv_heads` key/value heads, SwiGLU, RMSNorm, rotary positions, an untied
+// output layer, no biases.
+inline void set_llama_layers(TransformerDims& t, std::int64_t kv_heads) {
+  t.kv_heads = kv_heads;
+  t.feed_forward = FeedForward::swiglu;
+  t.norm = Norm::rmsnorm;
+  t.positions = Positions::rotary;
+  t.tied_embeddings = false;
+  t.bias = false;
+}
+
 // The optimizer settings the parallel tests train those models with (the
 // matrix and the resharding run must agree on them): AdamW lr 3e-3, weight
 // decay 0.1, 2 warm-up steps, gradients clipped at norm 1.

@@ -125,14 +125,9 @@ ModelSpec matrix_model(bool llama) {
   ModelSpec spec = testing_support::tiny_gpt_spec(llama ? "llama-matrix" : "gpt-matrix", 4, 32, 4, 128, 257, 16);
   if (!llama) return spec;
   TransformerDims& t = spec.transformer;
-  t.kv_heads = 2;
+  testing_support::set_llama_layers(t, 2);
   t.ffn = 48;
-  t.feed_forward = FeedForward::swiglu;
-  t.norm = Norm::rmsnorm;
-  t.positions = Positions::rotary;
   t.rope_theta = 500000;
-  t.tied_embeddings = false;
-  t.bias = false;
   return spec;
 }
 
