@@ -154,15 +154,27 @@ struct AttentionShape {
   __device__ std::int64_t kv_of(std::int64_t h) const { return (head_offset + h) / group; }
 };
 
-// A block per (b, h, t); dynamic shared memory: the query row [D], the row's scores [T], a reduction [blockDim.x].
+// The query row a block of the row kernels works on (block index = (b NH + h) T + t), its key/value head,
+// batch b's packed qkv, and the block's dynamic shared memory as attention_shared_bytes sizes it: a vector
+// of D, a row of T, a reduction of blockDim.x.
+struct QueryRow {
+  std::int64_t t, bh, h, b, kv;
+  const float* row0;
+  float *vec, *row, *shared;
+  __device__ QueryRow(float* smem, const float* qkv, const AttentionShape& s)
+      : t(blockIdx.x % s.T), bh(blockIdx.x / s.T), h(bh % s.NH), b(bh / s.NH), kv(s.kv_of(h)),
+        row0(qkv + b * s.T * s.width()), vec(smem), row(smem + s.D), shared(smem + s.D + s.T) {}
+};
+
+// A block per (b, h, t): the query row in `vec`, the row's scores in `row`.
 __global__ void attention_forward_kernel(float* out, float* att, const float* qkv, AttentionShape s) {
   extern __shared__ float smem[];
-  float* q = smem;
-  float* p = q + s.D;
-  float* shared = p + s.T;
-  const std::int64_t t = blockIdx.x % s.T, bh = blockIdx.x / s.T, h = bh % s.NH, b = bh / s.NH;
-  const std::int64_t W = s.width(), kv = s.kv_of(h);
-  const float* row0 = qkv + b * s.T * W;
+  const QueryRow r(smem, qkv, s);
+  float* q = r.vec;
+  float* p = r.row;
+  float* shared = r.shared;
+  const std::int64_t t = r.t, bh = r.bh, h = r.h, b = r.b, kv = r.kv, W = s.width();
+  const float* row0 = r.row0;
   for (std::int64_t d = threadIdx.x; d < s.D; d += blockDim.x) q[d] = row0[t * W + h * s.D + d];
   __syncthreads();
   float m = -INFINITY;
@@ -196,16 +208,16 @@ __global__ void attention_forward_kernel(float* out, float* att, const float* qk
 }
 
 // A block per (b, h, t): dP[t2] = dout[t] . v[t2], ds = P (dP - sum(P dP)) scale
-// (written to `ds`), dq[t] += ds K. Shared: dout row [D], the row's dP / ds [T], a reduction.
+// (written to `ds`), dq[t] += ds K. The dout row in `vec`, the row's dP / ds in `row`.
 __global__ void attention_backward_query_kernel(float* dqkv, float* ds, const float* dout, const float* qkv,
                                                 const float* att, AttentionShape s) {
   extern __shared__ float smem[];
-  float* g = smem;
-  float* dp = g + s.D;
-  float* shared = dp + s.T;
-  const std::int64_t t = blockIdx.x % s.T, bh = blockIdx.x / s.T, h = bh % s.NH, b = bh / s.NH;
-  const std::int64_t W = s.width(), kv = s.kv_of(h);
-  const float* row0 = qkv + b * s.T * W;
+  const QueryRow r(smem, qkv, s);
+  float* g = r.vec;
+  float* dp = r.row;
+  float* shared = r.shared;
+  const std::int64_t t = r.t, bh = r.bh, h = r.h, b = r.b, kv = r.kv, W = s.width();
+  const float* row0 = r.row0;
   const float* p = att + (bh * s.T + t) * s.T;
   for (std::int64_t d = threadIdx.x; d < s.D; d += blockDim.x) g[d] = dout[(b * s.T + t) * s.NH * s.D + h * s.D + d];
   __syncthreads();
