@@ -3,7 +3,8 @@
 //     simultaneous peak (not a sum of peaks), reset_peaks, and consistency
 //     under concurrent allocation from several threads.
 //  2. CpuBackend: 64-byte alignment, requested bytes recorded and
-//     un-recorded, copies; Buffer and TrackedVector free what they record.
+//     un-recorded, copies; Buffer and TrackedVector free what they record;
+//     DeviceVector's vector rules, also on a device the host cannot read.
 //  3. Real training memory against closed forms: a GPT's and an MLP's
 //     parameters = 4 B x parameter count exactly, gradients the same,
 //     optimizer 2x, activations = the saved activation buffers; nothing
@@ -22,6 +23,7 @@
 
 #include "executor/backend/buffer.hpp"
 #include "executor/backend/cpu_backend.hpp"
+#include "executor/backend/device_vector.hpp"
 #include "executor/backend/memory_ledger.hpp"
 #include "executor/backend/tracked_allocator.hpp"
 #include "executor/data/text.hpp"
@@ -32,6 +34,7 @@
 #include "model/evaluate.hpp"
 #include "model/mesh.hpp"
 #include "model/presets.hpp"
+#include "fake_device.hpp"
 #include "tiny_gpt.hpp"
 #include "test_support.hpp"
 
@@ -149,6 +152,54 @@ TEST(CpuBackend, TrackedVectorKeepsItsCategoryThroughMovesAndCopies) {
     EXPECT_EQ(copy.get_allocator().category(), MemoryCategory::gradients);
   }
   EXPECT_EQ(backend.ledger().snapshot().total.now_bytes, 0);
+}
+
+// DeviceVector (device_vector.hpp), the GPT executor's buffers: std::vector's
+// rules through the backend: new elements are zero, even where a shrink left
+// old values in the memory; shrinking keeps the allocation; growing copies
+// the old elements and allocates exactly the new size; release gives it all
+// back. On the CPU and on a device whose memory the host cannot read
+// (every element read back through the backend's copies).
+template <typename Device>
+void expect_vector_rules(Device& backend) {
+  const auto now = [&] { return backend.ledger().snapshot()[MemoryCategory::activations].now_bytes; };
+  {
+    DeviceVector<float> v(MemoryCategory::activations, backend);
+    v.resize(4);
+    EXPECT_EQ(v.to_host(), (std::vector<float>{0, 0, 0, 0}));
+    EXPECT_EQ(now(), 16);
+    const std::vector<float> values{1, 2, 3, 4};
+    v.assign_host(values.data(), values.size());
+    v.resize(6);  // grows: the old four copied, two new zeros, exactly 6 floats allocated
+    EXPECT_EQ(v.to_host(), (std::vector<float>{1, 2, 3, 4, 0, 0}));
+    EXPECT_EQ(now(), 24);
+    v.resize(2);  // shrinks: the allocation stays
+    EXPECT_EQ(v.capacity(), 6u);
+    EXPECT_EQ(now(), 24);
+    v.resize(5);  // within capacity: elements past the old size are zero again, not the 3, 4 still in memory
+    EXPECT_EQ(v.to_host(), (std::vector<float>{1, 2, 0, 0, 0}));
+    EXPECT_EQ(now(), 24);
+    v.assign_zero(3);
+    EXPECT_EQ(v.to_host(), (std::vector<float>{0, 0, 0}));
+    DeviceVector<float> w(MemoryCategory::activations, backend);
+    w.assign(v);
+    EXPECT_EQ(w.to_host(), (std::vector<float>{0, 0, 0}));
+    EXPECT_EQ(now(), 24 + 12);
+    v.release();
+    EXPECT_EQ(v.size(), 0u);
+    EXPECT_EQ(now(), 12);
+  }
+  EXPECT_EQ(backend.ledger().snapshot().total.now_bytes, 0);
+}
+
+TEST(DeviceVector, KeepsVectorRulesOnTheCpu) {
+  CpuBackend backend;
+  expect_vector_rules(backend);
+}
+
+TEST(DeviceVector, KeepsVectorRulesOnADeviceTheHostCannotRead) {
+  testing_support::FakeDevice device;
+  expect_vector_rules(device);
 }
 
 // ---------------------------------------------------------------- (3) training memory
