@@ -225,11 +225,12 @@ std::int64_t gpt_activation_elements(const TransformerDims& t, std::int64_t B, s
 }
 
 // The passes' scratch (workspace): two [B,T,C] tensor-parallel buffers, the
-// gradients of qkv, atty, fch, gelu, the logits, and the two [B,T,C] stream
-// gradients; the loss's three per-row buffers.
+// gradients of qkv, atty, fch, gelu and the two [B,T,C] stream gradients;
+// the loss's three per-row buffers. The logits' gradient has no buffer of
+// its own: it overwrites the probabilities.
 std::int64_t gpt_workspace_elements(const TransformerDims& t, std::int64_t B, std::int64_t T) {
   const std::int64_t BT = B * T, C = t.hidden, F = t.ffn;
-  return BT * (2 * C + 3 * C + C + 2 * F + t.vocab + 2 * C) + 3 * BT;
+  return BT * (2 * C + 3 * C + C + 2 * F + 2 * C) + 3 * BT;
 }
 
 // The executor's GPT on one rank (ParallelGpt on the mesh of one, as

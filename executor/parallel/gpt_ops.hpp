@@ -158,7 +158,8 @@ class GptOps {
   // The rows' loss and correct predictions, rows in order (waits).
   virtual LossSummary loss_summary(const float* row_loss, const float* correct, const std::int32_t* targets,
                                    std::int64_t N) = 0;
-  // dlogits[n] = scale (p[n] - onehot(target in this shard)), written.
+  // dlogits[n] = scale (p[n] - onehot(target in this shard)), written;
+  // dlogits may be `probabilities` (ParallelGpt computes it in place).
   virtual void loss_backward(float* dlogits, const float* probabilities, const std::int32_t* targets,
                              std::int64_t vocab_begin, std::int64_t vocab_real, float scale, std::int64_t N,
                              std::int64_t Vp) = 0;

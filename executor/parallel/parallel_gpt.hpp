@@ -159,7 +159,8 @@ class ParallelGpt {
   const float* forward_output(std::int64_t chunk, std::int64_t mb) const;
   // The last chunk's softmax probabilities of pass (chunk, mb), [B x T, Vp]
   // with this rank's vocabulary shard (padding columns 0); valid from its
-  // forward until the slot is reused (tests and reference dumps read it).
+  // forward until its backward, which overwrites them with the logits'
+  // gradient (tests and reference dumps read them).
   const Floats& probabilities(std::int64_t chunk, std::int64_t mb) const;
   // Frees the activations of a pass that will have no backward (evaluation).
   void release_pass(std::int64_t chunk, std::int64_t mb);
@@ -263,7 +264,7 @@ class ParallelGpt {
   std::int64_t correct_ = 0;
 
   // Scratch shared by passes.
-  Floats full_a_, full_b_, dqkv_, datty_, dfch_, dgelu_, dlogits_, dlocal_, dstream_;  // workspace
+  Floats full_a_, full_b_, dqkv_, datty_, dfch_, dgelu_, dlocal_, dstream_;  // workspace
   Floats dstream_recv_;   // communication
   Floats reduced_shard_;  // communication; fsdp: a gradient shard's reduce-scatter
 };
