@@ -133,7 +133,7 @@ RankMeasurement measure_rank(int rank, int threads, const StepRecorder& steps,
 }
 
 Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int threads_per_rank, Precision compute,
-                                              bool on_gpu) {
+                                              bool on_gpu, Attention attention) {
   Loaded<RunPrediction> out;
   ClusterSpec cluster = plan_file.cluster;
   bool threaded = false;
@@ -148,8 +148,7 @@ Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int thr
   }
   Plan plan = plan_file.plan;
   plan.precision = compute;
-  // The executor's attention keeps the s x s probabilities (llm.c's on the CPU; the GPU's fp32 kernels likewise).
-  plan.attention = Attention::unfused;
+  plan.attention = attention;
   RunPrediction& p = out.value;
   p.cluster = cluster.name;
   p.cluster_source = cluster.source;

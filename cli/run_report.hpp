@@ -104,9 +104,10 @@ struct RunPrediction {
 // `threads_per_rank` cores, with the matmuls in `compute` precision. On a
 // GPU (`on_gpu`: train --backend cuda) on the plan file's own cluster
 // instead (its device preset: `calibrate --backend cuda` writes one of the
-// card trained on), threads not applying.
+// card trained on), threads not applying. `attention`: as the executor
+// computed it (TrainingSession::attention), whatever the plan assumed.
 Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int threads_per_rank, Precision compute,
-                                              bool on_gpu = false);
+                                              bool on_gpu = false, Attention attention = Attention::unfused);
 
 // Gathers every rank's measurement to rank 0 over `world` (null: one rank),
 // and there prints the table to stdout and writes the JSON to `json_path`

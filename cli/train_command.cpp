@@ -12,14 +12,16 @@
 // differs from the plan's world size is refused once it has.
 //
 // --backend cuda trains a transformer on a GPU (executor/parallel/
-// cuda_gpt_ops.hpp). This file is built twice: into `meshplan`, which for
-// --backend cuda execs meshplan-train-cuda beside it with the same
-// arguments (read back from /proc/self/cmdline), so that `meshplan` does not
-// load the CUDA runtime for every command; and into meshplan-train-cuda
-// (MESHPLAN_TRAIN_CUDA_BUILD, cli/train_cuda.hpp), which opens the GPU: the
-// launcher's local rank modulo the GPUs it sees, so ranks share GPUs when
-// there are fewer than ranks. Without that program --backend cuda exits 2
-// and says why.
+// cuda_gpt_ops.hpp); --backend auto, the default, picks it for a plan made
+// for an NVIDIA GPU when one here can run it (cli/train_backend.hpp). This
+// file is built twice: into `meshplan`, which for a GPU run execs
+// meshplan-train-cuda beside it with the same arguments (read back from
+// /proc/self/cmdline), so that `meshplan` does not load the CUDA runtime for
+// every command; and into meshplan-train-cuda (MESHPLAN_TRAIN_CUDA_BUILD,
+// cli/train_cuda.hpp), which opens the GPU: the launcher's local rank modulo
+// the GPUs it sees, so ranks share GPUs when there are fewer than ranks.
+// Without that program --backend cuda exits 2 and says why; --backend auto
+// trains on the CPU and says why.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +38,7 @@
 #include "cli/commands.hpp"
 #include "cli/run_report.hpp"
 #include "cli/sibling_program.hpp"
+#include "cli/train_backend.hpp"
 #include "cli/train_interrupt.hpp"
 #include "cli/train_progress.hpp"
 #include "executor/backend/backend.hpp"
@@ -64,7 +67,7 @@ struct TrainFlags {
   bool shrink = false;             // rehearse the plan with a model reduced to fit this machine
   std::string report_path;         // run report JSON (default: <metrics stem>.report.json)
   std::int64_t log_every = default_log_every;  // full stdout lines every N steps (train_progress.hpp)
-  std::string backend = "cpu";     // cpu, or cuda (one GPU per rank, shared when fewer; meshplan-train-cuda)
+  std::string backend = "auto";    // auto, cpu or cuda (one GPU per rank, shared when fewer; meshplan-train-cuda)
 };
 
 void report(const Problems& problems) {
@@ -220,22 +223,52 @@ std::vector<std::string> own_arguments() {
   return args;
 }
 
-// --backend cuda: the same command in meshplan-train-cuda; returns only when that cannot start.
-int exec_train_cuda() {
-  std::string why = "this meshplan was built without the CUDA toolkit (no meshplan-train-cuda)";
+constexpr const char* kNoTrainCudaProgram = "this meshplan was built without the CUDA toolkit (no meshplan-train-cuda)";
+
+// The same command in meshplan-train-cuda; returns only when that cannot start, saying why.
+std::string exec_train_cuda() {
 #if defined(MESHPLAN_TRAIN_CUDA_PROGRAM)
-  why = exec_beside_meshplan(MESHPLAN_TRAIN_CUDA_PROGRAM, own_arguments());
+  return exec_beside_meshplan(MESHPLAN_TRAIN_CUDA_PROGRAM, own_arguments());
+#else
+  return kNoTrainCudaProgram;
 #endif
-  if (leader_by_environment())
-    report({{Severity::error, "--backend", "cuda: " + why + "; --backend cpu trains on this machine's cores"}});
-  return exit_bad_input;
+}
+
+// For --backend auto: why this meshplan cannot hand the plan to a GPU, or nullopt.
+std::optional<std::string> gpu_cannot_run() {
+#if !defined(MESHPLAN_TRAIN_CUDA_PROGRAM)
+  return std::string(kNoTrainCudaProgram);
+#else
+  return nvidia_gpu_visible();
+#endif
 }
 #endif
 
-int run_train(const TrainFlags& f) {
-#if !defined(MESHPLAN_TRAIN_CUDA_BUILD)
-  if (f.backend == "cuda") return exec_train_cuda();
+// --backend as this process trains: cpu or cuda (auto resolved, its note
+// printed by the leader). In `meshplan`, cuda means: exec meshplan-train-cuda;
+// returns an exit status when that could not start for --backend cuda.
+std::optional<int> resolve_backend(TrainFlags& f, const PlanFile& pf) {
+#if defined(MESHPLAN_TRAIN_CUDA_BUILD)
+  BackendChoice choice = choose_backend(f.backend, pf, [&] { return cuda_cannot_train(pf); });
+#else
+  BackendChoice choice = choose_backend(f.backend, pf, gpu_cannot_run);
+  if (choice.backend == "cuda") {
+    const std::string why = exec_train_cuda();  // returns only when it could not start
+    if (f.backend == "cuda") {
+      if (leader_by_environment())
+        report({{Severity::error, "--backend", "cuda: " + why + "; --backend cpu trains on this machine's cores"}});
+      return exit_bad_input;
+    }
+    choice = cpu_instead(pf, why);
+  }
 #endif
+  if (!choice.note.empty() && leader_by_environment()) std::cout << "note: " << choice.note << "\n";
+  f.backend = choice.backend;
+  return std::nullopt;
+}
+
+int run_train(const TrainFlags& flags) {
+  TrainFlags f = flags;
   install_interrupt_handlers(interrupt_notice(leader_by_environment()));
   auto plan_file = read_plan_file(f.plan_path);
   if (!plan_file.ok()) {
@@ -244,6 +277,7 @@ int run_train(const TrainFlags& f) {
   }
   if (f.shrink && !shrink_for_this_machine(plan_file.value)) return exit_bad_input;
   const PlanFile& pf = plan_file.value;
+  if (const std::optional<int> status = resolve_backend(f, pf)) return *status;
   // What would stop the run later, found before MPI starts: every rank
   // checks and exits 2, so mpirun ends the job cleanly; rank 0 says why.
   const std::int64_t seq_len = exec::training_seq_len(pf.model, pf.plan);
@@ -310,7 +344,7 @@ int run_train(const TrainFlags& f) {
   if (leader) std::cout << exec::format_peak_memory(memory) << "\n";
   Problems run_problems = end.save_problems;
   const Problems report_problems =  // collective: every rank's measurement goes to rank 0
-      write_run_report(&comm, pf, predict_on_this_machine(pf, threads.threads, config.compute, f.backend == "cuda"),
+      write_run_report(&comm, pf, predict_on_this_machine(pf, threads.threads, config.compute, f.backend == "cuda", run.attention()),
                        measure_rank(comm.rank(), threads.threads, step_seconds,
                                     static_cast<double>(memory.total.peak_bytes)),
                        threads, f.report_path.empty() ? default_report_path(f.session.metrics_path) : f.report_path);
@@ -363,9 +397,10 @@ Command add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   command->add_option("--backend", f->backend,
-                      "Where a transformer trains: cpu (this machine's cores), or cuda (a GPU per rank, ranks "
-                      "sharing GPUs when there are fewer; GPT-2-style layers; meshplan-train-cuda)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+                      "Where a transformer trains: cpu (this machine's cores), cuda (a GPU per rank, ranks "
+                      "sharing GPUs when there are fewer; GPT-2-style layers; meshplan-train-cuda), or auto: cuda "
+                      "when the plan was made for an NVIDIA GPU and one here can train it, else cpu")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   command->add_option("--comm-timeout", f->comm_timeout_s,
                       "Seconds a rank waits in a collective before the job is stopped (multi-rank plans)")

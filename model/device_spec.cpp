@@ -119,6 +119,22 @@ DeviceSpec device_for_threads(const DeviceSpec& core, int threads, bool* used_th
   return d;
 }
 
+std::string to_string(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::cpu: return "cpu";
+    case DeviceKind::nvidia_gpu: return "nvidia-gpu";
+    case DeviceKind::tpu: return "tpu";
+    case DeviceKind::unspecified: break;
+  }
+  return "unspecified";
+}
+
+std::optional<DeviceKind> parse_device_kind(const std::string& text) {
+  for (DeviceKind k : {DeviceKind::cpu, DeviceKind::nvidia_gpu, DeviceKind::tpu})
+    if (text == to_string(k)) return k;
+  return std::nullopt;
+}
+
 namespace {
 
 Loaded<DeviceSpec> read_device(const YAML::Node& node, const std::string& display_name) {
@@ -128,6 +144,7 @@ Loaded<DeviceSpec> read_device(const YAML::Node& node, const std::string& displa
   DeviceSpec& device = result.value;
   device.name = root.text("name", Need::required).value_or("");
   device.source = root.text("source", Need::required).value_or("");
+  if (auto kind = root.choice("kind", Need::optional, {"cpu", "nvidia-gpu", "tpu"})) device.kind = *parse_device_kind(*kind);
   if (auto peaks = root.map("peak_tflops", Need::required)) {
     for (Dtype dtype : {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8}) {
       if (auto tflops = peaks->number(to_string(dtype), Need::optional, 1e-6, 1e6)) {

@@ -55,9 +55,19 @@ struct ThreadedRates {
   std::array<double, kStreamOps> op_bandwidth_bytes_per_s{};
 };
 
+// What processor a device is, so that `meshplan train` knows which backend
+// can run a plan made for it (docs/presets.md, "kind"): a CPU, an NVIDIA GPU
+// (the CUDA backend), or a TPU (planned for, not trained on). Presets
+// written before the field existed read as unspecified.
+enum class DeviceKind { unspecified, cpu, nvidia_gpu, tpu };
+std::string to_string(DeviceKind kind);
+std::optional<DeviceKind> parse_device_kind(const std::string& text);
+inline constexpr const char* device_kind_choices = "cpu, nvidia-gpu, tpu";
+
 struct DeviceSpec {
   std::string name;
   std::string source;
+  DeviceKind kind = DeviceKind::unspecified;
   std::map<Dtype, double> peak_flops_per_s;  // dense peak; absent = unsupported
   double memory_bytes = 0;                   // capacity
   double memory_bandwidth_bytes_per_s = 0;

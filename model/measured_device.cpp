@@ -388,6 +388,8 @@ Loaded<MeasuredDeviceFigures> derive_device_figures(const DeviceMeasurements& m,
 
 DeviceSpec apply_measured_figures(const DeviceSpec& base, const MeasuredDeviceFigures& f, const DeviceMeasurements& m) {
   DeviceSpec d = base;
+  // The file's rows are of a CUDA device (scripts/gpu/measure_device.py, calibrate --backend cuda).
+  if (d.kind == DeviceKind::unspecified) d.kind = DeviceKind::nvidia_gpu;
   if (m.memory_bytes > 0) d.memory_bytes = rounded("%.2f", m.memory_bytes / (1024.0 * 1024 * 1024)) * 1024.0 * 1024 * 1024;
   d.compute_units = f.compute_units;
   if (f.gemm_fraction) d.gemm_efficiency = *f.gemm_fraction;
@@ -532,6 +534,8 @@ std::string measured_device_yaml(const DeviceSpec& d, const MeasuredDeviceFigure
     << "name: " << d.name << "\n"
     << "source: \"" << d.source.substr(0, d.source.find(kMeasuredMark)) << kMeasuredMark << m.file
     << (m.device_name.empty() ? "" : ", " + m.device_name) << (m.software.empty() ? "" : ", " + m.software) << "\"\n"
+    << "kind: " << to_string(d.kind) << "   # "
+    << (base_comments.count("kind") ? kept("kind") : "the file's rows are of a CUDA device") << "\n"
     << "peak_tflops:            # " << (base_comments.count("peak_tflops") ? kept("peak_tflops") : "dense peaks, " + from_base) << "\n";
   for (const auto& [dtype, flops] : d.peak_flops_per_s) {
     y << "  " << to_string(dtype) << ": " << number(flops / 1e12) << "   # " << kept("peak_tflops." + to_string(dtype)) << "\n";

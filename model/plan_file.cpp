@@ -199,6 +199,7 @@ Json device_to_json(const DeviceSpec& device) {
   Json j;
   j["name"] = device.name;
   j["source"] = device.source;
+  if (device.kind != DeviceKind::unspecified) j["kind"] = to_string(device.kind);
   Json peaks = Json::object();
   for (const auto& [dtype, flops] : device.peak_flops_per_s) peaks[to_string(dtype)] = flops;
   j["peak_flops_per_s"] = peaks;
@@ -324,6 +325,8 @@ void read_attention_curve(JsonObject& object, const char* key, std::vector<Atten
 void read_device(JsonObject& device, DeviceSpec& out) {
   out.name = device.text("name", Need::required).value_or("");
   out.source = device.text("source", Need::required).value_or("");
+  // Optional: files written before 2026-11-27 do not say what the device is.
+  if (auto kind = device.choice("kind", Need::optional, {"cpu", "nvidia-gpu", "tpu"})) out.kind = *parse_device_kind(*kind);
   if (auto peaks = device.object("peak_flops_per_s", Need::required)) {
     for (Dtype dtype : {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8}) {
       if (auto flops = peaks->number(to_string(dtype), Need::optional, 1e-3, 1e21)) out.peak_flops_per_s[dtype] = *flops;

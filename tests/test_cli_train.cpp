@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/train_backend.hpp"
 #include "cli/train_interrupt.hpp"
 #include "cli/train_progress.hpp"
 #include "cli_runner.hpp"
@@ -34,10 +35,11 @@ std::string emit_plan(const std::string& name, const std::string& mesh, std::int
 }
 
 // The tiny byte-level GPT (tests/parallel/gpt-tiny-bytes.yaml) on `mesh` of `gpus` devices, micro-batch 2, global batch 8.
-std::string emit_gpt_plan(const std::string& name, const std::string& mesh, int gpus) {
+std::string emit_gpt_plan(const std::string& name, const std::string& mesh, int gpus,
+                          const std::string& cluster = "local-cpu") {
   const auto path = temp_path(name).string();
   const CliRun r = run({"explain", "--model", MESHPLAN_TEST_SOURCE "/parallel/gpt-tiny-bytes.yaml", "--cluster",
-                        "local-cpu", "--gpus", std::to_string(gpus), "--mesh", mesh, "--micro-batch", "2",
+                        cluster, "--gpus", std::to_string(gpus), "--mesh", mesh, "--micro-batch", "2",
                         "--global-batch", "8", "--precision", "fp32", "--emit-plan", path});
   EXPECT_EQ(r.status, 0) << r.err;
   return path;
@@ -205,7 +207,77 @@ TEST(CliTrain, BackendCudaTrainsOnAGpuOrSaysWhyNot) {
   EXPECT_NE(r.err.find("--backend"), std::string::npos) << r.err;
   r = run({"train", "--plan", plan, "--steps", "1", "--backend", "tpu"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("--backend: tpu not in {cpu,cuda}"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--backend: tpu not in {auto,cpu,cuda}"), std::string::npos) << r.err;
+}
+
+// --backend auto (the default): a plan made for an NVIDIA GPU trains on the
+// CPU when no GPU can take it, and says why; a plan made for the CPU says
+// nothing. CUDA_VISIBLE_DEVICES='' hides any GPU, so the test reads the same
+// on every machine.
+TEST(CliTrain, BackendAutoSaysWhyAGpuPlanTrainsOnTheCpu) {
+  const std::string data = "text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp";
+  const std::string gpu_plan = emit_gpt_plan("auto-gpt-a100.json", "dp=1", 1, "dgx-a100");
+  const auto metrics = temp_path("auto-gpt.jsonl");
+  std::filesystem::remove(metrics);
+  CliRun r = run_under({"env", "CUDA_VISIBLE_DEVICES="},
+                       {"train", "--plan", gpu_plan, "--data", data, "--steps", "2", "--metrics", metrics.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("note: the plan was made for a100-80g, an NVIDIA GPU, but "), std::string::npos) << r.out;
+  EXPECT_TRUE(r.out.find("CUDA_VISIBLE_DEVICES='' hides every GPU") != std::string::npos ||
+              r.out.find("without the CUDA toolkit") != std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("training on this machine's cores"), std::string::npos) << r.out;
+  EXPECT_EQ(losses(metrics).size(), 2u) << r.out;
+
+  // The same plan with --backend cpu, and a plan made for local-cpu: no note.
+  r = run_under({"env", "CUDA_VISIBLE_DEVICES="},
+                {"train", "--plan", gpu_plan, "--data", data, "--steps", "1", "--backend", "cpu"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find("an NVIDIA GPU"), std::string::npos) << r.out;
+  r = run({"train", "--plan", emit_gpt_plan("auto-gpt-cpu.json", "dp=1", 1), "--data", data, "--steps", "1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find("note: the plan was made for"), std::string::npos) << r.out;
+  expect_no_crash_text(r);
+}
+
+// choose_backend's rules, without a process: the device's kind, the model's
+// kind and the GPU check, each deciding.
+TEST(TrainBackend, AutoPicksCudaOnlyForATransformerPlannedForAnNvidiaGpuThatAGpuHereRuns) {
+  using meshplan::cli::choose_backend;
+  meshplan::PlanFile pf;
+  pf.model.kind = meshplan::ModelKind::transformer;
+  pf.cluster.device.name = "h100-sxm";
+  pf.cluster.device.kind = meshplan::DeviceKind::nvidia_gpu;
+  int asked = 0;
+  const auto runs = [&]() -> std::optional<std::string> { return ++asked, std::nullopt; };
+  const auto cannot = [&]() -> std::optional<std::string> { return ++asked, std::string("no GPU (test)"); };
+
+  EXPECT_EQ(choose_backend("auto", pf, runs).backend, "cuda");
+  EXPECT_EQ(choose_backend("auto", pf, runs).note, "");
+  const meshplan::cli::BackendChoice refused = choose_backend("auto", pf, cannot);
+  EXPECT_EQ(refused.backend, "cpu");
+  EXPECT_NE(refused.note.find("h100-sxm, an NVIDIA GPU, but no GPU (test)"), std::string::npos) << refused.note;
+  EXPECT_EQ(asked, 3);
+  // Given flags are kept, unasked.
+  EXPECT_EQ(choose_backend("cpu", pf, runs).backend, "cpu");
+  EXPECT_EQ(choose_backend("cuda", pf, cannot).backend, "cuda");
+  EXPECT_EQ(asked, 3);
+  // A plan for a CPU, a TPU or a preset that does not say: cpu, no note, no GPU asked.
+  for (meshplan::DeviceKind kind :
+       {meshplan::DeviceKind::cpu, meshplan::DeviceKind::tpu, meshplan::DeviceKind::unspecified}) {
+    pf.cluster.device.kind = kind;
+    const meshplan::cli::BackendChoice c = choose_backend("auto", pf, runs);
+    EXPECT_EQ(c.backend, "cpu");
+    EXPECT_EQ(c.note, "");
+  }
+  EXPECT_EQ(asked, 3);
+  // An MLP planned for a GPU: cpu, and why.
+  pf.cluster.device.kind = meshplan::DeviceKind::nvidia_gpu;
+  pf.model.kind = meshplan::ModelKind::mlp;
+  const meshplan::cli::BackendChoice mlp = choose_backend("auto", pf, runs);
+  EXPECT_EQ(mlp.backend, "cpu");
+  EXPECT_NE(mlp.note.find("trains on the CPU only"), std::string::npos) << mlp.note;
+  EXPECT_EQ(asked, 3);
 }
 
 // An unwritable --checkpoint-dir is found before training, not at the first

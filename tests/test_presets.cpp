@@ -53,6 +53,20 @@ TEST(Presets, EveryPresetLoadsAndNameMatchesFile) {
   }
 }
 
+// `kind` decides which backend `train --backend auto` picks (cli/train_backend.hpp).
+TEST(Presets, EveryDeviceSaysWhatKindItIs) {
+  for (const auto& name : {"v100-32g", "a100-40g", "a100-80g", "h100-sxm", "h200"})
+    EXPECT_EQ(load_device(name).value.kind, DeviceKind::nvidia_gpu) << name;
+  EXPECT_EQ(load_device("local-cpu").value.kind, DeviceKind::cpu);
+  EXPECT_EQ(load_device("tpu-v5p").value.kind, DeviceKind::tpu);
+  const std::string base = "name: dev\nsource: test\npeak_tflops:\n  fp32: 1\nmemory_gib: 8\nmemory_bandwidth_gb_per_s: 100\n";
+  EXPECT_EQ(load_device_text(base, "dev.yaml").value.kind, DeviceKind::unspecified);  // optional
+  const auto bad = load_device_text(base + "kind: gpu\n", "dev.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(messages(bad.problems).find("kind"), std::string::npos) << messages(bad.problems);
+  EXPECT_NE(messages(bad.problems).find("nvidia-gpu"), std::string::npos) << messages(bad.problems);
+}
+
 TEST(Presets, InterconnectFiguresOfTheSeedGuides) {
   // NVLink A100/H100 600/900 GB/s counting both directions, PCIe 4.0 64 GB/s,
   // 8 x 200 Gb/s HDR = 200 GB/s per DGX A100 node, 10 GbE = 1.25 GB/s.

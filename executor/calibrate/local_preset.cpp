@@ -176,6 +176,7 @@ std::string device_yaml(const Calibration& c, const PresetFigures& f, const std:
     << "# Run `meshplan calibrate` again to refresh; delete this file to go back to the built-in placeholder.\n"
     << measurement_comment(c) << cold_comment(c, f) << "name: local-cpu\n"
     << "source: \"meshplan calibrate" << (quick ? " --quick" : "") << ", " << when << ", " << host_name() << "\"\n"
+    << "kind: cpu   # this machine's cores: meshplan train runs its plans on the CPU backend\n"
     << "peak_tflops:\n"
     << "  fp32: " << six_digits(f.fp32_flops_per_s / 1e12)
     << "   # measured: best one-thread fp32 GEMM rate above (not a datasheet peak)";

@@ -43,13 +43,7 @@ class CudaGptOps final : public GptOps {
     tensor_cores_ = major >= 8;
   }
 
-  Problems model_problems(const TpShape& s) const override {
-    Problems problems;
-    if (s.rms()) problems.push_back(unsupported("model.norm", "RMSNorm"));
-    if (s.dims.feed_forward != FeedForward::gelu) problems.push_back(unsupported("model.feed_forward", "a gated MLP"));
-    if (s.rotary()) problems.push_back(unsupported("model.positions", "rotary positions"));
-    return problems;
-  }
+  Problems model_problems(const TpShape& s) const override { return cuda_gpt_model_problems(s.dims); }
 
   Problems set_matmul_precision(Precision precision) override {
     if (precision != Precision::fp32 && precision != Precision::bf16)
@@ -123,6 +117,7 @@ class CudaGptOps final : public GptOps {
   void rotate_qk(const TpShape&, float*, std::int64_t, std::int64_t, bool) override {}  // model_problems refuses rotary
   // fp32 attention keeps the probabilities [B, heads, T, T]; bf16 flash attention keeps [lse | qkv | out]
   // (FlashState below), O(T) per row instead of O(T^2).
+  Attention attention(const TpShape& s) const override { return flash(s) ? Attention::fused : Attention::unfused; }
   std::int64_t attention_state_elements(const TpShape& s, std::int64_t B, std::int64_t T) const override {
     if (flash(s)) return FlashState::floats(s, B, T);
     return attention_probability_elements(s, B, T);
@@ -270,5 +265,13 @@ class CudaGptOps final : public GptOps {
 }  // namespace
 
 std::unique_ptr<GptOps> make_cuda_gpt_ops(CudaBackend& backend) { return std::make_unique<CudaGptOps>(backend); }
+
+Problems cuda_gpt_model_problems(const TransformerDims& dims) {
+  Problems problems;
+  if (dims.norm == Norm::rmsnorm) problems.push_back(unsupported("model.norm", "RMSNorm"));
+  if (dims.feed_forward != FeedForward::gelu) problems.push_back(unsupported("model.feed_forward", "a gated MLP"));
+  if (dims.positions == Positions::rotary) problems.push_back(unsupported("model.positions", "rotary positions"));
+  return problems;
+}
 
 }  // namespace meshplan::exec::parallel

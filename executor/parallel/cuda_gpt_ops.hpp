@@ -27,7 +27,7 @@
 // GeGLU, rotary positions. The fused bf16 cross-entropy of kernels.hpp
 // (no fp32 logits) is the next step.
 //
-// defines: make_cuda_gpt_ops
+// defines: make_cuda_gpt_ops, cuda_gpt_model_problems
 #pragma once
 
 #include <memory>
@@ -39,5 +39,9 @@ namespace meshplan::exec::parallel {
 
 // The ops of `backend`'s GPU (which must outlive them), on its default stream.
 std::unique_ptr<GptOps> make_cuda_gpt_ops(CudaBackend& backend);
+
+// The layers of a model these ops do not run (their model_problems), by
+// model field; asked before a GPU is opened (`train --backend auto`).
+Problems cuda_gpt_model_problems(const TransformerDims& dims);
 
 }  // namespace meshplan::exec::parallel

@@ -29,6 +29,7 @@
 #include "executor/backend/backend.hpp"
 #include "executor/parallel/shard_layout.hpp"
 #include "kernels/cpu/adamw_hyperparameters.hpp"
+#include "model/plan.hpp"
 #include "model/precision.hpp"
 #include "model/problem.hpp"
 
@@ -119,6 +120,10 @@ class GptOps {
   // backward (`state`) is the op's own (the CPU keeps the probabilities
   // [B, heads, T, T]); attention_state_elements says how many floats.
   virtual std::int64_t attention_state_elements(const TpShape& s, std::int64_t B, std::int64_t T) const = 0;
+  // How that attention computes, as the cost model names it (plan.hpp):
+  // unfused keeps the s x s probabilities, fused (flash) O(s) per row. The
+  // run report prices the step with it.
+  virtual Attention attention(const TpShape&) const { return Attention::unfused; }
   virtual void attention_forward(const TpShape& s, float* out, float* state, const float* qkv, std::int64_t B,
                                  std::int64_t T) = 0;
   // Accumulates dqkv.

@@ -169,6 +169,8 @@ class ParallelGpt {
   // the whole vocabulary (the arg-max prediction; a tie counts as correct).
   // Summed over tp, the micro-batch's correct next-token predictions.
   std::int64_t correct_predictions() const { return correct_; }
+  // How the ops compute attention at the present matmul precision (GptOps::attention).
+  Attention attention() const { return ops_->attention(shape_); }
   // fp32 (default) or bf16 GEMMs; problems name "--precision" (MatmulRunner).
   Problems set_matmul_precision(Precision precision) { return ops_->set_matmul_precision(precision); }
   Precision matmul_precision() const { return ops_->matmul_precision(); }

@@ -37,6 +37,7 @@ class Engine {
   virtual EvalResult evaluate(data::DataLoader& loader, std::int64_t max_samples) = 0;  // collective
   virtual bool classifier(const data::BatchShape& shape) const = 0;  // evaluated once per epoch
   virtual Backend& backend() { return default_backend(); }           // where the model's memory is
+  virtual Attention attention() const { return Attention::unfused; }  // a transformer's, as its ops compute it
 };
 
 class ParallelEngine final : public Engine {
@@ -64,6 +65,7 @@ class ParallelEngine final : public Engine {
   // Next-token prediction over a vocabulary is classification: evaluated once per epoch.
   bool classifier(const data::BatchShape& shape) const override { return shape.classes > 0; }
   Backend& backend() override { return device_.backend ? *device_.backend : default_backend(); }
+  Attention attention() const override { return model_->attention(); }
 
  private:
   TrainingDevice device_;                             // first: everything below lives on it
@@ -383,6 +385,7 @@ TrainingDevice& TrainingDevice::operator=(TrainingDevice&&) noexcept = default;
 TrainingDevice::~TrainingDevice() = default;
 
 MemorySnapshot TrainingSession::memory() const { return state_->engine->backend().ledger().snapshot(); }
+Attention TrainingSession::attention() const { return state_->engine->attention(); }
 
 void TrainingSession::final_evaluation() {
   if (!state_->classifier) state_->evaluate(state_->options.steps);

@@ -135,6 +135,8 @@ class TrainingSession {
   void final_evaluation();
   // The memory ledger of the device the model lives on (this rank's).
   MemorySnapshot memory() const;
+  // A transformer's attention as its ops compute it (fused: flash attention on a GPU in bf16); unfused otherwise.
+  Attention attention() const;
 
  private:
   struct State;
