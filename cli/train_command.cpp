@@ -249,7 +249,7 @@ std::optional<std::string> gpu_cannot_run() {
 // returns an exit status when that could not start for --backend cuda.
 std::optional<int> resolve_backend(TrainFlags& f, const PlanFile& pf) {
 #if defined(MESHPLAN_TRAIN_CUDA_BUILD)
-  BackendChoice choice = choose_backend(f.backend, pf, [&] { return cuda_cannot_train(pf); });
+  BackendChoice choice = choose_backend(f.backend, pf, cuda_cannot_train);
 #else
   BackendChoice choice = choose_backend(f.backend, pf, gpu_cannot_run);
   if (choice.backend == "cuda") {
@@ -398,7 +398,7 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--backend", f->backend,
                       "Where a transformer trains: cpu (this machine's cores), cuda (a GPU per rank, ranks "
-                      "sharing GPUs when there are fewer; GPT-2-style layers; meshplan-train-cuda), or auto: cuda "
+                      "sharing GPUs when there are fewer; meshplan-train-cuda), or auto: cuda "
                       "when the plan was made for an NVIDIA GPU and one here can train it, else cpu")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();

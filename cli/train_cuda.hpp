@@ -11,7 +11,6 @@
 #include <string>
 
 #include "executor/train/session.hpp"
-#include "model/plan_file.hpp"
 #include "model/problem.hpp"
 
 namespace meshplan::cli {
@@ -20,7 +19,7 @@ namespace meshplan::cli {
 Loaded<exec::TrainingDevice> open_cuda_training_device();
 
 // For --backend auto (train_backend.hpp): why no GPU here trains the plan's
-// transformer (none usable, or layers the GPU ops do not run), or nullopt.
-std::optional<std::string> cuda_cannot_train(const PlanFile& plan_file);
+// transformer (none usable), or nullopt.
+std::optional<std::string> cuda_cannot_train();
 
 }  // namespace meshplan::cli

@@ -22,11 +22,6 @@ namespace {
 
 namespace cu = kernels::cuda;
 
-Problem unsupported(const std::string& field, const std::string& what) {
-  return {Severity::error, field, what + " does not run on the GPU yet (executor/parallel/cuda_gpt_ops.hpp); "
-                                         "train this model with --backend cpu"};
-}
-
 class CudaGptOps final : public GptOps {
  public:
   explicit CudaGptOps(CudaBackend& backend)
@@ -43,7 +38,6 @@ class CudaGptOps final : public GptOps {
     tensor_cores_ = major >= 8;
   }
 
-  Problems model_problems(const TpShape& s) const override { return cuda_gpt_model_problems(s.dims); }
 
   Problems set_matmul_precision(Precision precision) override {
     if (precision != Precision::fp32 && precision != Precision::bf16)
@@ -98,23 +92,39 @@ class CudaGptOps final : public GptOps {
   void bias_backward(float* dbias, const float* dout, std::int64_t rows, std::int64_t C) override {
     cu::bias_backward(dbias, dout, rows, C, stream_);
   }
-  void norm_forward(const TpShape&, float* out, float* mean, float* rstd, const float* x, const float* weight,
+  void norm_forward(const TpShape& s, float* out, float* mean, float* rstd, const float* x, const float* weight,
                     const float* bias, std::int64_t rows, std::int64_t C) override {
-    cu::layernorm_forward(out, mean, rstd, x, weight, bias, rows, C, stream_);
+    if (s.rms()) cu::rmsnorm_forward(out, rstd, x, weight, rows, C, s.dims.norm_eps, stream_);
+    else cu::layernorm_forward(out, mean, rstd, x, weight, bias, rows, C, stream_);
   }
-  void norm_backward(const TpShape&, float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+  void norm_backward(const TpShape& s, float* dx, float* dweight, float* dbias, const float* dout, const float* x,
                      const float* weight, const float* mean, const float* rstd, std::int64_t rows,
                      std::int64_t C) override {
-    cu::layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, rows, C, stream_);
+    if (s.rms()) cu::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, rows, C, stream_);
+    else cu::layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, rows, C, stream_);
   }
-  void mlp_activation_forward(const TpShape&, float* out, const float* in, std::int64_t rows, std::int64_t F) override {
-    cu::gelu_forward(out, in, rows * F, stream_);
+  void mlp_activation_forward(const TpShape& s, float* out, const float* in, std::int64_t rows, std::int64_t F) override {
+    switch (s.dims.feed_forward) {
+      case FeedForward::gelu: cu::gelu_forward(out, in, rows * F, stream_); return;
+      case FeedForward::swiglu: cu::swiglu_forward(out, in, rows, F, stream_); return;
+      case FeedForward::geglu: cu::geglu_forward(out, in, rows, F, stream_); return;
+    }
   }
-  void mlp_activation_backward(const TpShape&, float* din, const float* dout, const float* in, std::int64_t rows,
+  void mlp_activation_backward(const TpShape& s, float* din, const float* dout, const float* in, std::int64_t rows,
                                std::int64_t F) override {
-    cu::gelu_backward(din, in, dout, rows * F, stream_);
+    switch (s.dims.feed_forward) {
+      case FeedForward::gelu: cu::gelu_backward(din, in, dout, rows * F, stream_); return;
+      case FeedForward::swiglu: cu::swiglu_backward(din, dout, in, rows, F, stream_); return;
+      case FeedForward::geglu: cu::geglu_backward(din, dout, in, rows, F, stream_); return;
+    }
   }
-  void rotate_qk(const TpShape&, float*, std::int64_t, std::int64_t, bool) override {}  // model_problems refuses rotary
+  void rotate_qk(const TpShape& s, float* qkv, std::int64_t rows, std::int64_t seq_len, bool inverse) override {
+    if (!s.rotary()) return;
+    const std::int64_t D = s.head_dim, stride = s.qkv_local();
+    cu::rope_apply(qkv, rows, seq_len, s.heads_local(), D, stride, s.dims.rope_theta, inverse, stream_);
+    cu::rope_apply(qkv + s.q_local(), rows, seq_len, s.kv_heads_local(), D, stride, s.dims.rope_theta, inverse,
+                   stream_);
+  }
   // fp32 attention keeps the probabilities [B, heads, T, T]; bf16 flash attention keeps [lse | qkv | out]
   // (FlashState below), O(T) per row instead of O(T^2).
   Attention attention(const TpShape& s) const override { return flash(s) ? Attention::fused : Attention::unfused; }
@@ -265,13 +275,5 @@ class CudaGptOps final : public GptOps {
 }  // namespace
 
 std::unique_ptr<GptOps> make_cuda_gpt_ops(CudaBackend& backend) { return std::make_unique<CudaGptOps>(backend); }
-
-Problems cuda_gpt_model_problems(const TransformerDims& dims) {
-  Problems problems;
-  if (dims.norm == Norm::rmsnorm) problems.push_back(unsupported("model.norm", "RMSNorm"));
-  if (dims.feed_forward != FeedForward::gelu) problems.push_back(unsupported("model.feed_forward", "a gated MLP"));
-  if (dims.positions == Positions::rotary) problems.push_back(unsupported("model.positions", "rotary positions"));
-  return problems;
-}
 
 }  // namespace meshplan::exec::parallel

@@ -20,14 +20,17 @@
 //                   CPU does (gpt_kernels.hpp: attention_*_fp32), multi-head
 //                   and grouped-query, the backward's score gradients in a
 //                   workspace of the same size
+//   Llama layers    RMSNorm, SwiGLU and GeGLU, rotary positions
+//                   (kernels.hpp: rmsnorm_*, swiglu_*, geglu_*, rope_apply),
+//                   the CPU kernels' formulas
 //   the rest        gpt_kernels.hpp: vocabulary-parallel embedding and loss
 //                   phases, positions, residual with bias
 //
-// Not run on the GPU yet (model_problems names them): RMSNorm, SwiGLU and
-// GeGLU, rotary positions. The fused bf16 cross-entropy of kernels.hpp
-// (no fp32 logits) is the next step.
+// The fused bf16 cross-entropy of kernels.hpp (no fp32 logits) is the next
+// step: the loss keeps fp32 logits, overwritten in place by the
+// probabilities and their gradient.
 //
-// defines: make_cuda_gpt_ops, cuda_gpt_model_problems
+// defines: make_cuda_gpt_ops
 #pragma once
 
 #include <memory>
@@ -39,9 +42,5 @@ namespace meshplan::exec::parallel {
 
 // The ops of `backend`'s GPU (which must outlive them), on its default stream.
 std::unique_ptr<GptOps> make_cuda_gpt_ops(CudaBackend& backend);
-
-// The layers of a model these ops do not run (their model_problems), by
-// model field; asked before a GPU is opened (`train --backend auto`).
-Problems cuda_gpt_model_problems(const TransformerDims& dims);
 
 }  // namespace meshplan::exec::parallel

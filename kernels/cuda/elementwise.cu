@@ -1,12 +1,13 @@
 // The elementwise kernels, AdamW and the squared norm of kernels.hpp: one
 // thread per element in a grid-stride loop, the formulas of the CPU kernels
-// (kernels/cpu/activation.cpp, residual.cpp) in float; AdamW's element
+// (kernels/cpu/activation.cpp, residual.cpp) in float, GELU's through gelu.cuh; AdamW's element
 // update is adamw_multi_chunks.hpp's, shared with the multi-tensor step.
 #include <cmath>
 
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cuda/adamw_multi_chunks.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/grid.cuh"
 #include "kernels/cuda/kernels.hpp"
 
@@ -14,33 +15,12 @@ namespace meshplan::kernels::cuda {
 namespace {
 
 
-constexpr float kGeluScale = kernels::kGeluScale<float>;  // kernels/cpu/activation.hpp's
-constexpr float kGeluCubic = kernels::kGeluCubic<float>;
-
-// GPT-2's GELU 0.5 x (1 + tanh u), written as x sigmoid(2u): for x below
-// about -2, 1 + tanh u cancels (tanh u near -1) and loses up to 1e-4 of the
-// result's relative precision in fp32; 1 / (1 + exp(-2u)) keeps it. The
-// backward likewise: 0.5 (1 + tanh u) = s, 0.5 (1 - tanh^2 u) = 2 s (1 - s).
-__device__ __forceinline__ float sigmoid_2u(float u) { return 1.0f / (1.0f + expf(-2.0f * u)); }
-
 __global__ void gelu_forward_kernel(float* out, const float* inp, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    out[i] = x * sigmoid_2u(u);
-  }
+  MESHPLAN_GRID_STRIDE(i, n) out[i] = gelu_value(inp[i]);
 }
 
 __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    const float s = sigmoid_2u(u), s_minus = sigmoid_2u(-u);  // 1 - s, without the cancellation
-    const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    dinp[i] += (s + 2.0f * x * s * s_minus * du_dx) * dout[i];
-  }
+  MESHPLAN_GRID_STRIDE(i, n) dinp[i] += gelu_derivative(inp[i]) * dout[i];
 }
 
 __global__ void residual_forward_kernel(float* out, const float* a, const float* b, std::int64_t n) {

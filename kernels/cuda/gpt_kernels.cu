@@ -12,10 +12,6 @@
 namespace meshplan::kernels::cuda {
 namespace {
 
-#define MESHPLAN_GRID_STRIDE(i, n)                                                                   \
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-
 __global__ void scale_kernel(float* x, float factor, std::int64_t n) {
   MESHPLAN_GRID_STRIDE(i, n) x[i] *= factor;
 }

@@ -3,7 +3,7 @@
 // the rest), and the block-wide sum and maximum with every thread getting
 // the result, in a fixed tree order (the same bits every run).
 //
-// defines: kThreads, blocks_for, block_sum, block_max
+// defines: kThreads, blocks_for, MESHPLAN_GRID_STRIDE, block_sum, block_max
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,11 @@ inline int blocks_for(std::int64_t n) {
   const std::int64_t blocks = (n + kThreads - 1) / kThreads;
   return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
 }
+
+// The grid-stride loop over [0, n) of a one-thread-per-element kernel.
+#define MESHPLAN_GRID_STRIDE(i, n)                                                                   \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 
 // `shared` holds blockDim.x floats; blockDim.x is a power of two; every thread of the block calls it.
 __device__ inline float block_sum(float value, float* shared) {

@@ -17,6 +17,10 @@
 //                                    dweight and dbias by a block per 32
 //                                    channels, rows summed in a fixed order:
 //                                    deterministic, no float atomics
+//   rmsnorm_forward, _backward       the same for RMSNorm (no mean, no bias)
+//   swiglu_*, geglu_*                gated MLP activations of [gate | up]
+//                                    rows (gated_mlp.cu); backward accumulates
+//   rope_apply                       rotary positions on heads, in place
 //   adamw_update                     kernels/cpu/adamw.hpp's step, elementwise
 //   squared_norm                     sum of squares in double: a fixed grid of
 //                                    per-block partial sums, then one block
@@ -46,7 +50,8 @@
 //                                    flash_attention.cu)
 //
 // defines: gelu_forward, gelu_backward, residual_forward, residual_backward,
-// layernorm_forward, layernorm_backward, adamw_update, squared_norm,
+// layernorm_forward, layernorm_backward, rmsnorm_forward, rmsnorm_backward,
+// swiglu_forward, swiglu_backward, geglu_forward, geglu_backward, rope_apply, adamw_update, squared_norm,
 // AdamWTensor, AdamWTensorList, adamw_update_multi, global_squared_norm,
 // embedding_forward, embedding_backward, DeviceEmbeddingGroups,
 // softmax_cross_entropy, flash_attention_forward, flash_attention_backward
@@ -74,6 +79,28 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
                         cudaStream_t stream);
+
+// kernels/cpu/rmsnorm.hpp's contract: out [N, C] and rstd [N] written (eps
+// inside the root); the backward accumulates dinp [N, C] and dweight [C].
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, std::int64_t N, std::int64_t C,
+                     double eps, cudaStream_t stream);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, std::int64_t N, std::int64_t C, cudaStream_t stream);
+
+// kernels/cpu/swiglu.hpp's contract: inp [N, 2F] (each row [gate | up]), out
+// [N, F] written; the backward accumulates dinp [N, 2F].
+void swiglu_forward(float* out, const float* inp, std::int64_t N, std::int64_t F, cudaStream_t stream);
+void swiglu_backward(float* dinp, const float* dout, const float* inp, std::int64_t N, std::int64_t F,
+                     cudaStream_t stream);
+void geglu_forward(float* out, const float* inp, std::int64_t N, std::int64_t F, cudaStream_t stream);
+void geglu_backward(float* dinp, const float* dout, const float* inp, std::int64_t N, std::int64_t F,
+                    cudaStream_t stream);
+
+// kernels/cpu/rope.hpp's contract: rotates `heads` heads of head_dim at the
+// start of each of `rows` rows (row_stride floats apart; row r at position r
+// mod seq_len) in place; `inverse` rotates back (the backward).
+void rope_apply(float* x, std::int64_t rows, std::int64_t seq_len, std::int64_t heads, std::int64_t head_dim,
+                std::int64_t row_stride, double theta, bool inverse, cudaStream_t stream);
 
 void adamw_update(float* params, const float* grads, float* m, float* v, std::int64_t n, std::int64_t step,
                   const AdamWHyperparameters& hp, cudaStream_t stream);

@@ -1,7 +1,9 @@
-// LayerNorm of kernels.hpp: the CPU kernel's formulas (kernels/cpu/
-// layernorm.cpp: two-pass statistics, dinp = rstd (g - mean(g) - xhat
-// mean(g xhat)) with g = dout weight), one block per row; the weight and bias
-// gradients by one block per 32 channels, in a fixed order (below).
+// LayerNorm and RMSNorm of kernels.hpp: the CPU kernels' formulas
+// (kernels/cpu/layernorm.cpp: two-pass statistics, dinp = rstd (g - mean(g)
+// - xhat mean(g xhat)) with g = dout weight; kernels/cpu/rmsnorm.cpp: the
+// same without the mean and mean(g) terms, eps inside the root), one block
+// per row; the weight (and bias) gradients by one block per 32 channels, in
+// a fixed order (below).
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/grid.cuh"
@@ -52,15 +54,48 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   }
 }
 
+__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight, std::int64_t C,
+                                       float eps) {
+  __shared__ float shared[kThreads];
+  const std::int64_t row = blockIdx.x;
+  const float* x = inp + row * C;
+  float sum_sq = 0;
+  for (std::int64_t c = threadIdx.x; c < C; c += kThreads) sum_sq += x[c] * x[c];
+  const float s = 1.0f / sqrtf(block_sum(sum_sq, shared) * (1.0f / static_cast<float>(C)) + eps);
+  float* y = out + row * C;
+  for (std::int64_t c = threadIdx.x; c < C; c += kThreads) y[c] = x[c] * s * weight[c];
+  if (threadIdx.x == 0) rstd[row] = s;
+}
+
+__global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
+                                              const float* rstd, std::int64_t C) {
+  __shared__ float shared[kThreads];
+  const std::int64_t row = blockIdx.x;
+  const float* x = inp + row * C;
+  const float* dy = dout + row * C;
+  const float s = rstd[row];
+  float g_xhat_sum = 0;
+  for (std::int64_t c = threadIdx.x; c < C; c += kThreads) g_xhat_sum += dy[c] * weight[c] * x[c] * s;
+  const float mean_g_xhat = block_sum(g_xhat_sum, shared) * (1.0f / static_cast<float>(C));
+  float* dx = dinp + row * C;
+  for (std::int64_t c = threadIdx.x; c < C; c += kThreads) {
+    const float xhat = x[c] * s;
+    dx[c] += s * (dy[c] * weight[c] - xhat * mean_g_xhat);
+  }
+}
+
 // One block per 32 channels: lane x of each warp reads channel x (a row's 32
 // channels are one 128-byte line), warp y sums rows y, y + 32, ... in order,
 // then the 32 partial sums are added in a fixed tree: deterministic, no
-// atomics, and every row is read once.
+// atomics, and every row is read once. LayerNorm (kCentered): xhat =
+// (x - mean) rstd and a bias gradient; RMSNorm: xhat = x rstd, no bias
+// (mean and dbias unused).
 constexpr int kParamChannels = 32, kParamRowLanes = 32;
 
+template <bool kCentered>
 __global__ void __launch_bounds__(kParamChannels * kParamRowLanes)
-    layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout, const float* inp,
-                                     const float* mean, const float* rstd, std::int64_t N, std::int64_t C) {
+    norm_backward_params_kernel(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
+                                const float* rstd, std::int64_t N, std::int64_t C) {
   __shared__ float dw_part[kParamRowLanes][kParamChannels + 1];
   __shared__ float db_part[kParamRowLanes][kParamChannels + 1];
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(kParamChannels) + threadIdx.x;
@@ -69,7 +104,7 @@ __global__ void __launch_bounds__(kParamChannels * kParamRowLanes)
     for (std::int64_t row = threadIdx.y; row < N; row += kParamRowLanes) {
       const float dy = dout[row * C + c];
       db += dy;
-      dw += dy * (inp[row * C + c] - mean[row]) * rstd[row];
+      dw += dy * (kCentered ? inp[row * C + c] - mean[row] : inp[row * C + c]) * rstd[row];
     }
   }
   dw_part[threadIdx.y][threadIdx.x] = dw;
@@ -84,9 +119,11 @@ __global__ void __launch_bounds__(kParamChannels * kParamRowLanes)
   }
   if (threadIdx.y == 0 && c < C) {
     dweight[c] += dw_part[0][threadIdx.x];
-    dbias[c] += db_part[0][threadIdx.x];
+    if (kCentered) dbias[c] += db_part[0][threadIdx.x];
   }
 }
+
+unsigned param_blocks(std::int64_t C) { return static_cast<unsigned>((C + kParamChannels - 1) / kParamChannels); }
 
 }  // namespace
 
@@ -104,9 +141,26 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   layernorm_backward_input_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, mean,
                                                                                      rstd, C);
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
-  const unsigned blocks = static_cast<unsigned>((C + kParamChannels - 1) / kParamChannels);
-  layernorm_backward_params_kernel<<<blocks, dim3(kParamChannels, kParamRowLanes), 0, stream>>>(dweight, dbias, dout, inp,
-                                                                                               mean, rstd, N, C);
+  norm_backward_params_kernel<true><<<param_blocks(C), dim3(kParamChannels, kParamRowLanes), 0, stream>>>(
+      dweight, dbias, dout, inp, mean, rstd, N, C);
+  MESHPLAN_CUDA_CHECK(cudaGetLastError());
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, std::int64_t N, std::int64_t C,
+                     double eps, cudaStream_t stream) {
+  if (N <= 0) return;
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(out, rstd, inp, weight, C,
+                                                                            static_cast<float>(eps));
+  MESHPLAN_CUDA_CHECK(cudaGetLastError());
+}
+
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, std::int64_t N, std::int64_t C, cudaStream_t stream) {
+  if (N <= 0) return;
+  rmsnorm_backward_input_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, rstd, C);
+  MESHPLAN_CUDA_CHECK(cudaGetLastError());
+  norm_backward_params_kernel<false><<<param_blocks(C), dim3(kParamChannels, kParamRowLanes), 0, stream>>>(
+      dweight, nullptr, dout, inp, nullptr, rstd, N, C);
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -3,7 +3,9 @@
 // from the same initial weights and data. fp32: every step's loss within
 // 1e-5 relative of the CPU's over 10 steps (the bound), gradient
 // norms within 1e-4, the trained parameters within 1e-4 relative norm, and
-// an evaluation; bf16 GEMMs: losses within 1e-2 of the CPU's fp32 run. The
+// an evaluation; bf16 GEMMs: losses within 1e-2 of the CPU's fp32 run; for
+// GPT-2's layers and for the Llama family's (RMSNorm, SwiGLU, rotary
+// positions, grouped-query attention, tests/tiny_gpt.hpp). The
 // fp32 attention kernels also alone, against the CPU's in float, for
 // multi-head and grouped-query shapes. Skips (77) without a GPU.
 #include <gtest/gtest.h>
@@ -54,6 +56,7 @@ double relative_norm(const std::vector<float>& a, const std::vector<float>& b) {
 struct GptCase {
   const char* name;
   std::int64_t layers, hidden, heads, ffn, B, M, T;
+  std::int64_t llama_kv_heads = 0;  // > 0: the Llama family's layers with this many key/value heads
 };
 
 class GpuGptStep : public ::testing::TestWithParam<GptCase> {};
@@ -63,7 +66,8 @@ struct CpuAndGpu {
   OneRankRun cpu, gpu;
 };
 CpuAndGpu train_both(const GptCase& c, Precision gpu_precision) {
-  const ModelSpec spec = testing_support::tiny_gpt_spec(c.name, c.layers, c.hidden, c.heads, c.ffn, 257, c.T);
+  ModelSpec spec = testing_support::tiny_gpt_spec(c.name, c.layers, c.hidden, c.heads, c.ffn, 257, c.T);
+  if (c.llama_kv_heads > 0) testing_support::set_llama_layers(spec.transformer, c.llama_kv_heads);
   CpuBackend cpu("cpu-reference");
   CudaBackend gpu(0);
   return {train_one_rank(spec, cpu, nullptr, Precision::fp32, 10, c.B, c.M, c.T, 2 * c.B + 1),
@@ -115,21 +119,10 @@ TEST_P(GpuGptStep, Bf16LossesWithin1e2OfTheCpuFp32Run) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuGptStep,
-                         ::testing::Values(GptCase{"gpt-gpu-small", 2, 64, 4, 256, 4, 2, 32},
-                                           GptCase{"gpt-gpu-d64", 2, 256, 4, 1024, 2, 2, 128}),
-                         [](const ::testing::TestParamInfo<GptCase>& param) {
-                           return std::string(param.param.T == 32 ? "Small" : "HeadDim64");
-                         });
-
-TEST(GpuGptStep, ModelsTheGpuCannotRunYetAreRefusedByField) {
-  ModelSpec spec = testing_support::tiny_gpt_spec("llama-gpu", 1, 64, 4, 128, 257, 16);
-  spec.transformer.norm = Norm::rmsnorm;
-  spec.transformer.positions = Positions::rotary;
-  CudaBackend gpu(0);
-  const std::string text = messages(testing_support::one_rank_model_problems(spec, gpu, make_cuda_gpt_ops(gpu), 16));
-  EXPECT_NE(text.find("model.norm"), std::string::npos) << text;
-  EXPECT_NE(text.find("model.positions"), std::string::npos) << text;
-}
+                         ::testing::Values(GptCase{"Small", 2, 64, 4, 256, 4, 2, 32},
+                                           GptCase{"HeadDim64", 2, 256, 4, 1024, 2, 2, 128},
+                                           GptCase{"LlamaGqaHeadDim64", 2, 256, 4, 512, 2, 2, 128, 2}),
+                         [](const ::testing::TestParamInfo<GptCase>& param) { return std::string(param.param.name); });
 
 // The fp32 attention kernels against the CPU's (kernels/cpu/attention.hpp) in float.
 void expect_attention_matches(std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t KVH, std::int64_t D,

@@ -12,7 +12,9 @@
 // partial tiles, a block's rows past the end, and grouped-query heads. The
 // multi-tensor AdamW is held to the CPU step in double over 10 clipped
 // steps (1e-5) and to NaN guards around its tensors; the global norm to a
-// sum in double (1e-10), the same bits on two runs.
+// sum in double (1e-10), the same bits on two runs. The Llama family's
+// layers (RMSNorm, SwiGLU, GeGLU, rotary positions and their inverse) like
+// the element-wise ones.
 //
 // Without a usable GPU the program prints why and exits 77, which ctest
 // reports as skipped: it never passes without running.
@@ -35,6 +37,9 @@
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/residual.hpp"
+#include "kernels/cpu/rmsnorm.hpp"
+#include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/swiglu.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/embedding_groups.hpp"
 #include "kernels/cuda/kernels.hpp"
@@ -119,6 +124,92 @@ TEST(CudaKernels, LayerNormForwardAndBackward) {
     EXPECT_CLOSE(gdinp.download(), dinp, "layernorm dinp" << shape);
     EXPECT_CLOSE(gdw.download(), dw, "layernorm dweight" << shape);
     EXPECT_CLOSE(gdb.download(), db, "layernorm dbias" << shape);
+  }
+}
+
+TEST(CudaKernels, RmsNormForwardAndBackward) {
+  std::mt19937_64 rng(seed() + 11);
+  struct Shape {
+    std::int64_t N, C;
+  };
+  for (const Shape s : {Shape{1, 1}, Shape{3, 7}, Shape{64, 768}, Shape{5, 4097}}) {
+    const auto NC = static_cast<std::size_t>(s.N * s.C), N = static_cast<std::size_t>(s.N), C = static_cast<std::size_t>(s.C);
+    const double eps = 1e-5;
+    const Vec x = random_vector(NC, rng, -3, 5), w = random_vector(C, rng);
+    const Vec dout = random_vector(NC, rng), dinp0 = random_vector(NC, rng), dw0 = random_vector(C, rng);
+    Vec out(NC), rstd(N), dinp = dinp0, dw = dw0;
+    kernels::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), s.N, s.C, eps);
+    kernels::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), s.N, s.C);
+    DeviceFloats gx = on_device(x), gw = on_device(w), gout(NC), grstd(N);
+    DeviceFloats gdout = on_device(dout), gdinp = on_device(dinp0), gdw = on_device(dw0);
+    gout.poison();
+    grstd.poison();
+    rmsnorm_forward(gout.get(), grstd.get(), gx.get(), gw.get(), s.N, s.C, eps, nullptr);
+    rmsnorm_backward(gdinp.get(), gdw.get(), gdout.get(), gx.get(), gw.get(), grstd.get(), s.N, s.C, nullptr);
+    const std::string shape = " N " + std::to_string(s.N) + " C " + std::to_string(s.C);
+    EXPECT_CLOSE(gout.download(), out, "rmsnorm out" << shape);
+    EXPECT_CLOSE(grstd.download(), rstd, "rmsnorm rstd" << shape);
+    EXPECT_CLOSE(gdinp.download(), dinp, "rmsnorm dinp" << shape);
+    EXPECT_CLOSE(gdw.download(), dw, "rmsnorm dweight" << shape);
+  }
+}
+
+// SwiGLU and GeGLU over rows of [gate | up]: out written, the backward accumulating into [dgate | dup].
+TEST(CudaKernels, GatedMlpActivationsForwardAndBackward) {
+  std::mt19937_64 rng(seed() + 12);
+  struct Shape {
+    std::int64_t N, F;
+  };
+  for (const bool swiglu : {true, false}) {
+    for (const Shape s : {Shape{1, 1}, Shape{3, 7}, Shape{257, 1376}}) {
+      const auto NF = static_cast<std::size_t>(s.N * s.F);
+      const Vec inp = random_vector(2 * NF, rng, -6, 6), dout = random_vector(NF, rng), start = random_vector(2 * NF, rng);
+      Vec out(NF), dinp = start;
+      if (swiglu) {
+        kernels::swiglu_forward(out.data(), inp.data(), s.N, s.F);
+        kernels::swiglu_backward(dinp.data(), dout.data(), inp.data(), s.N, s.F);
+      } else {
+        kernels::geglu_forward(out.data(), inp.data(), s.N, s.F);
+        kernels::geglu_backward(dinp.data(), dout.data(), inp.data(), s.N, s.F);
+      }
+      DeviceFloats ginp = on_device(inp), gdout = on_device(dout), gout(NF), gdinp = on_device(start);
+      gout.poison();
+      if (swiglu) {
+        swiglu_forward(gout.get(), ginp.get(), s.N, s.F, nullptr);
+        swiglu_backward(gdinp.get(), gdout.get(), ginp.get(), s.N, s.F, nullptr);
+      } else {
+        geglu_forward(gout.get(), ginp.get(), s.N, s.F, nullptr);
+        geglu_backward(gdinp.get(), gdout.get(), ginp.get(), s.N, s.F, nullptr);
+      }
+      const std::string what = std::string(swiglu ? "swiglu" : "geglu") + " N " + std::to_string(s.N) + " F " + std::to_string(s.F);
+      EXPECT_CLOSE(gout.download(), out, what << " forward");
+      Vec added(dinp.size());
+      for (std::size_t i = 0; i < added.size(); ++i) added[i] = dinp[i] - start[i];
+      EXPECT_LE(accumulated_error(gdinp.download(), dinp, start, added), kTolerance) << what << " backward (seed " << seed() << ")";
+    }
+  }
+}
+
+// Rotary positions on the query and the key heads of packed qkv rows (a
+// stride wider than the heads rotated), positions wrapping every seq_len
+// rows; the inverse rotation brings the input back.
+TEST(CudaKernels, RotaryPositionsAndTheirInverse) {
+  std::mt19937_64 rng(seed() + 13);
+  struct Shape {
+    std::int64_t rows, seq_len, heads, head_dim, stride;
+    double theta;
+  };
+  for (const Shape s : {Shape{1, 1, 1, 2, 2, 10000}, Shape{24, 8, 3, 16, 80, 10000}, Shape{2048, 1024, 8, 128, 1536, 500000}}) {
+    const auto n = static_cast<std::size_t>(s.rows * s.stride);
+    const Vec x = random_vector(n, rng);
+    Vec rotated = x;
+    kernels::rope_apply(rotated.data(), s.rows, s.seq_len, s.heads, s.head_dim, s.stride, s.theta, false);
+    DeviceFloats gx = on_device(x);
+    rope_apply(gx.get(), s.rows, s.seq_len, s.heads, s.head_dim, s.stride, s.theta, false, nullptr);
+    const std::string shape = " rows " + std::to_string(s.rows) + " heads " + std::to_string(s.heads) + " D " + std::to_string(s.head_dim);
+    EXPECT_CLOSE(gx.download(), rotated, "rope" << shape);
+    rope_apply(gx.get(), s.rows, s.seq_len, s.heads, s.head_dim, s.stride, s.theta, true, nullptr);
+    EXPECT_CLOSE(gx.download(), x, "rope then its inverse" << shape);
   }
 }
 
