@@ -1,15 +1,15 @@
 // The elementwise kernels, AdamW and the squared norm of kernels.hpp: one
 // thread per element in a grid-stride loop, the formulas of the CPU kernels
-// (kernels/cpu/activation.cpp, residual.cpp) in float, GELU's through gelu.cuh; AdamW's element
+// (kernels/cpu/activation.cpp, residual.cpp) in float, GELU's from elementwise_rows.hpp; AdamW's element
 // update is adamw_multi_chunks.hpp's, shared with the multi-tensor step.
 #include <cmath>
 
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cuda/adamw_multi_chunks.hpp"
 #include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/grid.cuh"
 #include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/elementwise_rows.hpp"
 
 namespace meshplan::kernels::cuda {
 namespace {
