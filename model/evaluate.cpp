@@ -378,6 +378,7 @@ struct StageMemoryInputs {
   const std::vector<BlockCost>& kind_cost;
   const DeviceSpec& device;
   std::int64_t pp, v, m;
+  std::int64_t micro_batches;  // plan.micro_batches(), taken once (m is at least one)
   double boundary_bytes;
 };
 
@@ -408,7 +409,7 @@ StageMemory stage_memory(StageSum& s, std::int64_t r, const StageMemoryInputs& i
   s.gradient_bytes = (s.dense + s.expert) * bytes.gradient_bytes_per_parameter;
   s.parameter_bytes = (s.dense + s.expert) * bytes.weight_bytes_per_parameter;
 
-  const double in_flight = in_flight_chunk_micro_batches(plan.schedule, pp, r, plan.micro_batches());
+  const double in_flight = in_flight_chunk_micro_batches(plan.schedule, pp, r, in.micro_batches);
   const double chunks_here = static_cast<double>(in.v);
   double activations = s.chunk_activation_bytes / chunks_here * in_flight;
   if (plan.recompute == Recompute::full) activations += s.largest_layer_bytes;
@@ -453,9 +454,27 @@ StageMemory stage_memory(StageSum& s, std::int64_t r, const StageMemoryInputs& i
 // Sharded weights (fsdp, ZeRO-3): per micro-batch, gather weights for the
 // forward and again for the backward, reduce-scatter gradients; the first
 // block's share cannot hide, the rest hides under the compute.
-void add_weight_sharding(StageSum& s, const Plan& plan, const Link& fsdp_group) {
-  const double gather = cost(Collective::all_gather, s.parameter_bytes, fsdp_group);
-  const double scatter = cost(Collective::reduce_scatter, s.gradient_bytes, fsdp_group);
+struct WeightShardingCost {
+  const Link& group;
+  double parameter_bytes = -1, gradient_bytes = -1;  // of the last stage priced
+  double gather = 0, scatter = 0;
+  // Stages alike (the middle ones of a pipeline) price alike: the last figures are reused.
+  void price(const StageSum& s) {
+    if (s.parameter_bytes != parameter_bytes) {
+      parameter_bytes = s.parameter_bytes;
+      gather = cost(Collective::all_gather, parameter_bytes, group);
+    }
+    if (s.gradient_bytes != gradient_bytes) {
+      gradient_bytes = s.gradient_bytes;
+      scatter = cost(Collective::reduce_scatter, gradient_bytes, group);
+    }
+  }
+};
+
+void add_weight_sharding(StageSum& s, const Plan& plan, WeightShardingCost& price) {
+  price.price(s);
+  const Link& fsdp_group = price.group;
+  const double gather = price.gather, scatter = price.scatter;
   const double blocks = std::max<double>(1, static_cast<double>(s.layers));
   auto exposed = [&](double comm, double compute) {
     return plan.overlap_parameter_gather && fsdp_group.overlaps_compute
@@ -548,15 +567,8 @@ void account_axes(TimeEstimate& time, const StageSum& slow, const Plan& plan, do
 void add_flops(TimeEstimate& time, const ModelProfile& prof, const Plan& plan, double world_peak, double seq) {
   const double global = static_cast<double>(plan.global_batch);
   time.model_flops_per_step = prof.model_flops_per_sample * global;
-  double recompute_flops_per_sample = 0;
-  for (std::size_t block = 0; block < prof.block_kind.size(); ++block) {
-    if (prof.block_role[block] != BlockKind::layer) continue;
-    const BlockProfile& bp = prof.kinds[static_cast<std::size_t>(prof.block_kind[block])];
-    const bool fused = plan.attention == Attention::fused;
-    if (plan.recompute == Recompute::selective && !fused) recompute_flops_per_sample += bp.core_attention_flops_per_sample;
-    if (fused) recompute_flops_per_sample += bp.attention_scores_flops_per_sample;  // the backward recomputes Q K^T
-    if (plan.recompute == Recompute::full) recompute_flops_per_sample += bp.matmul_forward_flops_per_sample;
-  }
+  const double recompute_flops_per_sample =
+      prof.recompute_flops[static_cast<int>(plan.recompute)][attention_index(plan.attention)];
   time.hardware_flops_per_step = time.model_flops_per_step + recompute_flops_per_sample * global;
   if (time.step_s > 0) {
     time.tokens_per_s = global * seq / time.step_s;
@@ -577,7 +589,8 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   const ComputeRates& rates = rates_[static_cast<std::size_t>(plan.precision)];
   const std::int64_t pp = prof.kind == ModelKind::cnn ? 1 : plan.mesh.size(Axis::pp);
   const std::int64_t v = plan.schedule.virtual_stages;
-  const std::int64_t m = std::max<std::int64_t>(plan.micro_batches(), 1);
+  const std::int64_t micro_batches = plan.micro_batches();
+  const std::int64_t m = std::max<std::int64_t>(micro_batches, 1);
 
   thread_local std::vector<StageSum> sum;
   sum.assign(static_cast<std::size_t>(pp), StageSum{});
@@ -586,7 +599,8 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   const PipelineTransfer transfer = pipeline_transfer(prof, plan);
   double worst_total = -1;
   if (stages) stages->clear();
-  const StageMemoryInputs memory_in{prof, plan, ps, kind_cost, cluster_.device, pp, v, m, transfer.boundary_bytes};
+  const StageMemoryInputs memory_in{prof, plan, ps, kind_cost, cluster_.device, pp, v, m, micro_batches,
+                                       transfer.boundary_bytes};
   for (std::int64_t r = 0; r < pp; ++r) {
     const StageMemory sm = stage_memory(sum[static_cast<std::size_t>(r)], r, memory_in);
     if (sm.memory.total_bytes() > worst_total) {
@@ -612,11 +626,12 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   const double p2p_s = pp > 1 ? static_cast<double>(v) * (cost(Collective::send_recv, transfer.send_bytes, ps.links.of(Axis::pp)) + p2p_gather_s) : 0;
   thread_local std::vector<double> stage_s;
   stage_s.assign(static_cast<std::size_t>(pp), 0.0);
+  WeightShardingCost weight_sharding{fsdp_group};
   for (std::int64_t r = 0; r < pp; ++r) {
     StageSum& s = sum[static_cast<std::size_t>(r)];
     s.forward_s += p2p_s;
     s.backward_s += p2p_s;
-    if (fsdp_group.size > 1) add_weight_sharding(s, plan, fsdp_group);
+    if (fsdp_group.size > 1) add_weight_sharding(s, plan, weight_sharding);
     stage_s[static_cast<std::size_t>(r)] = s.forward_s + s.backward_s;
   }
   std::size_t slowest = 0;

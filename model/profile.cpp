@@ -210,6 +210,10 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
     if (block.kind == BlockKind::head) profile.head_block = static_cast<int>(b);
     profile.block_kind.push_back(kind_of(profile, std::move(bp), block.kind));
   }
+  for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
+    for (Attention attention : {Attention::fused, Attention::unfused})
+      profile.recompute_flops[static_cast<int>(recompute)][attention_index(attention)] =
+          recompute_flops_per_sample(profile, recompute, attention);
   for (std::size_t i = 0; i < profile.layer_blocks.size(); ++i) {
     const int kind = profile.block_kind[static_cast<std::size_t>(profile.layer_blocks[i])];
     if (i == 0) {
@@ -220,6 +224,19 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
     }
   }
   return profile;
+}
+
+double recompute_flops_per_sample(const ModelProfile& profile, Recompute recompute, Attention attention) {
+  double flops = 0;
+  const bool fused = attention == Attention::fused;
+  for (std::size_t block = 0; block < profile.block_kind.size(); ++block) {
+    if (profile.block_role[block] != BlockKind::layer) continue;
+    const BlockProfile& bp = profile.kinds[static_cast<std::size_t>(profile.block_kind[block])];
+    if (recompute == Recompute::selective && !fused) flops += bp.core_attention_flops_per_sample;
+    if (fused) flops += bp.attention_scores_flops_per_sample;  // the backward recomputes Q K^T
+    if (recompute == Recompute::full) flops += bp.matmul_forward_flops_per_sample;
+  }
+  return flops;
 }
 
 }  // namespace meshplan

@@ -86,6 +86,10 @@ struct ModelProfile {
   int head_block = -1;
   double parameter_count = 0;
   double model_flops_per_sample = 0;  // forward + backward matmul FLOPs (3x forward)
+  // FLOPs a step does beyond the model FLOPs, per sample, by
+  // [Recompute][attention_index]: recompute_flops_per_sample's sum, taken
+  // once per profile instead of once per plan.
+  double recompute_flops[3][2] = {};
   double residual_elements_per_sample = 0;  // what crosses a pipeline stage boundary
   // For communication volumes.
   std::int64_t hidden = 0, kv_width = 0, kv_heads = 0, top_k = 1, experts = 0;
@@ -99,5 +103,10 @@ inline std::size_t attention_index(Attention attention) { return attention == At
 StreamOp stream_op_of(OpKind kind);
 
 ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph);
+
+// Of the profile's layers, the forward FLOPs per sample that a step runs
+// again: selective recompute's core attention (unfused), fused attention's
+// Q K^T (its backward recomputes the scores), full recompute's whole forward.
+double recompute_flops_per_sample(const ModelProfile& profile, Recompute recompute, Attention attention);
 
 }  // namespace meshplan
