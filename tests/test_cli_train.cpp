@@ -17,10 +17,12 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/run_report.hpp"
 #include "cli/train_backend.hpp"
 #include "cli/train_interrupt.hpp"
 #include "cli/train_progress.hpp"
 #include "cli_runner.hpp"
+#include "model/plan_file.hpp"
 
 namespace {
 using namespace meshplan::testing_support;
@@ -278,6 +280,30 @@ TEST(TrainBackend, AutoPicksCudaOnlyForATransformerPlannedForAnNvidiaGpuThatAGpu
   EXPECT_EQ(mlp.backend, "cpu");
   EXPECT_NE(mlp.note.find("trains on the CPU only"), std::string::npos) << mlp.note;
   EXPECT_EQ(asked, 3);
+}
+
+// The run report's prediction: on the CPU, the local-cpu preset with the
+// executor's unfused attention; on a GPU, the plan's own cluster with the
+// attention as the ops ran it (flash attention keeps row statistics instead
+// of the s x s scores and runs at the device's fused-attention rate, so the
+// two predictions differ in memory and in time).
+TEST(RunReport, PricesAGpuRunOnThePlansClusterWithTheAttentionTheOpsRan) {
+  const auto pf = meshplan::read_plan_file(emit_gpt_plan("report-h100.json", "dp=1", 1, "dgx-h100"));
+  ASSERT_TRUE(pf.ok());
+  using meshplan::Attention;
+  using meshplan::Precision;
+  using meshplan::cli::predict_on_this_machine;
+  const auto on_cpu = predict_on_this_machine(pf.value, 1, Precision::fp32, false);
+  const auto unfused = predict_on_this_machine(pf.value, 1, Precision::bf16, true, Attention::unfused);
+  const auto fused = predict_on_this_machine(pf.value, 1, Precision::bf16, true, Attention::fused);
+  ASSERT_TRUE(on_cpu.ok() && unfused.ok() && fused.ok());
+  EXPECT_EQ(on_cpu.value.cluster, "local-cpu");
+  EXPECT_EQ(unfused.value.cluster, "dgx-h100");
+  EXPECT_TRUE(unfused.value.on_gpu);
+  ASSERT_EQ(fused.value.memory_bytes.size(), 1u);
+  ASSERT_EQ(unfused.value.memory_bytes.size(), 1u);
+  EXPECT_NE(fused.value.memory_bytes[0], unfused.value.memory_bytes[0]);
+  EXPECT_NE(fused.value.step_s, unfused.value.step_s);
 }
 
 // An unwritable --checkpoint-dir is found before training, not at the first
