@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cuda/cross_entropy_rows.hpp"
+#include "float_error.hpp"
 
 namespace meshplan::kernels::ce {
 namespace {
@@ -39,15 +40,7 @@ void twin(std::vector<float>& logits, std::vector<float>& losses, const std::vec
   }
 }
 
-double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    diff += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return std::sqrt(diff / norm);
-}
+using testing_support::relative_error;
 
 TEST(CrossEntropyRows, MatchTheCpuCrossEntropyInDouble) {
   std::mt19937_64 rng(7);

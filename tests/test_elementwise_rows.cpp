@@ -16,6 +16,7 @@
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/swiglu.hpp"
 #include "kernels/cuda/elementwise_rows.hpp"
+#include "float_error.hpp"
 
 namespace meshplan::kernels::cuda {
 namespace {
@@ -29,16 +30,7 @@ std::vector<float> random_floats(std::size_t n, std::mt19937_64& rng, float lo, 
 
 std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-// ||a - b|| / ||b||.
-double relative_error(const std::vector<float>& a, const std::vector<double>& b) {
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    diff += (a[i] - b[i]) * (a[i] - b[i]);
-    norm += b[i] * b[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-300));
-}
+using testing_support::relative_error;
 
 constexpr double kFloatRounding = 2e-6;  // a few float roundings per element, relative to the 2-norm
 
