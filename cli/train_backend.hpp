@@ -5,8 +5,7 @@
 // otherwise cpu, with a note saying why when the plan was made for a GPU.
 // Whether a GPU can run it is asked twice: by `meshplan`, which does not load
 // the CUDA runtime, from the device files (nvidia_gpu_visible), and then by
-// meshplan-train-cuda, which opens the CUDA runtime and asks the GPU ops
-// whether they run the model's layers.
+// meshplan-train-cuda, which asks the CUDA runtime for a usable device.
 //
 // defines: BackendChoice, choose_backend, cpu_instead, nvidia_gpu_visible
 #pragma once
