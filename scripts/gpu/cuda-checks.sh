@@ -25,7 +25,9 @@
 # torch.compile (tokens/s, MFU, measured over predicted step).
 #
 # It also runs the parallel matrix with 1, 2 and 4 ranks sharing this GPU
-# (collectives staged through host memory over MPI), when mpirun is here.
+# (collectives staged through host memory over MPI), when mpirun is here,
+# and `meshplan train` with its default --backend auto on a plan made for
+# h100-sxm (it must train on the GPU).
 #
 # Not yet here (issue 16): NCCL across several GPUs (the NCCL test runs a
 # world of one rank).
@@ -117,6 +119,27 @@ if [ "$reference" = ready ]; then
   statuses+=("$?")
   programs+=(gpt_torch_reference_cuda)
   tail -n 30 "$out/gpt_torch_reference_cuda.log"
+fi
+# `meshplan train` with its default --backend auto: a tiny GPT planned for h100-sxm trains on the GPU
+# (the session says "training on cuda:N"); without a usable GPU it trains on the CPU and says why (77 here).
+if [ "$timing" != none ]; then
+  log="$out/train_backend_auto.log"
+  "$build/cli/meshplan" explain --model tests/parallel/gpt-tiny-bytes.yaml --cluster dgx-h100 --gpus 1 --mesh dp=1 \
+    --micro-batch 2 --global-batch 8 --precision fp32 --emit-plan "$out/auto-gpt.json" > "$log" 2>&1 &&
+    timeout 120 "$build/cli/meshplan" train --plan "$out/auto-gpt.json" --data text:README.md --steps 2 >> "$log" 2>&1
+  s=$?
+  if [ "$s" = 0 ] && grep -q "training on cuda" "$log"; then
+    echo "PASSED: --backend auto trained on the GPU" >> "$log"
+  elif [ "$s" = 0 ] && grep -qE "no NVIDIA GPU is visible|no usable GPU|without the CUDA toolkit" "$log"; then
+    s=77
+    echo "SKIPPED: $(grep -m1 '^note:' "$log")" >> "$log"
+  else
+    [ "$s" = 0 ] && s=1
+    echo "FAILED: --backend auto did not train on the GPU: $(tail -2 "$log" | tr '\n' ' ')" >> "$log"
+  fi
+  statuses+=("$s")
+  programs+=(train_backend_auto)
+  tail -1 "$log"
 fi
 {
   echo "GPU: $(cat "$out/gpu.txt" 2>/dev/null)"
