@@ -129,10 +129,20 @@ std::string to_string(DeviceKind kind) {
   return "unspecified";
 }
 
+namespace {
+constexpr DeviceKind kDeviceKinds[] = {DeviceKind::cpu, DeviceKind::nvidia_gpu, DeviceKind::tpu};
+}  // namespace
+
 std::optional<DeviceKind> parse_device_kind(const std::string& text) {
-  for (DeviceKind k : {DeviceKind::cpu, DeviceKind::nvidia_gpu, DeviceKind::tpu})
+  for (DeviceKind k : kDeviceKinds)
     if (text == to_string(k)) return k;
   return std::nullopt;
+}
+
+std::vector<std::string> device_kind_names() {
+  std::vector<std::string> names;
+  for (DeviceKind k : kDeviceKinds) names.push_back(to_string(k));
+  return names;
 }
 
 namespace {
@@ -144,7 +154,7 @@ Loaded<DeviceSpec> read_device(const YAML::Node& node, const std::string& displa
   DeviceSpec& device = result.value;
   device.name = root.text("name", Need::required).value_or("");
   device.source = root.text("source", Need::required).value_or("");
-  if (auto kind = root.choice("kind", Need::optional, {"cpu", "nvidia-gpu", "tpu"})) device.kind = *parse_device_kind(*kind);
+  if (auto kind = root.choice("kind", Need::optional, device_kind_names())) device.kind = *parse_device_kind(*kind);
   if (auto peaks = root.map("peak_tflops", Need::required)) {
     for (Dtype dtype : {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8}) {
       if (auto tflops = peaks->number(to_string(dtype), Need::optional, 1e-6, 1e6)) {

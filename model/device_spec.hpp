@@ -62,7 +62,8 @@ struct ThreadedRates {
 enum class DeviceKind { unspecified, cpu, nvidia_gpu, tpu };
 std::string to_string(DeviceKind kind);
 std::optional<DeviceKind> parse_device_kind(const std::string& text);
-inline constexpr const char* device_kind_choices = "cpu, nvidia-gpu, tpu";
+// The names a preset or plan file may give `kind` ("cpu", "nvidia-gpu", "tpu").
+std::vector<std::string> device_kind_names();
 
 struct DeviceSpec {
   std::string name;

@@ -326,7 +326,7 @@ void read_device(JsonObject& device, DeviceSpec& out) {
   out.name = device.text("name", Need::required).value_or("");
   out.source = device.text("source", Need::required).value_or("");
   // Optional: files written before 2026-11-27 do not say what the device is.
-  if (auto kind = device.choice("kind", Need::optional, {"cpu", "nvidia-gpu", "tpu"})) out.kind = *parse_device_kind(*kind);
+  if (auto kind = device.choice("kind", Need::optional, device_kind_names())) out.kind = *parse_device_kind(*kind);
   if (auto peaks = device.object("peak_flops_per_s", Need::required)) {
     for (Dtype dtype : {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8}) {
       if (auto flops = peaks->number(to_string(dtype), Need::optional, 1e-3, 1e21)) out.peak_flops_per_s[dtype] = *flops;
