@@ -1,4 +1,4 @@
-// open_cuda_training_device (train_cuda.hpp).
+// open_cuda_training_device and cuda_cannot_train (train_cuda.hpp).
 #include "cli/train_cuda.hpp"
 
 #include <cstdlib>
@@ -21,31 +21,28 @@ int launcher_local_rank() {
 
 }  // namespace
 
+std::optional<std::string> cuda_cannot_train() {
+  const std::string problem = kernels::cuda::cuda_device_problem();
+  if (!problem.empty() || exec::CudaBackend::device_count() <= 0)
+    return "no usable GPU here (" + (problem.empty() ? std::string("no CUDA device") : problem) + ")";
+  return std::nullopt;
+}
+
 Loaded<exec::TrainingDevice> open_cuda_training_device() {
   Loaded<exec::TrainingDevice> result;
-  const std::string problem = kernels::cuda::cuda_device_problem();
-  const int devices = exec::CudaBackend::device_count();
-  if (!problem.empty() || devices <= 0) {
-    result.problems.push_back({Severity::error, "--backend",
-                               "cuda: no usable GPU here (" + (problem.empty() ? "no CUDA device" : problem) +
-                                   "); --backend cpu trains on this machine's cores"});
+  if (const std::optional<std::string> why = cuda_cannot_train()) {
+    result.problems.push_back(
+        {Severity::error, "--backend", "cuda: " + *why + "; --backend cpu trains on this machine's cores"});
     return result;
   }
   try {
-    auto backend = std::make_unique<exec::CudaBackend>(launcher_local_rank() % devices);
+    auto backend = std::make_unique<exec::CudaBackend>(launcher_local_rank() % exec::CudaBackend::device_count());
     auto ops = exec::parallel::make_cuda_gpt_ops(*backend);
     result.value = exec::TrainingDevice(std::move(backend), std::move(ops));
   } catch (const std::exception& e) {
     result.problems.push_back({Severity::error, "--backend", std::string("cuda: the GPU could not be opened: ") + e.what()});
   }
   return result;
-}
-
-std::optional<std::string> cuda_cannot_train() {
-  const std::string problem = kernels::cuda::cuda_device_problem();
-  if (!problem.empty() || exec::CudaBackend::device_count() <= 0)
-    return "no usable GPU here (" + (problem.empty() ? std::string("no CUDA device") : problem) + ")";
-  return std::nullopt;
 }
 
 }  // namespace meshplan::cli
