@@ -37,7 +37,8 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--zero", f.zero, "ZeRO stage on dp: 0-3, or auto (with --mesh: 1 when dp x ep > 1, else 0; "
                                        "without: searched)")->capture_default_str();
   command.add_option("--recompute", f.recompute,
-                     "Activation recomputation: none, selective, full (default with --mesh: selective for transformers, "
+                     "Activation recomputation: none, selective (attention core), full (each layer from its input), selective-op "
+                     "(torchtitan's op-level checkpointing; transformers) (default with --mesh: selective for transformers, "
                      "none for MLPs and CNNs; else searched)");
   command.add_option("--attention", f.attention,
                      "Attention kernels: fused (FlashAttention / cuDNN / SDPA: no s x s tensors) or unfused")

@@ -176,7 +176,7 @@ void add_search_flags(CLI::App& command, SearchFlags& f) {
   command.add_option("--micro-batches", f.micro_batches,
                      "Micro-batch sizes to try, e.g. 1,2,4 (default: 1, 2, 4, ... 64 that fit the batch)");
   command.add_option("--zero", f.zero, "ZeRO stages on dp to try (0-3)")->capture_default_str();
-  command.add_option("--recompute", f.recompute, "Recompute modes to try: none, selective, full")->capture_default_str();
+  command.add_option("--recompute", f.recompute, "Recompute modes to try: none, selective, full, selective-op (torchtitan's op-level checkpointing)")->capture_default_str();
   command.add_option("--attention", f.attention, "Attention kernels to try: fused, unfused")->capture_default_str();
   command.add_option("--schedules", f.schedules, "Pipeline schedules to try: gpipe, 1f1b, interleaved, zb-h1")
       ->capture_default_str();

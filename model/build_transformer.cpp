@@ -129,6 +129,9 @@ class TransformerBuilder {
     const std::int64_t kv_columns = 2 * t.key_value_heads() * t.head_size();
     qkv.gemm = {s, t.heads * t.head_size() + kv_columns, t.hidden, 1, kv_columns};
     qkv.tp_split = TpSplit::columns;
+    // op-level checkpointing keeps q and v (matmuls 1 and 3) and repeats k (2).
+    qkv.op_sac_kept = {{"query projection", s * q, 0, true, false}, {"value projection", s * kv, 0, true, false, KeptBy::both, true}};
+    qkv.op_sac_recomputed = kv / (q + 2 * kv);
     const OpId qkv_id = g.add_op(qkv);
     g.connect(ln1_id, qkv_id);
 
@@ -179,6 +182,8 @@ class TransformerBuilder {
     values.gemm = {s, t.head_dim, seq_len, t.heads};
     values.tp_split = TpSplit::heads;
     values.core_attention = true;
+    values.op_sac_kept = {{"attention output", s * q, 0, true, false, KeptBy::fused_attention},
+                          {"softmax statistics (fp32 log-sum-exp)", a * s, 4, true, false, KeptBy::fused_attention}};
     const OpId values_id = g.add_op(values);
     g.connect(probs_id, values_id);
     g.connect(qkv_id, values_id);
@@ -214,6 +219,8 @@ class TransformerBuilder {
       router.saved = {{"router probabilities", s * experts, 4, false, false}};
       router.gemm = {s, t.experts, t.hidden, 1};
       router.memory_fixed_bytes_per_sample = 2 * s * experts * 4;  // fp32 softmax over experts
+      router.op_sac_kept = {{"router logits", s * experts, 0, false, false}};  // matmul 5 (the experts' grouped matmuls are repeated)
+      router.op_sac_recomputed = 0;
       const OpId id = g.add_op(router);
       g.connect(mlp_input_id, id);
       mlp_input_id = id;
@@ -226,6 +233,10 @@ class TransformerBuilder {
     w_in.saved = {{"mlp input", routed * s * h, 0, false, false}};
     w_in.gemm = {routed * s, gated ? 2 * t.ffn : t.ffn, t.hidden, 1};
     w_in.tp_split = TpSplit::columns;
+    if (!moe) {  // matmul 5 (gate or in) kept; 6 (up) repeated
+      w_in.op_sac_kept = {{gated ? "gate projection" : "mlp hidden", s * f, 0, true, false}};
+      w_in.op_sac_recomputed = gated ? 0.5 : 0.0;
+    }
     const OpId w_in_id = g.add_op(w_in);
     g.connect(mlp_input_id, w_in_id);
 
@@ -250,6 +261,10 @@ class TransformerBuilder {
     w_out.saved = {{"mlp projection input", routed * s * f, 0, true, false}};
     w_out.gemm = {routed * s, t.hidden, t.ffn, 1};
     w_out.tp_split = TpSplit::rows;
+    if (!moe && gated) {  // matmul 7 kept (counted after its reduction over tp); 6 of a plain MLP repeated
+      w_out.op_sac_kept = {{"mlp output", s * h, 0, false, false}};
+      w_out.op_sac_recomputed = 0;
+    }
     const OpId w_out_id = g.add_op(w_out);
     g.connect(act_id, w_out_id);
 

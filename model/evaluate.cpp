@@ -103,6 +103,14 @@ void block_memory(BlockCost& c, const BlockProfile& bp, BlockKind role, const Mo
     }
   }
   c.input_bytes = bp.input_elements_per_sample * act * b / split.sequence;
+  if (plan.recompute == Recompute::selective_op && role == BlockKind::layer) {
+    // Op-level checkpointing keeps the input and what its ops keep (memory_model.cpp, block_op_sac_bytes).
+    c.activation_bytes = c.input_bytes;
+    for (int region = 0; region < 2; ++region) {
+      c.activation_bytes += (bp.op_sac_elements[a][region] * act + bp.op_sac_fixed_bytes[a][region]) * b / split.of(region == 1);
+    }
+    if (ps.kv_tp != ps.tp) c.activation_bytes += bp.op_sac_key_value_elements[a] * act * b * (1 / (ps.cp * ps.kv_tp) - 1 / split.of(true));
+  }
   // Peak transients (memory_model.cpp, add_peak_memory; the same rules).
   if (role == BlockKind::layer) {
     c.gradient_elements = b * (prof.residual_elements_per_sample / split.sequence +
@@ -137,6 +145,7 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
     gc.input_gradient_s = g.needs_input_gradient ? gemm_time_s(s.rows, s.k, s.n, s.batch, gemm_bytes, rates) : 0.0;
     gc.weight_gradient_s = gemm_time_s(s.k, s.n, s.rows, s.batch, gemm_bytes, rates);
     c.forward_compute_s += gc.forward_s;
+    c.op_sac_recompute_s += gc.forward_s * g.op_sac_recomputed;
     c.backward_compute_s += gc.input_gradient_s + gc.weight_gradient_s;
     if (g.has_weights) c.weight_gradient_s += gc.weight_gradient_s;
     if (g.core_attention) core_forward_s += gc.forward_s;
@@ -156,6 +165,7 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
         }
       }
       c.forward_compute_s += t;
+      c.op_sac_recompute_s += t;  // no memory-bound op is on torchtitan's save list
       c.backward_compute_s += 2 * t;  // gradients read the saved input and the output gradient, write the input gradient
       if (core == 1) core_forward_s += t;
     }
@@ -218,6 +228,24 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
                         : backward_tp_s;
   // Selective recompute drops the s x s tensors; fused attention keeps none to drop.
   if (plan.recompute == Recompute::selective && plan.attention != Attention::fused) c.backward_compute_s += core_forward_s;
+  // Op-level checkpointing repeats its unsaved ops and, since only reduce-
+  // scatter outputs are on torchtitan's save list, the forward's other tp
+  // collectives: the all-gathers under sequence parallelism (half of each
+  // all-reduce's volume), the whole all-reduces without it.
+  if (plan.recompute == Recompute::selective_op && role == BlockKind::layer) {
+    c.backward_compute_s += c.op_sac_recompute_s;
+    if (bp.tp_forward_collectives > 0) {
+      BlockCollective again = c.collectives.front();
+      again.pass = Pass::backward;
+      if (ps.sp) {
+        again.kind = Collective::all_gather;
+        again.seconds = again.exposed_s = again.count * cost(Collective::all_gather, again.bytes, tp_link);
+      }
+      c.tp_backward_s += again.seconds;
+      c.tp_backward_total_s += again.seconds;
+      c.collectives.push_back(again);
+    }
+  }
   if (full_recompute) {
     c.backward_compute_s += c.forward_compute_s;
     c.tp_backward_s += c.tp_forward_s;  // the recomputed forward communicates again
@@ -322,7 +350,7 @@ struct StageSum {
     gradient_elements = std::max(gradient_elements, c.gradient_elements);
     loss_logits += c.loss_logits;
     if (in_chunk) {
-      chunk_activation_bytes += count * (recompute == Recompute::full ? c.input_bytes : c.activation_bytes);
+      chunk_activation_bytes += count * (recompute == Recompute::full ? c.input_bytes : c.activation_bytes);  // selective-op: in activation_bytes
       largest_layer_bytes = std::max(largest_layer_bytes, c.full_activation_bytes);
       layers += static_cast<std::int64_t>(count);
     }
@@ -412,7 +440,7 @@ StageMemory stage_memory(StageSum& s, std::int64_t r, const StageMemoryInputs& i
   const double in_flight = in_flight_chunk_micro_batches(plan.schedule, pp, r, in.micro_batches);
   const double chunks_here = static_cast<double>(in.v);
   double activations = s.chunk_activation_bytes / chunks_here * in_flight;
-  if (plan.recompute == Recompute::full) activations += s.largest_layer_bytes;
+  if (recomputes_layer_forward(plan.recompute)) activations += s.largest_layer_bytes;
   sm.in_flight_micro_batches = in_flight / chunks_here;
   const double m_at_least_one = static_cast<double>(in.m);
   const bool pipelined = pp > 1;

@@ -94,7 +94,13 @@ std::string megatron(Writer& w) {
   if (plan.zero_stage == 1 || plan.zero_stage == 2) arg("--use-distributed-optimizer");
   arg("--micro-batch-size", count(plan.micro_batch));
   arg("--global-batch-size", count(plan.global_batch));
-  if (plan.recompute == Recompute::selective) arg("--recompute-granularity", "selective");
+  if (plan.recompute == Recompute::selective_op) {
+    w.warning("recompute", "Megatron-LM has no torchtitan-style op-level checkpointing (every second matmul); written "
+                           "as --recompute-granularity selective, which keeps more and repeats only the attention core");
+  }
+  if (plan.recompute == Recompute::selective || plan.recompute == Recompute::selective_op) {
+    arg("--recompute-granularity", "selective");
+  }
   if (plan.recompute == Recompute::full) {
     arg("--recompute-granularity", "full");
     arg("--recompute-method", "uniform");
@@ -176,6 +182,11 @@ std::string torchtitan(Writer& w) {
                       "forward to the backward, where ZeRO-2 keeps them whole all the time");
   }
   if (plan.precision == Precision::fp8) w.warning("precision", "fp8: add [model] converters = [\"float8\"] (torchao)");
+  if (plan.recompute == Recompute::selective) {
+    w.warning("recompute", "torchtitan has no checkpointing of the attention core alone, and its SDPA keeps no s x s "
+                           "tensors to drop, so 'selective' is written as mode \"none\", what the plan was priced as; "
+                           "--recompute selective-op is torchtitan's selective_ac_option = \"op\"");
+  }
   if (has_errors(w.problems)) return "";
 
   const bool shard_dp = plan.zero_stage >= 2;
@@ -205,9 +216,9 @@ std::string torchtitan(Writer& w) {
     << "seq_len = " << w.seq_len() << "\n"
     << "mixed_precision_param = \"" << (plan.precision == Precision::fp32 ? "float32" : "bfloat16") << "\"\n"
     << "\n[activation_checkpoint]\n"
-    << "mode = \"" << (plan.recompute == Recompute::full ? "full" : plan.recompute == Recompute::selective ? "selective" : "none")
+    << "mode = \"" << (plan.recompute == Recompute::full ? "full" : plan.recompute == Recompute::selective_op ? "selective" : "none")
     << "\"\n";
-  if (plan.recompute == Recompute::selective) o << "selective_ac_option = \"op\"\n";
+  if (plan.recompute == Recompute::selective_op) o << "selective_ac_option = \"op\"\n";
   return o.str();
 }
 

@@ -197,6 +197,11 @@ Loaded<std::string> export_jax(const PlanFile& file) {
       if (!said) result.problems.push_back(p);
     }
   }
+  if (plan.recompute == Recompute::selective_op) {
+    result.problems.push_back({Severity::warning, "recompute",
+                               "JAX has no policy that saves every second matmul (torchtitan's op-level checkpointing); "
+                               "written as dots_with_no_batch_dims_saveable, which saves every weight matmul's output"});
+  }
   if (has_errors(result.problems)) return result;
 
   const Mesh& mesh = plan.mesh;
@@ -213,7 +218,8 @@ Loaded<std::string> export_jax(const PlanFile& file) {
   if (shape.size() == 1) axes += ",";
   const std::int64_t micro_step_batch = plan.micro_batch * mesh.data_parallel_size();
   const char* remat = plan.recompute == Recompute::full        ? "jax.checkpoint_policies.nothing_saveable"
-                      : plan.recompute == Recompute::selective ? "jax.checkpoint_policies.dots_with_no_batch_dims_saveable"
+                      : plan.recompute == Recompute::selective || plan.recompute == Recompute::selective_op
+                          ? "jax.checkpoint_policies.dots_with_no_batch_dims_saveable"
                                                                : "None";
   const char* compute_dtype = plan.precision == Precision::fp32   ? "float32"
                               : plan.precision == Precision::fp16 ? "float16"

@@ -99,6 +99,17 @@ struct Op {
   // Attention geometry for core-attention ops (the fused kernel's shape).
   std::int64_t attention_heads = 0;
   std::int64_t head_dim = 0;
+  // torchtitan's op-level selective checkpointing (Recompute::selective_op),
+  // in a layer block: the parts of this op's output it keeps, and the share
+  // of this op's forward the backward repeats. Every op outside torchtitan's
+  // save list (norms, activations, residual adds, unfused attention's bmm and
+  // softmax, grouped expert matmuls) is repeated whole and keeps nothing. Of
+  // the layer's matmuls, counted as torchtitan's Llama runs them (q, k, v, o,
+  // then gate, up, down or in, out), every second one is repeated: k, o and
+  // up (gated) or out (not gated); fused attention keeps its output and
+  // softmax statistics. The block's input is kept too (the checkpoint's).
+  std::vector<SavedTensor> op_sac_kept;
+  double op_sac_recomputed = 1;
 };
 
 inline Op make_op(std::string name, OpKind kind, int block, bool expert = false) {

@@ -41,9 +41,19 @@ ParameterTotals stage_parameters(const LayerGraph& graph, const std::vector<int>
   return totals;
 }
 
+double block_input_bytes(const LayerGraph& graph, int block, const ActivationSharding& sharding);
+
 double block_saved_bytes(const LayerGraph& graph, int block, const ActivationSharding& sharding) {
   double bytes = 0;
   for (OpId id : graph.blocks[static_cast<std::size_t>(block)].ops) bytes += saved_bytes_per_sample(graph.op(id), sharding);
+  return bytes;
+}
+
+// Bytes per sample of a layer block under op-level checkpointing
+// (Recompute::selective_op): its input and what its ops keep of their outputs.
+double block_op_sac_bytes(const LayerGraph& graph, int block, const ActivationSharding& sharding) {
+  double bytes = block_input_bytes(graph, block, sharding);
+  for (OpId id : graph.blocks[static_cast<std::size_t>(block)].ops) bytes += op_sac_kept_bytes_per_sample(graph.op(id), sharding);
   return bytes;
 }
 
@@ -110,12 +120,15 @@ double communication_buffers(const ModelSpec& model, const LayerGraph& graph, co
 
 }  // namespace
 
-double saved_bytes_per_sample(const Op& op, const ActivationSharding& sharding) {
+namespace {
+
+// Bytes per sample of `tensors` on one device; `drop_selective`: leave out those selective recompute drops.
+double tensor_bytes_per_sample(const std::vector<SavedTensor>& tensors, const ActivationSharding& sharding, bool drop_selective) {
   double bytes = 0;
   const ActivationSplit split = activation_split(sharding.tp, sharding.cp, sharding.sequence_parallel);
-  for (const SavedTensor& t : op.saved) {
+  for (const SavedTensor& t : tensors) {
     if (!kept_by(t, sharding.attention)) continue;
-    if (t.selective && sharding.recompute == Recompute::selective) continue;
+    if (t.selective && drop_selective) continue;
     const double per_element = t.fixed_bytes_per_element > 0 ? t.fixed_bytes_per_element
                                                              : sharding.activation_bytes_per_element;
     const double divisor = t.key_value ? static_cast<double>(sharding.cp * kv_tp_split(sharding.kv_heads, sharding.tp))
@@ -123,6 +136,16 @@ double saved_bytes_per_sample(const Op& op, const ActivationSharding& sharding) 
     bytes += t.elements_per_sample * per_element / divisor;
   }
   return bytes;
+}
+
+}  // namespace
+
+double saved_bytes_per_sample(const Op& op, const ActivationSharding& sharding) {
+  return tensor_bytes_per_sample(op.saved, sharding, sharding.recompute == Recompute::selective);
+}
+
+double op_sac_kept_bytes_per_sample(const Op& op, const ActivationSharding& sharding) {
+  return tensor_bytes_per_sample(op.op_sac_kept, sharding, false);
 }
 
 void add_peak_memory(MemoryBreakdown& memory, double loss_logits, double gradient_elements,
@@ -208,16 +231,18 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
         const double masks = block_mask_bytes(graph, b, sharding);
         if (full > largest_layer_bytes) largest_layer_masks = masks;
         largest_layer_bytes = std::max(largest_layer_bytes, full);
-        chunk_bytes_sum += plan.recompute == Recompute::full ? block_input_bytes(graph, b, sharding) : full;
-        if (plan.recompute != Recompute::full) chunk_mask_sum += masks;
+        chunk_bytes_sum += plan.recompute == Recompute::full           ? block_input_bytes(graph, b, sharding)
+                           : plan.recompute == Recompute::selective_op ? block_op_sac_bytes(graph, b, sharding)
+                                                                       : full;
+        if (!recomputes_layer_forward(plan.recompute)) chunk_mask_sum += masks;
       }
     }
     const double mean_chunk_bytes = chunks_here > 0 ? chunk_bytes_sum / static_cast<double>(chunks_here) : 0;
     double activations_per_sample = mean_chunk_bytes * in_flight;
     double masks_per_sample = (chunks_here > 0 ? chunk_mask_sum / static_cast<double>(chunks_here) : 0) * in_flight;
-    if (plan.recompute == Recompute::full) masks_per_sample += largest_layer_masks;
-    // Full recompute rebuilds one layer's activations at a time during the backward pass.
-    if (plan.recompute == Recompute::full) activations_per_sample += largest_layer_bytes;
+    // Full and op-level recompute rebuild one layer's activations at a time during the backward pass.
+    if (recomputes_layer_forward(plan.recompute)) masks_per_sample += largest_layer_masks;
+    if (recomputes_layer_forward(plan.recompute)) activations_per_sample += largest_layer_bytes;
     sm.in_flight_micro_batches = in_flight / static_cast<double>(partition.chunks_per_stage);
 
     // Embedding (stage 0) and head (last stage) are never recomputed.

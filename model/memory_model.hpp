@@ -90,6 +90,9 @@ struct ActivationSharding {
 // attention without the s x s tensors, with the softmax statistics).
 // Full recompute is applied per layer, not here: this honours only "selective".
 double saved_bytes_per_sample(const Op& op, const ActivationSharding& sharding);
+// Bytes per sample on one device of what `op` keeps under op-level
+// checkpointing (Recompute::selective_op; Op::op_sac_kept), in a layer block.
+double op_sac_kept_bytes_per_sample(const Op& op, const ActivationSharding& sharding);
 
 // Peak number of (chunk, micro-batch) activation sets a pipeline stage holds:
 // GPipe m; 1F1B min(p - r, m); ZB-H1 min(p, m) on every stage; interleaved

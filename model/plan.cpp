@@ -10,6 +10,7 @@ std::string to_string(Recompute recompute) {
     case Recompute::none: return "none";
     case Recompute::selective: return "selective";
     case Recompute::full: return "full";
+    case Recompute::selective_op: return "selective-op";
   }
   return "?";
 }
@@ -38,6 +39,7 @@ std::optional<Recompute> parse_recompute(std::string_view text) {
   if (text == "none") return Recompute::none;
   if (text == "selective") return Recompute::selective;
   if (text == "full") return Recompute::full;
+  if (text == "selective-op") return Recompute::selective_op;
   return std::nullopt;
 }
 

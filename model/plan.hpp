@@ -14,7 +14,18 @@
 
 namespace meshplan {
 
-enum class Recompute { none, selective, full };
+// What the backward recomputes instead of keeping. `selective`: the attention
+// core only (Korthikanti et al. 2022, Sec. 5); `full`: each layer's forward
+// from its input; `selective_op`: torchtitan's op-level selective
+// checkpointing, which keeps the outputs of the layer's matmuls and of the
+// attention kernel except every second matmul, and recomputes everything else
+// (torchtitan, parallelize_llama.py, _apply_ac_to_transformer_block with
+// selective_ac_option = "op"; layer_graph.hpp, op_sac_saves_output).
+enum class Recompute { none, selective, full, selective_op };
+inline constexpr int kRecomputeModes = 4;
+// Whether the backward rebuilds a whole layer's activations at once (one
+// layer's worth of transient memory at the backward's peak).
+inline bool recomputes_layer_forward(Recompute r) { return r == Recompute::full || r == Recompute::selective_op; }
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
 // How attention runs. `fused`: one kernel (FlashAttention-2/3, cuDNN, PyTorch
 // scaled_dot_product_attention) that keeps no s x s tensor, only per-row
@@ -36,7 +47,7 @@ std::optional<Recompute> parse_recompute(std::string_view text);
 std::optional<Attention> parse_attention(std::string_view text);
 // gpipe | 1f1b | interleaved:<v> | zb-h1; nullopt when malformed.
 std::optional<Schedule> parse_schedule(std::string_view text);
-inline constexpr std::string_view recompute_choices = "none, selective, full";
+inline constexpr std::string_view recompute_choices = "none, selective, full, selective-op";
 inline constexpr std::string_view attention_choices = "fused, unfused";
 inline constexpr std::string_view schedule_choices = "gpipe, 1f1b, interleaved:<v> (v >= 2), zb-h1";
 

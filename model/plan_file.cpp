@@ -433,7 +433,7 @@ Plan read_plan_object(JsonObject& root) {
   plan.global_batch = p->integer("global_batch", Need::required, 1, std::int64_t{1} << 40).value_or(1);
   plan.seq_len = p->integer("seq_len", Need::required, 0, std::int64_t{1} << 40).value_or(0);
   plan.zero_stage = static_cast<int>(p->integer("zero", Need::required, 0, 3).value_or(0));
-  if (auto r = p->choice("recompute", Need::required, {"none", "selective", "full"})) plan.recompute = *parse_recompute(*r);
+  if (auto r = p->choice("recompute", Need::required, {"none", "selective", "full", "selective-op"})) plan.recompute = *parse_recompute(*r);
   plan.sequence_parallel = p->boolean("sequence_parallel", Need::required).value_or(false);
   // Absent in files written before attention was part of the plan: those
   // were computed with the s x s scores stored, i.e. unfused.

@@ -10,7 +10,8 @@ bool same_gemms(const std::vector<GemmWork>& a, const std::vector<GemmWork>& b) 
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (a[i].rows_per_sample != b[i].rows_per_sample || a[i].n != b[i].n || a[i].kv_n != b[i].kv_n || a[i].k != b[i].k ||
         a[i].batch != b[i].batch || a[i].tp_split != b[i].tp_split || a[i].core_attention != b[i].core_attention ||
-        a[i].has_weights != b[i].has_weights || a[i].needs_input_gradient != b[i].needs_input_gradient) {
+        a[i].has_weights != b[i].has_weights || a[i].needs_input_gradient != b[i].needs_input_gradient ||
+        a[i].op_sac_recomputed != b[i].op_sac_recomputed) {
       return false;
     }
   }
@@ -62,6 +63,9 @@ bool BlockProfile::same_as(const BlockProfile& o) const {
          tied_parameters == o.tied_parameters && expert_tp_split_parameters == o.expert_tp_split_parameters &&
          expert_replicated_parameters == o.expert_replicated_parameters && same_2x2x2(saved_elements, o.saved_elements) &&
          same_2x2x2(saved_fixed_bytes, o.saved_fixed_bytes) && input_elements_per_sample == o.input_elements_per_sample &&
+         same_2x2(op_sac_elements, o.op_sac_elements) && same_2x2(op_sac_fixed_bytes, o.op_sac_fixed_bytes) &&
+         op_sac_key_value_elements[0] == o.op_sac_key_value_elements[0] &&
+         op_sac_key_value_elements[1] == o.op_sac_key_value_elements[1] &&
          same_2x2xk(memory_elements, o.memory_elements) && same_2x2xk(memory_fixed_bytes, o.memory_fixed_bytes) &&
          matmul_forward_flops_per_sample == o.matmul_forward_flops_per_sample &&
          core_attention_flops_per_sample == o.core_attention_flops_per_sample &&
@@ -102,6 +106,16 @@ void add_memory(BlockProfile& bp, const Op& op) {
         if (t.key_value) bp.saved_key_value_elements[a][selective] += t.elements_per_sample;
       }
     }
+    for (const SavedTensor& t : op.op_sac_kept) {
+      if (!kept_by(t, attention)) continue;
+      const int region = t.tensor_parallel ? 1 : 0;
+      if (t.fixed_bytes_per_element > 0) {
+        bp.op_sac_fixed_bytes[a][region] += t.elements_per_sample * t.fixed_bytes_per_element;
+      } else {
+        bp.op_sac_elements[a][region] += t.elements_per_sample;
+        if (t.key_value) bp.op_sac_key_value_elements[a] += t.elements_per_sample;
+      }
+    }
     // Fused attention runs Q K^T, softmax, dropout and P V as one kernel, after P V.
     const bool fused_away = attention == Attention::fused && op.core_attention;
     if (!fused_away || op.kind == OpKind::attention_values) bp.forward_kernels[a] += 1;
@@ -128,6 +142,7 @@ void add_gemm(BlockProfile& bp, const Op& op, bool needs_input_gradient, double 
   work.core_attention = op.core_attention;
   work.has_weights = op.kind == OpKind::gemm || op.kind == OpKind::conv;
   work.needs_input_gradient = needs_input_gradient;
+  work.op_sac_recomputed = op.op_sac_recomputed;
   if (op.tp_split == TpSplit::rows) {
     bp.tp_forward_reduce_elements += op.output_elements_per_sample;
     ++bp.tp_forward_collectives;
@@ -210,7 +225,7 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
     if (block.kind == BlockKind::head) profile.head_block = static_cast<int>(b);
     profile.block_kind.push_back(kind_of(profile, std::move(bp), block.kind));
   }
-  for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
+  for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full, Recompute::selective_op})
     for (Attention attention : {Attention::fused, Attention::unfused})
       profile.recompute_flops[static_cast<int>(recompute)][attention_index(attention)] =
           recompute_flops_per_sample(profile, recompute, attention);
@@ -235,6 +250,11 @@ double recompute_flops_per_sample(const ModelProfile& profile, Recompute recompu
     if (recompute == Recompute::selective && !fused) flops += bp.core_attention_flops_per_sample;
     if (fused) flops += bp.attention_scores_flops_per_sample;  // the backward recomputes Q K^T
     if (recompute == Recompute::full) flops += bp.matmul_forward_flops_per_sample;
+    if (recompute == Recompute::selective_op) {
+      for (const GemmWork& g : bp.gemms) {
+        if (!(fused && g.core_attention)) flops += 2 * g.rows_per_sample * g.n * g.k * g.batch * g.op_sac_recomputed;
+      }
+    }
   }
   return flops;
 }

@@ -25,6 +25,7 @@ struct GemmWork {
   // false when the GEMM reads the model's input data (an MLP's or CNN's first
   // layer): nothing needs the gradient of the data, so no framework computes it.
   bool needs_input_gradient = true;
+  double op_sac_recomputed = 1;  // Op::op_sac_recomputed: the share of the forward op-level checkpointing repeats
 };
 
 struct BlockProfile {
@@ -41,6 +42,11 @@ struct BlockProfile {
   // Of saved_elements' tensor-parallel entries, the keys and values (split over cp x kv_tp_split, not cp x tp), [Attention][selective].
   double saved_key_value_elements[2][2] = {};
   double input_elements_per_sample = 0;  // the block's input tensor (what full recompute keeps)
+  // What op-level checkpointing keeps beside the input (Op::op_sac_kept),
+  // per sample, [Attention][tensor-parallel region]; keys and values as saved_key_value_elements.
+  double op_sac_elements[2][2] = {};
+  double op_sac_fixed_bytes[2][2] = {};
+  double op_sac_key_value_elements[2] = {};
   // Work in the forward pass.
   std::vector<GemmWork> gemms;
   // Traffic of the memory-bound ops, [tensor-parallel region][core attention][StreamOp].
@@ -89,7 +95,7 @@ struct ModelProfile {
   // FLOPs a step does beyond the model FLOPs, per sample, by
   // [Recompute][attention_index]: recompute_flops_per_sample's sum, taken
   // once per profile instead of once per plan.
-  double recompute_flops[3][2] = {};
+  double recompute_flops[kRecomputeModes][2] = {};
   double residual_elements_per_sample = 0;  // what crosses a pipeline stage boundary
   // For communication volumes.
   std::int64_t hidden = 0, kv_width = 0, kv_heads = 0, top_k = 1, experts = 0;
@@ -106,7 +112,8 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph);
 
 // Of the profile's layers, the forward FLOPs per sample that a step runs
 // again: selective recompute's core attention (unfused), fused attention's
-// Q K^T (its backward recomputes the scores), full recompute's whole forward.
+// Q K^T (its backward recomputes the scores), full recompute's whole forward,
+// op-level checkpointing's repeated matmuls (Op::op_sac_recomputed).
 double recompute_flops_per_sample(const ModelProfile& profile, Recompute recompute, Attention attention);
 
 }  // namespace meshplan

@@ -207,12 +207,12 @@ std::vector<PublishedCase> published_multi_gpu_cases() {
     const char* miss_reason;
   };
   const TorchtitanRow torchtitan[] = {
-      {"Llama 3 8B, 64 A100, FSDP", "llama3-8b", Recompute::selective, 2973,
-       "torchtitan's \"selective op\" checkpointing (saves matmul outputs, recomputes the rest) modelled as "
-       "selective; network unstated: dgx-a100 (8 x 200 Gb/s HDR per node) assumed; SDPA (flash) attention",
-       "predicted 81% MFU where torchtitan measured 58%: the a100-80g preset has no measured GEMM or attention "
-       "curve and no eager-PyTorch overheads, and torchtitan's op-level checkpointing recomputes part of the forward "
-       "that meshplan's selective does not"},
+      {"Llama 3 8B, 64 A100, FSDP", "llama3-8b", Recompute::selective_op, 2973,
+       "torchtitan's \"selective op\" checkpointing as selective-op (every second matmul of a layer and every "
+       "memory-bound op repeated in the backward; torchtitan parallelize_llama.py); network unstated: dgx-a100 "
+       "(8 x 200 Gb/s HDR per node) assumed; SDPA (flash) attention",
+       "predicted 74% MFU where torchtitan measured 58%: the a100-80g preset has no measured GEMM or attention "
+       "curve and no eager-PyTorch overheads"},
       {"Llama 3 70B, 64 A100, FSDP", "llama3-70b", Recompute::full, 331,
        "network unstated: dgx-a100 (8 x 200 Gb/s HDR per node) assumed; SDPA (flash) attention",
        "predicted fast as the 8B row: no measured A100 GEMM or attention curve, no eager-PyTorch overheads; "

@@ -190,6 +190,7 @@ Rejection check_rules(const Evaluator& evaluator, const Plan& plan, bool split_c
   if (model.kind == ModelKind::cnn && (tp > 1 || pp > 1 || cp > 1 || ep > 1)) return Rejection::axis_unsupported;
   if (model.kind == ModelKind::mlp && (cp > 1 || ep > 1)) return Rejection::axis_unsupported;
   if (plan.sequence_parallel && model.kind != ModelKind::transformer) return Rejection::axis_unsupported;
+  if (plan.recompute == Recompute::selective_op && model.kind != ModelKind::transformer) return Rejection::axis_unsupported;
   if (model.kind == ModelKind::transformer) {
     const auto& t = model.transformer;
     if (t.heads % tp != 0) return Rejection::tp_heads;  // key/value heads tp does not divide are replicated
@@ -301,7 +302,8 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
     for (Precision precision : space.precisions) {
       plan.precision = precision;
       for (Recompute recompute : space.recomputes) {
-        if (!ctx.transformer && recompute == Recompute::selective) continue;  // nothing to be selective about
+        // Nothing to be selective about; op-level checkpointing is of transformer blocks.
+        if (!ctx.transformer && (recompute == Recompute::selective || recompute == Recompute::selective_op)) continue;
         plan.recompute = recompute;
         for (bool sp : space.sequence_parallel) {
           if (sp && (tp == 1 || !ctx.transformer)) continue;

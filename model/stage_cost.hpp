@@ -103,13 +103,14 @@ struct BlockCost {  // depends only on micro-batch, tp, cp, ep, sequence paralle
   double dense_parameters = 0;   // after tp split
   double expert_parameters = 0;  // after tp and ep split
   double tied_parameters = 0;    // after tp split
-  double activation_bytes = 0;   // saved for backward under the plan's recompute (none/selective)
+  double activation_bytes = 0;   // saved for backward under the plan's recompute (none/selective/selective-op)
   double full_activation_bytes = 0;  // with no recompute (full recompute's transient)
   double input_bytes = 0;        // what full recompute keeps
   double gradient_elements = 0;  // activation-gradient elements in flight in this block's backward (layers)
   double loss_logits = 0;        // logits its loss reads (head)
   double forward_compute_s = 0;
   double backward_compute_s = 0;     // including recomputation
+  double op_sac_recompute_s = 0;     // what op-level checkpointing repeats of the forward compute (in backward_compute_s for its layers)
   double weight_gradient_s = 0;
   double tp_forward_s = 0;
   double tp_backward_s = 0;          // exposed part

@@ -88,6 +88,10 @@ void check_unsupported_axes(Checker& check, const ModelSpec& model, const Plan& 
       if (mesh.size(axis) > 1) check.error("mesh." + to_string(axis), to_string(axis) + " needs a transformer; this is an mlp");
     }
   }
+  if (plan.recompute == Recompute::selective_op && model.kind != ModelKind::transformer) {
+    check.error("recompute", "selective-op is torchtitan's op-level checkpointing of transformer blocks; " + kind +
+                                 " models have none (use none or full)");
+  }
   if (plan.sequence_parallel && model.kind != ModelKind::transformer) {
     check.error("sequence_parallel", "sequence parallelism splits a sequence dimension; " + kind + " models have none");
   } else if (plan.sequence_parallel && mesh.size(Axis::tp) == 1) {

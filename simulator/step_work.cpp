@@ -313,7 +313,7 @@ double build_chunk(ChunkWork& chunk, const Context& cx, Builder& build, std::int
     chunk_parameters += parameters;
     if (prof.block_role[static_cast<std::size_t>(block)] == BlockKind::layer) {
       chunk.activation_bytes += full_recompute ? c.input_bytes : c.activation_bytes;
-      if (full_recompute) chunk.recompute_bytes = std::max(chunk.recompute_bytes, c.full_activation_bytes);
+      if (recomputes_layer_forward(plan.recompute)) chunk.recompute_bytes = std::max(chunk.recompute_bytes, c.full_activation_bytes);
     } else {
       chunk.activation_bytes += c.activation_bytes;  // embedding and head are never recomputed
     }

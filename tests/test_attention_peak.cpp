@@ -63,7 +63,7 @@ TEST(FusedAttention, EvaluatorMatchesTheReferenceUnderEitherAttention) {
   const Evaluator evaluator(model, cluster, 8, 1024);
   for (Attention attention : {Attention::fused, Attention::unfused}) {
     for (const char* mesh : {"dp=8", "tp=8", "pp=2,tp=4", "dp=2,pp=2,tp=2"}) {
-      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full, Recompute::selective_op}) {
         Plan plan = plan_with(mesh, 2, 16);
         plan.attention = attention;
         plan.recompute = recompute;

@@ -756,7 +756,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"axes", {"plan", "--axes", "dp,xx"}, {"--axes", "'xx'", "dp, fsdp, tp, pp, cp, ep"}},
         BadInput{"axes_empty_item", {"plan", "--axes", "dp,,tp"}, {"--axes", "empty item"}},
         BadInput{"zero", {"plan", "--zero", "0,4"}, {"--zero", "'4'"}},
-        BadInput{"recompute", {"plan", "--recompute", "some"}, {"--recompute", "none, selective, full"}},
+        BadInput{"recompute", {"plan", "--recompute", "some"}, {"--recompute", "none, selective, full, selective-op"}},
         BadInput{"attention", {"plan", "--attention", "fused,flash"}, {"--attention", "'flash'", "fused, unfused"}},
         BadInput{"schedules", {"plan", "--schedules", "1f1b,interleaved:2"}, {"--schedules", "--interleave"}},
         BadInput{"interleave", {"plan", "--interleave", "1"}, {"--interleave", "'1'"}},

@@ -66,7 +66,7 @@ TEST(Evaluator, MemoryMatchesTheReferenceModel) {
       plan.micro_batch = 1 << (rng() % 3);
       plan.global_batch = 256;
       plan.zero_stage = static_cast<int>(rng() % 4);
-      plan.recompute = static_cast<Recompute>(rng() % 3);
+      plan.recompute = static_cast<Recompute>(rng() % kRecomputeModes);
       plan.sequence_parallel = rng() % 2 == 0 && plan.mesh.size(Axis::tp) > 1 && model.kind == ModelKind::transformer;
       plan.attention = rng() % 2 == 0 ? Attention::fused : Attention::unfused;
       const ScheduleKind kinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1,

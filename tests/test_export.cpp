@@ -102,6 +102,36 @@ TEST(Export, TorchtitanTomlKeepsTheBatchAndTheMesh) {
   }
 }
 
+// torchtitan's selective_ac_option = "op" is meshplan's selective-op; meshplan's
+// selective (the attention core) has no torchtitan form and, under SDPA, keeps
+// what none keeps: it is written as none, with a note.
+TEST(Export, TorchtitanCheckpointingIsThePlansRecompute) {
+  PlanFile op = plan_file("llama3-8b", "fsdp=8", 1, 16);
+  op.plan.recompute = Recompute::selective_op;
+  const Loaded<std::string> out = export_plan(op, ExportTarget::torchtitan);
+  ASSERT_TRUE(out.ok()) << messages(out.problems);
+  EXPECT_TRUE(has_line(out.value, "mode = \"selective\"")) << out.value;
+  EXPECT_TRUE(has_line(out.value, "selective_ac_option = \"op\"")) << out.value;
+  EXPECT_EQ(out.value.find("# approximate: recompute:"), std::string::npos) << out.value;
+
+  PlanFile core = op;
+  core.plan.recompute = Recompute::selective;
+  const Loaded<std::string> none = export_plan(core, ExportTarget::torchtitan);
+  ASSERT_TRUE(none.ok()) << messages(none.problems);
+  EXPECT_TRUE(has_line(none.value, "mode = \"none\"")) << none.value;
+  EXPECT_FALSE(has_line(none.value, "selective_ac_option = \"op\"")) << none.value;
+  EXPECT_NE(none.value.find("# approximate: recompute:"), std::string::npos) << none.value;
+
+  PlanFile op_dp = plan_file("llama3-8b", "dp=8", 1, 16);
+  op_dp.plan.recompute = Recompute::selective_op;
+  const Loaded<std::string> megatron = export_plan(op_dp, ExportTarget::megatron);
+  ASSERT_TRUE(megatron.ok()) << messages(megatron.problems);
+  EXPECT_NE(megatron.value.find("--recompute-granularity selective"), std::string::npos) << megatron.value;
+  bool warned = false;
+  for (const Problem& p : megatron.problems) warned = warned || (p.severity == Severity::warning && p.where == "recompute");
+  EXPECT_TRUE(warned) << messages(megatron.problems);
+}
+
 TEST(Export, TorchtitanRefusesOrApproximatesWhatItCannotExpress) {
   PlanFile zero1 = plan_file("llama3-8b", "dp=8", 1, 16);
   zero1.plan.zero_stage = 1;

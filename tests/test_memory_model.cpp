@@ -1,6 +1,7 @@
 // Unit tests of the memory model's formulas, one rule at a time.
 #include <gtest/gtest.h>
 
+#include "model/evaluate.hpp"
 #include "model/explain.hpp"
 #include "model/memory_model.hpp"
 #include "model/published_cases.hpp"
@@ -109,6 +110,67 @@ TEST(MemoryModel, FullRecomputeKeepsLayerInputsPlusOneLayer) {
   const double s = 2048, h = 1024, per_layer = s * h * (34 + 5 * 16 * s / h);
   const double extras = a - 8 * per_layer;  // embedding and head, never recomputed
   EXPECT_NEAR(b, extras + 8 * 2 * s * h + per_layer, 1e-6 * b);
+}
+
+// torchtitan's op-level checkpointing keeps, per token of each layer, the
+// layer's input and the outputs of matmuls 1, 3, 5 and 7 (q, v, gate, down)
+// and of the attention kernel (output and fp32 log-sum-exp per head); the
+// backward rebuilds one layer at a time, as full recompute does. So against
+// full recompute it keeps q + v + gate + down + attention output more per
+// token and layer, and nothing else changes.
+TEST(MemoryModel, OpLevelCheckpointingKeepsEverySecondMatmulOutput) {
+  for (const char* name : {"llama2-7b", "llama3-8b"}) {  // multi-head and grouped-query attention
+    const auto model = must(load_model(name));
+    const auto cluster = must(load_cluster("dgx-a100"));
+    Plan full = plan_with("dp=1", 1, 1);
+    full.recompute = Recompute::full;
+    Plan op = full;
+    op.recompute = Recompute::selective_op;
+    const auto f = explain_plan(model, cluster, {1, 0}, full).memory->worst().memory.activations_bytes;
+    const auto o = explain_plan(model, cluster, {1, 0}, op).memory->worst().memory.activations_bytes;
+    const auto& t = model.transformer;
+    const double s = static_cast<double>(model.default_seq_len()), h = static_cast<double>(t.hidden);
+    const double q = static_cast<double>(t.heads * t.head_dim), kv = static_cast<double>(t.key_value_heads() * t.head_size());
+    const double kept_per_token = 2 * (q + kv + static_cast<double>(t.ffn) + h + q) + 4 * static_cast<double>(t.heads);
+    EXPECT_NEAR(o - f, static_cast<double>(t.layers) * s * kept_per_token, 1e-9 * o) << name;
+    // Unfused attention's bmm and softmax are not on torchtitan's save list: nothing of the core is kept.
+    Plan full_unfused = full, op_unfused = op;
+    full_unfused.attention = op_unfused.attention = Attention::unfused;
+    const auto fu = explain_plan(model, cluster, {1, 0}, full_unfused).memory->worst().memory.activations_bytes;
+    const auto ou = explain_plan(model, cluster, {1, 0}, op_unfused).memory->worst().memory.activations_bytes;
+    EXPECT_NEAR(ou - fu, static_cast<double>(t.layers) * s * 2 * (q + kv + static_cast<double>(t.ffn) + h), 1e-9 * ou) << name;
+  }
+}
+
+// What op-level checkpointing repeats: matmuls 2, 4 and 6 of each layer (k, o,
+// up) and every memory-bound op; the step lies between none and full.
+TEST(MemoryModel, OpLevelCheckpointingRepeatsKOAndUp) {
+  const auto model = must(load_model("llama3-8b"));
+  const auto cluster = must(load_cluster("dgx-a100"));
+  const Evaluator evaluator(model, cluster, 8, 4096);
+  Plan none = plan_with("fsdp=8", 1, 8);
+  none.seq_len = 4096;
+  none.recompute = Recompute::none;
+  Plan op = none, full = none;
+  op.recompute = Recompute::selective_op;
+  full.recompute = Recompute::full;
+  const TimeEstimate a = evaluator.evaluate(none).time, b = evaluator.evaluate(op).time, c = evaluator.evaluate(full).time;
+  const auto& t = model.transformer;
+  const double s = 4096, h = static_cast<double>(t.hidden), kv = static_cast<double>(t.key_value_heads() * t.head_size());
+  const double q = static_cast<double>(t.heads * t.head_dim);
+  const double per_sample = static_cast<double>(t.layers) * 2 * s * h * (kv + q + static_cast<double>(t.ffn));
+  EXPECT_NEAR(b.hardware_flops_per_step - a.hardware_flops_per_step, 8 * per_sample, 1e-9 * b.hardware_flops_per_step);
+  EXPECT_EQ(a.model_flops_per_step, b.model_flops_per_step);
+  EXPECT_LT(a.step_s, b.step_s);
+  EXPECT_LT(b.step_s, c.step_s);
+  // An MLP has no transformer blocks to checkpoint op by op.
+  const auto mlp = must(load_model("mlp-seed"));
+  Plan mlp_plan = plan_with("dp=1", 1, 1);
+  mlp_plan.recompute = Recompute::selective_op;
+  const auto refused = explain_plan(mlp, cluster, {1, 0}, mlp_plan);
+  bool error = false;
+  for (const Problem& p : refused.problems) error = error || (p.severity == Severity::error && p.where == "recompute");
+  EXPECT_TRUE(error);
 }
 
 TEST(MemoryModel, ActivationsScaleWithMicroBatchAndContextParallel) {

@@ -370,7 +370,7 @@ INSTANTIATE_TEST_SUITE_P(
                   j["model"]["kv_heads"] = 100;
                 }, {"key 'plan.mesh.tp'", "attention heads (100)"}},
         BadFile{"schedule", [](Json& j) { j["plan"]["schedule"] = "interleaved"; }, {"key 'plan.schedule'", "interleaved:<v>"}},
-        BadFile{"recompute", [](Json& j) { j["plan"]["recompute"] = "some"; }, {"key 'plan.recompute'", "none, selective, full"}},
+        BadFile{"recompute", [](Json& j) { j["plan"]["recompute"] = "some"; }, {"key 'plan.recompute'", "none, selective, full, selective-op"}},
         BadFile{"micro_batches", [](Json& j) { j["plan"]["micro_batches"] = 7; }, {"key 'plan.micro_batches'", "does not match"}},
         BadFile{"headroom", [](Json& j) { j["plan"]["memory_headroom"] = 1.0; }, {"key 'plan.memory_headroom'", "[0, 1)"}},
         BadFile{"model_heads_text", [](Json& j) { j["model"]["heads"] = "many"; }, {"key 'model.heads'", "whole number"}},

@@ -86,7 +86,7 @@ Plan draw_plan(const PlanSetup& s, std::mt19937_64& rng, std::vector<Axis> axes)
     if (sizes[static_cast<int>(axis)] > 1) plan.mesh.axes.push_back({axis, sizes[static_cast<int>(axis)]});
   }
   const std::int64_t kMicroBatches[] = {1, 2, 4};
-  const Recompute kRecompute[] = {Recompute::none, Recompute::selective, Recompute::full};
+  const Recompute kRecompute[] = {Recompute::none, Recompute::selective, Recompute::full, Recompute::selective_op};
   const char* kSchedules[] = {"1f1b", "gpipe", "interleaved:2", "zb-h1"};
   plan.micro_batch = pick(rng, kMicroBatches);
   plan.global_batch = plan.micro_batch * plan.mesh.data_parallel_size() * std::uniform_int_distribution<std::int64_t>(1, 12)(rng);

@@ -94,7 +94,7 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   zero_ = new QLineEdit;
   addField("zero", tr("ZeRO stages"), zero_, tr("ZeRO stages on dp to try (0-3)"));
   recompute_ = new QLineEdit;
-  addField("recompute", tr("Recompute"), recompute_, tr("none, selective, full"));
+  addField("recompute", tr("Recompute"), recompute_, tr("none, selective, full, selective-op"));
   attention_ = new QComboBox;
   for (const char* choice : kAttentionChoices) attention_->addItem(QString::fromLatin1(choice));
   addField("attention", tr("Attention"), attention_,
