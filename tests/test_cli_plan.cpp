@@ -392,6 +392,18 @@ TEST(CliPlan, ExplainWritesNoPlanFileForAnInvalidPlan) {
   EXPECT_FALSE(std::filesystem::exists(path));
 }
 
+// Recompute modes of transformer layers asked of an MLP: the search says that,
+// not that no mesh exists.
+TEST(CliPlan, TransformerRecomputeOnAnMlpSaysWhyThereAreNoCandidates) {
+  const CliRun r = run({"plan", "--model", "mlp-seed", "--gpus", "8", "--recompute", "selective-op"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.out.find("--recompute selective-op applies to transformer layers; mlp models recompute none or full"),
+            std::string::npos) << r.out;
+  const CliRun explain = run({"explain", "--model", "mlp-seed", "--gpus", "8", "--mesh", "dp=8", "--recompute", "selective-op"});
+  EXPECT_EQ(explain.status, 2) << explain.out;
+  EXPECT_NE(explain.err.find("op-level checkpointing of transformer blocks"), std::string::npos) << explain.err;
+}
+
 TEST(CliPlan, NoFeasiblePlanExitsOneAndSaysWhy) {
   const CliRun r = run({"plan", "--model", "gpt3-175b", "--gpus", "8", "--global-batch", "8"});
   EXPECT_EQ(r.status, 1) << r.err;
