@@ -43,6 +43,11 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--attention", f.attention,
                      "Attention kernels: fused (FlashAttention / cuDNN / SDPA: no s x s tensors) or unfused")
       ->capture_default_str();
+  command.add_option("--cp-comm", f.cp_comm,
+                     "How context parallelism moves keys and values: ring (ring attention, hidden under the attention), "
+                     "all-gather (Llama 3: gathered before the attention, exposed) or all-to-all (DeepSpeed-Ulysses: "
+                     "heads regrouped, exposed)")
+      ->capture_default_str();
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
                               "Sequence parallelism in tp regions (default: on for transformers with tp > 1)");
   command.add_flag("--no-sequence-parallel", f.no_sequence_parallel, "Turn sequence parallelism off")->excludes(sp);
@@ -63,7 +68,7 @@ std::string flag_for_field(const std::string& field) {
       {"zero", "--zero"},                 {"recompute", "--recompute"},       {"schedule", "--schedule"},
       {"precision", "--precision"},       {"stage_layers", "--stage-layers"}, {"memory_headroom", "--headroom"},
       {"rank", "--rank"},                 {"world_size", "--gpus"},           {"sequence_parallel", "--sequence-parallel"},
-      {"attention", "--attention"},
+      {"attention", "--attention"},       {"cp_comm", "--cp-comm"},
   };
   for (const auto& [name, flag] : table) {
     if (field == name) return flag;
@@ -145,6 +150,14 @@ void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs&
     problems.push_back({Severity::error, "--attention",
                         "'" + f.attention + "' is not one of: " + std::string(attention_choices) +
                             did_you_mean(f.attention, choice_words(attention_choices))});
+  }
+  if (auto c = parse_cp_comm(f.cp_comm)) {
+    plan.cp_comm = *c;
+    space.cp_comm = *c;
+  } else {
+    problems.push_back({Severity::error, "--cp-comm",
+                        "'" + f.cp_comm + "' is not one of: " + std::string(cp_comm_choices) +
+                            did_you_mean(f.cp_comm, choice_words(cp_comm_choices))});
   }
   const std::string schedule = f.schedule.value_or("1f1b");
   if (auto s = parse_schedule(schedule)) {

@@ -39,6 +39,7 @@ struct PlanFlags {
   std::string zero = "auto";
   std::optional<std::string> recompute;      // default_recompute (model/plan_defaults.hpp)
   std::string attention = "fused";
+  std::string cp_comm = "ring";
   bool sequence_parallel = false;
   bool no_sequence_parallel = false;
   std::optional<std::string> schedule;       // 1f1b

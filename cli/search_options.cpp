@@ -79,6 +79,13 @@ Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
                                             [](const std::string& w) { return parse_recompute(w); }, problems);
   space.attentions = parse_words<Attention>(f.attention, "--attention", std::string(attention_choices),
                                             [](const std::string& w) { return parse_attention(w); }, problems);
+  if (auto c = parse_cp_comm(trim(f.cp_comm))) {
+    space.cp_comm = *c;
+  } else {
+    problems.push_back({Severity::error, "--cp-comm",
+                        "'" + f.cp_comm + "' is not one of: " + std::string(cp_comm_choices) +
+                            did_you_mean(f.cp_comm, choice_words(cp_comm_choices))});
+  }
 
   space.schedules.clear();
   auto schedules = split_list(f.schedules, "--schedules");
@@ -178,6 +185,11 @@ void add_search_flags(CLI::App& command, SearchFlags& f) {
   command.add_option("--zero", f.zero, "ZeRO stages on dp to try (0-3)")->capture_default_str();
   command.add_option("--recompute", f.recompute, "Recompute modes to try: none, selective, full, selective-op (torchtitan's op-level checkpointing)")->capture_default_str();
   command.add_option("--attention", f.attention, "Attention kernels to try: fused, unfused")->capture_default_str();
+  command.add_option("--cp-comm", f.cp_comm,
+                     "How context parallelism moves keys and values: ring (ring attention, hidden under the attention), "
+                     "all-gather (Llama 3: gathered before the attention, exposed) or all-to-all (DeepSpeed-Ulysses: "
+                     "heads regrouped, exposed)")
+      ->capture_default_str();
   command.add_option("--schedules", f.schedules, "Pipeline schedules to try: gpipe, 1f1b, interleaved, zb-h1")
       ->capture_default_str();
   command.add_option("--interleave", f.interleave, "Model chunks per device (v) for the interleaved schedule")
@@ -311,7 +323,9 @@ std::string describe_space(const SearchSpace& space) {
   if (space.max_pp > 0) limits += ", pp <= " + std::to_string(space.max_pp);
   return "axes " + join(axes) + limits + "; micro-batch " + micro + "; zero " + join(zero) + "; recompute " +
          join(recompute) + "; attention " + join(attentions) + "; schedules " + join(schedules) + "; precision " +
-         join(precisions);
+         join(precisions) + (std::find(space.axes.begin(), space.axes.end(), Axis::cp) != space.axes.end()
+                                 ? "; cp " + to_string(space.cp_comm)
+                                 : "");
 }
 
 }  // namespace meshplan::cli

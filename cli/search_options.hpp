@@ -43,6 +43,7 @@ struct SearchFlags {
   std::string zero = "0,1,2,3";
   std::string recompute = "none,selective,full";
   std::string attention = "fused";
+  std::string cp_comm = "ring";
   std::string schedules = "gpipe,1f1b,interleaved,zb-h1";
   std::string interleave = "2,3,4";
   std::string precision = "auto";

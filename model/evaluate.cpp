@@ -256,9 +256,38 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
       c.collectives.push_back(again);
     }
   }
-  // Context parallelism: ring attention passes key/value chunks around the cp ring,
+  // Context parallelism (plan.hpp, CpComm).
+  if (cp > 1 && core_forward_s > 0 && plan.cp_comm != CpComm::ring) {
+    const double tokens = seq * b / cp;  // this rank's chunk
+    const double kv_bytes = tokens * static_cast<double>(prof.kv_width) / ps.kv_tp * act;  // its keys (or values)
+    if (plan.cp_comm == CpComm::all_gather) {
+      // All-gather every chunk's keys and values; the backward gathers them
+      // again and reduce-scatters their gradients (Dubey et al. 2024, Sec. 3.3.2: exposed).
+      const double gathered = 2 * kv_bytes * cp;
+      const double gather = cost(Collective::all_gather, gathered, cp_link);
+      const double scatter = cost(Collective::reduce_scatter, gathered, cp_link);
+      c.cp_forward_exposed_s = gather;
+      c.cp_backward_exposed_s = gather + scatter;
+      c.collectives.push_back({Axis::cp, Collective::all_gather, Pass::forward, HiddenUnder::nothing, gathered, 1, gather, gather});
+      c.collectives.push_back({Axis::cp, Collective::all_gather, Pass::backward, HiddenUnder::nothing, gathered, 1, gather, gather});
+      c.collectives.push_back({Axis::cp, Collective::reduce_scatter, Pass::backward, HiddenUnder::nothing, gathered, 1, scatter, scatter});
+    } else {
+      // DeepSpeed-Ulysses: q, k and v from sequence chunks to head groups, the
+      // output back; the backward moves their gradients the same way (Jacobs et al. 2023, Sec. 3).
+      const double q_bytes = tokens * static_cast<double>(prof.q_width) / ps.tp * act;
+      const double q_and_output = 2 * cost(Collective::all_to_all, q_bytes, cp_link);
+      const double keys_and_values = 2 * cost(Collective::all_to_all, kv_bytes, cp_link);
+      c.cp_forward_exposed_s = c.cp_backward_exposed_s = q_and_output + keys_and_values;
+      for (Pass pass : {Pass::forward, Pass::backward}) {
+        c.collectives.push_back({Axis::cp, Collective::all_to_all, pass, HiddenUnder::nothing, q_bytes, 2, q_and_output, q_and_output});
+        c.collectives.push_back({Axis::cp, Collective::all_to_all, pass, HiddenUnder::nothing, kv_bytes, 2, keys_and_values, keys_and_values});
+      }
+    }
+    c.cp_s = c.cp_forward_exposed_s + c.cp_backward_exposed_s;
+  }
+  // Ring attention passes key/value chunks around the cp ring,
   // overlapped with the attention of the chunk in hand (Liu et al. 2023).
-  if (cp > 1 && core_forward_s > 0) {
+  if (cp > 1 && core_forward_s > 0 && plan.cp_comm == CpComm::ring) {
     const double chunk_bytes = 2 * (seq * b / cp) * static_cast<double>(prof.kv_width) / ps.kv_tp * act;
     const double forward_ring = (cp - 1) * cost(Collective::send_recv, chunk_bytes, cp_link);
     c.cp_s = 3 * forward_ring;  // backward moves key/value and their gradients
@@ -469,7 +498,10 @@ StageMemory stage_memory(StageSum& s, std::int64_t r, const StageMemoryInputs& i
   if (prof.kind == ModelKind::transformer) {
     const double tokens = in.ps.seq * in.ps.b / cp;
     if (tp > 1 && in.ps.sp) buffers += tokens * static_cast<double>(prof.hidden) * act;
-    if (cp > 1) buffers += 2 * 2 * tokens * static_cast<double>(prof.kv_width) / in.ps.kv_tp * act;
+    if (cp > 1) {
+      buffers += context_parallel_buffer_elements(plan.cp_comm, tokens, cp, static_cast<double>(prof.q_width) / tp,
+                                                  static_cast<double>(prof.kv_width) / in.ps.kv_tp) * act;
+    }
     if (ep > 1) buffers += 2 * tokens * static_cast<double>(prof.top_k * prof.hidden) * act;
   }
   mem.buffers_bytes = buffers;
@@ -519,12 +551,13 @@ void add_weight_sharding(StageSum& s, const Plan& plan, WeightShardingCost& pric
 
 // Data-parallel gradient reduction after the last micro-batch (in buckets,
 // overlapping its last gradient pass), ZeRO-1/2's gather of the updated weights, and
-// the optimizer, each the slowest stage's.
+// the optimizer, each the largest of any stage (the slowest stage's compute
+// is not the stage with the most gradients or the latest last pass).
 struct AfterPipeline {
   double dp_s = 0, dp_exposed_s = 0, gather_after_step_s = 0, optimizer_s = 0;
 };
 
-AfterPipeline after_pipeline(const std::vector<StageSum>& sum, std::size_t slowest, const Plan& plan,
+AfterPipeline after_pipeline(const std::vector<StageSum>& sum, const Plan& plan,
                              const PlanScalars& ps, const ComputeRates& rates) {
   AfterPipeline out;
   const Link dp_group = combine({ps.links.of(Axis::dp), ps.links.of(Axis::ep)});
@@ -559,8 +592,9 @@ AfterPipeline after_pipeline(const std::vector<StageSum>& sum, std::size_t slowe
         seen_parameters = s.parameter_bytes;
         gather = cost(Collective::all_gather, s.parameter_bytes / ps.fsdp, dp_group);
       }
+      // The stage that communicates most, as the exposed part is that of the stage that waits longest.
       out.dp_exposed_s = std::max(out.dp_exposed_s, exposed);
-      if (r == slowest) out.dp_s = reduce + gather;
+      out.dp_s = std::max(out.dp_s, reduce + gather);
     }
     out.optimizer_s = std::max(out.optimizer_s, stream_time_s(optimizer_traffic_bytes(s.optimizer_parameters, ps.bytes),
                                                               rates, StreamOp::optimizer));
@@ -669,7 +703,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   const StageSum& slow = sum[slowest];
   const PipelineTiming pipeline = pipeline_timing(stage_s, m, plan.schedule, slow.weight_gradient_s);
   time.bubble_s = pipeline.bubble_s;
-  const AfterPipeline after = after_pipeline(sum, slowest, plan, ps, rates);
+  const AfterPipeline after = after_pipeline(sum, plan, ps, rates);
   time.optimizer_s = after.optimizer_s;
   time.step_s = pipeline.step_s + after.dp_exposed_s + after.gather_after_step_s + after.optimizer_s;
 

@@ -88,7 +88,10 @@ std::string megatron(Writer& w) {
   arg("--tensor-model-parallel-size", count(w.size(Axis::tp)));
   arg("--pipeline-model-parallel-size", count(w.size(Axis::pp)));
   if (plan.schedule.kind == ScheduleKind::interleaved) arg("--num-layers-per-virtual-pipeline-stage", count(w.layers_per_chunk()));
-  if (w.size(Axis::cp) > 1) arg("--context-parallel-size", count(w.size(Axis::cp)));
+  if (w.size(Axis::cp) > 1) {
+    arg("--context-parallel-size", count(w.size(Axis::cp)));
+    arg("--cp-comm-type", plan.cp_comm == CpComm::ring ? "p2p" : plan.cp_comm == CpComm::all_gather ? "allgather" : "a2a");
+  }
   if (w.size(Axis::ep) > 1) arg("--expert-model-parallel-size", count(w.size(Axis::ep)));
   if (plan.sequence_parallel && w.size(Axis::tp) > 1) arg("--sequence-parallel");
   if (plan.zero_stage == 1 || plan.zero_stage == 2) arg("--use-distributed-optimizer");
@@ -182,6 +185,10 @@ std::string torchtitan(Writer& w) {
                       "forward to the backward, where ZeRO-2 keeps them whole all the time");
   }
   if (plan.precision == Precision::fp8) w.warning("precision", "fp8: add [model] converters = [\"float8\"] (torchao)");
+  if (w.size(Axis::cp) > 1 && plan.cp_comm != CpComm::ring) {
+    w.warning("cp_comm", "torchtitan's context parallelism is ring attention; the plan's " + to_string(plan.cp_comm) +
+                             " key/value exchange is written as its ring");
+  }
   if (plan.recompute == Recompute::selective) {
     w.warning("recompute", "torchtitan has no checkpointing of the attention core alone, and its SDPA keeps no s x s "
                            "tensors to drop, so 'selective' is written as mode \"none\", what the plan was priced as; "

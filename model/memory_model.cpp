@@ -107,8 +107,9 @@ double communication_buffers(const ModelSpec& model, const LayerGraph& graph, co
       buffers += tokens * static_cast<double>(t.hidden) * bytes.activation_bytes_per_element;  // all-gathered layer input
     }
     if (cp > 1) {
-      // Ring attention: the next key/value chunk arrives while this one is used.
-      buffers += 2 * 2 * tokens * static_cast<double>(t.kv_heads * t.head_dim) / kv_tp * bytes.activation_bytes_per_element;
+      buffers += context_parallel_buffer_elements(plan.cp_comm, tokens, cp, static_cast<double>(t.heads * t.head_dim) / tp,
+                                                  static_cast<double>(t.kv_heads * t.head_dim) / kv_tp) *
+                 bytes.activation_bytes_per_element;
     }
     if (ep > 1) {
       // All-to-all dispatch and combine of the routed tokens.

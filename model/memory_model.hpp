@@ -90,6 +90,20 @@ struct ActivationSharding {
 // attention without the s x s tensors, with the softmax statistics).
 // Full recompute is applied per layer, not here: this honours only "selective".
 double saved_bytes_per_sample(const Op& op, const ActivationSharding& sharding);
+// Elements one device buffers for context parallelism's exchange of keys and
+// values (plan.hpp, CpComm), `tokens` being its chunk of the sequence and the
+// widths its share after tp: ring, the next key/value chunk arriving while
+// this one is used; all-gather, every chunk's keys and values and, in the
+// backward, their gradients; all-to-all, q, k, v and the output in head groups.
+inline double context_parallel_buffer_elements(CpComm comm, double tokens, double cp, double q_width, double kv_width) {
+  switch (comm) {
+    case CpComm::ring: return 2 * 2 * tokens * kv_width;
+    case CpComm::all_gather: return 2 * 2 * cp * tokens * kv_width;
+    case CpComm::all_to_all: return tokens * (2 * q_width + 2 * kv_width);
+  }
+  return 0;
+}
+
 // Bytes per sample on one device of what `op` keeps under op-level
 // checkpointing (Recompute::selective_op; Op::op_sac_kept), in a layer block.
 double op_sac_kept_bytes_per_sample(const Op& op, const ActivationSharding& sharding);

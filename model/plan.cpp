@@ -19,6 +19,22 @@ std::string to_string(Attention attention) {
   return attention == Attention::fused ? "fused" : "unfused";
 }
 
+std::string to_string(CpComm cp_comm) {
+  switch (cp_comm) {
+    case CpComm::ring: return "ring";
+    case CpComm::all_gather: return "all-gather";
+    case CpComm::all_to_all: return "all-to-all";
+  }
+  return "?";
+}
+
+std::optional<CpComm> parse_cp_comm(std::string_view text) {
+  if (text == "ring") return CpComm::ring;
+  if (text == "all-gather") return CpComm::all_gather;
+  if (text == "all-to-all") return CpComm::all_to_all;
+  return std::nullopt;
+}
+
 std::optional<Attention> parse_attention(std::string_view text) {
   if (text == "fused") return Attention::fused;
   if (text == "unfused") return Attention::unfused;

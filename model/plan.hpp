@@ -34,6 +34,16 @@ enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
 // separate ops that store the s x s scores (Korthikanti et al. 2022, Sec.
 // 4.1): Megatron-LM in 2021-22, what the published validation rows ran.
 enum class Attention { fused, unfused };
+// How context parallelism gives each rank the keys and values of the other
+// sequence chunks (Megatron-Core's --cp-comm-type p2p / allgather / a2a):
+// `ring`: ring attention passes key/value chunks around the cp ring under the
+// attention of the chunk in hand (Liu et al. 2023); `all_gather`: all-gather
+// every chunk's keys and values before the attention, reduce-scatter their
+// gradients after its backward, both on the critical path (Llama 3, Dubey et
+// al. 2024, Sec. 3.3.2); `all_to_all`: DeepSpeed-Ulysses (Jacobs et al.
+// 2023): all-to-all q, k and v from sequence chunks to head groups before the
+// attention and the output back after it, forward and backward.
+enum class CpComm { ring, all_gather, all_to_all };
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::one_f_one_b;
@@ -45,10 +55,13 @@ std::string to_string(const Schedule& schedule);  // "1f1b", "interleaved:3"
 std::string to_string(Attention attention);
 std::optional<Recompute> parse_recompute(std::string_view text);
 std::optional<Attention> parse_attention(std::string_view text);
+std::string to_string(CpComm cp_comm);  // "ring", "all-gather", "all-to-all"
+std::optional<CpComm> parse_cp_comm(std::string_view text);
 // gpipe | 1f1b | interleaved:<v> | zb-h1; nullopt when malformed.
 std::optional<Schedule> parse_schedule(std::string_view text);
 inline constexpr std::string_view recompute_choices = "none, selective, full, selective-op";
 inline constexpr std::string_view attention_choices = "fused, unfused";
+inline constexpr std::string_view cp_comm_choices = "ring, all-gather, all-to-all";
 inline constexpr std::string_view schedule_choices = "gpipe, 1f1b, interleaved:<v> (v >= 2), zb-h1";
 
 struct Plan {
@@ -63,6 +76,7 @@ struct Plan {
   // files written before the field existed read as unfused, the semantics
   // they were computed with (plan_file.cpp).
   Attention attention = Attention::fused;
+  CpComm cp_comm = CpComm::ring;    // only read when cp > 1
   Schedule schedule;
   Precision precision = Precision::bf16;
   // Layers per pipeline chunk (pp x v entries, in chunk order) when not even.

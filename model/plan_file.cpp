@@ -439,6 +439,8 @@ Plan read_plan_object(JsonObject& root) {
   // were computed with the s x s scores stored, i.e. unfused.
   plan.attention = Attention::unfused;
   if (auto a = p->choice("attention", Need::optional, {"fused", "unfused"})) plan.attention = *parse_attention(*a);
+  // Absent in files written before it was part of the plan: ring attention, what they were priced with.
+  if (auto c = p->choice("cp_comm", Need::optional, {"ring", "all-gather", "all-to-all"})) plan.cp_comm = *parse_cp_comm(*c);
   if (auto s = p->text("schedule", Need::required)) {
     if (auto schedule = parse_schedule(*s)) {
       plan.schedule = *schedule;

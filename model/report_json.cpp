@@ -19,6 +19,7 @@ nlohmann::ordered_json plan_to_json(const Plan& plan) {
   j["recompute"] = to_string(plan.recompute);
   j["sequence_parallel"] = plan.sequence_parallel;
   j["attention"] = to_string(plan.attention);
+  j["cp_comm"] = to_string(plan.cp_comm);
   j["schedule"] = to_string(plan.schedule);
   j["precision"] = to_string(plan.precision);
   if (!plan.stage_layers.empty()) j["stage_layers"] = plan.stage_layers;

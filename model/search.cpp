@@ -38,9 +38,10 @@ struct CostKey {
   Recompute recompute;
   Precision precision;
   Attention attention;
+  CpComm cp_comm;
   bool operator<(const CostKey& o) const {
-    return std::tie(tp, cp, ep, micro_batch, sequence_parallel, recompute, precision, attention) <
-           std::tie(o.tp, o.cp, o.ep, o.micro_batch, o.sequence_parallel, o.recompute, o.precision, o.attention);
+    return std::tie(tp, cp, ep, micro_batch, sequence_parallel, recompute, precision, attention, cp_comm) <
+           std::tie(o.tp, o.cp, o.ep, o.micro_batch, o.sequence_parallel, o.recompute, o.precision, o.attention, o.cp_comm);
   }
 };
 
@@ -107,6 +108,7 @@ std::string to_string(Rejection rejection) {
     case Rejection::interleave_without_pipeline: return "interleave_without_pipeline";
     case Rejection::cp_sequence: return "cp_sequence";
     case Rejection::ep_experts: return "ep_experts";
+    case Rejection::cp_heads: return "cp_heads";
     case Rejection::batch: return "batch";
     case Rejection::out_of_memory: return "out_of_memory";
   }
@@ -128,6 +130,7 @@ std::string explain_rejection(Rejection rejection, const ModelSpec& model, doubl
     case Rejection::interleave_without_pipeline: return "interleave without pipeline stages";
     case Rejection::cp_sequence: return "need cp dividing the sequence length";
     case Rejection::ep_experts: return "need ep dividing the experts (or a mixture-of-experts model)";
+    case Rejection::cp_heads: return "need cp dividing the attention heads per tp rank (all-to-all context parallelism)";
     case Rejection::batch: return "cannot split the global batch into micro-batches x data-parallel ranks";
     case Rejection::out_of_memory: return std::string("exceed the ") + gib + " GiB usable per device";
   }
@@ -197,6 +200,7 @@ Rejection check_rules(const Evaluator& evaluator, const Plan& plan, bool split_c
     if (t.ffn % tp != 0) return Rejection::tp_width;
     if (cp > 1 && seq % cp != 0) return Rejection::cp_sequence;
     if (ep > 1 && (t.experts == 0 || t.experts % ep != 0)) return Rejection::ep_experts;
+    if (cp > 1 && plan.cp_comm == CpComm::all_to_all && (t.heads / tp) % cp != 0) return Rejection::cp_heads;
   }
   if (model.kind == ModelKind::mlp && tp > 1) {
     for (const std::int64_t width : mlp_tp_split_widths(model.mlp))
@@ -250,7 +254,7 @@ void evaluate_candidate(const SearchContext& ctx, const Mesh& mesh, const std::v
   const std::int64_t v = plan.schedule.virtual_stages;
   if (!costs) {
     const CostKey key{mesh.size(Axis::tp), mesh.size(Axis::cp), mesh.size(Axis::ep), plan.micro_batch,
-                      plan.sequence_parallel, plan.recompute, plan.precision, plan.attention};
+                      plan.sequence_parallel, plan.recompute, plan.precision, plan.attention, plan.cp_comm};
     auto it = cost_cache.find(key);
     if (it == cost_cache.end()) it = cost_cache.emplace(key, CostEntry{evaluator.block_costs(plan, placements), {}}).first;
     costs = &it->second;
@@ -296,6 +300,7 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
   plan.global_batch = ctx.global_batch;
   plan.seq_len = evaluator.profile().seq_len;
   plan.memory_headroom = space.memory_headroom;
+  plan.cp_comm = space.cp_comm;
   for (std::int64_t b : micro_batches) {
     plan.micro_batch = b;
     if (b * data > ctx.global_batch) continue;  // not a candidate at all: more than the batch

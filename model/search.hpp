@@ -33,10 +33,11 @@ enum class Rejection : std::uint8_t {
   interleave_without_pipeline,  // interleaving needs pp > 1
   cp_sequence,         // cp does not divide the sequence
   ep_experts,          // ep does not divide the experts
+  cp_heads,            // all-to-all context parallelism: cp does not divide the heads per tp rank
   batch,               // the global batch does not split into micro-batches
   out_of_memory,
 };
-inline constexpr int rejection_kinds = 11;
+inline constexpr int rejection_kinds = 12;
 std::string to_string(Rejection rejection);  // "tp_heads"
 // "exceed 76.0 GiB usable per device", "need tp dividing 96 attention heads", ...
 std::string explain_rejection(Rejection rejection, const ModelSpec& model, double usable_bytes);
@@ -56,6 +57,7 @@ struct SearchSpace {
                                       ScheduleKind::zb_h1};
   std::vector<std::int64_t> interleave{2, 3, 4};
   std::vector<Precision> precisions{Precision::bf16};
+  CpComm cp_comm = CpComm::ring;  // every candidate's (not searched)
   double memory_headroom = 0.05;
 };
 

@@ -121,6 +121,10 @@ void check_transformer(Checker& check, const TransformerDims& t, const Plan& pla
   if (cp > 1 && seq_len % cp != 0) {
     check.error("mesh.cp", "cp (" + str(cp) + ") must divide the sequence length (" + str(seq_len) + ")");
   }
+  if (cp > 1 && plan.cp_comm == CpComm::all_to_all && t.heads % tp == 0 && (t.heads / tp) % cp != 0) {
+    check.error("cp_comm", "all-to-all context parallelism gives each cp rank a group of heads: cp (" + str(cp) +
+                               ") must divide the " + str(t.heads / tp) + " attention heads per tp rank (use ring or all-gather)");
+  }
   if (ep > 1 && t.experts == 0) check.error("mesh.ep", "ep (" + str(ep) + ") needs a mixture-of-experts model; this one is dense");
   if (ep > 1 && t.experts > 0 && t.experts % ep != 0) {
     check.error("mesh.ep", "ep (" + str(ep) + ") must divide the experts (" + str(t.experts) + ")");

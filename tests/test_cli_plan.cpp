@@ -770,6 +770,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"zero", {"plan", "--zero", "0,4"}, {"--zero", "'4'"}},
         BadInput{"recompute", {"plan", "--recompute", "some"}, {"--recompute", "none, selective, full, selective-op"}},
         BadInput{"attention", {"plan", "--attention", "fused,flash"}, {"--attention", "'flash'", "fused, unfused"}},
+        BadInput{"cp_comm", {"plan", "--cp-comm", "allgather"}, {"--cp-comm", "'allgather'", "ring, all-gather, all-to-all", "all-gather?"}},
+        BadInput{"cp_comm_explain", {"explain", "--mesh", "cp=8", "--gpus", "8", "--cp-comm", "a2a"}, {"--cp-comm", "'a2a'"}},
         BadInput{"schedules", {"plan", "--schedules", "1f1b,interleaved:2"}, {"--schedules", "--interleave"}},
         BadInput{"interleave", {"plan", "--interleave", "1"}, {"--interleave", "'1'"}},
         BadInput{"precision_word", {"plan", "--precision", "int4"}, {"--precision", "'int4'"}},

@@ -4,10 +4,13 @@
 
 #include <random>
 
+#include "model/collectives.hpp"
 #include "model/evaluate.hpp"
 #include "model/pipeline_time.hpp"
 #include "model/search.hpp"
 #include "model/stage_partition.hpp"
+#include "model/topology.hpp"
+#include "model/validate.hpp"
 #include "test_support.hpp"
 
 namespace meshplan {
@@ -69,6 +72,7 @@ TEST(Evaluator, MemoryMatchesTheReferenceModel) {
       plan.recompute = static_cast<Recompute>(rng() % kRecomputeModes);
       plan.sequence_parallel = rng() % 2 == 0 && plan.mesh.size(Axis::tp) > 1 && model.kind == ModelKind::transformer;
       plan.attention = rng() % 2 == 0 ? Attention::fused : Attention::unfused;
+      plan.cp_comm = static_cast<CpComm>(rng() % 3);
       const ScheduleKind kinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1,
                                     ScheduleKind::interleaved};
       plan.schedule = {kinds[rng() % 4], 1};
@@ -81,7 +85,7 @@ TEST(Evaluator, MemoryMatchesTheReferenceModel) {
       // Time accounting holds for every plan, not only the default one.
       EXPECT_NEAR(t.compute_s + t.communication_exposed_s + t.bubble_s + t.optimizer_s, t.step_s, 1e-9 * t.step_s)
           << name << " " << plan.mesh.to_string() << " " << to_string(plan.schedule);
-      EXPECT_LE(t.communication_exposed_s, t.communication_s * (1 + 1e-12) + 1e-15) << name << " " << plan.mesh.to_string();
+      EXPECT_LE(t.communication_exposed_s, t.communication_s * (1 + 1e-12) + 1e-15) << name << " " << plan.mesh.to_string() << " " << to_string(plan.recompute) << " " << to_string(plan.schedule) << " z" << plan.zero_stage << " b" << plan.micro_batch << " " << to_string(plan.cp_comm) << " sp" << plan.sequence_parallel;
       ASSERT_EQ(stages.size(), reference.memory->stages.size());
       for (std::size_t s = 0; s < stages.size(); ++s) {
         const auto& a = stages[s].memory;
@@ -119,6 +123,7 @@ TEST(Evaluator, QuickCheckAgreesWithValidation) {
       plan.global_batch = 64 + static_cast<std::int64_t>(rng() % 3) * 32;
       plan.sequence_parallel = rng() % 2 == 0;
       plan.schedule = rng() % 2 ? Schedule{ScheduleKind::interleaved, 2 + static_cast<std::int64_t>(rng() % 2)} : Schedule{};
+      plan.cp_comm = static_cast<CpComm>(rng() % 3);
       const bool quick_ok = quick_check(evaluator, plan) == Rejection::none;
       const auto problems = validate_plan(model, evaluator.graph(), cluster, {64, 0}, plan);
       EXPECT_EQ(quick_ok, !has_errors(problems)) << name << " " << plan.mesh.to_string() << "\n" << messages(problems);
@@ -126,6 +131,60 @@ TEST(Evaluator, QuickCheckAgreesWithValidation) {
     }
   }
   EXPECT_EQ(checked, 1600);
+}
+
+// Context parallelism's three ways of moving keys and values (plan.hpp,
+// CpComm), priced from the collective rules on the cp axis's link: ring
+// attention hides under the attention; all-gather exposes a gather forward and
+// a gather and a reduce-scatter backward; all-to-all exposes q, k, v and the
+// output regrouped each way.
+TEST(Evaluator, ContextParallelCommunicationByKind) {
+  const auto model = must(load_model("llama3-8b"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator(model, cluster, 8, 8192);
+  Plan plan = plan_with("cp=8", 1, 4);
+  plan.seq_len = 8192;
+  const auto placements = place_axes(evaluator.topology(), plan.mesh);
+  const AxisPlacement* cp = nullptr;
+  for (const AxisPlacement& p : placements) cp = p.axis == Axis::cp ? &p : cp;
+  ASSERT_NE(cp, nullptr);
+  auto time = [&](Collective c, double bytes) {
+    return collective_time(c, bytes, 8, cp->bandwidth_bytes_per_s, cp->latency_s).time_s;
+  };
+  const auto& t = model.transformer;
+  const double tokens = 8192.0 / 8, bytes = 2;  // bf16
+  const double kv = tokens * static_cast<double>(t.key_value_heads() * t.head_size()) * bytes;
+  const double q = tokens * static_cast<double>(t.heads * t.head_size()) * bytes;
+  const double layers = static_cast<double>(t.layers), m = 4;
+  const std::size_t axis = static_cast<std::size_t>(Axis::cp);
+
+  const TimeEstimate ring = evaluator.evaluate(plan).time;
+  EXPECT_GT(ring.axis_communication_s[axis], 0);
+  EXPECT_LT(ring.axis_exposed_s[axis], 0.05 * ring.axis_communication_s[axis]);  // 1024 tokens' attention per step covers it
+
+  plan.cp_comm = CpComm::all_gather;
+  const TimeEstimate gathered = evaluator.evaluate(plan).time;
+  const double per_layer = 2 * time(Collective::all_gather, 2 * kv * 8) + time(Collective::reduce_scatter, 2 * kv * 8);
+  EXPECT_NEAR(gathered.axis_exposed_s[axis], m * layers * per_layer, 1e-9 * gathered.axis_exposed_s[axis]);
+  EXPECT_DOUBLE_EQ(gathered.axis_exposed_s[axis], gathered.axis_communication_s[axis]);
+  EXPECT_NEAR(gathered.step_s - ring.step_s, gathered.axis_exposed_s[axis] - ring.axis_exposed_s[axis], 1e-9 * ring.step_s);
+
+  plan.cp_comm = CpComm::all_to_all;
+  const TimeEstimate ulysses = evaluator.evaluate(plan).time;
+  const double regroup = 2 * time(Collective::all_to_all, q) + 2 * time(Collective::all_to_all, kv);
+  EXPECT_NEAR(ulysses.axis_exposed_s[axis], m * layers * 2 * regroup, 1e-9 * ulysses.axis_exposed_s[axis]);
+
+  // Ulysses gives each cp rank a group of heads: 32 heads over tp 8 leave 4, which cp 8 cannot split.
+  Plan split = plan_with("cp=8,tp=8", 1, 1);
+  split.cp_comm = CpComm::all_to_all;
+  const Evaluator wide(model, cluster, 64, 8192);
+  EXPECT_EQ(quick_check(wide, split), Rejection::cp_heads);
+  const auto problems = validate_plan(model, wide.graph(), cluster, {64, 0}, split);
+  bool said = false;
+  for (const Problem& p : problems) said = said || (p.severity == Severity::error && p.where == "cp_comm");
+  EXPECT_TRUE(said) << messages(problems);
+  split.cp_comm = CpComm::ring;
+  EXPECT_EQ(quick_check(wide, split), Rejection::none);
 }
 
 TEST(Evaluator, MoreBandwidthIsNeverSlower) {

@@ -132,6 +132,25 @@ TEST(Export, TorchtitanCheckpointingIsThePlansRecompute) {
   EXPECT_TRUE(warned) << messages(megatron.problems);
 }
 
+// Megatron-Core names each way of moving keys and values (--cp-comm-type);
+// torchtitan's context parallelism is ring attention only.
+TEST(Export, ContextParallelExchangeIsTheFrameworksOwn) {
+  const std::pair<CpComm, const char*> kinds[] = {
+      {CpComm::ring, "p2p"}, {CpComm::all_gather, "allgather"}, {CpComm::all_to_all, "a2a"}};
+  for (const auto& [kind, megatron_name] : kinds) {
+    PlanFile file = plan_file("llama3-8b", "cp=2,tp=4", 1, 8);
+    file.plan.sequence_parallel = true;
+    file.plan.cp_comm = kind;
+    const Loaded<std::string> megatron = export_plan(file, ExportTarget::megatron);
+    ASSERT_TRUE(megatron.ok()) << messages(megatron.problems);
+    EXPECT_NE(megatron.value.find(std::string("--cp-comm-type ") + megatron_name), std::string::npos) << megatron.value;
+    const Loaded<std::string> torchtitan = export_plan(file, ExportTarget::torchtitan);
+    ASSERT_TRUE(torchtitan.ok()) << messages(torchtitan.problems);
+    EXPECT_TRUE(has_line(torchtitan.value, "context_parallel_degree = 2")) << torchtitan.value;
+    EXPECT_EQ(torchtitan.value.find("# approximate: cp_comm:") != std::string::npos, kind != CpComm::ring) << torchtitan.value;
+  }
+}
+
 TEST(Export, TorchtitanRefusesOrApproximatesWhatItCannotExpress) {
   PlanFile zero1 = plan_file("llama3-8b", "dp=8", 1, 16);
   zero1.plan.zero_stage = 1;

@@ -122,6 +122,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.recompute, b.recompute);
   EXPECT_EQ(a.sequence_parallel, b.sequence_parallel);
   EXPECT_EQ(a.attention, b.attention);
+  EXPECT_EQ(a.cp_comm, b.cp_comm);
   EXPECT_EQ(a.schedule.kind, b.schedule.kind);
   EXPECT_EQ(a.schedule.virtual_stages, b.schedule.virtual_stages);
   EXPECT_EQ(a.precision, b.precision);
@@ -244,6 +245,20 @@ TEST(PlanFile, AttentionAndMeasuredH100RoundTripAndOlderFilesReadUnfused) {
   const auto refused = parse_plan_file(bad.dump(2), "bad.json");
   EXPECT_FALSE(refused.ok());
   EXPECT_NE(messages(refused.problems).find("plan.attention"), std::string::npos) << messages(refused.problems);
+}
+
+TEST(PlanFile, ContextParallelExchangeRoundTripsAndOlderFilesReadRing) {
+  Made made = make({"llama3-8b", "dgx-h100", "cp=2,tp=4", 8, 1, 8});
+  for (CpComm kind : {CpComm::ring, CpComm::all_gather, CpComm::all_to_all}) {
+    made.file.plan.cp_comm = kind;
+    expect_round_trip(made.file);
+  }
+  Json old = plan_file_to_json(made.file);
+  ASSERT_TRUE(old["plan"].contains("cp_comm"));
+  old["plan"].erase("cp_comm");
+  const auto back = parse_plan_file(old.dump(2), "old.json");
+  ASSERT_TRUE(back.ok()) << messages(back.problems);
+  EXPECT_EQ(back.value.plan.cp_comm, CpComm::ring);
 }
 
 TEST(PlanFile, ClusterWithNodeLimitRoundTrips) {
@@ -371,6 +386,7 @@ INSTANTIATE_TEST_SUITE_P(
                 }, {"key 'plan.mesh.tp'", "attention heads (100)"}},
         BadFile{"schedule", [](Json& j) { j["plan"]["schedule"] = "interleaved"; }, {"key 'plan.schedule'", "interleaved:<v>"}},
         BadFile{"recompute", [](Json& j) { j["plan"]["recompute"] = "some"; }, {"key 'plan.recompute'", "none, selective, full, selective-op"}},
+        BadFile{"cp_comm", [](Json& j) { j["plan"]["cp_comm"] = "p2p"; }, {"key 'plan.cp_comm'", "ring, all-gather, all-to-all"}},
         BadFile{"micro_batches", [](Json& j) { j["plan"]["micro_batches"] = 7; }, {"key 'plan.micro_batches'", "does not match"}},
         BadFile{"headroom", [](Json& j) { j["plan"]["memory_headroom"] = 1.0; }, {"key 'plan.memory_headroom'", "[0, 1)"}},
         BadFile{"model_heads_text", [](Json& j) { j["model"]["heads"] = "many"; }, {"key 'model.heads'", "whole number"}},

@@ -99,6 +99,11 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   for (const char* choice : kAttentionChoices) attention_->addItem(QString::fromLatin1(choice));
   addField("attention", tr("Attention"), attention_,
            tr("fused (FlashAttention / cuDNN / SDPA: no s x s scores), unfused (Megatron-LM 2022), or both searched"));
+  cp_comm_ = new QComboBox;
+  for (const char* choice : kCpCommChoices) cp_comm_->addItem(QString::fromLatin1(choice));
+  addField("cp_comm", tr("Context parallel"), cp_comm_,
+           tr("How cp moves keys and values: ring (hidden under the attention), all-gather (Llama 3) or "
+              "all-to-all (DeepSpeed-Ulysses), both exposed"));
   threads_ = spin(0, 4096, tr("one per core"));
   addField("threads", tr("Search threads"), threads_, tr("Threads of the search"));
 
@@ -199,6 +204,7 @@ SetupInputs SetupPanel::inputs() const {
   in.zero = zero_->text().toStdString();
   in.recompute = recompute_->text().toStdString();
   in.attention = attention_->currentText().toStdString();
+  in.cp_comm = cp_comm_->currentText().toStdString();
   in.threads = threads_->value();
   return in;
 }
@@ -223,6 +229,8 @@ void SetupPanel::setInputs(const SetupInputs& in) {
   // A saved value outside the choices (hand-edited settings) is kept as typed, for resolve_setup to judge.
   if (attention_->findText(QString::fromStdString(in.attention)) < 0) attention_->addItem(QString::fromStdString(in.attention));
   attention_->setCurrentText(QString::fromStdString(in.attention));
+  if (cp_comm_->findText(QString::fromStdString(in.cp_comm)) < 0) cp_comm_->addItem(QString::fromStdString(in.cp_comm));
+  cp_comm_->setCurrentText(QString::fromStdString(in.cp_comm));
   threads_->setValue(in.threads);
   refreshPresetFigures();
 }
@@ -298,6 +306,7 @@ void SetupPanel::save(QSettings& s) const {
   s.setValue("setup/zero", QString::fromStdString(in.zero));
   s.setValue("setup/recompute", QString::fromStdString(in.recompute));
   s.setValue("setup/attention", QString::fromStdString(in.attention));
+  s.setValue("setup/cp_comm", QString::fromStdString(in.cp_comm));
   s.setValue("setup/threads", in.threads);
 }
 
@@ -326,6 +335,7 @@ void SetupPanel::restore(const QSettings& s) {
   text("setup/zero", in.zero);
   text("setup/recompute", in.recompute);
   text("setup/attention", in.attention);
+  text("setup/cp_comm", in.cp_comm);
   if (s.contains("setup/threads")) in.threads = s.value("setup/threads").toInt();
   setInputs(in);
 }

@@ -66,6 +66,7 @@ class SetupPanel : public QWidget {
   QLineEdit* zero_ = nullptr;
   QLineEdit* recompute_ = nullptr;
   QComboBox* attention_ = nullptr;  // kAttentionChoices: fused, unfused, or both searched
+  QComboBox* cp_comm_ = nullptr;    // kCpCommChoices
   QSpinBox* threads_ = nullptr;
   QPushButton* run_ = nullptr;
   QPushButton* cancel_ = nullptr;

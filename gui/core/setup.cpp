@@ -80,6 +80,11 @@ void resolve_space(const SetupInputs& in, SearchSpace& space, Problems& problems
     if (!a) error(problems, "attention", "'" + word + "' is not one of: " + std::string(attention_choices));
     else if (std::find(space.attentions.begin(), space.attentions.end(), *a) == space.attentions.end()) space.attentions.push_back(*a);
   }
+  if (auto c = parse_cp_comm(in.cp_comm)) {
+    space.cp_comm = *c;
+  } else {
+    error(problems, "cp_comm", "'" + in.cp_comm + "' is not one of: " + std::string(cp_comm_choices));
+  }
   if (in.threads < 0 || in.threads > 4096) error(problems, "threads", "must be 0 (one per core) to 4096");
 }
 

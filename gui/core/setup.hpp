@@ -43,6 +43,7 @@ struct SetupInputs {
   std::string zero = "0,1,2,3";
   std::string recompute = "none,selective,full";
   std::string attention = "fused";  // fused, unfused, or both "fused,unfused" (docs/cost-model.md, "Fused attention")
+  std::string cp_comm = "ring";     // ring, all-gather, all-to-all (plan.hpp, CpComm)
   int threads = 0;                  // 0: one per core
 };
 
@@ -66,5 +67,7 @@ std::string describe_job(const PlanningJob& job);
 
 // The choices the Setup panel offers for `attention`: one, or both searched.
 inline constexpr const char* kAttentionChoices[] = {"fused", "unfused", "fused,unfused"};
+// The choices it offers for `cp_comm`.
+inline constexpr const char* kCpCommChoices[] = {"ring", "all-gather", "all-to-all"};
 
 }  // namespace meshplan::studio

@@ -125,6 +125,13 @@ class StudioCoreTest : public QObject {
     attention.attention = "flash";
     QVERIFY(has_problem_at(resolve_setup(attention).problems, "attention"));
 
+    SetupInputs cp;
+    QCOMPARE(resolve_setup(cp).value.space.cp_comm, CpComm::ring);
+    cp.cp_comm = "all-gather";
+    QCOMPARE(resolve_setup(cp).value.space.cp_comm, CpComm::all_gather);
+    cp.cp_comm = "p2p";
+    QVERIFY(has_problem_at(resolve_setup(cp).problems, "cp_comm"));
+
     SetupInputs bad_model;
     bad_model.model = "no-such-model";
     auto missing = resolve_setup(bad_model);
