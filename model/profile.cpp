@@ -199,7 +199,6 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
     profile.hidden = t.hidden;
     profile.kv_width = t.key_value_heads() * t.head_size();
     profile.q_width = t.heads * t.head_size();
-    profile.heads = t.heads;
     profile.kv_heads = t.key_value_heads();
     profile.top_k = t.experts > 0 ? t.top_k : 1;
     profile.experts = t.experts;

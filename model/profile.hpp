@@ -98,7 +98,7 @@ struct ModelProfile {
   double recompute_flops[kRecomputeModes][2] = {};
   double residual_elements_per_sample = 0;  // what crosses a pipeline stage boundary
   // For communication volumes.
-  std::int64_t hidden = 0, q_width = 0, kv_width = 0, heads = 0, kv_heads = 0, top_k = 1, experts = 0;
+  std::int64_t hidden = 0, q_width = 0, kv_width = 0, kv_heads = 0, top_k = 1, experts = 0;
 
   const BlockProfile& profile_of_block(int block) const { return kinds[static_cast<std::size_t>(block_kind[static_cast<std::size_t>(block)])]; }
 };
