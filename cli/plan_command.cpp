@@ -95,8 +95,7 @@ double usable_bytes(const Job& job) { return job.cluster.device.memory_bytes * (
 // "16338 feasible of 90291 candidates; 22881 exceed the 76.0 GiB usable per device; ..."
 std::string rejection_summary(const Job& job, const SearchStats& stats, const std::string& separator) {
   const bool only_transformer_recompute =
-      std::all_of(job.space.recomputes.begin(), job.space.recomputes.end(),
-                  [](Recompute r) { return r == Recompute::selective || r == Recompute::selective_op; });
+      std::all_of(job.space.recomputes.begin(), job.space.recomputes.end(), recompute_of_transformer_layers);
   if (stats.plans == 0 && job.model.kind != ModelKind::transformer && only_transformer_recompute) {
     std::string modes;
     for (Recompute r : job.space.recomputes) modes += (modes.empty() ? "" : ",") + to_string(r);

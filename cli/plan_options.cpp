@@ -61,6 +61,16 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--rank", f.rank, "Report this rank's device instead of the worst one");
 }
 
+std::optional<CpComm> parse_cp_comm_flag(const std::string& text, Problems& problems) {
+  const auto c = parse_cp_comm(text);
+  if (!c) {
+    problems.push_back({Severity::error, "--cp-comm",
+                        "'" + text + "' is not one of: " + std::string(cp_comm_choices) +
+                            did_you_mean(text, choice_words(cp_comm_choices))});
+  }
+  return c;
+}
+
 std::string flag_for_field(const std::string& field) {
   if (field.starts_with("mesh")) return "--mesh";
   static const std::pair<const char*, const char*> table[] = {
@@ -151,14 +161,7 @@ void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs&
                         "'" + f.attention + "' is not one of: " + std::string(attention_choices) +
                             did_you_mean(f.attention, choice_words(attention_choices))});
   }
-  if (auto c = parse_cp_comm(f.cp_comm)) {
-    plan.cp_comm = *c;
-    space.cp_comm = *c;
-  } else {
-    problems.push_back({Severity::error, "--cp-comm",
-                        "'" + f.cp_comm + "' is not one of: " + std::string(cp_comm_choices) +
-                            did_you_mean(f.cp_comm, choice_words(cp_comm_choices))});
-  }
+  if (auto c = parse_cp_comm_flag(f.cp_comm, problems)) plan.cp_comm = space.cp_comm = *c;
   const std::string schedule = f.schedule.value_or("1f1b");
   if (auto s = parse_schedule(schedule)) {
     plan.schedule = *s;

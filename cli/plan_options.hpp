@@ -72,4 +72,7 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& flags);
 // problems speak of plan fields; on the command line they should name flags.
 std::string flag_for_field(const std::string& field);
 
+// --cp-comm's value (plan and search flags alike), or an error naming the choices.
+std::optional<CpComm> parse_cp_comm_flag(const std::string& text, Problems& problems);
+
 }  // namespace meshplan::cli

@@ -79,13 +79,7 @@ Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
                                             [](const std::string& w) { return parse_recompute(w); }, problems);
   space.attentions = parse_words<Attention>(f.attention, "--attention", std::string(attention_choices),
                                             [](const std::string& w) { return parse_attention(w); }, problems);
-  if (auto c = parse_cp_comm(trim(f.cp_comm))) {
-    space.cp_comm = *c;
-  } else {
-    problems.push_back({Severity::error, "--cp-comm",
-                        "'" + f.cp_comm + "' is not one of: " + std::string(cp_comm_choices) +
-                            did_you_mean(f.cp_comm, choice_words(cp_comm_choices))});
-  }
+  if (auto c = parse_cp_comm_flag(trim(f.cp_comm), problems)) space.cp_comm = *c;
 
   space.schedules.clear();
   auto schedules = split_list(f.schedules, "--schedules");

@@ -92,12 +92,17 @@ void block_memory(BlockCost& c, const BlockProfile& bp, BlockKind role, const Mo
   c.expert_parameters = (bp.expert_tp_split_parameters / ps.tp + bp.expert_replicated_parameters) / ps.ep;
   c.tied_parameters = bp.tied_parameters / ps.tp;
   const std::size_t a = attention_index(plan.attention);
+  // Bytes on this device of tensors in one region (1: tensor-parallel), `key_value` of their elements keys and values.
+  auto region_bytes = [&](int region, double elements, double fixed_bytes, double key_value) {
+    double bytes = (elements * act + fixed_bytes) * b / split.of(region == 1);
+    // Keys and values split over cp x kv_tp, not cp x tp: add back what tp > kv_tp took off.
+    if (region == 1 && ps.kv_tp != ps.tp) bytes += key_value * act * b * (1 / (ps.cp * ps.kv_tp) - 1 / split.of(true));
+    return bytes;
+  };
   for (int region = 0; region < 2; ++region) {
     for (int selective = 0; selective < 2; ++selective) {
-      double saved = (bp.saved_elements[a][region][selective] * act + bp.saved_fixed_bytes[a][region][selective]) * b / split.of(region == 1);
-      // Keys and values split over cp x kv_tp, not cp x tp: add back what tp > kv_tp took off.
-      if (region == 1 && ps.kv_tp != ps.tp)
-        saved += bp.saved_key_value_elements[a][selective] * act * b * (1 / (ps.cp * ps.kv_tp) - 1 / split.of(true));
+      const double saved = region_bytes(region, bp.saved_elements[a][region][selective], bp.saved_fixed_bytes[a][region][selective],
+                                        bp.saved_key_value_elements[a][selective]);
       c.full_activation_bytes += saved;
       if (!(selective == 1 && plan.recompute == Recompute::selective)) c.activation_bytes += saved;
     }
@@ -107,9 +112,9 @@ void block_memory(BlockCost& c, const BlockProfile& bp, BlockKind role, const Mo
     // Op-level checkpointing keeps the input and what its ops keep (memory_model.cpp, block_op_sac_bytes).
     c.activation_bytes = c.input_bytes;
     for (int region = 0; region < 2; ++region) {
-      c.activation_bytes += (bp.op_sac_elements[a][region] * act + bp.op_sac_fixed_bytes[a][region]) * b / split.of(region == 1);
+      c.activation_bytes += region_bytes(region, bp.op_sac_elements[a][region], bp.op_sac_fixed_bytes[a][region],
+                                         bp.op_sac_key_value_elements[a]);
     }
-    if (ps.kv_tp != ps.tp) c.activation_bytes += bp.op_sac_key_value_elements[a] * act * b * (1 / (ps.cp * ps.kv_tp) - 1 / split.of(true));
   }
   // Peak transients (memory_model.cpp, add_peak_memory; the same rules).
   if (role == BlockKind::layer) {
@@ -228,33 +233,31 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
                         : backward_tp_s;
   // Selective recompute drops the s x s tensors; fused attention keeps none to drop.
   if (plan.recompute == Recompute::selective && plan.attention != Attention::fused) c.backward_compute_s += core_forward_s;
+  // A recomputed forward's tp collectives run again in the backward, exposed
+  // (`gathers_only`: only the all-gather half of each all-reduce).
+  auto repeat_forward_tp = [&](bool gathers_only) {
+    if (bp.tp_forward_collectives == 0) return;
+    BlockCollective again = c.collectives.front();
+    again.pass = Pass::backward;
+    if (gathers_only) {
+      again.kind = Collective::all_gather;
+      again.seconds = again.exposed_s = again.count * cost(Collective::all_gather, again.bytes, tp_link);
+    }
+    c.tp_backward_s += again.seconds;
+    c.tp_backward_total_s += again.seconds;
+    c.collectives.push_back(again);
+  };
   // Op-level checkpointing repeats its unsaved ops and, since only reduce-
   // scatter outputs are on torchtitan's save list, the forward's other tp
   // collectives: the all-gathers under sequence parallelism (half of each
   // all-reduce's volume), the whole all-reduces without it.
   if (plan.recompute == Recompute::selective_op && role == BlockKind::layer) {
     c.backward_compute_s += c.op_sac_recompute_s;
-    if (bp.tp_forward_collectives > 0) {
-      BlockCollective again = c.collectives.front();
-      again.pass = Pass::backward;
-      if (ps.sp) {
-        again.kind = Collective::all_gather;
-        again.seconds = again.exposed_s = again.count * cost(Collective::all_gather, again.bytes, tp_link);
-      }
-      c.tp_backward_s += again.seconds;
-      c.tp_backward_total_s += again.seconds;
-      c.collectives.push_back(again);
-    }
+    repeat_forward_tp(ps.sp);
   }
   if (full_recompute) {
     c.backward_compute_s += c.forward_compute_s;
-    c.tp_backward_s += c.tp_forward_s;  // the recomputed forward communicates again
-    c.tp_backward_total_s += c.tp_forward_s;
-    if (bp.tp_forward_collectives > 0) {
-      BlockCollective again = c.collectives.front();
-      again.pass = Pass::backward;
-      c.collectives.push_back(again);
-    }
+    repeat_forward_tp(false);
   }
   // Context parallelism (plan.hpp, CpComm).
   if (cp > 1 && core_forward_s > 0 && plan.cp_comm != CpComm::ring) {

@@ -26,6 +26,9 @@ inline constexpr int kRecomputeModes = 4;
 // Whether the backward rebuilds a whole layer's activations at once (one
 // layer's worth of transient memory at the backward's peak).
 inline bool recomputes_layer_forward(Recompute r) { return r == Recompute::full || r == Recompute::selective_op; }
+// Whether the mode acts on transformer layers only (an attention core to
+// select, a layer's matmul sequence to halve); the search tries it on nothing else.
+inline bool recompute_of_transformer_layers(Recompute r) { return r == Recompute::selective || r == Recompute::selective_op; }
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
 // How attention runs. `fused`: one kernel (FlashAttention-2/3, cuDNN, PyTorch
 // scaled_dot_product_attention) that keeps no s x s tensor, only per-row

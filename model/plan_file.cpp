@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "model/layer_graph.hpp"
+#include "model/suggest.hpp"
 #include "model/plan_defaults.hpp"
 #include "model/report_json.hpp"
 #include "model/validate.hpp"
@@ -433,14 +434,14 @@ Plan read_plan_object(JsonObject& root) {
   plan.global_batch = p->integer("global_batch", Need::required, 1, std::int64_t{1} << 40).value_or(1);
   plan.seq_len = p->integer("seq_len", Need::required, 0, std::int64_t{1} << 40).value_or(0);
   plan.zero_stage = static_cast<int>(p->integer("zero", Need::required, 0, 3).value_or(0));
-  if (auto r = p->choice("recompute", Need::required, {"none", "selective", "full", "selective-op"})) plan.recompute = *parse_recompute(*r);
+  if (auto r = p->choice("recompute", Need::required, choice_words(recompute_choices))) plan.recompute = *parse_recompute(*r);
   plan.sequence_parallel = p->boolean("sequence_parallel", Need::required).value_or(false);
   // Absent in files written before attention was part of the plan: those
   // were computed with the s x s scores stored, i.e. unfused.
   plan.attention = Attention::unfused;
   if (auto a = p->choice("attention", Need::optional, {"fused", "unfused"})) plan.attention = *parse_attention(*a);
   // Absent in files written before it was part of the plan: ring attention, what they were priced with.
-  if (auto c = p->choice("cp_comm", Need::optional, {"ring", "all-gather", "all-to-all"})) plan.cp_comm = *parse_cp_comm(*c);
+  if (auto c = p->choice("cp_comm", Need::optional, choice_words(cp_comm_choices))) plan.cp_comm = *parse_cp_comm(*c);
   if (auto s = p->text("schedule", Need::required)) {
     if (auto schedule = parse_schedule(*s)) {
       plan.schedule = *schedule;

@@ -308,7 +308,7 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
       plan.precision = precision;
       for (Recompute recompute : space.recomputes) {
         // Nothing to be selective about; op-level checkpointing is of transformer blocks.
-        if (!ctx.transformer && (recompute == Recompute::selective || recompute == Recompute::selective_op)) continue;
+        if (!ctx.transformer && recompute_of_transformer_layers(recompute)) continue;
         plan.recompute = recompute;
         for (bool sp : space.sequence_parallel) {
           if (sp && (tp == 1 || !ctx.transformer)) continue;

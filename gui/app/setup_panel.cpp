@@ -16,6 +16,7 @@
 #include <QVBoxLayout>
 
 #include "model/presets.hpp"
+#include "model/suggest.hpp"
 
 namespace meshplan::studio {
 namespace {
@@ -100,7 +101,7 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   addField("attention", tr("Attention"), attention_,
            tr("fused (FlashAttention / cuDNN / SDPA: no s x s scores), unfused (Megatron-LM 2022), or both searched"));
   cp_comm_ = new QComboBox;
-  for (const char* choice : kCpCommChoices) cp_comm_->addItem(QString::fromLatin1(choice));
+  for (const std::string& choice : choice_words(cp_comm_choices)) cp_comm_->addItem(QString::fromStdString(choice));
   addField("cp_comm", tr("Context parallel"), cp_comm_,
            tr("How cp moves keys and values: ring (hidden under the attention), all-gather (Llama 3) or "
               "all-to-all (DeepSpeed-Ulysses), both exposed"));

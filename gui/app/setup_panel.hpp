@@ -66,7 +66,7 @@ class SetupPanel : public QWidget {
   QLineEdit* zero_ = nullptr;
   QLineEdit* recompute_ = nullptr;
   QComboBox* attention_ = nullptr;  // kAttentionChoices: fused, unfused, or both searched
-  QComboBox* cp_comm_ = nullptr;    // kCpCommChoices
+  QComboBox* cp_comm_ = nullptr;    // cp_comm_choices (model/plan.hpp)
   QSpinBox* threads_ = nullptr;
   QPushButton* run_ = nullptr;
   QPushButton* cancel_ = nullptr;

@@ -67,7 +67,5 @@ std::string describe_job(const PlanningJob& job);
 
 // The choices the Setup panel offers for `attention`: one, or both searched.
 inline constexpr const char* kAttentionChoices[] = {"fused", "unfused", "fused,unfused"};
-// The choices it offers for `cp_comm`.
-inline constexpr const char* kCpCommChoices[] = {"ring", "all-gather", "all-to-all"};
 
 }  // namespace meshplan::studio
