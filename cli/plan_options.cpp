@@ -48,6 +48,10 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
                      "all-gather (Llama 3: gathered before the attention, exposed) or all-to-all (DeepSpeed-Ulysses: "
                      "heads regrouped, exposed)")
       ->capture_default_str();
+  command.add_flag("--fp32-gradients", f.fp32_gradients,
+                   "Gradients accumulated and reduced across data-parallel ranks in fp32 (Megatron-LM's default for "
+                   "bf16, torchtitan's mixed_precision_reduce = float32): 4 bytes per parameter in memory and on the "
+                   "wire instead of 2");
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
                               "Sequence parallelism in tp regions (default: on for transformers with tp > 1)");
   command.add_flag("--no-sequence-parallel", f.no_sequence_parallel, "Turn sequence parallelism off")->excludes(sp);
@@ -79,6 +83,7 @@ std::string flag_for_field(const std::string& field) {
       {"precision", "--precision"},       {"stage_layers", "--stage-layers"}, {"memory_headroom", "--headroom"},
       {"rank", "--rank"},                 {"world_size", "--gpus"},           {"sequence_parallel", "--sequence-parallel"},
       {"attention", "--attention"},       {"cp_comm", "--cp-comm"},
+      {"fp32_gradients", "--fp32-gradients"},
   };
   for (const auto& [name, flag] : table) {
     if (field == name) return flag;
@@ -162,6 +167,7 @@ void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs&
                             did_you_mean(f.attention, choice_words(attention_choices))});
   }
   if (auto c = parse_cp_comm_flag(f.cp_comm, problems)) plan.cp_comm = space.cp_comm = *c;
+  plan.fp32_gradients = space.fp32_gradients = f.fp32_gradients;
   const std::string schedule = f.schedule.value_or("1f1b");
   if (auto s = parse_schedule(schedule)) {
     plan.schedule = *s;

@@ -40,6 +40,7 @@ struct PlanFlags {
   std::optional<std::string> recompute;      // default_recompute (model/plan_defaults.hpp)
   std::string attention = "fused";
   std::string cp_comm = "ring";
+  bool fp32_gradients = false;
   bool sequence_parallel = false;
   bool no_sequence_parallel = false;
   std::optional<std::string> schedule;       // 1f1b

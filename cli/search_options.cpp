@@ -80,6 +80,7 @@ Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
   space.attentions = parse_words<Attention>(f.attention, "--attention", std::string(attention_choices),
                                             [](const std::string& w) { return parse_attention(w); }, problems);
   if (auto c = parse_cp_comm_flag(trim(f.cp_comm), problems)) space.cp_comm = *c;
+  space.fp32_gradients = f.fp32_gradients;
 
   space.schedules.clear();
   auto schedules = split_list(f.schedules, "--schedules");
@@ -184,6 +185,10 @@ void add_search_flags(CLI::App& command, SearchFlags& f) {
                      "all-gather (Llama 3: gathered before the attention, exposed) or all-to-all (DeepSpeed-Ulysses: "
                      "heads regrouped, exposed)")
       ->capture_default_str();
+  command.add_flag("--fp32-gradients", f.fp32_gradients,
+                   "Gradients accumulated and reduced across data-parallel ranks in fp32 (Megatron-LM's default for "
+                   "bf16, torchtitan's mixed_precision_reduce = float32): 4 bytes per parameter in memory and on the "
+                   "wire instead of 2");
   command.add_option("--schedules", f.schedules, "Pipeline schedules to try: gpipe, 1f1b, interleaved, zb-h1")
       ->capture_default_str();
   command.add_option("--interleave", f.interleave, "Model chunks per device (v) for the interleaved schedule")
@@ -319,7 +324,8 @@ std::string describe_space(const SearchSpace& space) {
          join(recompute) + "; attention " + join(attentions) + "; schedules " + join(schedules) + "; precision " +
          join(precisions) + (std::find(space.axes.begin(), space.axes.end(), Axis::cp) != space.axes.end()
                                  ? "; cp " + to_string(space.cp_comm)
-                                 : "");
+                                 : "") +
+         (space.fp32_gradients ? "; fp32 gradients" : "");
 }
 
 }  // namespace meshplan::cli

@@ -51,7 +51,7 @@ struct PlanScalars {
   ActivationSplit split;
   Links links;
   PlanScalars(const Plan& plan, const std::vector<AxisPlacement>& placements, const ModelProfile& prof)
-      : bytes(bytes_for(plan.precision)),
+      : bytes(bytes_for(plan)),
         act(bytes.activation_bytes_per_element),
         gemm_bytes(plan.precision == Precision::fp8 ? 1.0 : act),
         tp(static_cast<double>(plan.mesh.size(Axis::tp))),

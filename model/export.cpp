@@ -112,6 +112,11 @@ std::string megatron(Writer& w) {
   if (plan.precision == Precision::bf16 || plan.precision == Precision::fp8) arg("--bf16");
   if (plan.precision == Precision::fp16) arg("--fp16");
   if (plan.precision == Precision::fp8) arg("--fp8-format", "hybrid");
+  // Megatron-LM accumulates and reduces gradients in fp32 for bf16 unless told
+  // not to, and in the 16-bit type for fp16 unless told to (arguments.py).
+  const bool bf16_weights = plan.precision == Precision::bf16 || plan.precision == Precision::fp8;
+  if (bf16_weights && !plan.fp32_gradients) arg("--grad-reduce-in-bf16");
+  if (plan.precision == Precision::fp16 && plan.fp32_gradients) arg("--accumulate-allreduce-grads-in-fp32");
   arg("--attention-backend", plan.attention == Attention::fused ? "flash" : "unfused");
   // The model.
   arg("--num-layers", count(t.layers));
@@ -222,6 +227,8 @@ std::string torchtitan(Writer& w) {
     << "global_batch_size = " << plan.global_batch << "\n"
     << "seq_len = " << w.seq_len() << "\n"
     << "mixed_precision_param = \"" << (plan.precision == Precision::fp32 ? "float32" : "bfloat16") << "\"\n"
+    << "mixed_precision_reduce = \""
+    << (plan.precision == Precision::fp32 || plan.fp32_gradients ? "float32" : "bfloat16") << "\"\n"
     << "\n[activation_checkpoint]\n"
     << "mode = \"" << (plan.recompute == Recompute::full ? "full" : plan.recompute == Recompute::selective_op ? "selective" : "none")
     << "\"\n";
@@ -256,6 +263,10 @@ std::string deepspeed(Writer& w) {
   j["zero_optimization"] = {{"stage", stage}};
   if (plan.precision == Precision::bf16) j["bf16"] = {{"enabled", true}};
   if (plan.precision == Precision::fp16) j["fp16"] = {{"enabled", true}};
+  if (plan.fp32_gradients && plan.precision != Precision::fp32) {
+    j["data_types"] = {{"grad_accum_dtype", "fp32"}};
+    j["communication_data_type"] = "fp32";
+  }
   j["gradient_clipping"] = 1.0;
   return j.dump(2) + "\n";
 }

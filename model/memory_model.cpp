@@ -78,7 +78,7 @@ double block_input_bytes(const LayerGraph& graph, int block, const ActivationSha
 double communication_buffers(const ModelSpec& model, const LayerGraph& graph, const Plan& plan, const ParameterTotals& params,
                              bool weights_sharded) {
   const Mesh& mesh = plan.mesh;
-  const PrecisionBytes bytes = bytes_for(plan.precision);
+  const PrecisionBytes bytes = bytes_for(plan);
   const double micro_batch = static_cast<double>(plan.micro_batch);
   const double dp = static_cast<double>(mesh.size(Axis::dp)), ep = static_cast<double>(mesh.size(Axis::ep));
   const double tp = static_cast<double>(mesh.size(Axis::tp)), cp = static_cast<double>(mesh.size(Axis::cp));
@@ -189,7 +189,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
                                const Plan& plan, const ClusterSpec& cluster) {
   MemoryEstimate estimate;
   const Mesh& mesh = plan.mesh;
-  const PrecisionBytes bytes = bytes_for(plan.precision);
+  const PrecisionBytes bytes = bytes_for(plan);
   const std::int64_t pp = partition.stages;
   const std::int64_t m = plan.micro_batches();
   const double micro_batch = static_cast<double>(plan.micro_batch);

@@ -82,6 +82,14 @@ struct Plan {
   CpComm cp_comm = CpComm::ring;    // only read when cp > 1
   Schedule schedule;
   Precision precision = Precision::bf16;
+  // Gradients accumulated in an fp32 buffer and reduced across data-parallel
+  // ranks in fp32 (4 bytes per parameter instead of the 16-bit 2): what
+  // Megatron-LM does for bf16 unless --grad-reduce-in-bf16 (arguments.py,
+  // "accumulate and all-reduce gradients in fp32 for bfloat16 data type") and
+  // what torchtitan's FSDP2 does by default (mixed_precision_reduce =
+  // "float32"). Off by default: the ZeRO paper's 2 + 2 + K bytes per parameter
+  // (docs/cost-model.md, "Gradient precision"). No effect under fp32.
+  bool fp32_gradients = false;
   // Layers per pipeline chunk (pp x v entries, in chunk order) when not even.
   std::vector<std::int64_t> stage_layers;
   double gradient_bucket_bytes = 25.0 * 1024 * 1024;  // PyTorch DDP's default bucket_cap_mb = 25
@@ -105,5 +113,9 @@ struct Plan {
     return global_batch / per_step;
   }
 };
+
+// Bytes per parameter and per activation element under the plan's precision
+// and gradient precision: the one answer every cost reads.
+inline PrecisionBytes bytes_for(const Plan& plan) { return bytes_for(plan.precision, plan.fp32_gradients); }
 
 }  // namespace meshplan

@@ -479,6 +479,8 @@ Plan read_plan_object(JsonObject& root) {
       p->boolean("overlap_gradient_reduction", Need::optional).value_or(plan.overlap_gradient_reduction);
   plan.overlap_parameter_gather = p->boolean("overlap_parameter_gather", Need::optional).value_or(plan.overlap_parameter_gather);
   plan.overlap_tensor_parallel = p->boolean("overlap_tensor_parallel", Need::optional).value_or(plan.overlap_tensor_parallel);
+  // Optional: files written before the key existed kept 16-bit gradients.
+  plan.fp32_gradients = p->boolean("fp32_gradients", Need::optional).value_or(plan.fp32_gradients);
   p->finish();
   if (micro_batches && !has_errors(root.problems()) && *micro_batches != plan.micro_batches()) {
     p->add_problem("micro_batches", std::to_string(*micro_batches) +

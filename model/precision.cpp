@@ -41,6 +41,12 @@ PrecisionBytes bytes_for(Precision precision) {
   return {4, 4, 8, 4};
 }
 
+PrecisionBytes bytes_for(Precision precision, bool fp32_gradients) {
+  PrecisionBytes bytes = bytes_for(precision);
+  if (fp32_gradients) bytes.gradient_bytes_per_parameter = 4;
+  return bytes;
+}
+
 Dtype gemm_dtype(Precision precision) {
   switch (precision) {
     case Precision::fp32: return Dtype::fp32;

@@ -32,6 +32,9 @@ struct PrecisionBytes {
 };
 
 PrecisionBytes bytes_for(Precision precision);
+// The same with gradients kept and reduced in fp32 when fp32_gradients
+// (Plan::fp32_gradients): 4 bytes per parameter whatever the precision.
+PrecisionBytes bytes_for(Precision precision, bool fp32_gradients);
 
 // The dtype whose peak the GEMMs run at under this precision.
 Dtype gemm_dtype(Precision precision);

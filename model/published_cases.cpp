@@ -233,6 +233,10 @@ std::vector<PublishedCase> published_multi_gpu_cases() {
     c.plan.recompute = row.recompute;
     c.plan.attention = Attention::fused;
     c.plan.precision = Precision::bf16;
+    // FSDP2's MixedPrecisionPolicy with torchtitan's defaults: bf16 parameters
+    // gathered, gradients reduce-scattered in fp32 (mixed_precision_reduce =
+    // "float32", torchtitan config_manager.py at the commit above).
+    c.plan.fp32_gradients = true;
     c.unit = ThroughputUnit::tokens_per_s_per_device;
     c.throughput = row.tokens_per_s_per_gpu;
     c.note = row.note;

@@ -22,6 +22,7 @@ nlohmann::ordered_json plan_to_json(const Plan& plan) {
   j["cp_comm"] = to_string(plan.cp_comm);
   j["schedule"] = to_string(plan.schedule);
   j["precision"] = to_string(plan.precision);
+  j["fp32_gradients"] = plan.fp32_gradients;
   if (!plan.stage_layers.empty()) j["stage_layers"] = plan.stage_layers;
   j["gradient_bucket_bytes"] = plan.gradient_bucket_bytes;
   j["memory_headroom"] = plan.memory_headroom;

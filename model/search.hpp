@@ -58,6 +58,7 @@ struct SearchSpace {
   std::vector<std::int64_t> interleave{2, 3, 4};
   std::vector<Precision> precisions{Precision::bf16};
   CpComm cp_comm = CpComm::ring;  // every candidate's (not searched)
+  bool fp32_gradients = false;    // every candidate's (not searched)
   double memory_headroom = 0.05;
 };
 

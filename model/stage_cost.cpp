@@ -27,7 +27,7 @@ PipelineTransfer pipeline_transfer(const ModelProfile& profile, const Plan& plan
   PipelineTransfer t;
   const double tp = static_cast<double>(plan.mesh.size(Axis::tp));
   t.boundary_bytes = profile.residual_elements_per_sample * static_cast<double>(plan.micro_batch) *
-                     bytes_for(plan.precision).activation_bytes_per_element / activation_split(plan).sequence;
+                     bytes_for(plan).activation_bytes_per_element / activation_split(plan).sequence;
   t.gather_after_receive = profile.kind == ModelKind::transformer && tp > 1 && !plan.sequence_parallel;
   t.send_bytes = t.gather_after_receive ? t.boundary_bytes / tp : t.boundary_bytes;
   return t;

@@ -399,7 +399,7 @@ Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, c
   evaluator.evaluate(plan, placements, costs, &memory);
 
   const Groups groups(placements, plan);
-  const Context cx{prof, plan, options, costs, partition.value, groups, bytes_for(plan.precision), pp, v,
+  const Context cx{prof, plan, options, costs, partition.value, groups, bytes_for(plan), pp, v,
                    groups.fsdp.size > 1, groups.dp.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)};
   StepWork& work = result.value;
   work.schedule = plan.schedule;

@@ -171,6 +171,36 @@ TEST(Cli, PresetsListsEveryKind) {
   EXPECT_EQ(run({"presets", "gadgets"}).status, 2);
 }
 
+// --fp32-gradients reaches the plan: explain's plan line and JSON say it, the
+// gradients take 4 bytes per parameter, and plan's search line carries it to
+// every candidate.
+TEST(Cli, Fp32GradientsFlagReachesThePlan) {
+  auto with = [](std::vector<std::string> args, const std::vector<std::string>& more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const std::vector<std::string> job = {"explain", "--model", "gpt2-350m", "--cluster", "dgx-h100", "--gpus", "8",
+                                        "--mesh", "fsdp=8", "--global-batch", "16", "--seq", "1024"};
+  const CliRun text = run(with(job, {"--fp32-gradients"}));
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find(", fp32 gradients"), std::string::npos) << text.out;
+  const CliRun half = run(with(job, {"--json"}));
+  const CliRun full = run(with(job, {"--json", "--fp32-gradients"}));
+  ASSERT_EQ(half.status, 0) << half.err;
+  ASSERT_EQ(full.status, 0) << full.err;
+  const auto h = nlohmann::json::parse(half.out), f = nlohmann::json::parse(full.out);
+  EXPECT_FALSE(h["plan"]["fp32_gradients"].get<bool>());
+  EXPECT_TRUE(f["plan"]["fp32_gradients"].get<bool>());
+  EXPECT_DOUBLE_EQ(f["memory_bytes"]["gradients"].get<double>(), 2 * h["memory_bytes"]["gradients"].get<double>());
+
+  const CliRun planned = run({"plan", "--model", "gpt2-350m", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch",
+                              "16", "--seq", "1024", "--json", "--top", "2", "--fp32-gradients"});
+  ASSERT_EQ(planned.status, 0) << planned.err;
+  const auto plans = nlohmann::json::parse(planned.out);
+  ASSERT_FALSE(plans.empty());
+  for (const auto& p : plans) EXPECT_TRUE(p["plan"]["fp32_gradients"].get<bool>()) << p.dump();
+}
+
 // A Hugging Face config.json as --model hf:FILE (model/hf_config.hpp): explain
 // plans it and names what the schema cannot state; `presets --from-hf`
 // prints it as a preset with the keys each field came from, which explain

@@ -193,7 +193,8 @@ std::vector<std::string> explain_flags_for(const meshplan::PlanFile& file, const
           "--mesh", p.mesh.to_string(), "--micro-batch", std::to_string(p.micro_batch), "--global-batch",
           std::to_string(p.global_batch), "--zero", std::to_string(p.zero_stage), "--recompute", meshplan::to_string(p.recompute),
           p.sequence_parallel ? "--sequence-parallel" : "--no-sequence-parallel", "--schedule", meshplan::to_string(p.schedule),
-          "--precision", meshplan::to_string(p.precision), "--attention", meshplan::to_string(p.attention)};
+          "--precision", meshplan::to_string(p.precision), "--attention", meshplan::to_string(p.attention),
+          p.fp32_gradients ? "--fp32-gradients" : "--precision=" + meshplan::to_string(p.precision)};
 }
 
 TEST(CliPlan, EmittedPlanIsWhatExplainComputes) {

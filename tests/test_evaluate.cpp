@@ -73,6 +73,7 @@ TEST(Evaluator, MemoryMatchesTheReferenceModel) {
       plan.sequence_parallel = rng() % 2 == 0 && plan.mesh.size(Axis::tp) > 1 && model.kind == ModelKind::transformer;
       plan.attention = rng() % 2 == 0 ? Attention::fused : Attention::unfused;
       plan.cp_comm = static_cast<CpComm>(rng() % 3);
+      plan.fp32_gradients = rng() % 2 == 0;
       const ScheduleKind kinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1,
                                     ScheduleKind::interleaved};
       plan.schedule = {kinds[rng() % 4], 1};
@@ -185,6 +186,47 @@ TEST(Evaluator, ContextParallelCommunicationByKind) {
   EXPECT_TRUE(said) << messages(problems);
   split.cp_comm = CpComm::ring;
   EXPECT_EQ(quick_check(wide, split), Rejection::none);
+}
+
+// Gradients kept and reduced in fp32 (Megatron-LM's bf16 default, torchtitan's
+// mixed_precision_reduce) cost 4 bytes per parameter in memory and on the wire:
+// the dp all-reduce of one bucket is the collective rule on the gradient bytes
+// the memory model holds, both ways.
+TEST(Evaluator, Fp32GradientsDoubleTheGradientBytesInMemoryAndOnTheWire) {
+  const auto model = must(load_model("gpt2-350m"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator(model, cluster, 8, 1024);
+  Plan plan = plan_with("dp=8", 1, 16);
+  plan.gradient_bucket_bytes = 1e15;  // one bucket: one collective to compare with
+  const auto placements = place_axes(evaluator.topology(), plan.mesh);
+  const AxisPlacement& dp = placements.front();
+  ASSERT_EQ(dp.axis, Axis::dp);
+  const std::size_t axis = static_cast<std::size_t>(Axis::dp);
+  auto all_reduce = [&](double bytes) {
+    return collective_time(Collective::all_reduce, bytes, 8, dp.bandwidth_bytes_per_s, dp.latency_s).time_s;
+  };
+  const PlanEstimate half = evaluator.evaluate(plan);
+  plan.fp32_gradients = true;
+  const PlanEstimate full = evaluator.evaluate(plan);
+  EXPECT_DOUBLE_EQ(full.worst_memory.gradients_bytes, 2 * half.worst_memory.gradients_bytes);
+  EXPECT_DOUBLE_EQ(full.worst_memory.parameters_bytes, half.worst_memory.parameters_bytes);
+  EXPECT_DOUBLE_EQ(full.worst_memory.optimizer_bytes, half.worst_memory.optimizer_bytes);
+  EXPECT_NEAR(half.time.axis_communication_s[axis], all_reduce(half.worst_memory.gradients_bytes),
+              1e-12 * half.time.axis_communication_s[axis]);
+  EXPECT_NEAR(full.time.axis_communication_s[axis], all_reduce(full.worst_memory.gradients_bytes),
+              1e-12 * full.time.axis_communication_s[axis]);
+  // The optimizer reads the wider gradients too.
+  EXPECT_GT(full.time.optimizer_s, half.time.optimizer_s);
+
+  // Sharded: each rank keeps 1/8 of the fp32 gradients, reduce-scattered.
+  Plan sharded = plan_with("fsdp=8", 1, 16);
+  const PlanEstimate sharded_half = evaluator.evaluate(sharded);
+  sharded.fp32_gradients = true;
+  const PlanEstimate sharded_full = evaluator.evaluate(sharded);
+  EXPECT_DOUBLE_EQ(sharded_full.worst_memory.gradients_bytes, 2 * sharded_half.worst_memory.gradients_bytes);
+  EXPECT_NEAR(sharded_full.worst_memory.gradients_bytes, full.worst_memory.gradients_bytes / 8, 1e-9 * full.worst_memory.gradients_bytes);
+  const std::size_t fsdp = static_cast<std::size_t>(Axis::fsdp);
+  EXPECT_GT(sharded_full.time.axis_communication_s[fsdp], sharded_half.time.axis_communication_s[fsdp]);
 }
 
 TEST(Evaluator, MoreBandwidthIsNeverSlower) {

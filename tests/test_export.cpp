@@ -151,6 +151,39 @@ TEST(Export, ContextParallelExchangeIsTheFrameworksOwn) {
   }
 }
 
+// Gradient precision is each framework's own switch: Megatron-LM reduces in
+// fp32 for bf16 unless --grad-reduce-in-bf16 (and in fp16 for fp16 unless
+// --accumulate-allreduce-grads-in-fp32); torchtitan's mixed_precision_reduce;
+// DeepSpeed's grad_accum_dtype and communication_data_type.
+TEST(Export, GradientPrecisionIsTheFrameworksOwnSwitch) {
+  for (bool fp32 : {false, true}) {
+    PlanFile file = plan_file("llama3-8b", "dp=2,tp=4", 1, 8);
+    file.plan.fp32_gradients = fp32;
+    const Loaded<std::string> megatron = export_plan(file, ExportTarget::megatron);
+    ASSERT_TRUE(megatron.ok()) << messages(megatron.problems);
+    EXPECT_EQ(megatron.value.find("--grad-reduce-in-bf16") != std::string::npos, !fp32) << megatron.value;
+    EXPECT_EQ(megatron.value.find("--accumulate-allreduce-grads-in-fp32"), std::string::npos) << megatron.value;
+    file.plan.precision = Precision::fp16;
+    const Loaded<std::string> fp16 = export_plan(file, ExportTarget::megatron);
+    ASSERT_TRUE(fp16.ok()) << messages(fp16.problems);
+    EXPECT_EQ(fp16.value.find("--accumulate-allreduce-grads-in-fp32") != std::string::npos, fp32) << fp16.value;
+    EXPECT_EQ(fp16.value.find("--grad-reduce-in-bf16"), std::string::npos) << fp16.value;
+
+    PlanFile sharded = plan_file("llama3-8b", "fsdp=8", 1, 8);
+    sharded.plan.fp32_gradients = fp32;
+    const Loaded<std::string> torchtitan = export_plan(sharded, ExportTarget::torchtitan);
+    ASSERT_TRUE(torchtitan.ok()) << messages(torchtitan.problems);
+    EXPECT_TRUE(has_line(torchtitan.value, fp32 ? "mixed_precision_reduce = \"float32\""
+                                                : "mixed_precision_reduce = \"bfloat16\""))
+        << torchtitan.value;
+    const Loaded<std::string> deepspeed = export_plan(sharded, ExportTarget::deepspeed);
+    ASSERT_TRUE(deepspeed.ok()) << messages(deepspeed.problems);
+    const auto j = nlohmann::json::parse(deepspeed.value);
+    EXPECT_EQ(j.contains("communication_data_type"), fp32) << deepspeed.value;
+    if (fp32) EXPECT_EQ(j["data_types"]["grad_accum_dtype"], "fp32") << deepspeed.value;
+  }
+}
+
 TEST(Export, TorchtitanRefusesOrApproximatesWhatItCannotExpress) {
   PlanFile zero1 = plan_file("llama3-8b", "dp=8", 1, 16);
   zero1.plan.zero_stage = 1;

@@ -123,6 +123,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.sequence_parallel, b.sequence_parallel);
   EXPECT_EQ(a.attention, b.attention);
   EXPECT_EQ(a.cp_comm, b.cp_comm);
+  EXPECT_EQ(a.fp32_gradients, b.fp32_gradients);
   EXPECT_EQ(a.schedule.kind, b.schedule.kind);
   EXPECT_EQ(a.schedule.virtual_stages, b.schedule.virtual_stages);
   EXPECT_EQ(a.precision, b.precision);
@@ -259,6 +260,19 @@ TEST(PlanFile, ContextParallelExchangeRoundTripsAndOlderFilesReadRing) {
   const auto back = parse_plan_file(old.dump(2), "old.json");
   ASSERT_TRUE(back.ok()) << messages(back.problems);
   EXPECT_EQ(back.value.plan.cp_comm, CpComm::ring);
+}
+
+TEST(PlanFile, Fp32GradientsRoundTripAndOlderFilesReadSixteenBit) {
+  Made made = make({"llama3-8b", "dgx-h100", "fsdp=8", 8, 1, 8});
+  made.file.plan.fp32_gradients = true;
+  expect_round_trip(made.file);
+  Json old = plan_file_to_json(made.file);
+  ASSERT_TRUE(old["plan"].contains("fp32_gradients"));
+  EXPECT_TRUE(old["plan"]["fp32_gradients"].get<bool>());
+  old["plan"].erase("fp32_gradients");
+  const auto back = parse_plan_file(old.dump(2), "old.json");
+  ASSERT_TRUE(back.ok()) << messages(back.problems);
+  EXPECT_FALSE(back.value.plan.fp32_gradients);
 }
 
 TEST(PlanFile, ClusterWithNodeLimitRoundTrips) {

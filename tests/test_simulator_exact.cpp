@@ -96,6 +96,7 @@ Plan draw_plan(const PlanSetup& s, std::mt19937_64& rng, std::vector<Axis> axes)
   plan.zero_stage = static_cast<int>(rng() % 4);
   plan.attention = rng() % 2 == 0 ? Attention::fused : Attention::unfused;
   plan.cp_comm = static_cast<CpComm>(rng() % 3);
+  plan.fp32_gradients = rng() % 2 == 0;
   plan.precision = s.cluster.name == "local-cpu" ? Precision::fp32 : Precision::bf16;
   plan.overlap_tensor_parallel = rng() % 2 == 0;
   plan.overlap_gradient_reduction = rng() % 4 != 0;

@@ -15,7 +15,7 @@ Roofline plan_roofline(const Evaluator& evaluator, const Plan& plan) {
   out.peak_flops_per_s = rates.peak_flops_per_s;
   out.achievable_flops_per_s = rates.peak_flops_per_s * rates.gemm_efficiency;
   out.memory_bytes_per_s = rates.memory_bytes_per_s;
-  const double act = bytes_for(plan.precision).activation_bytes_per_element;
+  const double act = bytes_for(plan).activation_bytes_per_element;
   const double gemm_bytes = plan.precision == Precision::fp8 ? 1.0 : act;
   const double b = static_cast<double>(plan.micro_batch);
   const ActivationSplit split = activation_split(plan);
