@@ -190,6 +190,11 @@ std::string torchtitan(Writer& w) {
                       "forward to the backward, where ZeRO-2 keeps them whole all the time");
   }
   if (plan.precision == Precision::fp8) w.warning("precision", "fp8: add [model] converters = [\"float8\"] (torchao)");
+  if (!plan.fp32_gradients && plan.precision != Precision::fp32 && plan.mesh.data_parallel_size() > 1) {
+    w.warning("fp32_gradients", "torchtitan reduces gradients in float32 (FSDP2's mixed_precision_reduce; DDP under "
+                                "autocast keeps fp32 gradients), twice the bytes the plan's 16-bit gradients are "
+                                "priced at: plan with --fp32-gradients to match");
+  }
   if (w.size(Axis::cp) > 1 && plan.cp_comm != CpComm::ring) {
     w.warning("cp_comm", "torchtitan's context parallelism is ring attention; the plan's " + to_string(plan.cp_comm) +
                              " key/value exchange is written as its ring");
@@ -226,10 +231,9 @@ std::string torchtitan(Writer& w) {
     << "local_batch_size = " << local << "\n"
     << "global_batch_size = " << plan.global_batch << "\n"
     << "seq_len = " << w.seq_len() << "\n"
-    << "mixed_precision_param = \"" << (plan.precision == Precision::fp32 ? "float32" : "bfloat16") << "\"\n"
-    << "mixed_precision_reduce = \""
-    << (plan.precision == Precision::fp32 || plan.fp32_gradients ? "float32" : "bfloat16") << "\"\n"
-    << "\n[activation_checkpoint]\n"
+    << "mixed_precision_param = \"" << (plan.precision == Precision::fp32 ? "float32" : "bfloat16") << "\"\n";
+  if (plan.fp32_gradients || plan.precision == Precision::fp32) o << "mixed_precision_reduce = \"float32\"\n";
+  o    << "\n[activation_checkpoint]\n"
     << "mode = \"" << (plan.recompute == Recompute::full ? "full" : plan.recompute == Recompute::selective_op ? "selective" : "none")
     << "\"\n";
   if (plan.recompute == Recompute::selective_op) o << "selective_ac_option = \"op\"\n";

@@ -189,12 +189,13 @@ TEST(CliPlan, JsonIsTheExplainObjectOfEachTopPlan) {
 // Plan file -> the explain flags that say the same plan.
 std::vector<std::string> explain_flags_for(const meshplan::PlanFile& file, const std::string& model) {
   const meshplan::Plan& p = file.plan;
-  return {"explain", "--json", "--model", model, "--cluster", file.cluster.name, "--gpus", std::to_string(file.world_size),
+  std::vector<std::string> args = {"explain", "--json", "--model", model, "--cluster", file.cluster.name, "--gpus", std::to_string(file.world_size),
           "--mesh", p.mesh.to_string(), "--micro-batch", std::to_string(p.micro_batch), "--global-batch",
           std::to_string(p.global_batch), "--zero", std::to_string(p.zero_stage), "--recompute", meshplan::to_string(p.recompute),
           p.sequence_parallel ? "--sequence-parallel" : "--no-sequence-parallel", "--schedule", meshplan::to_string(p.schedule),
-          "--precision", meshplan::to_string(p.precision), "--attention", meshplan::to_string(p.attention),
-          p.fp32_gradients ? "--fp32-gradients" : "--precision=" + meshplan::to_string(p.precision)};
+          "--precision", meshplan::to_string(p.precision), "--attention", meshplan::to_string(p.attention)};
+  if (p.fp32_gradients) args.push_back("--fp32-gradients");
+  return args;
 }
 
 TEST(CliPlan, EmittedPlanIsWhatExplainComputes) {
