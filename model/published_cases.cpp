@@ -180,7 +180,9 @@ std::vector<PublishedCase> published_multi_gpu_cases() {
     plan.global_batch = row.batch;
     plan.recompute = Recompute::full;       // Eq. 3 counts the recomputed forward pass
     plan.attention = Attention::unfused;    // Megatron-LM in 2021 had no fused attention
-    plan.precision = Precision::bf16;       // "mixed precision"; fp16 and bf16 share the A100's peak
+    // "mixed precision": --fp16 in the paper's scripts (Megatron-LM,
+    // examples/academic_paper_scripts/sc21/CONFIG.sh), so 16-bit gradients.
+    plan.precision = Precision::fp16;
     // Megatron-LM's own DDP (--DDP-impl local, its default then) all-reduced the
     // gradients once, after the last micro-batch's backward: train_step in
     // megatron/training.py, timer "backward-params-all-reduce". Not overlapped.
@@ -189,7 +191,8 @@ std::vector<PublishedCase> published_multi_gpu_cases() {
     c.throughput = row.tflops_per_gpu;
     c.note = "micro-batch unstated: 1 assumed; schedule unstated: 1F1B (not interleaved) assumed; "
              "no sequence parallelism (2021); dropout 0.1 as in Megatron's GPT recipe; gradients all-reduced "
-             "after the last backward, not overlapped (Megatron-LM's local DDP, its default in 2021)";
+             "after the last backward, not overlapped (Megatron-LM's local DDP, its default in 2021), in fp16 (--fp16 in "
+             "the paper's scripts, Megatron-LM examples/academic_paper_scripts/sc21)";
     c.miss_reason = "predicted fast, as every Megatron A100 row here and in Table 5: the a100-80g preset has no "
                     "measured GEMM curve, so its kernels run nearer peak than Megatron's 2021 kernels did "
                     "(docs/cost-model.md, \"Known gaps\")";
@@ -239,7 +242,7 @@ std::vector<PublishedCase> published_multi_gpu_cases() {
     c.plan.fp32_gradients = true;
     c.unit = ThroughputUnit::tokens_per_s_per_device;
     c.throughput = row.tokens_per_s_per_gpu;
-    c.note = row.note;
+    c.note = std::string(row.note) + "; gradients reduce-scattered in fp32 (torchtitan's mixed_precision_reduce default)";
     c.miss_reason = row.miss_reason;
     cases.push_back(std::move(c));
   }
