@@ -2,6 +2,7 @@
 // its problems.
 #include "gui/app/setup_panel.hpp"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
@@ -105,6 +106,10 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   addField("cp_comm", tr("Context parallel"), cp_comm_,
            tr("How cp moves keys and values: ring (hidden under the attention), all-gather (Llama 3) or "
               "all-to-all (DeepSpeed-Ulysses), both exposed"));
+  fp32_gradients_ = new QCheckBox(tr("fp32"));
+  addField("fp32_gradients", tr("Gradients"), fp32_gradients_,
+           tr("Keep and reduce gradients in fp32, as Megatron-LM does for bf16 and torchtitan's FSDP2 by default "
+              "(4 bytes per parameter instead of 2)"));
   threads_ = spin(0, 4096, tr("one per core"));
   addField("threads", tr("Search threads"), threads_, tr("Threads of the search"));
 
@@ -206,6 +211,7 @@ SetupInputs SetupPanel::inputs() const {
   in.recompute = recompute_->text().toStdString();
   in.attention = attention_->currentText().toStdString();
   in.cp_comm = cp_comm_->currentText().toStdString();
+  in.fp32_gradients = fp32_gradients_->isChecked();
   in.threads = threads_->value();
   return in;
 }
@@ -232,6 +238,7 @@ void SetupPanel::setInputs(const SetupInputs& in) {
   attention_->setCurrentText(QString::fromStdString(in.attention));
   if (cp_comm_->findText(QString::fromStdString(in.cp_comm)) < 0) cp_comm_->addItem(QString::fromStdString(in.cp_comm));
   cp_comm_->setCurrentText(QString::fromStdString(in.cp_comm));
+  fp32_gradients_->setChecked(in.fp32_gradients);
   threads_->setValue(in.threads);
   refreshPresetFigures();
 }
@@ -308,6 +315,7 @@ void SetupPanel::save(QSettings& s) const {
   s.setValue("setup/recompute", QString::fromStdString(in.recompute));
   s.setValue("setup/attention", QString::fromStdString(in.attention));
   s.setValue("setup/cp_comm", QString::fromStdString(in.cp_comm));
+  s.setValue("setup/fp32_gradients", in.fp32_gradients);
   s.setValue("setup/threads", in.threads);
 }
 
@@ -337,6 +345,7 @@ void SetupPanel::restore(const QSettings& s) {
   text("setup/recompute", in.recompute);
   text("setup/attention", in.attention);
   text("setup/cp_comm", in.cp_comm);
+  if (s.contains("setup/fp32_gradients")) in.fp32_gradients = s.value("setup/fp32_gradients").toBool();
   if (s.contains("setup/threads")) in.threads = s.value("setup/threads").toInt();
   setInputs(in);
 }

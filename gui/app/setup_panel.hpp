@@ -11,6 +11,7 @@
 
 #include "gui/core/setup.hpp"
 
+class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QFormLayout;
@@ -67,6 +68,7 @@ class SetupPanel : public QWidget {
   QLineEdit* recompute_ = nullptr;
   QComboBox* attention_ = nullptr;  // kAttentionChoices: fused, unfused, or both searched
   QComboBox* cp_comm_ = nullptr;    // cp_comm_choices (model/plan.hpp)
+  QCheckBox* fp32_gradients_ = nullptr;
   QSpinBox* threads_ = nullptr;
   QPushButton* run_ = nullptr;
   QPushButton* cancel_ = nullptr;

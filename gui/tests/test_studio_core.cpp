@@ -131,6 +131,10 @@ class StudioCoreTest : public QObject {
     QCOMPARE(resolve_setup(cp).value.space.cp_comm, CpComm::all_gather);
     cp.cp_comm = "p2p";
     QVERIFY(has_problem_at(resolve_setup(cp).problems, "cp_comm"));
+    cp.cp_comm = "ring";
+    QVERIFY(!resolve_setup(cp).value.space.fp32_gradients);
+    cp.fp32_gradients = true;
+    QVERIFY(resolve_setup(cp).value.space.fp32_gradients);
 
     SetupInputs bad_model;
     bad_model.model = "no-such-model";
