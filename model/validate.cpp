@@ -97,6 +97,10 @@ void check_unsupported_axes(Checker& check, const ModelSpec& model, const Plan& 
   } else if (plan.sequence_parallel && mesh.size(Axis::tp) == 1) {
     check.warning("sequence_parallel", "sequence parallelism works within tp, which is 1 here: no effect");
   }
+  if (plan.cp_comm != CpComm::ring && mesh.size(Axis::cp) == 1) {
+    check.warning("cp_comm", "the " + to_string(plan.cp_comm) + " exchange moves keys and values between cp ranks, " +
+                                 "and cp is 1 here: no effect");
+  }
 }
 
 void check_transformer(Checker& check, const TransformerDims& t, const Plan& plan, std::int64_t seq_len) {
@@ -166,6 +170,9 @@ void check_schedule(Checker& check, const Plan& plan) {
 void check_precision(Checker& check, const ClusterSpec& cluster, const Plan& plan) {
   const Dtype dtype = gemm_dtype(plan.precision);
   if (!cluster.device.peak_for(dtype)) check.error("precision", missing_peak_message(cluster.device, dtype));
+  if (plan.fp32_gradients && plan.precision == Precision::fp32) {
+    check.warning("fp32_gradients", "fp32 training keeps fp32 gradients already: no effect");
+  }
 }
 
 }  // namespace
