@@ -71,7 +71,8 @@ Csv parse_csv(const std::string& text) {
 
 const std::vector<std::string> kSweepColumns = {
     "model", "cluster", "world_size", "global_batch", "mesh", "dp", "fsdp", "tp", "pp", "cp", "ep", "micro_batch",
-    "micro_batches", "zero", "recompute", "sequence_parallel", "schedule", "precision", "attention", "stage_layers", "feasible", "reason",
+    "micro_batches", "zero", "recompute", "sequence_parallel", "schedule", "precision", "attention", "cp_comm", "fp32_gradients",
+    "stage_layers", "feasible", "reason",
     "memory_total_bytes", "memory_parameters_bytes", "memory_gradients_bytes", "memory_optimizer_bytes",
     "memory_activations_bytes", "memory_buffers_bytes", "step_s", "compute_s", "communication_s",
     "communication_exposed_s", "bubble_s", "tokens_per_s", "mfu", "hfu"};
@@ -617,6 +618,34 @@ TEST(CliSweep, CsvHasOneRowPerCandidate) {
   EXPECT_GT(feasible, 0);
   EXPECT_GT(rejected_early, 0);
   EXPECT_NE(plan.out.find(std::to_string(feasible) + " feasible of " + std::to_string(rows) + " candidates"), std::string::npos);
+}
+
+// The plan flags a sweep holds fixed are columns too, so rows from sweeps
+// with different --cp-comm or --fp32-gradients can be told apart.
+TEST(CliSweep, FixedPlanFlagsAreColumns) {
+  const CliRun plain = run({"sweep", "--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--axes", "dp,cp",
+                            "--out", "-", "--no-progress"});
+  const CliRun fixed = run({"sweep", "--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--axes", "dp,cp",
+                            "--out", "-", "--no-progress", "--cp-comm", "all-gather", "--fp32-gradients"});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(fixed.status, 0) << fixed.err;
+  const Csv a = parse_csv(plain.out), b = parse_csv(fixed.out);
+  ASSERT_GT(a.records.size(), 1u);
+  ASSERT_EQ(a.records.size(), b.records.size());
+  const std::size_t cp_comm = column_of("cp_comm"), fp32 = column_of("fp32_gradients");
+  const std::size_t gradients = column_of("memory_gradients_bytes");
+  bool cp_priced = false;
+  for (std::size_t i = 1; i < a.records.size(); ++i) {
+    EXPECT_EQ(a.records[i].at(cp_comm), "ring");
+    EXPECT_EQ(a.records[i].at(fp32), "false");
+    EXPECT_EQ(b.records[i].at(cp_comm), "all-gather");
+    EXPECT_EQ(b.records[i].at(fp32), "true");
+    if (!a.records[i].at(gradients).empty()) {
+      EXPECT_DOUBLE_EQ(std::stod(b.records[i].at(gradients)), 2 * std::stod(a.records[i].at(gradients))) << i;
+      cp_priced = cp_priced || a.records[i].at(column_of("step_s")) != b.records[i].at(column_of("step_s"));
+    }
+  }
+  EXPECT_TRUE(cp_priced);
 }
 
 TEST(CliSweep, CrossesGpuCountsAndGoesToStdout) {
