@@ -196,6 +196,8 @@ class TransformerBuilder {
     out.saved = {{"attention projection input", s * q, 0, true, false}};
     out.gemm = {s, t.hidden, t.heads * t.head_dim, 1};
     out.tp_split = TpSplit::rows;
+    // Matmul 4 is repeated, but its reduce-scatter's output (sequence parallelism) is on the save list.
+    out.op_sac_kept = {{"attention projection after its reduce-scatter", s * h, 0, false, false, KeptBy::both, false, true}};
     const OpId out_id = g.add_op(out);
     g.connect(values_id, out_id);
 
@@ -261,9 +263,15 @@ class TransformerBuilder {
     w_out.saved = {{"mlp projection input", routed * s * f, 0, true, false}};
     w_out.gemm = {routed * s, t.hidden, t.ffn, 1};
     w_out.tp_split = TpSplit::rows;
-    if (!moe && gated) {  // matmul 7 kept (counted after its reduction over tp); 6 of a plain MLP repeated
-      w_out.op_sac_kept = {{"mlp output", s * h, 0, false, false}};
+    if (!moe && gated) {  // matmul 7 kept; 6 of a plain MLP repeated
+      // Without sequence parallelism the matmul's output (partial sums over
+      // tp, all-reduced after); with it, the partial sums and the reduce-
+      // scatter's output, both on the save list.
+      w_out.op_sac_kept = {{"mlp output", s * h, 0, false, false},
+                           {"mlp partial sums before the reduce-scatter", s * h, 0, false, false, KeptBy::both, false, true, true}};
       w_out.op_sac_recomputed = 0;
+    } else if (!moe) {  // the reduce-scatter's output is on the save list whether the matmul is kept or not
+      w_out.op_sac_kept = {{"mlp output after its reduce-scatter", s * h, 0, false, false, KeptBy::both, false, true}};
     }
     const OpId w_out_id = g.add_op(w_out);
     g.connect(act_id, w_out_id);

@@ -115,6 +115,10 @@ void block_memory(BlockCost& c, const BlockProfile& bp, BlockKind role, const Mo
       c.activation_bytes += region_bytes(region, bp.op_sac_elements[a][region], bp.op_sac_fixed_bytes[a][region],
                                          bp.op_sac_key_value_elements[a]);
     }
+    if (ps.sp && ps.tp > 1) {
+      c.activation_bytes += (bp.op_sac_reduce_scatter_elements[a][0] / split.sequence +
+                             bp.op_sac_reduce_scatter_elements[a][1] / ps.cp) * act * b;
+    }
   }
   // Peak transients (memory_model.cpp, add_peak_memory; the same rules).
   if (role == BlockKind::layer) {

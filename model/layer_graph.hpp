@@ -58,6 +58,13 @@ struct SavedTensor {
   bool selective = false;           // not stored under selective recompute (recomputed)
   KeptBy kept_by = KeptBy::both;
   bool key_value = false;           // keys or values: split over kv_tp_split(LayerGraph::kv_heads, tp), not tp
+  // Kept only where tp > 1 with sequence parallelism, around a row-parallel
+  // matmul's reduce-scatter: its output (split like the residual stream) or,
+  // with `partial_sums`, the matmul's output before it, whole on every tp
+  // rank (split over cp only). Op-level checkpointing keeps both
+  // (Op::op_sac_kept).
+  bool reduce_scatter = false;
+  bool partial_sums = false;
 };
 
 struct GemmShape {  // per sample: rows scale with the sample's tokens
@@ -108,6 +115,9 @@ struct Op {
   // then gate, up, down or in, out), every second one is repeated: k, o and
   // up (gated) or out (not gated); fused attention keeps its output and
   // softmax statistics. The block's input is kept too (the checkpoint's).
+  // Under sequence parallelism the outputs of the tp reduce-scatters are on
+  // the list too (o's and down's), and so are down's partial sums before it
+  // (SavedTensor::reduce_scatter).
   std::vector<SavedTensor> op_sac_kept;
   double op_sac_recomputed = 1;
 };

@@ -127,13 +127,16 @@ namespace {
 double tensor_bytes_per_sample(const std::vector<SavedTensor>& tensors, const ActivationSharding& sharding, bool drop_selective) {
   double bytes = 0;
   const ActivationSplit split = activation_split(sharding.tp, sharding.cp, sharding.sequence_parallel);
+  const bool reduce_scatters = sharding.sequence_parallel && sharding.tp > 1;
   for (const SavedTensor& t : tensors) {
     if (!kept_by(t, sharding.attention)) continue;
     if (t.selective && drop_selective) continue;
+    if (t.reduce_scatter && !reduce_scatters) continue;
     const double per_element = t.fixed_bytes_per_element > 0 ? t.fixed_bytes_per_element
                                                              : sharding.activation_bytes_per_element;
-    const double divisor = t.key_value ? static_cast<double>(sharding.cp * kv_tp_split(sharding.kv_heads, sharding.tp))
-                                       : split.of(t.tensor_parallel);
+    const double divisor = t.key_value      ? static_cast<double>(sharding.cp * kv_tp_split(sharding.kv_heads, sharding.tp))
+                           : t.partial_sums ? static_cast<double>(sharding.cp)
+                                            : split.of(t.tensor_parallel);
     bytes += t.elements_per_sample * per_element / divisor;
   }
   return bytes;

@@ -108,6 +108,10 @@ void add_memory(BlockProfile& bp, const Op& op) {
     }
     for (const SavedTensor& t : op.op_sac_kept) {
       if (!kept_by(t, attention)) continue;
+      if (t.reduce_scatter) {  // activation dtype, outside tp regions (build_transformer.cpp)
+        bp.op_sac_reduce_scatter_elements[a][t.partial_sums ? 1 : 0] += t.elements_per_sample;
+        continue;
+      }
       const int region = t.tensor_parallel ? 1 : 0;
       if (t.fixed_bytes_per_element > 0) {
         bp.op_sac_fixed_bytes[a][region] += t.elements_per_sample * t.fixed_bytes_per_element;

@@ -47,6 +47,10 @@ struct BlockProfile {
   double op_sac_elements[2][2] = {};
   double op_sac_fixed_bytes[2][2] = {};
   double op_sac_key_value_elements[2] = {};
+  // Of those, the ones kept only with tp > 1 and sequence parallelism
+  // (SavedTensor::reduce_scatter), [Attention][0: a reduce-scatter's output,
+  // split like the residual stream; 1: partial sums, split over cp only].
+  double op_sac_reduce_scatter_elements[2][2] = {};
   // Work in the forward pass.
   std::vector<GemmWork> gemms;
   // Traffic of the memory-bound ops, [tensor-parallel region][core attention][StreamOp].

@@ -139,6 +139,22 @@ TEST(MemoryModel, OpLevelCheckpointingKeepsEverySecondMatmulOutput) {
     const auto fu = explain_plan(model, cluster, {1, 0}, full_unfused).memory->worst().memory.activations_bytes;
     const auto ou = explain_plan(model, cluster, {1, 0}, op_unfused).memory->worst().memory.activations_bytes;
     EXPECT_NEAR(ou - fu, static_cast<double>(t.layers) * s * 2 * (q + kv + static_cast<double>(t.ffn) + h), 1e-9 * ou) << name;
+
+    // tp = 2 with sequence parallelism: the reduce-scatters' outputs are on
+    // torchtitan's save list (o's and down's, split like the residual stream),
+    // and so are down's partial sums before its reduce-scatter, whole on each
+    // tp rank.
+    Plan full_sp = plan_with("tp=2", 1, 1);
+    full_sp.recompute = Recompute::full;
+    full_sp.sequence_parallel = true;
+    Plan op_sp = full_sp;
+    op_sp.recompute = Recompute::selective_op;
+    const auto fs = explain_plan(model, cluster, {2, 0}, full_sp).memory->worst().memory.activations_bytes;
+    const auto os = explain_plan(model, cluster, {2, 0}, op_sp).memory->worst().memory.activations_bytes;
+    const double kv_tp = static_cast<double>(kv_tp_split(t.key_value_heads(), 2));
+    const double kept_sp = 2 * ((q + static_cast<double>(t.ffn) + h + q) / 2 + kv / kv_tp + h / 2 + h) +
+                           4 * static_cast<double>(t.heads) / 2;
+    EXPECT_NEAR(os - fs, static_cast<double>(t.layers) * s * kept_sp, 1e-9 * os) << name;
   }
 }
 
