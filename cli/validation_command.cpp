@@ -176,7 +176,10 @@ void write_validation_report(std::ostream& out) {
          "formula, with meshplan's own model FLOPs (so that row compares MFU).\n"
          "Every row is a full plan; what the source leaves out is assumed and\n"
          "said in the row's note. Targets (issue 15): median |error| within 5%,\n"
-         "90th percentile within 12%; a row outside 12% is marked, not tuned.\n\n";
+         "90th percentile within 12%; a row outside 12% is marked, not tuned.\n"
+         "torchtitan's tables are taken whole but for their two \"selective layer\"\n"
+         "rows (every second layer checkpointed whole), which no plan states: a\n"
+         "plan's recompute applies to every layer.\n\n";
   const std::vector<PublishedResult> multi_gpu = predict(published_multi_gpu_cases());
   multi_gpu_table(out, multi_gpu);
   same_pipeline_cross_check(out, multi_gpu, predict(korthikanti_iteration_time_cases()));

@@ -44,7 +44,7 @@ TEST(KorthikantiFigure1, FirstStageActivationsWithinFivePercent) {
 // multi-GPU runs"). The conversions first, by hand from the sources' numbers.
 TEST(PublishedMultiGpu, StepTimesImpliedByThePublishedThroughputs) {
   const auto cases = published_multi_gpu_cases();
-  ASSERT_EQ(cases.size(), 15u);
+  ASSERT_EQ(cases.size(), 19u);
   const auto results = predict(cases);
   // Narayanan et al. 2021 Table 1, 1T row: Eq. 3 with B 3072, s 2048, l 128,
   // h 25600, V 51200, at 163 TFLOP/s on each of 3072 GPUs.
@@ -56,12 +56,16 @@ TEST(PublishedMultiGpu, StepTimesImpliedByThePublishedThroughputs) {
   EXPECT_NEAR(results[9].c.published, 102.6, 0.1);
   // torchtitan, Llama 3 8B: 64 sequences of 8192 tokens at 2973 tokens/s on each of 64 GPUs.
   EXPECT_NEAR(results[10].c.published, 64.0 * 8192 / (2973.0 * 64), 1e-12);
+  // torchtitan, Llama 2 13B without checkpointing: local batch 2 of 4096 tokens at 2162 tokens/s.
+  EXPECT_NEAR(results[12].c.published, 128.0 * 4096 / (2162.0 * 64), 1e-12);
+  EXPECT_EQ(results[12].c.plan.micro_batch, 2);
+  EXPECT_EQ(results[12].c.plan.recompute, Recompute::none);
   // Llama 3 Table 4, first row: 2048 x 8192 tokens on 8192 GPUs at 430 TFLOP/s,
   // with meshplan's model FLOPs (6 N D-style) of that step.
-  EXPECT_EQ(results[12].c.plan.global_batch, 2048);
-  EXPECT_EQ(results[12].c.plan.mesh.world_size(), 8192);
-  EXPECT_EQ(results[14].c.plan.mesh.world_size(), 16384);
-  EXPECT_EQ(results[14].c.plan.global_batch * results[14].c.plan.seq_len, 16 * 8 * 131072);
+  EXPECT_EQ(results[16].c.plan.global_batch, 2048);
+  EXPECT_EQ(results[16].c.plan.mesh.world_size(), 8192);
+  EXPECT_EQ(results[18].c.plan.mesh.world_size(), 16384);
+  EXPECT_EQ(results[18].c.plan.global_batch * results[18].c.plan.seq_len, 16 * 8 * 131072);
   for (const auto& r : results) {
     std::printf("[ golden ] %-36s implied %8.3f s  predicted %8.3f s  %+6.1f%%\n", r.c.name.c_str(), r.c.published,
                 r.predicted, 100 * r.error());
@@ -74,12 +78,16 @@ TEST(PublishedMultiGpu, StepTimesImpliedByThePublishedThroughputs) {
 // Each row within issue 15's 12% (the 90th-percentile target), or, for the
 // rows docs/validation.md states as misses, within that miss + 2 points: a
 // regression fails here; a row that improves past its target is then to be
-// moved to the first kind. The median is pinned the same way (7.9% stated).
+// moved to the first kind. The median is pinned the same way (8.2% stated).
 TEST(PublishedMultiGpu, RowsWithinTargetOrStatedMiss) {
   const std::pair<const char*, double> stated_misses[] = {
-      {"Llama 3 8B, 64 A100, FSDP", 0.317},
+      {"Llama 3 8B, 64 A100, FSDP", 0.251},
       {"Llama 3 70B, 64 A100, FSDP", 0.166},
-      {"Llama 3 405B, 16384 H100, seq 131072", 0.180},
+      {"Llama 2 13B, 64 A100, FSDP, no AC", 0.235},
+      {"Llama 2 13B, 64 A100, FSDP, op AC", 0.243},
+      {"Llama 2 70B, 64 A100, FSDP, op AC", 0.283},
+      {"Llama 2 70B, 64 A100, FSDP, full AC", 0.157},
+      {"Llama 3 405B, 16384 H100, seq 131072", 0.128},
   };
   const auto results = predict(published_multi_gpu_cases());
   for (const auto& r : results) {
@@ -89,7 +97,7 @@ TEST(PublishedMultiGpu, RowsWithinTargetOrStatedMiss) {
     }
     EXPECT_LE(std::abs(r.error()), bound) << r.c.name << " (" << r.c.source << "): " << 100 * r.error() << "%";
   }
-  EXPECT_LE(error_quantile(results, 0.5), 0.079 + 0.02);
+  EXPECT_LE(error_quantile(results, 0.5), 0.082 + 0.02);
 }
 
 TEST(PublishedMultiGpu, ErrorQuantilesByNearestRank) {
