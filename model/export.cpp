@@ -233,7 +233,7 @@ std::string torchtitan(Writer& w) {
     << "seq_len = " << w.seq_len() << "\n"
     << "mixed_precision_param = \"" << (plan.precision == Precision::fp32 ? "float32" : "bfloat16") << "\"\n";
   if (plan.fp32_gradients || plan.precision == Precision::fp32) o << "mixed_precision_reduce = \"float32\"\n";
-  o    << "\n[activation_checkpoint]\n"
+  o << "\n[activation_checkpoint]\n"
     << "mode = \"" << (plan.recompute == Recompute::full ? "full" : plan.recompute == Recompute::selective_op ? "selective" : "none")
     << "\"\n";
   if (plan.recompute == Recompute::selective_op) o << "selective_ac_option = \"op\"\n";
