@@ -401,6 +401,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"schedule", [](Json& j) { j["plan"]["schedule"] = "interleaved"; }, {"key 'plan.schedule'", "interleaved:<v>"}},
         BadFile{"recompute", [](Json& j) { j["plan"]["recompute"] = "some"; }, {"key 'plan.recompute'", "none, selective, full, selective-op"}},
         BadFile{"cp_comm", [](Json& j) { j["plan"]["cp_comm"] = "p2p"; }, {"key 'plan.cp_comm'", "ring, all-gather, all-to-all"}},
+        BadFile{"fp32_gradients_text", [](Json& j) { j["plan"]["fp32_gradients"] = "yes"; }, {"key 'plan.fp32_gradients'", "expected true or false"}},
         BadFile{"micro_batches", [](Json& j) { j["plan"]["micro_batches"] = 7; }, {"key 'plan.micro_batches'", "does not match"}},
         BadFile{"headroom", [](Json& j) { j["plan"]["memory_headroom"] = 1.0; }, {"key 'plan.memory_headroom'", "[0, 1)"}},
         BadFile{"model_heads_text", [](Json& j) { j["model"]["heads"] = "many"; }, {"key 'model.heads'", "whole number"}},
