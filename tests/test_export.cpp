@@ -183,7 +183,12 @@ TEST(Export, GradientPrecisionIsTheFrameworksOwnSwitch) {
     ASSERT_TRUE(deepspeed.ok()) << messages(deepspeed.problems);
     const auto j = nlohmann::json::parse(deepspeed.value);
     EXPECT_EQ(j.contains("communication_data_type"), fp32) << deepspeed.value;
-    if (fp32) EXPECT_EQ(j["data_types"]["grad_accum_dtype"], "fp32") << deepspeed.value;
+    if (fp32) {
+      EXPECT_EQ(j["data_types"]["grad_accum_dtype"], "fp32") << deepspeed.value;
+    }
+    const Loaded<std::string> jax = export_plan(sharded, ExportTarget::jax);
+    ASSERT_TRUE(jax.ok()) << messages(jax.problems);
+    EXPECT_NE(jax.value.find(fp32 ? "GRAD_DTYPE = 'float32'" : "GRAD_DTYPE = 'bfloat16'"), std::string::npos) << jax.value;
   }
 }
 
