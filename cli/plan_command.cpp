@@ -246,6 +246,7 @@ int run_plan(const PlanCommandFlags& f) {
     for (const auto& p : problems) std::cerr << "meshplan plan: " << describe(p) << "\n";
     return exit_bad_input;
   }
+  for (const auto& p : problems) std::cerr << "meshplan plan: " << describe(p) << "\n";  // warnings only here
   const Job& job = jobs.value.front();
   if (!job.batch_note.empty()) std::cerr << "meshplan plan: note: " << job.batch_note << "\n";
   const Precision guide_precision = job.space.precisions.front();

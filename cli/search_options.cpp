@@ -80,6 +80,11 @@ Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
   space.attentions = parse_words<Attention>(f.attention, "--attention", std::string(attention_choices),
                                             [](const std::string& w) { return parse_attention(w); }, problems);
   if (auto c = parse_cp_comm_flag(trim(f.cp_comm), problems)) space.cp_comm = *c;
+  if (space.cp_comm != CpComm::ring && std::find(space.axes.begin(), space.axes.end(), Axis::cp) == space.axes.end()) {
+    problems.push_back({Severity::warning, "--cp-comm",
+                        to_string(space.cp_comm) + " moves keys and values between cp ranks, and --axes does not search "
+                        "cp: no effect (add cp to --axes)"});
+  }
   space.fp32_gradients = f.fp32_gradients;
 
   space.schedules.clear();

@@ -211,6 +211,7 @@ int run_sweep(const SweepFlags& f) {
     for (const auto& p : problems) std::cerr << "meshplan sweep: " << describe(p) << "\n";
     return exit_bad_input;
   }
+  for (const auto& p : problems) std::cerr << "meshplan sweep: " << describe(p) << "\n";  // warnings only here
   for (const Job& job : jobs.value)
     if (!job.batch_note.empty()) std::cerr << "meshplan sweep: note: " << job.batch_note << "\n";
 

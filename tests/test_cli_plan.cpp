@@ -634,7 +634,7 @@ TEST(CliSweep, FixedPlanFlagsAreColumns) {
   ASSERT_EQ(a.records.size(), b.records.size());
   const std::size_t cp_comm = column_of("cp_comm"), fp32 = column_of("fp32_gradients");
   const std::size_t gradients = column_of("memory_gradients_bytes");
-  bool cp_priced = false;
+  bool priced = false;
   for (std::size_t i = 1; i < a.records.size(); ++i) {
     EXPECT_EQ(a.records[i].at(cp_comm), "ring");
     EXPECT_EQ(a.records[i].at(fp32), "false");
@@ -642,10 +642,25 @@ TEST(CliSweep, FixedPlanFlagsAreColumns) {
     EXPECT_EQ(b.records[i].at(fp32), "true");
     if (!a.records[i].at(gradients).empty()) {
       EXPECT_DOUBLE_EQ(std::stod(b.records[i].at(gradients)), 2 * std::stod(a.records[i].at(gradients))) << i;
-      cp_priced = cp_priced || a.records[i].at(column_of("step_s")) != b.records[i].at(column_of("step_s"));
+      priced = priced || a.records[i].at(column_of("step_s")) != b.records[i].at(column_of("step_s"));
     }
   }
-  EXPECT_TRUE(cp_priced);
+  EXPECT_TRUE(priced);
+}
+
+// --cp-comm acts on the cp axis: a search without it says so (a warning on
+// stderr; the search still runs).
+TEST(CliPlan, CpCommWithoutTheCpAxisSaysItHasNoEffect) {
+  const std::vector<std::string> job = {"plan", "--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--top", "1",
+                                        "--cp-comm", "all-gather"};
+  const CliRun without = run(job);
+  ASSERT_EQ(without.status, 0) << without.err;
+  EXPECT_NE(without.err.find("warning: --cp-comm: all-gather"), std::string::npos) << without.err;
+  std::vector<std::string> with_cp = job;
+  with_cp.insert(with_cp.end(), {"--axes", "dp,cp"});
+  const CliRun with = run(with_cp);
+  ASSERT_EQ(with.status, 0) << with.err;
+  EXPECT_EQ(with.err.find("--cp-comm"), std::string::npos) << with.err;
 }
 
 TEST(CliSweep, CrossesGpuCountsAndGoesToStdout) {
