@@ -43,15 +43,7 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--attention", f.attention,
                      "Attention kernels: fused (FlashAttention / cuDNN / SDPA: no s x s tensors) or unfused")
       ->capture_default_str();
-  command.add_option("--cp-comm", f.cp_comm,
-                     "How context parallelism moves keys and values: ring (ring attention, hidden under the attention), "
-                     "all-gather (Llama 3: gathered before the attention, exposed) or all-to-all (DeepSpeed-Ulysses: "
-                     "heads regrouped, exposed)")
-      ->capture_default_str();
-  command.add_flag("--fp32-gradients", f.fp32_gradients,
-                   "Gradients accumulated and reduced across data-parallel ranks in fp32 (Megatron-LM's default for "
-                   "bf16, torchtitan's mixed_precision_reduce = float32): 4 bytes per parameter in memory and on the "
-                   "wire instead of 2");
+  add_fixed_plan_flags(command, f.cp_comm, f.fp32_gradients);
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
                               "Sequence parallelism in tp regions (default: on for transformers with tp > 1)");
   command.add_flag("--no-sequence-parallel", f.no_sequence_parallel, "Turn sequence parallelism off")->excludes(sp);
@@ -73,6 +65,18 @@ std::optional<CpComm> parse_cp_comm_flag(const std::string& text, Problems& prob
                             did_you_mean(text, choice_words(cp_comm_choices))});
   }
   return c;
+}
+
+void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, bool& fp32_gradients) {
+  command.add_option("--cp-comm", cp_comm,
+                     "How context parallelism moves keys and values: ring (ring attention, hidden under the attention), "
+                     "all-gather (Llama 3: gathered before the attention, exposed) or all-to-all (DeepSpeed-Ulysses: "
+                     "heads regrouped, exposed)")
+      ->capture_default_str();
+  command.add_flag("--fp32-gradients", fp32_gradients,
+                   "Gradients accumulated and reduced across data-parallel ranks in fp32 (Megatron-LM's default for "
+                   "bf16, torchtitan's mixed_precision_reduce = float32): 4 bytes per parameter in memory and on the "
+                   "wire instead of 2");
 }
 
 std::string flag_for_field(const std::string& field) {

@@ -75,5 +75,8 @@ std::string flag_for_field(const std::string& field);
 
 // --cp-comm's value (plan and search flags alike), or an error naming the choices.
 std::optional<CpComm> parse_cp_comm_flag(const std::string& text, Problems& problems);
+// --cp-comm and --fp32-gradients: plan switches the search never varies, the
+// same flags on explain/simulate and on plan/sweep.
+void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, bool& fp32_gradients);
 
 }  // namespace meshplan::cli

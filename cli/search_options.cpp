@@ -185,15 +185,7 @@ void add_search_flags(CLI::App& command, SearchFlags& f) {
   command.add_option("--zero", f.zero, "ZeRO stages on dp to try (0-3)")->capture_default_str();
   command.add_option("--recompute", f.recompute, "Recompute modes to try: none, selective, full, selective-op (torchtitan's op-level checkpointing)")->capture_default_str();
   command.add_option("--attention", f.attention, "Attention kernels to try: fused, unfused")->capture_default_str();
-  command.add_option("--cp-comm", f.cp_comm,
-                     "How context parallelism moves keys and values: ring (ring attention, hidden under the attention), "
-                     "all-gather (Llama 3: gathered before the attention, exposed) or all-to-all (DeepSpeed-Ulysses: "
-                     "heads regrouped, exposed)")
-      ->capture_default_str();
-  command.add_flag("--fp32-gradients", f.fp32_gradients,
-                   "Gradients accumulated and reduced across data-parallel ranks in fp32 (Megatron-LM's default for "
-                   "bf16, torchtitan's mixed_precision_reduce = float32): 4 bytes per parameter in memory and on the "
-                   "wire instead of 2");
+  add_fixed_plan_flags(command, f.cp_comm, f.fp32_gradients);
   command.add_option("--schedules", f.schedules, "Pipeline schedules to try: gpipe, 1f1b, interleaved, zb-h1")
       ->capture_default_str();
   command.add_option("--interleave", f.interleave, "Model chunks per device (v) for the interleaved schedule")
