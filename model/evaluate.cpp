@@ -115,7 +115,7 @@ void block_memory(BlockCost& c, const BlockProfile& bp, BlockKind role, const Mo
       c.activation_bytes += region_bytes(region, bp.op_sac_elements[a][region], bp.op_sac_fixed_bytes[a][region],
                                          bp.op_sac_key_value_elements[a]);
     }
-    if (ps.sp && ps.tp > 1) {
+    if (tp_reduce_scatters(plan.mesh.size(Axis::tp), ps.sp)) {
       c.activation_bytes += (bp.op_sac_reduce_scatter_elements[a][0] / split.sequence +
                              bp.op_sac_reduce_scatter_elements[a][1] / ps.cp) * act * b;
     }

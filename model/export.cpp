@@ -109,14 +109,14 @@ std::string megatron(Writer& w) {
     arg("--recompute-method", "uniform");
     arg("--recompute-num-layers", "1");
   }
-  if (plan.precision == Precision::bf16 || plan.precision == Precision::fp8) arg("--bf16");
+  const bool bf16_weights = plan.precision == Precision::bf16 || plan.precision == Precision::fp8;
+  if (bf16_weights) arg("--bf16");
   if (plan.precision == Precision::fp16) arg("--fp16");
   if (plan.precision == Precision::fp8) arg("--fp8-format", "hybrid");
   // Megatron-LM accumulates and reduces gradients in fp32 for bf16 unless told
   // not to, and in the 16-bit type for fp16 unless told to (arguments.py).
-  const bool bf16_weights = plan.precision == Precision::bf16 || plan.precision == Precision::fp8;
-  if (bf16_weights && !plan.fp32_gradients) arg("--grad-reduce-in-bf16");
-  if (plan.precision == Precision::fp16 && plan.fp32_gradients) arg("--accumulate-allreduce-grads-in-fp32");
+  if (bf16_weights && !gradients_in_fp32(plan)) arg("--grad-reduce-in-bf16");
+  if (plan.precision == Precision::fp16 && gradients_in_fp32(plan)) arg("--accumulate-allreduce-grads-in-fp32");
   arg("--attention-backend", plan.attention == Attention::fused ? "flash" : "unfused");
   // The model.
   arg("--num-layers", count(t.layers));
@@ -190,7 +190,7 @@ std::string torchtitan(Writer& w) {
                       "forward to the backward, where ZeRO-2 keeps them whole all the time");
   }
   if (plan.precision == Precision::fp8) w.warning("precision", "fp8: add [model] converters = [\"float8\"] (torchao)");
-  if (!plan.fp32_gradients && plan.precision != Precision::fp32 && plan.mesh.data_parallel_size() > 1) {
+  if (!gradients_in_fp32(plan) && plan.mesh.data_parallel_size() > 1) {
     w.warning("fp32_gradients", "torchtitan reduces gradients in float32 (FSDP2's mixed_precision_reduce; DDP under "
                                 "autocast keeps fp32 gradients), twice the bytes the plan's 16-bit gradients are "
                                 "priced at: plan with --fp32-gradients to match");
@@ -232,7 +232,7 @@ std::string torchtitan(Writer& w) {
     << "global_batch_size = " << plan.global_batch << "\n"
     << "seq_len = " << w.seq_len() << "\n"
     << "mixed_precision_param = \"" << (plan.precision == Precision::fp32 ? "float32" : "bfloat16") << "\"\n";
-  if (plan.fp32_gradients || plan.precision == Precision::fp32) o << "mixed_precision_reduce = \"float32\"\n";
+  if (gradients_in_fp32(plan)) o << "mixed_precision_reduce = \"float32\"\n";
   o << "\n[activation_checkpoint]\n"
     << "mode = \"" << (plan.recompute == Recompute::full ? "full" : plan.recompute == Recompute::selective_op ? "selective" : "none")
     << "\"\n";
@@ -267,7 +267,7 @@ std::string deepspeed(Writer& w) {
   j["zero_optimization"] = {{"stage", stage}};
   if (plan.precision == Precision::bf16) j["bf16"] = {{"enabled", true}};
   if (plan.precision == Precision::fp16) j["fp16"] = {{"enabled", true}};
-  if (plan.fp32_gradients && plan.precision != Precision::fp32) {
+  if (gradients_in_fp32(plan) && plan.precision != Precision::fp32) {
     j["data_types"] = {{"grad_accum_dtype", "fp32"}};
     j["communication_data_type"] = "fp32";
   }

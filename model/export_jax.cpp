@@ -255,7 +255,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     << "  # steps of ACTIVATIONS['batch'] per optimizer update\n"
     << "PARAM_DTYPE = 'float32'       # master weights and Adam's moments\n"
     << "COMPUTE_DTYPE = '" << compute_dtype << "'\n"
-    << "GRAD_DTYPE = '" << (plan.fp32_gradients ? "float32" : compute_dtype)
+    << "GRAD_DTYPE = '" << (gradients_in_fp32(plan) ? "float32" : compute_dtype)
     << "'  # gradients accumulated and reduced in this dtype, as the plan prices them (fp32_gradients)\n"
     << "# jax.checkpoint(block, policy=REMAT_POLICY) around each layer; None: no rematerialization\n"
     << "REMAT_POLICY = " << remat << "\n\n";

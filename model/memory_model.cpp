@@ -103,7 +103,7 @@ double communication_buffers(const ModelSpec& model, const LayerGraph& graph, co
   if (model.kind == ModelKind::transformer) {
     const auto& t = model.transformer;
     const double tokens = static_cast<double>(graph.seq_len) * micro_batch / cp;
-    if (tp > 1 && plan.sequence_parallel) {
+    if (tp_reduce_scatters(tp, plan.sequence_parallel)) {
       buffers += tokens * static_cast<double>(t.hidden) * bytes.activation_bytes_per_element;  // all-gathered layer input
     }
     if (cp > 1) {
@@ -127,7 +127,7 @@ namespace {
 double tensor_bytes_per_sample(const std::vector<SavedTensor>& tensors, const ActivationSharding& sharding, bool drop_selective) {
   double bytes = 0;
   const ActivationSplit split = activation_split(sharding.tp, sharding.cp, sharding.sequence_parallel);
-  const bool reduce_scatters = sharding.sequence_parallel && sharding.tp > 1;
+  const bool reduce_scatters = tp_reduce_scatters(sharding.tp, sharding.sequence_parallel);
   for (const SavedTensor& t : tensors) {
     if (!kept_by(t, sharding.attention)) continue;
     if (t.selective && drop_selective) continue;

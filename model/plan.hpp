@@ -117,5 +117,8 @@ struct Plan {
 // Bytes per parameter and per activation element under the plan's precision
 // and gradient precision: the one answer every cost reads.
 inline PrecisionBytes bytes_for(const Plan& plan) { return bytes_for(plan.precision, plan.fp32_gradients); }
+// Whether the plan's gradients are fp32 (fp32_gradients, or fp32 training):
+// what the exports tell each framework.
+inline bool gradients_in_fp32(const Plan& plan) { return bytes_for(plan).gradient_bytes_per_parameter == 4; }
 
 }  // namespace meshplan

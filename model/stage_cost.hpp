@@ -47,6 +47,9 @@ struct ActivationSplit {
   double of(bool in_tensor_parallel_region) const { return in_tensor_parallel_region ? tensor_parallel : sequence; }
 };
 ActivationSplit activation_split(std::int64_t tp, std::int64_t cp, bool sequence_parallel);
+// Whether the tp reductions are reduce-scatters (and the layer inputs
+// all-gathered): sequence parallelism over more than one tp rank.
+inline bool tp_reduce_scatters(std::int64_t tp, bool sequence_parallel) { return sequence_parallel && tp > 1; }
 inline ActivationSplit activation_split(const Plan& plan) {
   return activation_split(plan.mesh.size(Axis::tp), plan.mesh.size(Axis::cp), plan.sequence_parallel);
 }
