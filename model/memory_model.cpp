@@ -103,7 +103,7 @@ double communication_buffers(const ModelSpec& model, const LayerGraph& graph, co
   if (model.kind == ModelKind::transformer) {
     const auto& t = model.transformer;
     const double tokens = static_cast<double>(graph.seq_len) * micro_batch / cp;
-    if (tp_reduce_scatters(tp, plan.sequence_parallel)) {
+    if (tp_reduce_scatters(plan.mesh.size(Axis::tp), plan.sequence_parallel)) {
       buffers += tokens * static_cast<double>(t.hidden) * bytes.activation_bytes_per_element;  // all-gathered layer input
     }
     if (cp > 1) {
