@@ -275,6 +275,28 @@ TEST(PlanFile, Fp32GradientsRoundTripAndOlderFilesReadSixteenBit) {
   EXPECT_FALSE(back.value.plan.fp32_gradients);
 }
 
+// Each memory row is bounded on its own (1e30 bytes); the recomputed sums
+// (allocated peak, total) of rows at that bound exceed it, and a file the
+// reader accepted must read back after it is written again (found by
+// fuzz_plan_file).
+TEST(PlanFile, MemoryRowsAtTheirBoundReadBackAfterWriting) {
+  Json j = plan_file_to_json(make({"gpt2-124m", "dgx-a100", "dp=8", 8, 1, 8}).file);
+  for (auto& [key, value] : j["prediction"]["memory_bytes"].items()) {
+    if (key != "allocated_peak" && key != "total") value = 1e30;
+  }
+  const auto first = parse_plan_file(j.dump(2), "big.json");
+  ASSERT_TRUE(first.ok()) << messages(first.problems);
+  EXPECT_GT(first.value.prediction.memory.total_bytes(), 1e30);
+  const auto again = parse_plan_file(plan_file_to_json(first.value).dump(2), "big-again.json");
+  EXPECT_TRUE(again.ok()) << messages(again.problems);
+
+  j["prediction"]["memory_bytes"]["parameters"] = 2e30;
+  const auto refused = parse_plan_file(j.dump(2), "bigger.json");
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(messages(refused.problems).find("prediction.memory_bytes.parameters"), std::string::npos)
+      << messages(refused.problems);
+}
+
 TEST(PlanFile, ClusterWithNodeLimitRoundTrips) {
   Made made = make({"gpt2-124m", "dgx-a100", "dp=8", 8, 1, 8});
   made.file.cluster.max_nodes = 4;
