@@ -232,7 +232,10 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
 
   in.deployment.world_size = f.gpus;
   in.deployment.rank = f.rank >= 0 ? f.rank : 0;
-  if (f.gpus < 1) problems.push_back({Severity::error, "--gpus", "must be at least 1, got " + std::to_string(f.gpus)});
+  if (f.gpus < 1 || f.gpus > kMaxMeshDevices) {
+    problems.push_back({Severity::error, "--gpus",
+                        "must be between 1 and " + std::to_string(kMaxMeshDevices) + ", got " + std::to_string(f.gpus)});
+  }
 
   Plan& plan = in.plan;
   SearchSpace& space = in.space;

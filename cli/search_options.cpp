@@ -10,6 +10,7 @@
 #include <set>
 
 #include "cli/plan_options.hpp"
+#include "model/mesh.hpp"
 #include "model/default_batch.hpp"
 #include "model/layer_graph.hpp"
 #include "model/validate.hpp"
@@ -212,7 +213,7 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
     }
     *names = unique;
   }
-  auto gpus = parse_int_list(f.gpus, "--gpus", 1, std::int64_t{1} << 24);
+  auto gpus = parse_int_list(f.gpus, "--gpus", 1, kMaxMeshDevices);
   // No --global-batch: each job gets the rule's batch (model/default_batch.hpp), said in its note.
   auto batches = f.global_batches.empty() ? Loaded<std::vector<std::int64_t>>{}
                                           : parse_int_list(f.global_batches, "--global-batch", 1, std::int64_t{1} << 40);

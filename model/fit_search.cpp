@@ -27,6 +27,7 @@ FitCount smallest_fitting_world_size(const ModelSpec& model, const ClusterSpec& 
   FitCount answer;
   const std::int64_t per_node = std::max<std::int64_t>(cluster.devices_per_node, 1);
   if (limit <= 0) limit = cluster.max_nodes ? *cluster.max_nodes * per_node : 65536;
+  limit = std::min(limit, kMaxMeshDevices);  // more devices than meshplan models are never tried
   answer.limit = limit;
 
   SearchOptions options;

@@ -9,7 +9,7 @@
 namespace meshplan {
 namespace {
 
-constexpr std::int64_t kMaxAxisSize = std::int64_t{1} << 24;
+constexpr std::int64_t kMaxAxisSize = kMaxMeshDevices;  // no axis is larger than the whole mesh
 
 // Adds the axis, checking name, size and duplicates.
 void add_axis(Mesh& mesh, std::string_view name, std::int64_t size, const std::string& flag, Problems& problems) {

@@ -24,10 +24,14 @@ inline constexpr std::array<Axis, 6> all_axes = {Axis::dp, Axis::fsdp, Axis::tp,
 std::string to_string(Axis axis);
 std::optional<Axis> parse_axis(std::string_view name);  // canonical names and aliases
 
-// The most devices a mesh may have (the product of its axes), as a plan
-// file's world_size: the planner multiplies axis sizes in int64, and with
-// each axis up to 2^24 three axes would already overflow.
-inline constexpr std::int64_t kMaxMeshDevices = std::int64_t{1} << 30;
+// The most devices a job may have: a mesh's product of axis sizes, a plan
+// file's world_size, --gpus. meshplan holds every device of the job in its
+// topology graph (model/topology.hpp) and walks an axis's groups device by
+// device, so memory and time grow with the world: about 0.5 GB for `explain`
+// and 1 GB for a search at 2^20 devices (measured, docs/cost-model.md,
+// "Limits"). 2^20 is above every training cluster announced by 2026 (10^5
+// GPUs), and products of axes stay far from int64 overflow.
+inline constexpr std::int64_t kMaxMeshDevices = std::int64_t{1} << 20;
 
 struct MeshAxis {
   Axis axis;

@@ -725,7 +725,7 @@ Loaded<PlanFile> parse_plan_file(const std::string& json_text, const std::string
   file.version = static_cast<int>(*version);
   file.model = read_model_object(root);
   file.cluster = read_cluster_object(root);
-  file.world_size = root.integer("world_size", Need::required, 1, std::int64_t{1} << 30).value_or(0);
+  file.world_size = root.integer("world_size", Need::required, 1, kMaxMeshDevices).value_or(0);
   file.plan = read_plan_object(root);
   file.prediction = read_prediction(root);
   root.finish();

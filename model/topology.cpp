@@ -8,12 +8,13 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <numeric>
+#include <mutex>
 #include <stdexcept>
+#include <tuple>
 
 namespace meshplan {
-namespace {
-
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // What one pass over an axis's groups finds.
 struct GroupScan {
@@ -22,8 +23,17 @@ struct GroupScan {
   std::int64_t most_nodes = 0;
   std::int64_t intra_from = -1, intra_to = -1;  // two members of one group on one node
   std::int64_t cross_from = -1, cross_to = -1;  // two members of one group on different nodes
-  double inter_bandwidth_bytes_per_s = kInfinity;
+  double inter_bandwidth_bytes_per_s = std::numeric_limits<double>::infinity();
 };
+
+struct AxisScanCache {
+  std::mutex mutex;
+  std::map<std::tuple<std::int64_t, std::int64_t, bool>, GroupScan> scans;
+};
+
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // Calls visit(base) for the first rank of every group of an axis with this
 // size and stride; the group is base, base + stride, ..., base + (size-1) stride.
@@ -35,45 +45,15 @@ void for_each_group(std::int64_t world_size, std::int64_t size, std::int64_t str
   }
 }
 
-// Counts members per node (a group's ranks rise, so its nodes come in runs),
-// then gives each crossing group the share B_node / G of every node it
-// touches, G = crossing groups with members on that node; the axis gets the
-// smallest share. When groups tile nodes evenly G = D / m, so the share is
-// B_node m / D (docs/cost-model.md (Communication), "Axis bandwidth").
-GroupScan scan_groups(const Topology& topology, std::int64_t size, std::int64_t stride,
-                      std::vector<double>& node_bandwidth_cache, bool closed_forms) {
+// The walk: every group of the axis among the first `ranks` ranks (a whole
+// number of groups and of nodes), device by device.
+GroupScan walk_groups(const Topology& topology, std::int64_t ranks, std::int64_t size, std::int64_t stride,
+                      std::vector<double>& node_bandwidth_cache) {
   GroupScan scan;
   const std::int64_t d = topology.devices_per_node;
-  // Groups that tile nodes evenly (every mesh of whole nodes the search makes
-  // with power-of-two-like sizes) have closed forms; the walk below is for the rest.
-  const std::int64_t block = size * stride;
-  if (closed_forms && topology.world_size % d == 0) {
-    if (block <= d && d % block == 0) {  // every group inside one node
-      scan.fewest_on_a_node = scan.most_on_a_node = size;
-      scan.most_nodes = 1;
-      scan.intra_from = 0;
-      scan.intra_to = stride;
-      return scan;
-    }
-    if (stride % d == 0 || (d % stride == 0 && block % d == 0)) {  // m members on each of block / d nodes
-      const std::int64_t m = stride % d == 0 ? 1 : d / stride;
-      scan.fewest_on_a_node = scan.most_on_a_node = m;
-      scan.most_nodes = size / m;
-      if (m > 1) {
-        scan.intra_from = 0;
-        scan.intra_to = stride;
-      }
-      scan.cross_from = (m - 1) * stride;
-      scan.cross_to = m * stride;
-      // D / m crossing groups share each node's NICs: B_node m / D.
-      scan.inter_bandwidth_bytes_per_s =
-          topology.node_nic_bandwidth_bytes_per_s * static_cast<double>(m) / static_cast<double>(d);
-      return scan;
-    }
-  }
-  std::vector<std::int64_t> crossing_groups_on_node(static_cast<std::size_t>(topology.nodes), 0);
+  std::vector<std::int64_t> crossing_groups_on_node(static_cast<std::size_t>((ranks + d - 1) / d), 0);
 
-  for_each_group(topology.world_size, size, stride, [&](std::int64_t base) {
+  for_each_group(ranks, size, stride, [&](std::int64_t base) {
     std::int64_t previous_rank = -1, previous_node = -1, run = 0, nodes_touched = 0;
     for (std::int64_t j = 0; j < size; ++j) {
       const std::int64_t rank = base + j * stride;
@@ -113,13 +93,11 @@ GroupScan scan_groups(const Topology& topology, std::int64_t size, std::int64_t 
   });
   if (scan.most_nodes <= 1) return scan;
 
-  if (node_bandwidth_cache.empty()) {
-    node_bandwidth_cache.resize(static_cast<std::size_t>(topology.nodes));
-    for (std::int64_t node = 0; node < topology.nodes; ++node) {
-      node_bandwidth_cache[static_cast<std::size_t>(node)] = node_nic_bandwidth_bytes_per_s(topology, node);
-    }
+  const std::size_t nodes_walked = crossing_groups_on_node.size();
+  for (std::size_t node = node_bandwidth_cache.size(); node < nodes_walked; ++node) {
+    node_bandwidth_cache.push_back(node_nic_bandwidth_bytes_per_s(topology, static_cast<std::int64_t>(node)));
   }
-  for_each_group(topology.world_size, size, stride, [&](std::int64_t base) {
+  for_each_group(ranks, size, stride, [&](std::int64_t base) {
     const std::int64_t first_node = base / d;
     const std::int64_t last_node = (base + (size - 1) * stride) / d;
     if (first_node == last_node) return;
@@ -130,6 +108,63 @@ GroupScan scan_groups(const Topology& topology, std::int64_t size, std::int64_t 
     }
   });
   return scan;
+}
+
+// Counts members per node (a group's ranks rise, so its nodes come in runs),
+// then gives each crossing group the share B_node / G of every node it
+// touches, G = crossing groups with members on that node; the axis gets the
+// smallest share. When groups tile nodes evenly G = D / m, so the share is
+// B_node m / D (docs/cost-model.md (Communication), "Axis bandwidth").
+GroupScan scan_groups(const Topology& topology, std::int64_t size, std::int64_t stride,
+                      std::vector<double>& node_bandwidth_cache, bool closed_forms) {
+  GroupScan scan;
+  const std::int64_t d = topology.devices_per_node;
+  // Groups that tile nodes evenly (every mesh of whole nodes the search makes
+  // with power-of-two-like sizes) have closed forms; the walk below is for the rest.
+  const std::int64_t block = size * stride;
+  if (closed_forms && topology.world_size % d == 0) {
+    if (block <= d && d % block == 0) {  // every group inside one node
+      scan.fewest_on_a_node = scan.most_on_a_node = size;
+      scan.most_nodes = 1;
+      scan.intra_from = 0;
+      scan.intra_to = stride;
+      return scan;
+    }
+    if (stride % d == 0 || (d % stride == 0 && block % d == 0)) {  // m members on each of block / d nodes
+      const std::int64_t m = stride % d == 0 ? 1 : d / stride;
+      scan.fewest_on_a_node = scan.most_on_a_node = m;
+      scan.most_nodes = size / m;
+      if (m > 1) {
+        scan.intra_from = 0;
+        scan.intra_to = stride;
+      }
+      scan.cross_from = (m - 1) * stride;
+      scan.cross_to = m * stride;
+      // D / m crossing groups share each node's NICs: B_node m / D.
+      scan.inter_bandwidth_bytes_per_s =
+          topology.node_nic_bandwidth_bytes_per_s * static_cast<double>(m) / static_cast<double>(d);
+      return scan;
+    }
+  }
+  // Groups lie inside blocks of size x stride ranks; with whole nodes, the
+  // ranks repeat their pattern of groups over nodes every lcm(block, D) ranks,
+  // and nodes are alike, so one period tells what the whole world does.
+  std::int64_t ranks = topology.world_size;
+  if (closed_forms && topology.world_size % d == 0) {
+    const std::int64_t period = std::lcm(block, d);
+    if (topology.world_size % period == 0) ranks = period;
+  }
+  if (!topology.scan_cache) return walk_groups(topology, ranks, size, stride, node_bandwidth_cache);
+  const auto key = std::make_tuple(size, stride, closed_forms);
+  {
+    const std::lock_guard<std::mutex> lock(topology.scan_cache->mutex);
+    const auto found = topology.scan_cache->scans.find(key);
+    if (found != topology.scan_cache->scans.end()) return found->second;
+  }
+  const GroupScan walked = walk_groups(topology, ranks, size, stride, node_bandwidth_cache);
+  const std::lock_guard<std::mutex> lock(topology.scan_cache->mutex);
+  topology.scan_cache->scans.emplace(key, walked);
+  return walked;
 }
 
 }  // namespace
@@ -155,6 +190,7 @@ TopologyGraph::vertex_descriptor Topology::node_switch(std::int64_t node) const 
 Topology build_topology(const ClusterSpec& cluster, std::int64_t world_size) {
   Topology topology;
   if (world_size < 1) return topology;
+  topology.scan_cache = std::make_shared<AxisScanCache>();
   const std::int64_t d = std::clamp<std::int64_t>(cluster.devices_per_node, 1, world_size);
   const std::int64_t nodes = (world_size + d - 1) / d;
   const std::int64_t nics_per_node = std::max<std::int64_t>(cluster.inter_node.nics_per_node, 0);

@@ -27,6 +27,7 @@
 #include <boost/graph/adjacency_list.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,11 @@ struct Topology {
   // LinkSpec::overlaps_compute of the intra- and inter-node links.
   bool intra_node_overlaps_compute = true;
   bool inter_node_overlaps_compute = true;
+  // What place_axes found walking the groups of an axis that does not tile
+  // nodes (O(W) each), by (size, stride): a search places hundreds of meshes
+  // whose axes repeat those pairs. Made by build_topology, shared by copies,
+  // safe for the search's threads; null: nothing is kept.
+  std::shared_ptr<struct AxisScanCache> scan_cache;
 
   // Vertex of device `rank`, 0 <= rank < world_size.
   TopologyGraph::vertex_descriptor device(std::int64_t rank) const;

@@ -29,6 +29,11 @@ void check_world(Checker& check, const ClusterSpec& cluster, const Deployment& d
     check.error("world_size", "must be at least 1, got " + str(world));
     return;
   }
+  if (world > kMaxMeshDevices) {
+    check.error("world_size", str(world) + " devices; meshplan models at most " + str(kMaxMeshDevices) +
+                                  " (every device is a vertex of its topology graph)");
+    return;
+  }
   if (plan.mesh.world_size() != world) {
     check.error("mesh", "product of the mesh axes (" + plan.mesh.to_string() + " = " + str(plan.mesh.world_size()) +
                             ") must equal the world size (" + str(world) + " devices)");

@@ -146,6 +146,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"stage_layers_searched", {"explain", "--stage-layers", "12,12"}, {"--stage-layers", "needs --mesh"}},
         BadInput{"precision", {"explain", "--precision", "fp8"}, {"--precision", "no fp8 support"}},
         BadInput{"gpus_not_number", {"explain", "--gpus", "abc"}, {"--gpus"}},
+        // More devices than meshplan models (model/mesh.hpp, kMaxMeshDevices): refused at once,
+        // not after gigabytes of topology graph (a billion once ended in std::bad_alloc).
+        BadInput{"gpus_too_many", {"explain", "--gpus", "1048577"}, {"--gpus", "between 1 and 1048576"}},
+        BadInput{"gpus_billion", {"simulate", "--gpus", "1000000000"}, {"--gpus", "between 1 and 1048576"}},
         BadInput{"unknown_flag", {"explain", "--meshh", "dp=2"}, {"--meshh"}},
         BadInput{"mesh_shape", {"explain", "--mesh-shape", "[[4],[\"dp\",\"tp\"]]"}, {"--mesh-shape", "1 sizes but 2 axis names"}},
         BadInput{"rank", {"explain", "--rank", "5000"}, {"--rank", "must be in [0, world size 1024)"}},

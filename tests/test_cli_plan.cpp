@@ -833,6 +833,7 @@ INSTANTIATE_TEST_SUITE_P(
                                    "--emit-plan", "never-written.json", "--pick", "99"},
                  {"--pick", "past the last"}},
         BadInput{"gpus_nodes", {"plan", "--gpus", "12"}, {"--gpus", "whole number of dgx-a100 nodes"}},
+        BadInput{"gpus_too_many", {"plan", "--gpus", "1048577"}, {"--gpus", "[1, 1048576]"}},
         BadInput{"gpus_list", {"plan", "--gpus", "8,16"}, {"--gpus", "meshplan sweep"}},
         BadInput{"gpus_text", {"plan", "--gpus", "many"}, {"--gpus", "'many'"}},
         BadInput{"model", {"plan", "--model", "gpt5"}, {"--model gpt5", "unknown model preset"}},

@@ -52,18 +52,21 @@ TEST(Mesh, RejectsBadInputWithTheFlagName) {
 // int64 product, undefined behaviour in `explain --mesh` and the planner.
 // Regression input: fuzz/corpus/fuzz_mesh/regression-world-size-overflow.
 TEST(Mesh, RejectsAMeshWhoseProductIsTooLarge) {
-  for (const char* text : {"dp=16777216,tp=16777216,pp=16777216", "dp=1024,tp=1024,pp=1025"}) {
+  for (const char* text : {"dp=1048576,tp=1048576,pp=1048576", "dp=1024,tp=1024,pp=2", "dp=1024,tp=1025"}) {
     auto mesh = parse_mesh(text, "--mesh");
     ASSERT_FALSE(mesh.ok()) << text;
     EXPECT_EQ(mesh.problems[0].where, "--mesh");
-    EXPECT_NE(mesh.problems[0].message.find("a mesh has at most 1073741824"), std::string::npos)
+    EXPECT_NE(mesh.problems[0].message.find("a mesh has at most 1048576"), std::string::npos)
         << mesh.problems[0].message;
   }
-  auto shape = parse_mesh_shape("[[16777216, 16777216, 16777216], ['dp', 'tp', 'pp']]", "--mesh-shape");
+  auto shape = parse_mesh_shape("[[1048576, 1048576, 1048576], ['dp', 'tp', 'pp']]", "--mesh-shape");
   ASSERT_FALSE(shape.ok());
   EXPECT_EQ(shape.problems[0].where, "--mesh-shape");
   // The limit itself is allowed.
-  EXPECT_EQ(must(parse_mesh("dp=1024,tp=1024,pp=1024", "--mesh")).world_size(), kMaxMeshDevices);
+  EXPECT_EQ(must(parse_mesh("dp=1024,tp=1024", "--mesh")).world_size(), kMaxMeshDevices);
+  EXPECT_EQ(must(parse_mesh("pp=1048576", "--mesh")).world_size(), kMaxMeshDevices);
+  // One axis above the limit is refused as an axis size.
+  EXPECT_FALSE(parse_mesh("dp=1048577", "--mesh").ok());
 }
 
 TEST(Mesh, LastAxisVariesFastest) {

@@ -3,6 +3,8 @@
 // which cross, and the per-rank bandwidth each gets when NICs are shared.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -272,6 +274,39 @@ TEST(ClusterSpecFraction, DefaultsToLineRateAndIsRangeChecked) {
   }
 }
 
+// A search places many meshes on one topology, and an axis whose groups do
+// not tile nodes is walked device by device once per (size, stride): the
+// kept walk must equal a fresh one, axis by axis, asked for in any order.
+TEST(Placement, KeptWalksEqualFreshOnes) {
+  const ClusterSpec cluster = load_cluster("dgx-a100").value;
+  for (std::int64_t world : {96, 1000}) {
+    const Topology kept = build_topology(cluster, world);
+    ASSERT_NE(kept.scan_cache, nullptr);
+    Topology fresh = build_topology(cluster, world);
+    fresh.scan_cache.reset();
+    SearchSpace space;
+    space.axes = {Axis::dp, Axis::tp, Axis::pp};
+    std::vector<Mesh> meshes = enumerate_meshes(world, space, world);
+    ASSERT_GT(meshes.size(), 10u);
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass reads every walk from the cache
+      for (bool closed_forms : {true, false}) {
+        for (const Mesh& mesh : meshes) {
+          const auto a = place_axes(kept, mesh, closed_forms);
+          const auto b = place_axes(fresh, mesh, closed_forms);
+          ASSERT_EQ(a.size(), b.size());
+          for (std::size_t i = 0; i < a.size(); ++i) {
+            EXPECT_EQ(a[i].members_per_node, b[i].members_per_node) << mesh.to_string();
+            EXPECT_EQ(a[i].nodes_spanned, b[i].nodes_spanned) << mesh.to_string();
+            EXPECT_EQ(a[i].bandwidth_bytes_per_s, b[i].bandwidth_bytes_per_s) << mesh.to_string();
+            EXPECT_EQ(a[i].latency_s, b[i].latency_s) << mesh.to_string();
+          }
+        }
+      }
+      std::reverse(meshes.begin(), meshes.end());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace meshplan
 
@@ -283,7 +318,7 @@ namespace {
 TEST(Placement, ClosedFormsAgreeWithWalkingEveryGroup) {
   for (const char* cluster_name : {"dgx-a100", "ethernet-10g"}) {
     const ClusterSpec cluster = load_cluster(cluster_name).value;
-    for (std::int64_t world : {8, 64, 96, 512}) {
+    for (std::int64_t world : {8, 64, 96, 512, 1000, 1200}) {  // 1000, 1200: groups that straddle nodes, walked one period of lcm(block, D) ranks
       const Topology topology = build_topology(cluster, world);
       SearchSpace space;
       space.axes = {Axis::dp, Axis::fsdp, Axis::tp, Axis::pp, Axis::cp};

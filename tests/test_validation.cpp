@@ -41,6 +41,28 @@ TEST_P(Rule, Fires) {
   EXPECT_TRUE(found) << c.name << ": expected " << c.field << " / " << c.fragment << "\n" << messages(ex.problems);
 }
 
+// meshplan holds every device of the job in its topology graph: a world
+// above kMaxMeshDevices is refused by the validator (the CLI, the studio and
+// plan files all ask it) before anything is built for it.
+TEST(Validation, RefusesMoreDevicesThanItModels) {
+  const ModelSpec model = must(load_model("gpt2-124m"));
+  const ClusterSpec cluster = must(load_cluster("dgx-a100"));
+  const LayerGraph graph = build_layer_graph(model, model.default_seq_len());
+  const std::int64_t world = kMaxMeshDevices * 2;
+  Plan plan;
+  plan.mesh.axes = {{Axis::dp, world}};
+  plan.global_batch = world;
+  const Problems problems = validate_plan(model, graph, cluster, Deployment{world, 0}, plan);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_EQ(problems.front().where, "world_size");
+  EXPECT_NE(problems.front().message.find("at most 1048576"), std::string::npos) << messages(problems);
+  plan.mesh.axes = {{Axis::dp, kMaxMeshDevices}};
+  plan.global_batch = kMaxMeshDevices;
+  for (const Problem& p : validate_plan(model, graph, cluster, Deployment{kMaxMeshDevices, 0}, plan)) {
+    EXPECT_NE(p.where, "world_size") << p.message;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Rules, Rule,
     ::testing::Values(
@@ -143,13 +165,14 @@ TEST(Validation, ValidPlansOfTheSeedGuides) {
 }
 
 // micro_batch x data-parallel degree past int64 is an error, not a wrapped
-// product (found with fuzz/fuzz_plan_file.cpp and UBSan; the wrapped product
-// 2^30 here divided the global batch and the plan passed).
+// product (found with fuzz/fuzz_plan_file.cpp and UBSan, where a wrapped
+// product divided the global batch and the plan passed; the largest world,
+// 2^20 devices, times a micro-batch of 2^43 + 1 wraps too).
 TEST(Validation, MicroBatchTimesDataParallelPastInt64) {
   const auto model = must(load_model("gpt2-124m"));
   const auto cluster = must(load_cluster("dgx-a100"));
-  const Plan plan = plan_with("dp=1024,fsdp=1024,ep=1024", (std::int64_t{1} << 40) + 1, std::int64_t{1} << 30);
-  const auto ex = explain_plan(model, cluster, {std::int64_t{1} << 30, 0}, plan);
+  const Plan plan = plan_with("dp=1024,fsdp=1024", (std::int64_t{1} << 43) + 1, std::int64_t{1} << 20);
+  const auto ex = explain_plan(model, cluster, {std::int64_t{1} << 20, 0}, plan);
   EXPECT_FALSE(ex.valid);
   bool found = false;
   for (const auto& p : ex.problems) found = found || (p.where == "micro_batch" && p.message.find("past any global batch") != std::string::npos);
