@@ -103,10 +103,10 @@ TEST(Plan, MicroBatchesIsGradientAccumulation) {
   EXPECT_EQ(plan.micro_batches(), 0);
   plan = plan_with("dp=2,fsdp=2,ep=2", 1, 64);
   EXPECT_EQ(plan.micro_batches(), 8);  // ep ranks take their own data
-  // micro_batch x dp past int64 (a plan file may say micro_batch 2^40 on 2^30
-  // ranks: fuzz/fuzz_plan_file.cpp, UBSan) divides nothing; it used to wrap to
-  // 2^30 here and report one micro-batch.
-  plan = plan_with("dp=1024,fsdp=1024,ep=1024", (std::int64_t{1} << 40) + 1, std::int64_t{1} << 30);
+  // micro_batch x dp past int64 (found with fuzz/fuzz_plan_file.cpp and
+  // UBSan, where it wrapped to a product that divided the global batch)
+  // divides nothing: here 2^43 + 1 on the largest world, 2^20 ranks.
+  plan = plan_with("dp=1024,fsdp=1024", (std::int64_t{1} << 43) + 1, std::int64_t{1} << 20);
   EXPECT_EQ(plan.micro_batches(), 0);
 }
 
