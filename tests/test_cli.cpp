@@ -150,6 +150,8 @@ INSTANTIATE_TEST_SUITE_P(
         // not after gigabytes of topology graph (a billion once ended in std::bad_alloc).
         BadInput{"gpus_too_many", {"explain", "--gpus", "1048577"}, {"--gpus", "between 1 and 1048576"}},
         BadInput{"gpus_billion", {"simulate", "--gpus", "1000000000"}, {"--gpus", "between 1 and 1048576"}},
+        BadInput{"simulate_micro_batches", {"simulate", "--gpus", "768", "--mesh", "pp=96,tp=8", "--global-batch", "10000000"},
+                 {"--global-batch", "10000000 micro-batches on 96 pipeline stages", "at most 2097152"}},
         BadInput{"unknown_flag", {"explain", "--meshh", "dp=2"}, {"--meshh"}},
         BadInput{"mesh_shape", {"explain", "--mesh-shape", "[[4],[\"dp\",\"tp\"]]"}, {"--mesh-shape", "1 sizes but 2 axis names"}},
         BadInput{"rank", {"explain", "--rank", "5000"}, {"--rank", "must be in [0, world size 1024)"}},

@@ -299,5 +299,29 @@ TEST(SimulatePlan, InvalidPlansAreProblemsNotCrashes) {
   EXPECT_TRUE(names_the_batch) << messages(sim.problems);
 }
 
+// The timeline keeps every event, so the simulator replays at most 2^21
+// segment passes: 10^7 micro-batches on 96 stages once took 24 GB before
+// the kernel killed it. Refused at once, naming the global batch; the
+// largest published pipeline (1T parameters, 64 stages x 512 micro-batches,
+// Korthikanti et al. 2022) is far inside the limit.
+TEST(SimulatePlan, RefusesMoreMicroBatchesThanItCanKeep) {
+  Prepared p = prepare(kPlans[0]);
+  p.plan.global_batch = 16 * (std::int64_t{1} << 20);  // 2^20 micro-batches per pipeline
+  const auto refused = simulate_plan(*p.evaluator, p.plan, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.problems.back().where, "global_batch");
+  EXPECT_NE(refused.problems.back().message.find("at most 2097152"), std::string::npos) << messages(refused.problems);
+
+  const ModelSpec model = must(load_model("megatron-1t"));
+  const ClusterSpec cluster = must(load_cluster("dgx-a100"));
+  const Evaluator evaluator(model, cluster, 512, model.default_seq_len());
+  Plan plan = plan_with("pp=64,tp=8", 1, 512);
+  plan.recompute = Recompute::full;
+  plan.schedule = *parse_schedule("interleaved:2");
+  const auto kept = simulate_plan(evaluator, plan, {});
+  ASSERT_TRUE(kept.ok()) << messages(kept.problems);
+  EXPECT_GT(kept.value.timeline.events.size(), 100000u);
+}
+
 }  // namespace
 }  // namespace meshplan::sim
