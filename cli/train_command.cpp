@@ -135,19 +135,6 @@ bool leader_by_environment() {
   return true;
 }
 
-// Bytes of this machine's memory (MemTotal: every rank must compute the same
-// shrunk model, so nothing that changes from moment to moment).
-double machine_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  while (meminfo >> key >> kib) {
-    if (key == "MemTotal:") return kib * 1024.0;
-    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
-  }
-  return 8.0 * 1024 * 1024 * 1024;  // no /proc: assume 8 GiB
-}
-
 // --shrink (model/shrink.hpp): replaces the plan file's model and plan by the
 // largest reduction that fits this machine, on the local-cpu preset. Budget:
 // 3/4 of the machine's memory shared by the plan's ranks; an estimated step
@@ -164,7 +151,7 @@ bool shrink_for_this_machine(PlanFile& pf) {
   const auto threads = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
   ShrinkBudget budget;
   budget.cluster = local.value;
-  const double memory = machine_memory_bytes();
+  const double memory = exec::host_memory_bytes();  // MemTotal: every rank computes the same shrunk model
   budget.memory_bytes_per_rank = 0.75 * memory / static_cast<double>(ranks);
   budget.step_seconds = 2.0 * std::min(1.0, threads / static_cast<double>(ranks));
   auto shrunk = shrink_plan(pf.model, pf.plan, budget);
@@ -284,6 +271,11 @@ int run_train(const TrainFlags& flags) {
   Problems refused = exec::trainable(pf.model, pf.plan, seq_len);
   const Problems inputs = exec::run_input_problems(f.session.data, seq_len, f.checkpoint_dir);
   refused.insert(refused.end(), inputs.begin(), inputs.end());
+  if (f.backend == "cpu") {
+    const Problems memory = exec::host_memory_problems(pf.prediction.memory.allocated_peak_bytes(),
+                                                       local_ranks_from_environment(1), exec::host_memory_bytes());
+    refused.insert(refused.end(), memory.begin(), memory.end());
+  }
   if (has_errors(refused)) {
     if (leader_by_environment()) report(refused);
     return exit_bad_input;

@@ -182,6 +182,21 @@ TEST(CliTrain, RefusesWhatItCannotRunYet) {
   expect_no_crash_text(r);
 }
 
+// A plan whose own prediction does not fit this machine is refused before
+// anything is allocated, naming memory and --shrink (it ended in
+// "internal error: std::bad_alloc", exit 70).
+TEST(CliTrain, RefusesAPlanPredictedLargerThanThisMachine) {
+  const auto path = temp_path("huge-batch.json").string();
+  const CliRun emitted = run({"explain", "--model", "gpt-byte-10m", "--cluster", "local-cpu", "--gpus", "1", "--mesh",
+                              "dp=1", "--micro-batch", "100000", "--global-batch", "100000", "--emit-plan", path});
+  ASSERT_TRUE(std::filesystem::exists(path)) << emitted.err;
+  const CliRun r = run({"train", "--plan", path, "--data", "synthetic", "--steps", "1"});
+  EXPECT_EQ(r.status, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("memory: the plan predicts"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--shrink"), std::string::npos) << r.err;
+  expect_no_crash_text(r);
+}
+
 // --backend cuda trains a GPT on a GPU through meshplan-train-cuda, which
 // `meshplan train` runs with the same arguments. Without a usable GPU (or
 // without the CUDA toolkit at build time) it exits 2 naming --backend and

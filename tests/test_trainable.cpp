@@ -125,6 +125,18 @@ TEST(Trainable, RefusesWhatTheParallelRuntimeCannotRun) {
   EXPECT_NE(error_on(seq, "seq_len"), nullptr) << messages(seq);
 }
 
+TEST(TrainableInputs, APlanLargerThanThisHostIsRefusedOnlyThen) {
+  constexpr double gib = 1024.0 * 1024 * 1024;
+  EXPECT_TRUE(host_memory_problems(10 * gib, 3, 32 * gib).empty());
+  const Problems refused = host_memory_problems(10 * gib, 4, 32 * gib);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].severity, Severity::error);
+  EXPECT_EQ(refused[0].where, "memory");
+  EXPECT_NE(refused[0].message.find("10.0 GiB per rank x 4 ranks here = 40.0 GiB"), std::string::npos) << refused[0].message;
+  EXPECT_NE(refused[0].message.find("32.0 GiB"), std::string::npos) << refused[0].message;
+  EXPECT_GT(host_memory_bytes(), 0);
+}
+
 TEST(TrainableInputs, DataThatCannotBeReadIsNamed) {
   EXPECT_TRUE(run_input_problems("synthetic", 1, "").empty());
   EXPECT_NE(error_on(run_input_problems("nonsense", 16, ""), "--data"), nullptr);

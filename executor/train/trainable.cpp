@@ -8,7 +8,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
 
 #include "executor/data/loader.hpp"
 #include "executor/model/parameters.hpp"
@@ -88,6 +92,30 @@ Problems trainable(const ModelSpec& spec, const Plan& plan, std::int64_t seq_len
 
 std::int64_t training_seq_len(const ModelSpec& spec, const Plan& plan) {
   return plan_seq_len(spec, plan);
+}
+
+Problems host_memory_problems(double predicted_rank_bytes, std::int64_t ranks_here, double host_bytes) {
+  const double need = predicted_rank_bytes * static_cast<double>(std::max<std::int64_t>(ranks_here, 1));
+  if (need <= host_bytes) return {};
+  constexpr double gib = 1024.0 * 1024 * 1024;
+  char text[320];
+  std::snprintf(text, sizeof text,
+                "the plan predicts %.1f GiB per rank x %lld rank%s here = %.1f GiB; this machine has %.1f GiB: "
+                "train a smaller plan, or add --shrink to rehearse this one at a size it holds",
+                predicted_rank_bytes / gib, static_cast<long long>(ranks_here), ranks_here == 1 ? "" : "s", need / gib,
+                host_bytes / gib);
+  return {{Severity::error, "memory", text}};
+}
+
+double host_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemTotal:") return kib * 1024.0;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 8.0 * 1024 * 1024 * 1024;  // no /proc: assume 8 GiB
 }
 
 Problems run_input_problems(const std::string& data_spec, std::int64_t seq_len, const std::string& checkpoint_dir) {

@@ -18,7 +18,11 @@
 // run_input_problems checks the rest of what `train` would otherwise fail on
 // late: the --data spec and a --checkpoint-dir that cannot be written.
 //
-// defines: trainable, training_seq_len, run_input_problems
+// host_memory_problems refuses, on the CPU, a plan whose own prediction does
+// not fit this machine: the allocation would fail part way (std::bad_alloc)
+// or the kernel would kill the ranks.
+//
+// defines: trainable, training_seq_len, run_input_problems, host_memory_problems
 #pragma once
 
 #include <cstdint>
@@ -45,5 +49,16 @@ std::int64_t training_seq_len(const ModelSpec& spec, const Plan& plan);
 // would, and a probe file written in it and removed. Problems of the folder
 // name "--checkpoint-dir <dir>".
 Problems run_input_problems(const std::string& data_spec, std::int64_t seq_len, const std::string& checkpoint_dir);
+
+// The CPU run of a plan whose predicted allocations per rank
+// (`predicted_rank_bytes`: the plan file's memory_bytes.allocated_peak, what
+// the executor's tensors take) times the ranks on this host exceed the host's
+// memory (`host_bytes`): one error naming "memory", with --shrink, which
+// rehearses the plan at a size this machine holds. A lower bound of what the
+// run needs, so nothing that fits is refused.
+Problems host_memory_problems(double predicted_rank_bytes, std::int64_t ranks_here, double host_bytes);
+
+// MemTotal of /proc/meminfo, in bytes; 8 GiB where it cannot be read.
+double host_memory_bytes();
 
 }  // namespace meshplan::exec
