@@ -5,6 +5,7 @@
 #include <cctype>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -131,6 +132,11 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("calibrate")) return calibrate();
     if (app.got_subcommand("plot")) return plot();
     if (app.got_subcommand("export")) return export_plan();
+  } catch (const std::bad_alloc&) {
+    // Not a bug in itself: what was asked for is larger than this machine (docs/formats.md, "Exit statuses").
+    std::cerr << "meshplan: out of memory: this machine could not give the memory the command needed (std::bad_alloc); "
+                 "ask for less (fewer devices, micro-batches or sizes) or run it where there is more\n";
+    return 71;
   } catch (const std::exception& e) {
     std::cerr << "meshplan: internal error: " << e.what() << "\n";
     return 70;
