@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("export")) return export_plan();
   } catch (const std::bad_alloc&) {
     // Not a bug in itself: what was asked for is larger than this machine (docs/formats.md, "Exit statuses").
-    std::cerr << "meshplan: out of memory: this machine could not give the memory the command needed (std::bad_alloc); "
+    std::cerr << "meshplan: out of memory: this machine could not give the memory the command needed; "
                  "ask for less (fewer devices, micro-batches or sizes) or run it where there is more\n";
     return 71;
   } catch (const std::exception& e) {
