@@ -20,7 +20,7 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--model", f.model, "Model preset name or YAML file (meshplan presets lists them)")
       ->capture_default_str();
   command.add_option("--cluster", f.cluster, "Cluster preset name or YAML file")->capture_default_str();
-  command.add_option("--gpus", f.gpus, "Devices in the job (world size)")->capture_default_str();
+  command.add_option("--gpus", f.gpus, "Devices in the job (world size, 1 to " + std::to_string(kMaxMeshDevices) + ")")->capture_default_str();
   auto* mesh = command.add_option("--mesh", f.mesh,
                                   "Mesh axes outermost first, e.g. dp=16,pp=8,tp=8 (axes dp fsdp tp pp cp ep; "
                                   "the last axis varies fastest and stays inside a node). Default: the plan the "

@@ -169,7 +169,7 @@ void add_job_flags(CLI::App& command, JobFlags& f, bool lists) {
   const std::string several = lists ? " (comma list: the sweep crosses them all)" : "";
   command.add_option("--model", f.models, "Model preset name or YAML file" + several)->capture_default_str();
   command.add_option("--cluster", f.clusters, "Cluster preset name or YAML file" + several)->capture_default_str();
-  command.add_option("--gpus", f.gpus, "Devices in the job (world size)" + several)->capture_default_str();
+  command.add_option("--gpus", f.gpus, "Devices in the job (world size, 1 to " + std::to_string(kMaxMeshDevices) + ")" + several)->capture_default_str();
   command.add_option("--global-batch", f.global_batches,
                      "Sequences per optimizer step across all ranks" + several +
                          " (default: GPT-3's batch in tokens for the nearest GPT-3 size / the sequence length, 256 "
