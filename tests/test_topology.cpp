@@ -274,6 +274,39 @@ TEST(ClusterSpecFraction, DefaultsToLineRateAndIsRangeChecked) {
   }
 }
 
+}  // namespace
+}  // namespace meshplan
+
+namespace meshplan {
+namespace {
+
+void expect_same_placements(const std::vector<AxisPlacement>& a, const std::vector<AxisPlacement>& b, const Mesh& mesh) {
+  ASSERT_EQ(a.size(), b.size()) << mesh.to_string();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].members_per_node, b[i].members_per_node) << mesh.to_string();
+    EXPECT_EQ(a[i].nodes_spanned, b[i].nodes_spanned) << mesh.to_string();
+    EXPECT_EQ(a[i].crosses_nodes, b[i].crosses_nodes) << mesh.to_string();
+    EXPECT_DOUBLE_EQ(a[i].bandwidth_bytes_per_s, b[i].bandwidth_bytes_per_s) << mesh.to_string();
+    EXPECT_DOUBLE_EQ(a[i].latency_s, b[i].latency_s) << mesh.to_string();
+  }
+}
+
+// The closed forms place_axes uses for groups that tile nodes evenly must
+// give what walking every group gives, on every mesh the search enumerates.
+TEST(Placement, ClosedFormsAgreeWithWalkingEveryGroup) {
+  for (const char* cluster_name : {"dgx-a100", "ethernet-10g"}) {
+    const ClusterSpec cluster = load_cluster(cluster_name).value;
+    for (std::int64_t world : {8, 64, 96, 512, 1000, 1200}) {  // 1000, 1200: groups that straddle nodes, walked one period of lcm(block, D) ranks
+      const Topology topology = build_topology(cluster, world);
+      SearchSpace space;
+      space.axes = {Axis::dp, Axis::fsdp, Axis::tp, Axis::pp, Axis::cp};
+      for (const Mesh& mesh : enumerate_meshes(world, space, world)) {
+        expect_same_placements(place_axes(topology, mesh), place_axes(topology, mesh, false), mesh);
+      }
+    }
+  }
+}
+
 // A search places many meshes on one topology, and an axis whose groups do
 // not tile nodes is walked device by device once per (size, stride): the
 // kept walk must equal a fresh one, axis by axis, asked for in any order.
@@ -291,49 +324,10 @@ TEST(Placement, KeptWalksEqualFreshOnes) {
     for (int pass = 0; pass < 2; ++pass) {  // the second pass reads every walk from the cache
       for (bool closed_forms : {true, false}) {
         for (const Mesh& mesh : meshes) {
-          const auto a = place_axes(kept, mesh, closed_forms);
-          const auto b = place_axes(fresh, mesh, closed_forms);
-          ASSERT_EQ(a.size(), b.size());
-          for (std::size_t i = 0; i < a.size(); ++i) {
-            EXPECT_EQ(a[i].members_per_node, b[i].members_per_node) << mesh.to_string();
-            EXPECT_EQ(a[i].nodes_spanned, b[i].nodes_spanned) << mesh.to_string();
-            EXPECT_EQ(a[i].bandwidth_bytes_per_s, b[i].bandwidth_bytes_per_s) << mesh.to_string();
-            EXPECT_EQ(a[i].latency_s, b[i].latency_s) << mesh.to_string();
-          }
+          expect_same_placements(place_axes(kept, mesh, closed_forms), place_axes(fresh, mesh, closed_forms), mesh);
         }
       }
       std::reverse(meshes.begin(), meshes.end());
-    }
-  }
-}
-
-}  // namespace
-}  // namespace meshplan
-
-namespace meshplan {
-namespace {
-
-// The closed forms place_axes uses for groups that tile nodes evenly must
-// give what walking every group gives, on every mesh the search enumerates.
-TEST(Placement, ClosedFormsAgreeWithWalkingEveryGroup) {
-  for (const char* cluster_name : {"dgx-a100", "ethernet-10g"}) {
-    const ClusterSpec cluster = load_cluster(cluster_name).value;
-    for (std::int64_t world : {8, 64, 96, 512, 1000, 1200}) {  // 1000, 1200: groups that straddle nodes, walked one period of lcm(block, D) ranks
-      const Topology topology = build_topology(cluster, world);
-      SearchSpace space;
-      space.axes = {Axis::dp, Axis::fsdp, Axis::tp, Axis::pp, Axis::cp};
-      for (const Mesh& mesh : enumerate_meshes(world, space, world)) {
-        const auto fast = place_axes(topology, mesh);
-        const auto walked = place_axes(topology, mesh, false);
-        ASSERT_EQ(fast.size(), walked.size());
-        for (std::size_t i = 0; i < fast.size(); ++i) {
-          EXPECT_EQ(fast[i].members_per_node, walked[i].members_per_node) << mesh.to_string();
-          EXPECT_EQ(fast[i].nodes_spanned, walked[i].nodes_spanned) << mesh.to_string();
-          EXPECT_EQ(fast[i].crosses_nodes, walked[i].crosses_nodes) << mesh.to_string();
-          EXPECT_DOUBLE_EQ(fast[i].bandwidth_bytes_per_s, walked[i].bandwidth_bytes_per_s) << mesh.to_string();
-          EXPECT_DOUBLE_EQ(fast[i].latency_s, walked[i].latency_s) << mesh.to_string();
-        }
-      }
     }
   }
 }
