@@ -146,6 +146,9 @@ Problems refused_by_train(const LaunchFlags& flags, const PlanFile& plan_file, c
                                                    flags.shrink ? 1 : seq_len,
                                                    train_flag(train_args, "--checkpoint-dir", ""));
   problems.insert(problems.end(), inputs.begin(), inputs.end());
+  const Problems data_fit =
+      exec::data_model_problems(train_flag(train_args, "--data", exec::SessionConfig{}.data), plan_file.model);
+  problems.insert(problems.end(), data_fit.begin(), data_fit.end());
   return problems;
 }
 

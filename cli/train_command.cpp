@@ -271,6 +271,8 @@ int run_train(const TrainFlags& flags) {
   Problems refused = exec::trainable(pf.model, pf.plan, seq_len);
   const Problems inputs = exec::run_input_problems(f.session.data, seq_len, f.checkpoint_dir);
   refused.insert(refused.end(), inputs.begin(), inputs.end());
+  const Problems data_fit = exec::data_model_problems(f.session.data, pf.model);
+  refused.insert(refused.end(), data_fit.begin(), data_fit.end());
   if (f.backend == "cpu") {
     const Problems memory = exec::host_memory_problems(pf.prediction.memory.allocated_peak_bytes(),
                                                        local_ranks_from_environment(1), exec::host_memory_bytes());
@@ -355,7 +357,7 @@ Command add_train_command(CLI::App& app) {
   command->add_flag("--shrink", f->shrink,
                     "Rehearse the plan here: the same mesh with the model's layers and width reduced to fit this "
                     "machine (keeps every divisibility the plan relies on)");
-  command->add_option("--data", f->session.data, "fashion-mnist[:DIR], text:PATH or synthetic")->capture_default_str();
+  command->add_option("--data", f->session.data, "text:PATH (byte tokens: what transformers train on), or for MLPs fashion-mnist[:DIR] or synthetic")->capture_default_str();
   auto* steps = command->add_option("--steps", f->session.steps, "Optimizer steps");
   command->add_option("--epochs", f->session.epochs, "Epochs over the training split (instead of --steps)")->excludes(steps);
   command->add_option("--lr", f->session.lr, "Peak learning rate (AdamW)")->capture_default_str();

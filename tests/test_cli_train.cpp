@@ -174,6 +174,12 @@ TEST(CliTrain, RefusesWhatItCannotRunYet) {
             std::string::npos)
       << r.err;
   EXPECT_EQ(r.err.find("mpirun"), std::string::npos) << r.err;
+  // A GPT with the default data (synthetic vectors, for MLPs): refused naming what a transformer trains on.
+  r = run({"train", "--plan", emit_gpt_plan("one-rank-gpt.json", "dp=1", 1), "--steps", "2"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--data: 'synthetic' gives labelled vectors for MLPs; a transformer trains on token windows"),
+            std::string::npos)
+      << r.err;
   r = run({"train", "--plan", temp_path("nope.json").string(), "--steps", "2"});
   EXPECT_EQ(r.status, 2);
   r = run({"train", "--plan", emit_plan("one.json", "dp=1", 16, 16), "--data", "nonsense", "--steps", "2"});
@@ -388,36 +394,37 @@ TEST(CliLaunch, RefusesWhatTrainWouldRefuseWithoutStartingMpirun) {
 // absolute path; --submit and --wait go with --slurm only.
 TEST(CliLaunch, HostfileAndSlurmShowTheExactCommand) {
   const std::string gpt = emit_gpt_plan("launch-cluster.json", "dp=2", 2);
+  const std::string text = "text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp";  // a transformer trains on token windows
   const std::string absolute_plan = std::filesystem::absolute(gpt).lexically_normal().string();
   const auto hosts = temp_path("hosts");
   {
     std::ofstream out(hosts);
     out << "# two hosts\nnode-a slots=1\nnode-b slots=1 max_slots=2  # trailing comment\n";
   }
-  CliRun r = run({"launch", "--plan", gpt, "--hostfile", hosts.string(), "--print", "--steps", "3"});
+  CliRun r = run({"launch", "--plan", gpt, "--data", text, "--hostfile", hosts.string(), "--print", "--steps", "3"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out.rfind("mpirun -np 2 ", 0), 0u) << r.out;
   EXPECT_NE(r.out.find(" --hostfile " + hosts.string() + " -x MESHPLAN_LAUNCHED=1 "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(" train --plan " + absolute_plan + " --steps 3\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" train --plan " + absolute_plan + " --data " + text + " --steps 3\n"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("--oversubscribe"), std::string::npos) << "the hosts' slots, not this machine's threads, count";
 
   {
     std::ofstream out(hosts);
     out << "node-a slots=1\n";
   }
-  r = run({"launch", "--plan", gpt, "--hostfile", hosts.string(), "--print"});
+  r = run({"launch", "--plan", gpt, "--data", text, "--hostfile", hosts.string(), "--print"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("lists 1 slots on 1 host, and the plan's mesh needs 2 ranks"), std::string::npos) << r.err;
   {
     std::ofstream out(hosts);
     out << "node-a slots=2\nnode-b slot=2\n";
   }
-  r = run({"launch", "--plan", gpt, "--hostfile", hosts.string(), "--print"});
+  r = run({"launch", "--plan", gpt, "--data", text, "--hostfile", hosts.string(), "--print"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find(hosts.string() + ":2: 'slot=2'"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "");
 
-  r = run({"launch", "--plan", gpt, "--slurm", "--print", "--partition", "cpu", "--time", "00:10:00", "--steps", "3"});
+  r = run({"launch", "--plan", gpt, "--data", text, "--slurm", "--print", "--partition", "cpu", "--time", "00:10:00", "--steps", "3"});
   ASSERT_EQ(r.status, 0) << r.err;
   for (const std::string line : {"#SBATCH --job-name=meshplan-launch-cluster", "#SBATCH --nodes=1",
                                  "#SBATCH --ntasks-per-node=2", "#SBATCH --partition=cpu", "#SBATCH --time=00:10:00",
@@ -426,12 +433,12 @@ TEST(CliLaunch, HostfileAndSlurmShowTheExactCommand) {
     EXPECT_NE(("\n" + r.out).find("\n" + line + "\n"), std::string::npos) << line << "\n" << r.out;
   }
   EXPECT_NE(r.out.find("srun --mpi=pmix "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(" train --plan " + absolute_plan + " --steps 3\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" train --plan " + absolute_plan + " --data " + text + " --steps 3\n"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("gpus-per-node"), std::string::npos) << "a CPU cluster's ranks ask for no GPUs";
 
   const auto script = temp_path("job.sbatch");
   std::filesystem::remove(script);
-  r = run({"launch", "--plan", gpt, "--slurm", "--script", script.string(), "--cpus-per-task", "4"});
+  r = run({"launch", "--plan", gpt, "--data", text, "--slurm", "--script", script.string(), "--cpus-per-task", "4"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("submit it with: sbatch " + script.string()), std::string::npos) << r.err;
   std::ifstream in(script);
@@ -439,12 +446,12 @@ TEST(CliLaunch, HostfileAndSlurmShowTheExactCommand) {
   EXPECT_NE(written.find("\n#SBATCH --cpus-per-task=4\n"), std::string::npos) << written;
   EXPECT_NE(written.find("\nexport OMP_NUM_THREADS=4 OPENBLAS_NUM_THREADS=4\n"), std::string::npos) << written;
 
-  r = run({"launch", "--plan", gpt, "--submit"});
+  r = run({"launch", "--plan", gpt, "--data", text, "--submit"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--submit and --wait go with --slurm"), std::string::npos) << r.err;
-  r = run({"launch", "--plan", gpt, "--slurm", "--hostfile", hosts.string()});
+  r = run({"launch", "--plan", gpt, "--data", text, "--slurm", "--hostfile", hosts.string()});
   EXPECT_EQ(r.status, 2);
-  r = run({"launch", "--plan", gpt, "--slurm", "--nodes", "2", "--tasks-per-node", "2"});
+  r = run({"launch", "--plan", gpt, "--data", text, "--slurm", "--nodes", "2", "--tasks-per-node", "2"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--nodes: 2 nodes x 2 tasks per node is not the plan's 2 ranks"), std::string::npos) << r.err;
 }

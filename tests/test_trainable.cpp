@@ -137,6 +137,30 @@ TEST(TrainableInputs, APlanLargerThanThisHostIsRefusedOnlyThen) {
   EXPECT_GT(host_memory_bytes(), 0);
 }
 
+// A transformer trains on token windows and an MLP on labelled vectors:
+// the wrong kind is refused before any model is built, saying which fits.
+TEST(TrainableInputs, DataMustBeWhatTheModelTrainsOn) {
+  const ModelSpec gpt = must(load_model("gpt2-124m"));
+  const ModelSpec mlp = must(load_model("mlp-fashion"));
+  for (const char* data : {"synthetic", "fashion-mnist", "fashion-mnist:/data"}) {
+    const Problems p = data_model_problems(data, gpt);
+    ASSERT_EQ(p.size(), 1u) << data;
+    EXPECT_EQ(p[0].where, "--data");
+    EXPECT_NE(p[0].message.find("text:PATH"), std::string::npos) << p[0].message;
+  }
+  EXPECT_TRUE(data_model_problems("text:corpus.txt", gpt).empty());
+  EXPECT_TRUE(data_model_problems("synthetic", mlp).empty());
+  EXPECT_TRUE(data_model_problems("fashion-mnist", mlp).empty());
+  const Problems text_for_mlp = data_model_problems("text:corpus.txt", mlp);
+  ASSERT_EQ(text_for_mlp.size(), 1u);
+  EXPECT_NE(text_for_mlp[0].message.find("an MLP trains on"), std::string::npos) << text_for_mlp[0].message;
+  ModelSpec small_vocab = gpt;
+  small_vocab.transformer.vocab = 100;
+  const Problems bytes = data_model_problems("text:corpus.txt", small_vocab);
+  ASSERT_EQ(bytes.size(), 1u);
+  EXPECT_NE(bytes[0].message.find("vocabulary is 100"), std::string::npos) << bytes[0].message;
+}
+
 TEST(TrainableInputs, DataThatCannotBeReadIsNamed) {
   EXPECT_TRUE(run_input_problems("synthetic", 1, "").empty());
   EXPECT_NE(error_on(run_input_problems("nonsense", 16, ""), "--data"), nullptr);

@@ -94,6 +94,25 @@ std::int64_t training_seq_len(const ModelSpec& spec, const Plan& plan) {
   return plan_seq_len(spec, plan);
 }
 
+Problems data_model_problems(const std::string& data_spec, const ModelSpec& spec) {
+  const std::string kind = data_spec.substr(0, data_spec.find(':'));
+  if (spec.kind == ModelKind::transformer && (kind == "synthetic" || kind == "fashion-mnist")) {
+    return {{Severity::error, "--data",
+             "'" + kind + "' gives labelled vectors for MLPs; a transformer trains on token windows: "
+             "--data text:PATH (the bytes of a file or folder, e.g. text:README.md)"}};
+  }
+  if (spec.kind == ModelKind::transformer && kind == "text" && spec.transformer.vocab < 256) {
+    return {{Severity::error, "--data",
+             "text:PATH gives byte tokens (256 values); the model's vocabulary is " +
+                 std::to_string(spec.transformer.vocab) + ": give it at least 256"}};
+  }
+  if (spec.kind == ModelKind::mlp && kind == "text") {
+    return {{Severity::error, "--data", "text:PATH gives token windows for transformers; an MLP trains on "
+                                        "--data synthetic or fashion-mnist[:DIR]"}};
+  }
+  return {};
+}
+
 Problems host_memory_problems(double predicted_rank_bytes, std::int64_t ranks_here, double host_bytes) {
   const double need = predicted_rank_bytes * static_cast<double>(std::max<std::int64_t>(ranks_here, 1));
   if (need <= host_bytes) return {};

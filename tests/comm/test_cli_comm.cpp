@@ -131,9 +131,12 @@ TEST(CliCommbench, BadBackendNamesTheChoices) {
   expect_no_crash_text(r);
 }
 
+// A transformer trains on token windows: this file's own bytes.
+const std::string kText = "text:" + std::string(__FILE__);
+
 TEST(CliLaunch, DryRunPrintsTheMpirunCommandForThePlansRanks) {
   const std::string two = emit_plan("launch-two.json", "dp=2", 2);
-  const CliRun r = run({"launch", "--plan", two, "--dry-run", "--steps", "3", "--data", "synthetic"});
+  const CliRun r = run({"launch", "--plan", two, "--dry-run", "--steps", "3", "--data", kText});
   ASSERT_EQ(r.status, 0) << r.err;
   const bool root = geteuid() == 0;
   const auto threads = std::max(1u, std::thread::hardware_concurrency());
@@ -141,12 +144,12 @@ TEST(CliLaunch, DryRunPrintsTheMpirunCommandForThePlansRanks) {
   if (threads < 2) expected += " --oversubscribe";
   if (root) expected += " --allow-run-as-root";
   EXPECT_EQ(r.out.rfind(expected + " ", 0), 0u) << r.out;
-  EXPECT_NE(r.out.find(std::string(MESHPLAN_BINARY) + " train --plan " + two + " --steps 3 --data synthetic\n"),
+  EXPECT_NE(r.out.find(std::string(MESHPLAN_BINARY) + " train --plan " + two + " --steps 3 --data " + kText + "\n"),
             std::string::npos)
       << r.out;
 
   const std::string four = emit_plan("launch-four.json", "dp=2,tp=2", 4);
-  const CliRun r4 = run({"launch", "--plan", four, "--dry-run"});
+  const CliRun r4 = run({"launch", "--plan", four, "--dry-run", "--data", kText});
   ASSERT_EQ(r4.status, 0) << r4.err;
   EXPECT_EQ(r4.out.rfind("mpirun -np 4", 0), 0u) << r4.out;
   EXPECT_EQ(r4.out.find("--oversubscribe") != std::string::npos, threads < 4) << r4.out;
@@ -162,7 +165,8 @@ TEST(CliLaunch, ExecsTheLauncherWithTheExactArguments) {
   }
   ::chmod(script.c_str(), 0755);
   const std::string two = emit_plan("launch-exec.json", "dp=2", 2);
-  const CliRun r = run({"launch", "--plan", two, "--mpirun", script.string(), "--metrics", "a b'c", "--steps", "2"});
+  const CliRun r =
+      run({"launch", "--plan", two, "--mpirun", script.string(), "--metrics", "a b'c", "--steps", "2", "--data", kText});
   ASSERT_EQ(r.status, 0) << r.err;
   std::vector<std::string> args;
   std::ifstream in(record);
@@ -170,7 +174,8 @@ TEST(CliLaunch, ExecsTheLauncherWithTheExactArguments) {
   ASSERT_GE(args.size(), 8u);
   EXPECT_EQ(args[0], "-np");
   EXPECT_EQ(args[1], "2");
-  const std::vector<std::string> tail{MESHPLAN_BINARY, "train", "--plan", two, "--metrics", "a b'c", "--steps", "2"};
+  const std::vector<std::string> tail{MESHPLAN_BINARY, "train", "--plan", two,     "--metrics",
+                                      "a b'c",         "--steps", "2",      "--data", kText};
   EXPECT_EQ(std::vector<std::string>(args.end() - static_cast<std::ptrdiff_t>(tail.size()), args.end()), tail);
 }
 
@@ -190,7 +195,7 @@ TEST(CliLaunch, StartsThePlansRanksAndTrains) {
 
 TEST(CliLaunch, RefusesAMissingLauncherOrPlan) {
   const std::string two = emit_plan("launch-missing.json", "dp=2", 2);
-  CliRun r = run({"launch", "--plan", two, "--mpirun", "/nonexistent/mpirun"});
+  CliRun r = run({"launch", "--plan", two, "--mpirun", "/nonexistent/mpirun", "--data", kText});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("'/nonexistent/mpirun' was not found"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("mpirun -np 2 meshplan train --plan"), std::string::npos) << r.err;

@@ -51,13 +51,14 @@ kv=$(grep -Eo '^  kv_heads +8 -> [0-9]+$' llama3-8b.out | awk '{ print $NF }')
 ! grep -q '^  kv_heads' gemma3-1b.out || fail "gemma3-1b's single kv head changed: $(grep '^  kv_heads' gemma3-1b.out)"
 
 # launch: --shrink goes to train; a world above 4 x the hardware threads is refused.
-"$meshplan" launch --plan gpt3.json --shrink --dry-run --steps 2 > launch.out 2>&1 || fail "launch --dry-run: $(cat launch.out)"
+"$meshplan" launch --plan gpt3.json --shrink --dry-run --steps 2 --data "text:$corpus" > launch.out 2>&1 ||
+  fail "launch --dry-run: $(cat launch.out)"
 grep -q -- ' train --plan gpt3.json --shrink --steps 2' launch.out || fail "launch did not pass --shrink: $(cat launch.out)"
 big=$((8 * $(getconf _NPROCESSORS_ONLN)))
 "$meshplan" explain --model gpt3-175b --cluster dgx-a100 --gpus "$big" --mesh "dp=$big" --micro-batch 1 \
   --global-batch "$big" --emit-plan big.json > big.explain 2>&1
 [ -s big.json ] || fail "explain wrote no $big-rank plan: $(tail -3 big.explain)"
-"$meshplan" launch --plan big.json --shrink --dry-run > big.out 2>&1
+"$meshplan" launch --plan big.json --shrink --dry-run --data "text:$corpus" > big.out 2>&1
 status=$?
 [ "$status" -eq 2 ] || fail "launch of $big ranks exited $status, not 2: $(cat big.out)"
 grep -q "needs $big ranks, and this machine starts at most $((4 * $(getconf _NPROCESSORS_ONLN)))" big.out || fail "refusal message: $(cat big.out)"
