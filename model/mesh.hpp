@@ -28,8 +28,8 @@ std::optional<Axis> parse_axis(std::string_view name);  // canonical names and a
 // file's world_size, --gpus. meshplan holds every device of the job in its
 // topology graph (model/topology.hpp) and walks an axis's groups device by
 // device, so memory and time grow with the world: about 0.5 GB for `explain`
-// and 1 GB for a search at 2^20 devices (measured, docs/cost-model.md,
-// "Limits"). 2^20 is above every training cluster announced by 2026 (10^5
+// and 1 GB for a search at 2^20 devices (measured: docs/cost-model.md, "The
+// topology graph", Limit). 2^20 is above every training cluster announced by 2026 (10^5
 // GPUs), and products of axes stay far from int64 overflow.
 inline constexpr std::int64_t kMaxMeshDevices = std::int64_t{1} << 20;
 
