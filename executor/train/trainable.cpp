@@ -10,10 +10,9 @@
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <limits>
 #include <string>
 
+#include "executor/calibrate/measure.hpp"
 #include "executor/data/loader.hpp"
 #include "executor/model/parameters.hpp"
 #include "executor/parallel/parallel_gpt.hpp"
@@ -126,16 +125,7 @@ Problems host_memory_problems(double predicted_rank_bytes, std::int64_t ranks_he
   return {{Severity::error, "memory", text}};
 }
 
-double host_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  while (meminfo >> key >> kib) {
-    if (key == "MemTotal:") return kib * 1024.0;
-    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
-  }
-  return 8.0 * 1024 * 1024 * 1024;  // no /proc: assume 8 GiB
-}
+double host_memory_bytes() { return probe_machine().memory_total_bytes; }
 
 Problems run_input_problems(const std::string& data_spec, std::int64_t seq_len, const std::string& checkpoint_dir) {
   Problems problems = data::check_data_spec(data_spec, seq_len);

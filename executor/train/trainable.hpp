@@ -66,7 +66,8 @@ Problems data_model_problems(const std::string& data_spec, const ModelSpec& spec
 // run needs, so nothing that fits is refused.
 Problems host_memory_problems(double predicted_rank_bytes, std::int64_t ranks_here, double host_bytes);
 
-// MemTotal of /proc/meminfo, in bytes; 8 GiB where it cannot be read.
+// This host's memory in bytes: probe_machine()'s MemTotal (physical pages
+// x page size where /proc/meminfo cannot be read).
 double host_memory_bytes();
 
 }  // namespace meshplan::exec
