@@ -83,7 +83,7 @@ std::int64_t TextLoader::samples_per_epoch() const {
   return std::max<std::int64_t>(1, (range_.end - range_.begin) / sequence_length_);
 }
 
-BatchShape TextLoader::shape() const { return {sequence_length_, sequence_length_, 0, 256}; }
+BatchShape TextLoader::shape() const { return {sequence_length_, sequence_length_, 0, text_vocab}; }
 
 void TextLoader::start_epoch(std::int64_t epoch) {
   epoch_ = epoch;

@@ -12,7 +12,7 @@
 // std::mt19937_64 seeded with derive_seed(seed, epoch); restoring a state
 // replays `position` draws of that epoch, so a checkpoint needs no RNG state.
 //
-// defines: read_text_corpus, TextSplitRange, text_split_range, TextLoader
+// defines: text_vocab, read_text_corpus, TextSplitRange, text_split_range, TextLoader
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,9 @@
 namespace meshplan::data {
 
 inline constexpr double default_validation_fraction = 0.1;
+
+// Tokens are bytes: a model trained on text needs at least this vocabulary.
+inline constexpr std::int64_t text_vocab = 256;
 
 // The bytes of a file, or of every regular file in a folder (sorted by name).
 // Problems name `path`: missing, unreadable, a folder with no regular files.

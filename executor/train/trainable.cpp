@@ -14,6 +14,7 @@
 
 #include "executor/calibrate/measure.hpp"
 #include "executor/data/loader.hpp"
+#include "executor/data/text.hpp"
 #include "executor/model/parameters.hpp"
 #include "executor/parallel/parallel_gpt.hpp"
 #include "executor/parallel/shard_layout.hpp"
@@ -100,10 +101,11 @@ Problems data_model_problems(const std::string& data_spec, const ModelSpec& spec
              "'" + kind + "' gives labelled vectors for MLPs; a transformer trains on token windows: "
              "--data text:PATH (the bytes of a file or folder, e.g. text:README.md)"}};
   }
-  if (spec.kind == ModelKind::transformer && kind == "text" && spec.transformer.vocab < 256) {
+  if (spec.kind == ModelKind::transformer && kind == "text" && spec.transformer.vocab < data::text_vocab) {
+    const std::string bytes = std::to_string(data::text_vocab);
     return {{Severity::error, "--data",
-             "text:PATH gives byte tokens (256 values); the model's vocabulary is " +
-                 std::to_string(spec.transformer.vocab) + ": give it at least 256"}};
+             "text:PATH gives byte tokens (" + bytes + " values); the model's vocabulary is " +
+                 std::to_string(spec.transformer.vocab) + ": give it at least " + bytes}};
   }
   if (spec.kind == ModelKind::mlp && kind == "text") {
     return {{Severity::error, "--data", "text:PATH gives token windows for transformers; an MLP trains on "
