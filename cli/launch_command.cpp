@@ -142,12 +142,11 @@ std::string train_flag(const std::vector<std::string>& train_args, const std::st
 Problems refused_by_train(const LaunchFlags& flags, const PlanFile& plan_file, const std::vector<std::string>& train_args) {
   const std::int64_t seq_len = exec::training_seq_len(plan_file.model, plan_file.plan);
   Problems problems = exec::trainable(plan_file.model, plan_file.plan, seq_len);
-  const Problems inputs = exec::run_input_problems(train_flag(train_args, "--data", exec::SessionConfig{}.data),
-                                                   flags.shrink ? 1 : seq_len,
+  const std::string data = train_flag(train_args, "--data", exec::default_data_spec(plan_file.model));
+  const Problems inputs = exec::run_input_problems(data, flags.shrink ? 1 : seq_len,
                                                    train_flag(train_args, "--checkpoint-dir", ""));
   problems.insert(problems.end(), inputs.begin(), inputs.end());
-  const Problems data_fit =
-      exec::data_model_problems(train_flag(train_args, "--data", exec::SessionConfig{}.data), plan_file.model);
+  const Problems data_fit = exec::data_model_problems(data, plan_file.model);
   problems.insert(problems.end(), data_fit.begin(), data_fit.end());
   return problems;
 }

@@ -9,6 +9,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -371,6 +372,87 @@ TEST(Synthetic, TargetsAreTheHiddenLinearMapPlusSmallNoise) {
   EXPECT_NEAR(std::sqrt(noise_variance), config.noise_stddev, 0.1 * config.noise_stddev);
   // The splits share W but not samples.
   EXPECT_NE(make_synthetic_regression(config, Split::train).inputs[0], data.inputs[0]);
+}
+
+// ---- synthetic text ----
+
+// The corpus is the Markov source its header states: every byte is followed
+// by exactly `successors` distinct bytes, about equally often, so the
+// empirical next-byte entropy is ln(successors), the loss floor it reports;
+// and it is one fixed corpus, whatever the loader's seed.
+TEST(SyntheticText, IsAFirstOrderSourceWithItsStatedEntropy) {
+  const SyntheticTextConfig config;
+  const std::vector<std::uint8_t> corpus = synthetic_text_corpus(config);
+  ASSERT_EQ(std::ssize(corpus), config.bytes);
+  EXPECT_EQ(corpus, synthetic_text_corpus(config));
+  SyntheticTextConfig other = config;
+  other.data_seed += 1;
+  EXPECT_NE(corpus, synthetic_text_corpus(other));
+
+  std::vector<std::array<std::int64_t, 256>> counts(256);
+  for (auto& row : counts) row.fill(0);
+  for (std::size_t t = 1; t < corpus.size(); ++t) ++counts[corpus[t - 1]][corpus[t]];
+  double entropy = 0, transitions = 0;
+  int contexts_seen = 0;
+  for (const auto& row : counts) {
+    const double total = static_cast<double>(std::accumulate(row.begin(), row.end(), std::int64_t{0}));
+    if (total == 0) continue;
+    ++contexts_seen;
+    EXPECT_EQ(std::count_if(row.begin(), row.end(), [](std::int64_t c) { return c > 0; }), config.successors);
+    for (const std::int64_t c : row) {
+      if (c > 0) entropy -= static_cast<double>(c) * std::log(static_cast<double>(c) / total);
+    }
+    transitions += total;
+  }
+  EXPECT_GT(contexts_seen, 16);  // the walk does not sit in a few bytes
+  EXPECT_NEAR(entropy / transitions, synthetic_text_entropy_nats(config), 0.005);
+  EXPECT_NEAR(synthetic_text_entropy_nats(config), std::log(4.0), 1e-12);
+}
+
+TEST(SyntheticText, LoadsAsTextWindowsOfItsSplits) {
+  const std::vector<std::uint8_t> corpus = synthetic_text_corpus(SyntheticTextConfig{});
+  const std::int64_t t = 32;
+  for (Split split : {Split::train, Split::validation}) {
+    Loaded<std::unique_ptr<DataLoader>> loaded = make_loader("synthetic-text", split, 7, t);
+    ASSERT_TRUE(loaded.ok());
+    DataLoader& loader = *loaded.value;
+    EXPECT_EQ(loader.shape().classes, text_vocab);
+    const TextSplitRange range = text_split_range(std::ssize(corpus), split);
+    EXPECT_EQ(loader.samples_per_epoch(), (range.end - range.begin) / t);
+    const Batch batch = loader.next_batch(16);
+    for (std::size_t s = 0; s < 16; ++s) {
+      // Each window is a run of the corpus, inside the split, targets one byte on.
+      const std::uint8_t first = static_cast<std::uint8_t>(batch.inputs[s * static_cast<std::size_t>(t)]);
+      bool found = false;
+      for (std::int64_t at = range.begin; at + t < range.end && !found; ++at) {
+        if (corpus[static_cast<std::size_t>(at)] != first) continue;
+        found = true;
+        for (std::int64_t k = 0; k < t && found; ++k) {
+          const std::size_t i = s * static_cast<std::size_t>(t) + static_cast<std::size_t>(k);
+          found = batch.inputs[i] == corpus[static_cast<std::size_t>(at + k)] &&
+                  batch.targets[i] == corpus[static_cast<std::size_t>(at + k + 1)];
+        }
+      }
+      EXPECT_TRUE(found) << "window " << s << " of the " << to_string(split) << " split";
+    }
+  }
+  // The loader's seed picks the windows, not the corpus.
+  const Batch a = make_loader("synthetic-text", Split::train, 1, t).value->next_batch(4);
+  const Batch b = make_loader("synthetic-text", Split::train, 2, t).value->next_batch(4);
+  EXPECT_NE(a.inputs, b.inputs);
+}
+
+TEST(SyntheticText, ChecksWindowsWithoutGeneratingAndRefusesArguments) {
+  // The validation split is the last 10% of 4 MiB: 419,430 bytes, so windows of 419,429 + 1 fit.
+  const std::int64_t validation = text_split_range(SyntheticTextConfig{}.bytes, Split::validation).end -
+                                  text_split_range(SyntheticTextConfig{}.bytes, Split::validation).begin;
+  EXPECT_TRUE(check_data_spec("synthetic-text", validation - 1).empty());
+  EXPECT_TRUE(mentions(check_data_spec("synthetic-text", validation), "synthetic-text",
+                       "the validation split holds " + std::to_string(validation) + " bytes"));
+  EXPECT_TRUE(mentions(make_loader("synthetic-text", Split::validation, 1, validation).problems, "synthetic-text",
+                       "fewer than one window"));
+  EXPECT_TRUE(mentions(check_data_spec("synthetic-text", 0), "--data", "sequence length"));
+  EXPECT_TRUE(mentions(make_loader("synthetic-text:big", Split::train, 1, 8).problems, "--data", "takes no argument"));
 }
 
 // ---- text ----

@@ -147,8 +147,19 @@ TEST(TrainableInputs, DataMustBeWhatTheModelTrainsOn) {
     ASSERT_EQ(p.size(), 1u) << data;
     EXPECT_EQ(p[0].where, "--data");
     EXPECT_NE(p[0].message.find("text:PATH"), std::string::npos) << p[0].message;
+    EXPECT_NE(p[0].message.find("synthetic-text"), std::string::npos) << p[0].message;
   }
   EXPECT_TRUE(data_model_problems("text:corpus.txt", gpt).empty());
+  EXPECT_TRUE(data_model_problems("synthetic-text", gpt).empty());
+  // What a run takes without --data fits its model.
+  EXPECT_EQ(default_data_spec(gpt), "synthetic-text");
+  EXPECT_EQ(default_data_spec(mlp), "synthetic");
+  EXPECT_TRUE(data_model_problems(default_data_spec(gpt), gpt).empty());
+  EXPECT_TRUE(data_model_problems(default_data_spec(mlp), mlp).empty());
+  const Problems generated_for_mlp = data_model_problems("synthetic-text", mlp);
+  ASSERT_EQ(generated_for_mlp.size(), 1u);
+  EXPECT_NE(generated_for_mlp[0].message.find("synthetic-text gives token windows for transformers"), std::string::npos)
+      << generated_for_mlp[0].message;
   EXPECT_TRUE(data_model_problems("synthetic", mlp).empty());
   EXPECT_TRUE(data_model_problems("fashion-mnist", mlp).empty());
   const Problems text_for_mlp = data_model_problems("text:corpus.txt", mlp);
@@ -156,9 +167,11 @@ TEST(TrainableInputs, DataMustBeWhatTheModelTrainsOn) {
   EXPECT_NE(text_for_mlp[0].message.find("an MLP trains on"), std::string::npos) << text_for_mlp[0].message;
   ModelSpec small_vocab = gpt;
   small_vocab.transformer.vocab = 100;
-  const Problems bytes = data_model_problems("text:corpus.txt", small_vocab);
-  ASSERT_EQ(bytes.size(), 1u);
-  EXPECT_NE(bytes[0].message.find("vocabulary is 100"), std::string::npos) << bytes[0].message;
+  for (const char* data : {"text:corpus.txt", "synthetic-text"}) {
+    const Problems bytes = data_model_problems(data, small_vocab);
+    ASSERT_EQ(bytes.size(), 1u) << data;
+    EXPECT_NE(bytes[0].message.find("vocabulary is 100"), std::string::npos) << bytes[0].message;
+  }
 }
 
 TEST(TrainableInputs, DataThatCannotBeReadIsNamed) {

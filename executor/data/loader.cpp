@@ -15,7 +15,8 @@ namespace meshplan::data {
 namespace {
 
 constexpr const char* spec_flag = "--data";
-constexpr const char* allowed_specs = "allowed: fashion-mnist, fashion-mnist:DIR, text:PATH, synthetic";
+constexpr const char* allowed_specs = "allowed: fashion-mnist, fashion-mnist:DIR, text:PATH, synthetic-text, synthetic";
+constexpr const char* synthetic_text_name = "synthetic-text";
 
 Problem spec_error(std::string message) { return {Severity::error, spec_flag, std::move(message)}; }
 
@@ -42,8 +43,8 @@ Loaded<DataSpec> parse_spec(const std::string& spec) {
       result.problems.push_back(spec_error("'" + spec + "' names no directory after ':'"));
   } else if (s.kind == "text") {
     if (s.argument.empty()) result.problems.push_back(spec_error("'" + spec + "' names no file or folder: use text:PATH"));
-  } else if (s.kind == "synthetic") {
-    if (s.has_argument) result.problems.push_back(spec_error("'" + spec + "': synthetic takes no argument"));
+  } else if (s.kind == "synthetic" || s.kind == synthetic_text_name) {
+    if (s.has_argument) result.problems.push_back(spec_error("'" + spec + "': " + s.kind + " takes no argument"));
   } else {
     result.problems.push_back(spec_error("unknown data kind '" + s.kind + "' in '" + spec + "' (" + allowed_specs + ")"));
   }
@@ -76,16 +77,29 @@ Loaded<std::vector<std::uint8_t>> read_text_for_windows(const std::string& path,
   return read_text_corpus(path);
 }
 
-Loaded<std::unique_ptr<DataLoader>> make_text_loader(const std::string& path, Split split, std::uint64_t seed,
-                                                     std::int64_t sequence_length) {
+// Windows of `corpus` (named `name` in problems), a text file's bytes or synthetic text.
+Loaded<std::unique_ptr<DataLoader>> make_text_loader(const std::string& name, Loaded<std::vector<std::uint8_t>> corpus,
+                                                     Split split, std::uint64_t seed, std::int64_t sequence_length) {
   Loaded<std::unique_ptr<DataLoader>> result;
-  Loaded<std::vector<std::uint8_t>> corpus = read_text_for_windows(path, sequence_length);
   result.problems = std::move(corpus.problems);
   if (!result.ok()) return result;
-  result.problems = text_corpus_problems(path, std::ssize(corpus.value), {split}, sequence_length);
+  result.problems = text_corpus_problems(name, std::ssize(corpus.value), {split}, sequence_length);
   if (!result.ok()) return result;
   const TextSplitRange range = text_split_range(std::ssize(corpus.value), split);
   result.value = std::make_unique<TextLoader>(std::move(corpus.value), range, sequence_length, seed);
+  return result;
+}
+
+// What read_text_for_windows gives for synthetic text: the generated corpus,
+// or only the sequence-length problem.
+Loaded<std::vector<std::uint8_t>> synthetic_text_for_windows(std::int64_t sequence_length) {
+  Loaded<std::vector<std::uint8_t>> result;
+  if (sequence_length < 1) {
+    result.problems.push_back(
+        spec_error("text needs a sequence length of at least 1, got " + std::to_string(sequence_length)));
+    return result;
+  }
+  result.value = synthetic_text_corpus(SyntheticTextConfig{});
   return result;
 }
 
@@ -126,7 +140,13 @@ Loaded<std::unique_ptr<DataLoader>> make_loader(const std::string& spec, Split s
     if (result.ok()) result.value = std::make_unique<ShuffledLoader>(std::move(data.value), seed);
     return result;
   }
-  if (s.kind == "text") return make_text_loader(s.argument, split, seed, sequence_length);
+  if (s.kind == "text") {
+    return make_text_loader(s.argument, read_text_for_windows(s.argument, sequence_length), split, seed, sequence_length);
+  }
+  if (s.kind == synthetic_text_name) {
+    return make_text_loader(synthetic_text_name, synthetic_text_for_windows(sequence_length), split, seed,
+                            sequence_length);
+  }
   result.value = std::make_unique<ShuffledLoader>(make_synthetic_regression(SyntheticConfig{}, split), seed);
   return result;
 }
@@ -150,6 +170,10 @@ Problems check_data_spec(const std::string& spec, std::int64_t sequence_length) 
     if (!corpus.ok()) return corpus.problems;
     problems = text_corpus_problems(s.argument, std::ssize(corpus.value), {Split::train, Split::validation},
                                     sequence_length);
+  } else if (s.kind == synthetic_text_name) {
+    if (sequence_length < 1) return synthetic_text_for_windows(sequence_length).problems;  // without generating it
+    problems = text_corpus_problems(synthetic_text_name, SyntheticTextConfig{}.bytes,
+                                    {Split::train, Split::validation}, sequence_length);
   }
   return problems;
 }

@@ -1,5 +1,6 @@
 #include "executor/data/synthetic.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -12,6 +13,8 @@ namespace {
 constexpr std::uint64_t truth_stream = 0;
 constexpr std::uint64_t train_stream = 1;
 constexpr std::uint64_t validation_stream = 2;
+constexpr std::uint64_t text_table_stream = 3;
+constexpr std::uint64_t text_walk_stream = 4;
 
 }  // namespace
 
@@ -48,6 +51,36 @@ InMemoryDataset make_synthetic_regression(const SyntheticConfig& config, Split s
     }
   }
   return data;
+}
+
+std::vector<std::uint8_t> synthetic_text_corpus(const SyntheticTextConfig& config) {
+  constexpr int symbols = 256;
+  const int successors = std::clamp(config.successors, 1, symbols);
+  // table[b * k + i]: the i-th possible byte after b, all k distinct.
+  std::vector<std::uint8_t> table(static_cast<std::size_t>(symbols * successors));
+  std::mt19937_64 engine(derive_seed(config.data_seed, text_table_stream));
+  for (std::size_t context = 0; context < static_cast<std::size_t>(symbols); ++context) {
+    std::uint8_t* next = &table[context * static_cast<std::size_t>(successors)];
+    for (int i = 0; i < successors; ++i) {
+      std::uint8_t candidate = 0;
+      do {
+        candidate = static_cast<std::uint8_t>(uniform_below(engine, symbols));
+      } while (std::find(next, next + i, candidate) != next + i);
+      next[i] = candidate;
+    }
+  }
+  std::vector<std::uint8_t> corpus(static_cast<std::size_t>(std::max<std::int64_t>(config.bytes, 0)));
+  engine.seed(derive_seed(config.data_seed, text_walk_stream));
+  for (std::size_t t = 0; t < corpus.size(); ++t) {
+    corpus[t] = t == 0 ? static_cast<std::uint8_t>(uniform_below(engine, symbols))
+                       : table[static_cast<std::size_t>(corpus[t - 1]) * static_cast<std::size_t>(successors) +
+                               static_cast<std::size_t>(uniform_below(engine, static_cast<std::uint64_t>(successors)))];
+  }
+  return corpus;
+}
+
+double synthetic_text_entropy_nats(const SyntheticTextConfig& config) {
+  return std::log(static_cast<double>(std::clamp(config.successors, 1, 256)));
 }
 
 }  // namespace meshplan::data

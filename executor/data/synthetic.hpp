@@ -11,7 +11,19 @@
 // data, like a dataset on disk. The best achievable mean squared error per
 // output is noise_stddev^2.
 //
-// defines: SyntheticConfig, SyntheticTruth, synthetic_truth, make_synthetic_regression
+// Synthetic text (`--data synthetic-text`), the same idea for transformers:
+// a byte corpus drawn from a first-order Markov source. Each byte has
+// `successors` distinct next bytes, fixed by data_seed, each drawn with equal
+// probability; so the best achievable next-byte loss is exactly
+// ln(successors) nats (1.386 for 4) against ln 256 = 5.545 for a model that
+// has learnt nothing, and even a small model gets most of the way there in
+// a few hundred steps: a run whose loss stays flat is broken. (A source with
+// longer contexts would need far more steps than a smoke run takes.) The
+// corpus is the same on every machine and for every --seed; the text loader
+// splits it and draws windows from it as it does for a file (text.hpp).
+//
+// defines: SyntheticConfig, SyntheticTruth, synthetic_truth, make_synthetic_regression,
+//          SyntheticTextConfig, synthetic_text_corpus, synthetic_text_entropy_nats
 #pragma once
 
 #include <cstdint>
@@ -40,5 +52,17 @@ SyntheticTruth synthetic_truth(const SyntheticConfig& config);
 
 // Samples of `split`: inputs = x, target_values = y, no labels.
 InMemoryDataset make_synthetic_regression(const SyntheticConfig& config, Split split);
+
+struct SyntheticTextConfig {
+  std::int64_t bytes = std::int64_t{4} << 20;  // 4 MiB: windows up to 419,429 tokens fit the validation split
+  int successors = 4;                          // 1..256 distinct next bytes per byte
+  std::uint64_t data_seed = 0x5eed;
+};
+
+// The corpus, `bytes` long.
+std::vector<std::uint8_t> synthetic_text_corpus(const SyntheticTextConfig& config);
+
+// The source's entropy rate, the loss floor: ln(successors).
+double synthetic_text_entropy_nats(const SyntheticTextConfig& config);
 
 }  // namespace meshplan::data

@@ -96,22 +96,27 @@ std::int64_t training_seq_len(const ModelSpec& spec, const Plan& plan) {
 
 Problems data_model_problems(const std::string& data_spec, const ModelSpec& spec) {
   const std::string kind = data_spec.substr(0, data_spec.find(':'));
+  const bool tokens = kind == "text" || kind == "synthetic-text";
   if (spec.kind == ModelKind::transformer && (kind == "synthetic" || kind == "fashion-mnist")) {
     return {{Severity::error, "--data",
              "'" + kind + "' gives labelled vectors for MLPs; a transformer trains on token windows: "
-             "--data text:PATH (the bytes of a file or folder, e.g. text:README.md)"}};
+             "--data text:PATH (the bytes of a file or folder, e.g. text:README.md) or synthetic-text (generated)"}};
   }
-  if (spec.kind == ModelKind::transformer && kind == "text" && spec.transformer.vocab < data::text_vocab) {
+  if (spec.kind == ModelKind::transformer && tokens && spec.transformer.vocab < data::text_vocab) {
     const std::string bytes = std::to_string(data::text_vocab);
     return {{Severity::error, "--data",
-             "text:PATH gives byte tokens (" + bytes + " values); the model's vocabulary is " +
+             kind + " gives byte tokens (" + bytes + " values); the model's vocabulary is " +
                  std::to_string(spec.transformer.vocab) + ": give it at least " + bytes}};
   }
-  if (spec.kind == ModelKind::mlp && kind == "text") {
-    return {{Severity::error, "--data", "text:PATH gives token windows for transformers; an MLP trains on "
+  if (spec.kind == ModelKind::mlp && tokens) {
+    return {{Severity::error, "--data", kind + " gives token windows for transformers; an MLP trains on "
                                         "--data synthetic or fashion-mnist[:DIR]"}};
   }
   return {};
+}
+
+std::string default_data_spec(const ModelSpec& spec) {
+  return spec.kind == ModelKind::transformer ? "synthetic-text" : "synthetic";
 }
 
 Problems host_memory_problems(double predicted_rank_bytes, std::int64_t ranks_here, double host_bytes) {

@@ -51,12 +51,16 @@ std::int64_t training_seq_len(const ModelSpec& spec, const Plan& plan);
 Problems run_input_problems(const std::string& data_spec, std::int64_t seq_len, const std::string& checkpoint_dir);
 
 // Whether the --data spec's samples are what the model trains on: a
-// transformer on token windows (text:PATH, byte tokens, so a vocabulary of at
-// least 256), an MLP on labelled vectors (synthetic, fashion-mnist). Errors
-// name "--data" and say which data fits. (It was found late, after the model
-// was built, as "the data's windows or vocabulary do not fit the model", and
-// `synthetic`, the default, never fits a transformer.)
+// transformer on token windows (text:PATH or synthetic-text, byte tokens, so
+// a vocabulary of at least 256), an MLP on labelled vectors (synthetic,
+// fashion-mnist). Errors name "--data" and say which data fits. (It was found
+// late, after the model was built, as "the data's windows or vocabulary do
+// not fit the model".)
 Problems data_model_problems(const std::string& data_spec, const ModelSpec& spec);
+
+// The --data a run of `spec` takes when none is given: synthetic-text for a
+// transformer, synthetic for anything else (data/synthetic.hpp).
+std::string default_data_spec(const ModelSpec& spec);
 
 // The CPU run of a plan whose predicted allocations per rank
 // (`predicted_rank_bytes`: the plan file's memory_bytes.allocated_peak, what

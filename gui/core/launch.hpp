@@ -22,10 +22,10 @@ struct LaunchRequest {
   qint64 steps = 20;
   bool has_launch = true; // the CLI has `meshplan launch`; otherwise `meshplan train`
   bool shrink = false;    // rehearsal on a shrunken model (launch --shrink)
-  QString data = "synthetic";
+  QString data;           // --data; empty: the CLI's default for the plan's model (synthetic-text for transformers)
 };
 
-// ["launch", "--plan", p, "--metrics", m, "--steps", "20", "--data", "synthetic"] (+ "--shrink").
+// ["launch", "--plan", p, "--metrics", m, "--steps", "20"] (+ "--data", d when set, + "--shrink").
 QStringList launch_arguments(const LaunchRequest& request);
 
 struct MetricsPoint {

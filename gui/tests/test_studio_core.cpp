@@ -604,8 +604,10 @@ class StudioCoreTest : public QObject {
     request.plan_path = "/tmp/p.json";
     request.metrics_path = "/tmp/m.jsonl";
     request.steps = 5;
+    QCOMPARE(launch_arguments(request), (QStringList{"launch", "--plan", "/tmp/p.json", "--metrics", "/tmp/m.jsonl", "--steps", "5"}));
+    request.data = "synthetic-text";
     QCOMPARE(launch_arguments(request), (QStringList{"launch", "--plan", "/tmp/p.json", "--metrics", "/tmp/m.jsonl", "--steps", "5",
-                                                     "--data", "synthetic"}));
+                                                     "--data", "synthetic-text"}));
     request.has_launch = false;
     request.shrink = true;  // train has no --shrink
     QCOMPARE(launch_arguments(request).front(), QString("train"));
