@@ -31,18 +31,18 @@ Loaded<ClusterSpec> read_cluster(const YAML::Node& node, const std::string& disp
   if (auto intra = root.map("intra_node", Need::required)) {
     cluster.intra_node.kind = intra->choice("kind", Need::required, {"nvlink", "pcie", "ici", "shared-memory"}).value_or("");
     cluster.intra_node.bandwidth_bytes_per_s =
-        scale_decimal(intra->number("per_direction_gb_per_s", Need::required, 1e-6, 1e6).value_or(0), 9);
-    cluster.intra_node.latency_s = scale_decimal(intra->number("latency_us", Need::optional, 0, 1e6).value_or(0), -6);
+        scale_decimal(intra->number("per_direction_gb_per_s", Need::required, kLinkRateMin, kLinkRateMax).value_or(0), 9);
+    cluster.intra_node.latency_s = scale_decimal(intra->number("latency_us", Need::optional, 0, kLinkLatencyMaxUs).value_or(0), -6);
     cluster.intra_node.achievable_fraction = read_achievable_fraction(*intra);
     cluster.intra_node.overlaps_compute = intra->boolean("overlaps_compute", Need::optional).value_or(true);
     intra->finish();
   }
   if (auto inter = root.map("inter_node", Need::required)) {
     cluster.inter_node.kind = inter->choice("kind", Need::required, {"infiniband", "ethernet", "ici"}).value_or("");
-    cluster.inter_node.nics_per_node = inter->integer("nics_per_node", Need::required, 1, 1024).value_or(1);
+    cluster.inter_node.nics_per_node = inter->integer("nics_per_node", Need::required, 1, kMaxNicsPerNode).value_or(1);
     cluster.inter_node.bandwidth_bytes_per_s =
-        scale_decimal(inter->number("per_nic_gbit_per_s", Need::required, 1e-6, 1e6).value_or(0), 9) / 8.0;
-    cluster.inter_node.latency_s = scale_decimal(inter->number("latency_us", Need::optional, 0, 1e6).value_or(0), -6);
+        scale_decimal(inter->number("per_nic_gbit_per_s", Need::required, kLinkRateMin, kLinkRateMax).value_or(0), 9) / 8.0;
+    cluster.inter_node.latency_s = scale_decimal(inter->number("latency_us", Need::optional, 0, kLinkLatencyMaxUs).value_or(0), -6);
     cluster.inter_node.achievable_fraction = read_achievable_fraction(*inter);
     cluster.inter_node.overlaps_compute = inter->boolean("overlaps_compute", Need::optional).value_or(true);
     inter->finish();

@@ -13,6 +13,15 @@
 
 namespace meshplan {
 
+// What a cluster preset accepts for a link (read_cluster), for the code that
+// writes presets too (calibrate --nccl-tests): intra_node.per_direction_gb_per_s
+// (GB/s) and inter_node.per_nic_gbit_per_s (Gbit/s) within [min, max], latency_us
+// within [0, max], nics_per_node within [1, max].
+inline constexpr double kLinkRateMin = 1e-6;
+inline constexpr double kLinkRateMax = 1e6;
+inline constexpr double kLinkLatencyMaxUs = 1e6;
+inline constexpr std::int64_t kMaxNicsPerNode = 1024;
+
 struct LinkSpec {
   std::string kind;                      // nvlink | pcie | ici | infiniband | ethernet
   double bandwidth_bytes_per_s = 0;      // per direction, per device (intra) or per NIC (inter)

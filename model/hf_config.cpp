@@ -235,7 +235,7 @@ Loaded<HfModel> read_hf_config_text(const std::string& json_text, const std::str
   Json j;
   try {
     j = Json::parse(json_text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     result.problems.push_back({Severity::error, display_name, std::string("is not valid JSON: ") + e.what()});
     return result;
   }

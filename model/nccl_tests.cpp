@@ -1,6 +1,7 @@
 // nccl-tests tables, the alpha-beta fit and the cluster preset's text (nccl_tests.hpp).
 #include "model/nccl_tests.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -148,6 +149,29 @@ Loaded<NcclLinkFit> fit_nccl_link(const NcclTestsRun& run) {
   if (!link.fit.ok) {
     result.problems.push_back({Severity::error, run.file,
                                "the times do not give a positive bandwidth (need two or more sizes with a time that grows with size)"});
+    return result;
+  }
+  // What a cluster preset holds for any NIC count (apply_link_fit writes
+  // bandwidth / 1e9 GB/s inside a node, bandwidth x 8 / (nics x 1e9) Gbit/s
+  // per NIC across nodes), with 1% kept for the rounding of the written figures.
+  const double most = 0.99 * std::min(kLinkRateMax * 1e9, kLinkRateMax * 1e9 / 8);
+  const double least = 1.01 * std::max(kLinkRateMin * 1e9, kLinkRateMin * 1e9 / 8 * static_cast<double>(kMaxNicsPerNode));
+  if (link.fit.bandwidth_bytes_per_s > most) {
+    result.problems.push_back({Severity::error, run.file,
+                               "the times barely grow with the message size: the fitted bus bandwidth, " +
+                                   format("%.3g", link.fit.bandwidth_bytes_per_s / 1e9) +
+                                   " GB/s, is beyond any link (a cluster preset holds at most " +
+                                   format("%.3g", most / 1e9) + " GB/s); time larger messages"});
+  } else if (link.fit.bandwidth_bytes_per_s < least) {
+    result.problems.push_back({Severity::error, run.file,
+                               "the fitted bus bandwidth, " + format("%.3g", link.fit.bandwidth_bytes_per_s) +
+                                   " B/s, is below what a cluster preset holds (" + format("%.3g", least) + " B/s)"});
+  }
+  if (link.fit.latency_s * 1e6 > kLinkLatencyMaxUs) {
+    result.problems.push_back({Severity::error, run.file,
+                               "the fitted latency, " + format("%.3g", link.fit.latency_s) +
+                                   " s per step, is beyond what a cluster preset holds (" +
+                                   format("%.3g", kLinkLatencyMaxUs / 1e6) + " s)"});
   }
   return result;
 }

@@ -42,13 +42,14 @@ per_target_s=$(( total_s / count ))
 dictionary() {
   case "$1" in
     fuzz_model_yaml|fuzz_device_yaml|fuzz_cluster_yaml) echo fuzz/dict/yaml.dict ;;
-    fuzz_plan_file|fuzz_checkpoint_manifest) echo fuzz/dict/json.dict ;;
+    fuzz_plan_file|fuzz_checkpoint_manifest|fuzz_device_measurements|fuzz_hf_config) echo fuzz/dict/json.dict ;;
     *) echo "fuzz/dict/$1.dict" ;;
   esac
 }
 max_len() {
   case "$1" in
     fuzz_plan_file|fuzz_checkpoint_manifest) echo 16384 ;;
+    fuzz_device_measurements) echo 32768 ;;  # a whole measurement file is 25-29 KB
     fuzz_mesh) echo 256 ;;
     *) echo 8192 ;;
   esac

@@ -137,6 +137,8 @@ TEST(HfConfig, RefusesWhatItCannotModel) {
   };
   const Bad bad[] = {
       {"{", "is not valid JSON"},
+      // A number past double's range: nlohmann throws out_of_range, not parse_error (fuzz_hf_config).
+      {R"({"model_type": "llama", "hidden_size": 1e400})", "is not valid JSON"},
       {"[1, 2]", "must be a JSON object"},
       {R"({"hidden_size": 64})", "key 'model_type': is missing"},
       {R"({"model_type": "t5"})", "'t5' is not an architecture meshplan maps"},

@@ -45,6 +45,23 @@ TEST(NcclTests, FitRecoversTheFiguresTheTimesWereMadeFrom) {
   EXPECT_LT(link.value.fit.worst_relative_error, 0.06);
 }
 
+// Times that barely grow with the size fit a bus bandwidth beyond any link,
+// which no cluster preset holds: refused naming the file, not written as a
+// preset that then fails to load (fuzz_nccl_tests found it: 5.9e6 GB/s).
+TEST(NcclTests, RefusesAFitThatNoClusterPresetHolds) {
+  const std::string header = read_text(kSample).substr(0, read_text(kSample).find("           8 "));
+  const std::string flat = header +
+                           "        1024           256     float     sum      -1    10.00    0.10    0.18      0    10.00    0.10    0.18      0\n"
+                           "  1073741824     268435456     float     sum      -1    10.01 107267 187718      0    10.01 107267 187718      0\n";
+  const auto run = parse_nccl_tests(flat, "flat.txt");
+  ASSERT_TRUE(run.ok()) << describe(run.problems.front());
+  const auto link = fit_nccl_link(run.value);
+  EXPECT_FALSE(link.ok());
+  ASSERT_FALSE(link.problems.empty());
+  EXPECT_EQ(link.problems.front().where, "flat.txt");
+  EXPECT_NE(link.problems.front().message.find("beyond any link"), std::string::npos) << link.problems.front().message;
+}
+
 TEST(NcclTests, WritesTheIntraNodeLinkOfABaseCluster) {
   const auto run = parse_nccl_tests(read_text(kSample), "sample.txt");
   const auto link = fit_nccl_link(run.value);
