@@ -98,6 +98,8 @@ INSTANTIATE_TEST_SUITE_P(
     Lines, PlotSeriesBadLine,
     ::testing::Values(BadLine{"truncated", R"({"kind":"train","step":3,"lo)", "not a JSON object"},
                       BadLine{"not_json", "step 3 | loss 2.0", "not a JSON object"},
+                      // Past double's range: nlohmann's out_of_range, which ended `plot` in "internal error".
+                      BadLine{"number_overflow", R"({"kind":"train","step":3,"loss":1e400})", "number overflow"},
                       BadLine{"array", "[1, 2]", "not a JSON object but array"},
                       BadLine{"no_kind", R"({"model":"gpt2-124m","feasible":true})", "no \"kind\""},
                       BadLine{"no_step", R"({"kind":"train","loss":2.0})", "no 'step'"},
@@ -168,6 +170,10 @@ TEST(PlotSeries, MalformedReportsAreErrorsNamingTheFileAndKey) {
   ASSERT_FALSE(not_json.ok());
   EXPECT_EQ(not_json.problems[0].where, "r.json");
   EXPECT_NE(not_json.problems[0].message.find("not JSON"), std::string::npos);
+  const auto overflow = parse_run_report(R"({"ranks": [{"rank": 0, "predicted_step_s": 1e400}]})", "r.json");
+  ASSERT_FALSE(overflow.ok());
+  EXPECT_EQ(overflow.problems[0].where, "r.json");
+  EXPECT_NE(overflow.problems[0].message.find("not JSON: number overflow"), std::string::npos) << overflow.problems[0].message;
   const auto no_ranks = parse_run_report(R"({"plan": {}})", "r.json");
   ASSERT_FALSE(no_ranks.ok());
   EXPECT_NE(no_ranks.problems[0].message.find("no \"ranks\""), std::string::npos);

@@ -39,7 +39,9 @@ std::optional<double> required_number(const json& object, const char* key, const
 }
 
 // nlohmann's message without its "[json.exception.parse_error.101] " tag.
-std::string parse_error_text(const json::parse_error& e) {
+// Any of its exceptions: a number past double's range ("1e400") is an
+// out_of_range, not a parse_error.
+std::string parse_error_text(const json::exception& e) {
   const std::string what = e.what();
   const auto tag_end = what.find("] ");
   return tag_end == std::string::npos ? what : what.substr(tag_end + 2);
@@ -75,7 +77,7 @@ Loaded<MetricsSeries> parse_metrics(std::istream& in, const std::string& display
     json record;
     try {
       record = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       result.problems.push_back({Severity::error, where, "not a JSON object: " + parse_error_text(e)});
       continue;
     }
@@ -127,7 +129,7 @@ Loaded<ReportFigures> parse_run_report(const std::string& text, const std::strin
   json report;
   try {
     report = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     result.problems.push_back({Severity::error, display_name, "not JSON: " + parse_error_text(e)});
     return result;
   }
