@@ -42,7 +42,7 @@ per_target_s=$(( total_s / count ))
 dictionary() {
   case "$1" in
     fuzz_model_yaml|fuzz_device_yaml|fuzz_cluster_yaml) echo fuzz/dict/yaml.dict ;;
-    fuzz_plan_file|fuzz_checkpoint_manifest|fuzz_device_measurements|fuzz_hf_config) echo fuzz/dict/json.dict ;;
+    fuzz_plan_file|fuzz_checkpoint_manifest|fuzz_device_measurements|fuzz_hf_config|fuzz_plot_inputs) echo fuzz/dict/json.dict ;;
     *) echo "fuzz/dict/$1.dict" ;;
   esac
 }
