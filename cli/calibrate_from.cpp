@@ -12,6 +12,7 @@
 #include "model/measured_device.hpp"
 #include "model/nccl_tests.hpp"
 #include "model/presets.hpp"
+#include "model/text.hpp"
 
 namespace meshplan::cli {
 namespace {
@@ -47,9 +48,10 @@ void apply_peaks(const std::string& text, DeviceSpec& device, Problems& problems
         value = 0;
       }
     }
-    if (!dtype || !(value > 0)) {
+    if (!dtype || !(value >= kPeakTflopsMin && value <= kPeakTflopsMax)) {
       problems.push_back({Severity::error, "--peak-tflops",
-                          "'" + item + "' is not DTYPE=TFLOPS with DTYPE one of fp32, tf32, bf16, fp16, fp8 and a positive rate"});
+                          "'" + item + "' is not DTYPE=TFLOPS with DTYPE one of fp32, tf32, bf16, fp16, fp8 and a rate "
+                          "from " + format("%g", kPeakTflopsMin) + " to " + format("%g", kPeakTflopsMax) + " TFLOP/s"});
       continue;
     }
     device.peak_flops_per_s[*dtype] = value * 1e12;
@@ -146,6 +148,16 @@ Loaded<std::string> device_preset_yaml(const CalibrateFromFlags& f, const std::s
     base.source = "datasheet figures from flags";
   }
   if (!f.peak_tflops.empty()) apply_peaks(f.peak_tflops, base, problems);
+  // 0 is "not given"; anything else must be what a device preset holds.
+  const auto check_range = [&](double value, const char* flag, double least, double most, const char* unit) {
+    if (value != 0 && !(value >= least && value <= most)) {
+      problems.push_back({Severity::error, flag, "must be from " + format("%g", least) + " to " + format("%g", most) +
+                                                     " " + unit + ", got " + format("%g", value)});
+    }
+  };
+  check_range(f.memory_bandwidth_gb_per_s, "--memory-bandwidth-gb-per-s", kMemoryBandwidthGbPerSMin,
+              kMemoryBandwidthGbPerSMax, "GB/s");
+  check_range(f.memory_gib, "--memory-gib", kMemoryGibMin, kMemoryGibMax, "GiB");
   if (f.memory_bandwidth_gb_per_s > 0) base.memory_bandwidth_bytes_per_s = f.memory_bandwidth_gb_per_s * 1e9;
   if (!f.name.empty()) base.name = f.name;
   if (!f.source.empty()) base.source = f.source;
@@ -156,12 +168,23 @@ Loaded<std::string> device_preset_yaml(const CalibrateFromFlags& f, const std::s
   problems.insert(problems.end(), figures.problems.begin(), figures.problems.end());
   if (has_errors(problems)) return result;
   DeviceSpec device = apply_measured_figures(base, figures.value, measured.value);
-  if (f.memory_gib > 0) device.memory_bytes = f.memory_gib * 1024.0 * 1024 * 1024;
+  DeviceMeasurements written = measured.value;
+  if (f.memory_gib > 0) {
+    device.memory_bytes = f.memory_gib * 1024.0 * 1024 * 1024;
+    written.memory_bytes = 0;  // the figure's comment names the flag, not the file's row
+    base_comments["memory_gib"] = "from --memory-gib";
+  }
   if (device.memory_bytes <= 0) {
     problems.push_back({Severity::error, "--memory-gib", "the file states no device memory: give --memory-gib or a --base device"});
     return result;
   }
-  result.value = measured_device_yaml(device, figures.value, measured.value, base_label, command, base_comments);
+  const std::string yaml = measured_device_yaml(device, figures.value, written, base_label, command, base_comments);
+  // Never write a preset that does not load: whatever slipped past the checks above is named here.
+  const Loaded<DeviceSpec> again = load_device_text(yaml, "the preset it would write");
+  for (const Problem& p : again.problems) {
+    if (p.severity == Severity::error) problems.push_back({Severity::error, f.file, describe(p)});
+  }
+  if (!has_errors(problems)) result.value = yaml;
   return result;
 }
 

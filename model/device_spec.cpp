@@ -157,7 +157,7 @@ Loaded<DeviceSpec> read_device(const YAML::Node& node, const std::string& displa
   if (auto kind = root.choice("kind", Need::optional, device_kind_names())) device.kind = *parse_device_kind(*kind);
   if (auto peaks = root.map("peak_tflops", Need::required)) {
     for (Dtype dtype : {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8}) {
-      if (auto tflops = peaks->number(to_string(dtype), Need::optional, 1e-6, 1e6)) {
+      if (auto tflops = peaks->number(to_string(dtype), Need::optional, kPeakTflopsMin, kPeakTflopsMax)) {
         device.peak_flops_per_s[dtype] = scale_decimal(*tflops, 12);
       }
     }
@@ -166,9 +166,9 @@ Loaded<DeviceSpec> read_device(const YAML::Node& node, const std::string& displa
       root.add_problem("peak_tflops", "needs at least one of fp32, tf32, bf16, fp16, fp8");
     }
   }
-  device.memory_bytes = root.number("memory_gib", Need::required, 1e-3, 1e6).value_or(0) * 1024.0 * 1024 * 1024;
+  device.memory_bytes = root.number("memory_gib", Need::required, kMemoryGibMin, kMemoryGibMax).value_or(0) * 1024.0 * 1024 * 1024;
   device.memory_bandwidth_bytes_per_s =
-      scale_decimal(root.number("memory_bandwidth_gb_per_s", Need::required, 1e-3, 1e6).value_or(0), 9);
+      scale_decimal(root.number("memory_bandwidth_gb_per_s", Need::required, kMemoryBandwidthGbPerSMin, kMemoryBandwidthGbPerSMax).value_or(0), 9);
   if (auto achievable = root.map("achievable", Need::optional)) {
     device.gemm_efficiency = achievable->number("gemm_fraction", Need::optional, 0.01, 1.0).value_or(device.gemm_efficiency);
     device.memory_efficiency =

@@ -136,6 +136,13 @@ DeviceSpec device_for_threads(const DeviceSpec& core, int threads, bool* used_th
 // preset without one says in its comments why calibrate wrote none.
 std::string missing_peak_message(const DeviceSpec& device, Dtype dtype);
 
+// What a device preset accepts (read_device), for the code that writes
+// presets too (calibrate): peak_tflops entries, memory_gib and
+// memory_bandwidth_gb_per_s (GB/s) within [min, max].
+inline constexpr double kPeakTflopsMin = 1e-6, kPeakTflopsMax = 1e6;
+inline constexpr double kMemoryGibMin = 1e-3, kMemoryGibMax = 1e6;
+inline constexpr double kMemoryBandwidthGbPerSMin = 1e-3, kMemoryBandwidthGbPerSMax = 1e6;
+
 // `name_or_path` as in find_preset().
 Loaded<DeviceSpec> load_device(const std::string& name_or_path);
 // The same, from YAML text (tests, fuzzing); `display_name` names it in messages.

@@ -579,6 +579,40 @@ TEST(CalibrateFrom, BadInputIsAClearError) {
   EXPECT_NE(r.err.find("--memory-bandwidth-gb-per-s"), std::string::npos) << r.err;
 }
 
+// Datasheet flags outside what a device preset holds are refused by name
+// (--memory-gib 1e300 wrote "memory_gib: inf", a preset that did not load);
+// a memory given by flag says so in the written preset, not "measured".
+TEST(CalibrateFrom, FlagsOutsideWhatAPresetHoldsAreRefused) {
+  const fs::path out = temp_path("h100-bad-flags.yaml");
+  struct Bad {
+    std::vector<std::string> flags;
+    std::string message;
+  };
+  const Bad bad[] = {
+      {{"--memory-gib", "1e300"}, "--memory-gib: must be from 0.001 to 1e+06 GiB, got 1e+300"},
+      {{"--memory-gib", "-5"}, "--memory-gib: must be from 0.001 to 1e+06 GiB, got -5"},
+      {{"--memory-bandwidth-gb-per-s", "1e9"}, "--memory-bandwidth-gb-per-s: must be from 0.001 to 1e+06 GB/s"},
+      {{"--peak-tflops", "bf16=inf"}, "--peak-tflops: 'bf16=inf' is not DTYPE=TFLOPS"},
+      {{"--peak-tflops", "bf16=1e7"}, "a rate from 1e-06 to 1e+06 TFLOP/s"},
+  };
+  for (const Bad& b : bad) {
+    std::vector<std::string> args = {"calibrate", "--from", "tests/data/h100-measured.jsonl", "--base", "h100-sxm", "-o", out.string()};
+    args.insert(args.end(), b.flags.begin(), b.flags.end());
+    const CliRun r = run_in_source(args);
+    EXPECT_EQ(r.status, 2) << b.flags[1];
+    EXPECT_NE(r.err.find(b.message), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out)) << b.flags[1];
+    expect_no_crash_text(r);
+  }
+  const CliRun r = run_in_source({"calibrate", "--from", "tests/data/h100-measured.jsonl", "--base", "h100-sxm",
+                                  "--memory-gib", "94", "-o", out.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(read_text(out).find("memory_gib: 94       # from --memory-gib"), std::string::npos) << read_text(out);
+  const auto got = meshplan::load_device(out.string());
+  ASSERT_TRUE(got.ok());
+  EXPECT_DOUBLE_EQ(got.value.memory_bytes, 94.0 * 1024 * 1024 * 1024);
+}
+
 // `calibrate --backend cuda` where no GPU can be used measures nothing: exit
 // 2, why, and the PyTorch script with --from as the way instead. The GPU is
 // hidden (CUDA_VISIBLE_DEVICES empty), so this checks the same path on a
