@@ -70,7 +70,9 @@ std::optional<std::int64_t> parse_bytes(std::string text) {
   if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 12) {
     return std::nullopt;
   }
-  return std::stoll(text) * multiplier;
+  std::int64_t bytes = 0;  // 12 digits times 2^30 can pass int64: "17179869185G" wrapped to 1G
+  if (__builtin_mul_overflow(std::stoll(text), multiplier, &bytes)) return std::nullopt;
+  return bytes;
 }
 
 std::optional<Collective> parse_collective(const std::string& name) {

@@ -89,6 +89,10 @@ TEST(CliCommbench, BadFlagsNameTheFlag) {
   CliRun r = run({"commbench", "--max-bytes", "12Q"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--max-bytes"), std::string::npos) << r.err;
+  // (2^34 + 1) x 2^30 wraps int64 to 2^30: it was read as 1G.
+  r = run({"commbench", "--max-bytes", "17179869185G"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--max-bytes: '17179869185G' is not a size from 1 to 2G"), std::string::npos) << r.err;
   r = run({"commbench", "--collectives", "all_reduce,allgather"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("'allgather' is not one of"), std::string::npos) << r.err;
