@@ -153,9 +153,13 @@ TEST(TrainableInputs, DataMustBeWhatTheModelTrainsOn) {
   EXPECT_TRUE(data_model_problems("synthetic-text", gpt).empty());
   // What a run takes without --data fits its model.
   EXPECT_EQ(default_data_spec(gpt), "synthetic-text");
-  EXPECT_EQ(default_data_spec(mlp), "synthetic");
+  EXPECT_EQ(default_data_spec(mlp), "fashion-mnist");  // 784 inputs, 10 classes
+  ModelSpec regression = mlp;
+  regression.mlp.layer_sizes = {16, 32, 4};
+  EXPECT_EQ(default_data_spec(regression), "synthetic");
   EXPECT_TRUE(data_model_problems(default_data_spec(gpt), gpt).empty());
   EXPECT_TRUE(data_model_problems(default_data_spec(mlp), mlp).empty());
+  EXPECT_TRUE(data_model_problems(default_data_spec(regression), regression).empty());
   const Problems generated_for_mlp = data_model_problems("synthetic-text", mlp);
   ASSERT_EQ(generated_for_mlp.size(), 1u);
   EXPECT_NE(generated_for_mlp[0].message.find("synthetic-text gives token windows for transformers"), std::string::npos)

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "executor/calibrate/measure.hpp"
+#include "executor/data/fashion_mnist.hpp"
 #include "executor/data/loader.hpp"
 #include "executor/data/text.hpp"
 #include "executor/model/parameters.hpp"
@@ -116,7 +117,12 @@ Problems data_model_problems(const std::string& data_spec, const ModelSpec& spec
 }
 
 std::string default_data_spec(const ModelSpec& spec) {
-  return spec.kind == ModelKind::transformer ? "synthetic-text" : "synthetic";
+  if (spec.kind == ModelKind::transformer) return "synthetic-text";
+  const std::vector<std::int64_t>& sizes = spec.mlp.layer_sizes;
+  const bool fashion_shaped = spec.kind == ModelKind::mlp && sizes.size() >= 2 &&
+                              sizes.front() == data::fashion_mnist_side * data::fashion_mnist_side &&
+                              sizes.back() == data::fashion_mnist_classes;
+  return fashion_shaped ? "fashion-mnist" : "synthetic";
 }
 
 Problems host_memory_problems(double predicted_rank_bytes, std::int64_t ranks_here, double host_bytes) {

@@ -59,7 +59,8 @@ Problems run_input_problems(const std::string& data_spec, std::int64_t seq_len, 
 Problems data_model_problems(const std::string& data_spec, const ModelSpec& spec);
 
 // The --data a run of `spec` takes when none is given: synthetic-text for a
-// transformer, synthetic for anything else (data/synthetic.hpp).
+// transformer; fashion-mnist for an MLP of Fashion-MNIST's shape (784 inputs,
+// 10 classes: both MLP presets); synthetic for any other (data/synthetic.hpp).
 std::string default_data_spec(const ModelSpec& spec);
 
 // The CPU run of a plan whose predicted allocations per rank

@@ -67,7 +67,7 @@ LaunchPanel::LaunchPanel(QWidget* parent) : QWidget(parent) {
   options->addWidget(steps_);
   options->addWidget(new QLabel(tr("Data:")));
   data_ = new QLineEdit;
-  data_->setPlaceholderText(tr("default: synthetic-text for transformers, synthetic for MLPs"));
+  data_->setPlaceholderText(tr("default: synthetic-text for transformers, fashion-mnist or synthetic for MLPs"));
   data_->setToolTip(tr("--data: text:PATH or synthetic-text for transformers; fashion-mnist[:DIR] or synthetic for MLPs"));
   options->addWidget(data_, 1);
   shrink_ = new QCheckBox(tr("Rehearse with a shrunken model (--shrink)"));
