@@ -506,6 +506,18 @@ TEST(CliTrain, LanguageModelEvaluationReadsEvalSamplesWindows) {
 }
 
 #ifdef NDEBUG
+// Without --data an MLP of Fashion-MNIST's shape (784 inputs, 10 classes)
+// trains on Fashion-MNIST: its first loss is the untrained ln 10.
+TEST(CliTrain, AnMlpOfFashionMnistsShapeTrainsOnItByDefault) {
+  const std::string plan = emit_plan("fashion-default.json", "dp=1", 128, 128);
+  const auto metrics = temp_path("fashion-default.jsonl");
+  const CliRun r = run({"train", "--plan", plan, "--steps", "3", "--metrics", metrics.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::vector<double> loss = losses(metrics);
+  ASSERT_EQ(loss.size(), 3u);
+  EXPECT_NEAR(loss.front(), std::log(10.0), 0.2);
+}
+
 TEST(CliTrain, FashionMnistReachesEightyFivePercentInTwoEpochs) {
   // The issue's own commands, with the default learning rate (1e-3, Adam's usual).
   const std::string plan = emit_plan("fashion.json", "dp=1", 128, 128);
