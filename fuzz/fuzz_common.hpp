@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "model/problem.hpp"
 
@@ -37,6 +38,25 @@ inline void check_problems(const Problems& problems, std::string_view expected_w
 template <typename T>
 void check_loaded(const Loaded<T>& loaded, std::string_view expected_where_prefix) {
   check_problems(loaded.problems, expected_where_prefix);
+}
+
+// Reading back what an accepted input made (a preset written from it): any
+// error aborts with `why` and the problem.
+inline void require_no_errors(const Problems& problems, const char* why) {
+  for (const Problem& problem : problems) {
+    if (problem.severity == Severity::error) fail(why, problem);
+  }
+}
+
+// A built-in preset a target starts from; when it does not load the build is
+// broken, not the parser: abort before fuzzing anything.
+template <typename T>
+T must_load(Loaded<T> loaded) {
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "fuzz setup: a built-in preset does not load\n");
+    std::abort();
+  }
+  return std::move(loaded.value);
 }
 
 // A sanity check on an accepted value; aborts naming the broken invariant.

@@ -6,25 +6,11 @@
 // schema accepts.
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "fuzz/fuzz_common.hpp"
 #include "model/device_spec.hpp"
 #include "model/measured_device.hpp"
-
-namespace {
-
-const meshplan::DeviceSpec& base_device() {
-  static const meshplan::DeviceSpec base = [] {
-    auto loaded = meshplan::load_device("h100-sxm");
-    if (!loaded.ok()) std::abort();  // the build's presets are missing: not a finding
-    return loaded.value;
-  }();
-  return base;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace meshplan;
@@ -33,14 +19,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto measured = parse_device_measurements(text, file);
   fuzz::check_loaded(measured, file);
   if (!measured.ok()) return 0;
-  const auto figures = derive_device_figures(measured.value, base_device());
+  static const DeviceSpec base = fuzz::must_load(load_device("h100-sxm"));
+  const auto figures = derive_device_figures(measured.value, base);
   fuzz::check_loaded(figures, file);
   if (!figures.ok()) return 0;
-  const DeviceSpec device = apply_measured_figures(base_device(), figures.value, measured.value);
+  const DeviceSpec device = apply_measured_figures(base, figures.value, measured.value);
   const std::string yaml = measured_device_yaml(device, figures.value, measured.value, "--base h100-sxm", "fuzz");
-  const auto again = load_device_text(yaml, "written preset");
-  for (const Problem& p : again.problems) {
-    if (p.severity == Severity::error) fuzz::fail("the device preset written from an accepted file does not load", p);
-  }
+  fuzz::require_no_errors(load_device_text(yaml, "written preset").problems,
+                          "the device preset written from an accepted file does not load");
   return 0;
 }

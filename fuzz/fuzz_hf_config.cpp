@@ -19,9 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!hf.ok()) return 0;
   const std::string yaml = hf_model_yaml(hf.value);
   const auto again = load_model_text(yaml, "printed preset");
-  for (const Problem& p : again.problems) {
-    if (p.severity == Severity::error) fuzz::fail("the preset printed from an accepted config does not load", p);
-  }
+  fuzz::require_no_errors(again.problems, "the preset printed from an accepted config does not load");
   fuzz::require(again.value.transformer.layers == hf.value.model.transformer.layers &&
                     again.value.transformer.hidden == hf.value.model.transformer.hidden &&
                     again.value.transformer.vocab == hf.value.model.transformer.vocab,

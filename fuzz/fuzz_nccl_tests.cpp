@@ -7,25 +7,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "fuzz/fuzz_common.hpp"
 #include "model/cluster_spec.hpp"
 #include "model/nccl_tests.hpp"
-
-namespace {
-
-const meshplan::ClusterSpec& base_cluster() {
-  static const meshplan::ClusterSpec base = [] {
-    auto loaded = meshplan::load_cluster("dgx-h100");
-    if (!loaded.ok()) std::abort();  // the build's presets are missing: not a finding
-    return loaded.value;
-  }();
-  return base;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace meshplan;
@@ -46,13 +32,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 "a fitted bandwidth is finite and > 0");
   fuzz::require(std::isfinite(link.value.fit.latency_s) && link.value.fit.latency_s >= 0,
                 "a fitted latency is finite and >= 0");
-  const ClusterSpec cluster = apply_link_fit(base_cluster(), link.value);
+  static const ClusterSpec base = fuzz::must_load(load_cluster("dgx-h100"));
+  const ClusterSpec cluster = apply_link_fit(base, link.value);
   const std::string yaml = measured_cluster_yaml(cluster, run.value, link.value, "--base dgx-h100", "fuzz");
-  const auto again = load_cluster_text(yaml, "written preset");
-  if (!again.ok()) {
-    for (const Problem& p : again.problems) {
-      if (p.severity == Severity::error) fuzz::fail("the cluster preset written from an accepted file does not load", p);
-    }
-  }
+  fuzz::require_no_errors(load_cluster_text(yaml, "written preset").problems,
+                          "the cluster preset written from an accepted file does not load");
   return 0;
 }
