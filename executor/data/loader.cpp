@@ -16,7 +16,6 @@ namespace {
 
 constexpr const char* spec_flag = "--data";
 constexpr const char* allowed_specs = "allowed: fashion-mnist, fashion-mnist:DIR, text:PATH, synthetic-text, synthetic";
-constexpr const char* synthetic_text_name = "synthetic-text";
 
 Problem spec_error(std::string message) { return {Severity::error, spec_flag, std::move(message)}; }
 
@@ -43,7 +42,7 @@ Loaded<DataSpec> parse_spec(const std::string& spec) {
       result.problems.push_back(spec_error("'" + spec + "' names no directory after ':'"));
   } else if (s.kind == "text") {
     if (s.argument.empty()) result.problems.push_back(spec_error("'" + spec + "' names no file or folder: use text:PATH"));
-  } else if (s.kind == "synthetic" || s.kind == synthetic_text_name) {
+  } else if (s.kind == "synthetic" || s.kind == synthetic_text_spec) {
     if (s.has_argument) result.problems.push_back(spec_error("'" + spec + "': " + s.kind + " takes no argument"));
   } else {
     result.problems.push_back(spec_error("unknown data kind '" + s.kind + "' in '" + spec + "' (" + allowed_specs + ")"));
@@ -67,13 +66,14 @@ Problems text_corpus_problems(const std::string& path, std::int64_t bytes, std::
   return problems;
 }
 
+// Windows of text need a sequence length of at least 1.
+Problems window_length_problems(std::int64_t sequence_length) {
+  if (sequence_length >= 1) return {};
+  return {spec_error("text needs a sequence length of at least 1, got " + std::to_string(sequence_length))};
+}
+
 Loaded<std::vector<std::uint8_t>> read_text_for_windows(const std::string& path, std::int64_t sequence_length) {
-  if (sequence_length < 1) {
-    Loaded<std::vector<std::uint8_t>> result;
-    result.problems.push_back(
-        spec_error("text needs a sequence length of at least 1, got " + std::to_string(sequence_length)));
-    return result;
-  }
+  if (Problems problems = window_length_problems(sequence_length); !problems.empty()) return {{}, std::move(problems)};
   return read_text_corpus(path);
 }
 
@@ -93,14 +93,8 @@ Loaded<std::unique_ptr<DataLoader>> make_text_loader(const std::string& name, Lo
 // What read_text_for_windows gives for synthetic text: the generated corpus,
 // or only the sequence-length problem.
 Loaded<std::vector<std::uint8_t>> synthetic_text_for_windows(std::int64_t sequence_length) {
-  Loaded<std::vector<std::uint8_t>> result;
-  if (sequence_length < 1) {
-    result.problems.push_back(
-        spec_error("text needs a sequence length of at least 1, got " + std::to_string(sequence_length)));
-    return result;
-  }
-  result.value = synthetic_text_corpus(SyntheticTextConfig{});
-  return result;
+  if (Problems problems = window_length_problems(sequence_length); !problems.empty()) return {{}, std::move(problems)};
+  return {synthetic_text_corpus(SyntheticTextConfig{}), {}};
 }
 
 }  // namespace
@@ -143,8 +137,8 @@ Loaded<std::unique_ptr<DataLoader>> make_loader(const std::string& spec, Split s
   if (s.kind == "text") {
     return make_text_loader(s.argument, read_text_for_windows(s.argument, sequence_length), split, seed, sequence_length);
   }
-  if (s.kind == synthetic_text_name) {
-    return make_text_loader(synthetic_text_name, synthetic_text_for_windows(sequence_length), split, seed,
+  if (s.kind == synthetic_text_spec) {
+    return make_text_loader(synthetic_text_spec, synthetic_text_for_windows(sequence_length), split, seed,
                             sequence_length);
   }
   result.value = std::make_unique<ShuffledLoader>(make_synthetic_regression(SyntheticConfig{}, split), seed);
@@ -170,9 +164,9 @@ Problems check_data_spec(const std::string& spec, std::int64_t sequence_length) 
     if (!corpus.ok()) return corpus.problems;
     problems = text_corpus_problems(s.argument, std::ssize(corpus.value), {Split::train, Split::validation},
                                     sequence_length);
-  } else if (s.kind == synthetic_text_name) {
-    if (sequence_length < 1) return synthetic_text_for_windows(sequence_length).problems;  // without generating it
-    problems = text_corpus_problems(synthetic_text_name, SyntheticTextConfig{}.bytes,
+  } else if (s.kind == synthetic_text_spec) {
+    if (Problems short_windows = window_length_problems(sequence_length); !short_windows.empty()) return short_windows;
+    problems = text_corpus_problems(synthetic_text_spec, SyntheticTextConfig{}.bytes,
                                     {Split::train, Split::validation}, sequence_length);
   }
   return problems;

@@ -11,7 +11,7 @@
 //    batches the original would have produced next.
 //
 // defines: Split, Batch, BatchShape, LoaderState, DataLoader, make_loader,
-//          check_data_spec, default_fashion_mnist_directory
+//          check_data_spec, default_fashion_mnist_directory, synthetic_text_spec
 #pragma once
 
 #include <cstdint>
@@ -90,6 +90,7 @@ class DataLoader {
 };
 
 inline constexpr const char* default_fashion_mnist_directory = "/usr/share/datasets/fashion-mnist";
+inline constexpr const char* synthetic_text_spec = "synthetic-text";
 
 // Parses a `--data` spec and builds its loader:
 //   "fashion-mnist"        Debian's dataset-fashion-mnist in default_fashion_mnist_directory

@@ -97,7 +97,7 @@ std::int64_t training_seq_len(const ModelSpec& spec, const Plan& plan) {
 
 Problems data_model_problems(const std::string& data_spec, const ModelSpec& spec) {
   const std::string kind = data_spec.substr(0, data_spec.find(':'));
-  const bool tokens = kind == "text" || kind == "synthetic-text";
+  const bool tokens = kind == "text" || kind == data::synthetic_text_spec;
   if (spec.kind == ModelKind::transformer && (kind == "synthetic" || kind == "fashion-mnist")) {
     return {{Severity::error, "--data",
              "'" + kind + "' gives labelled vectors for MLPs; a transformer trains on token windows: "
@@ -117,7 +117,7 @@ Problems data_model_problems(const std::string& data_spec, const ModelSpec& spec
 }
 
 std::string default_data_spec(const ModelSpec& spec) {
-  if (spec.kind == ModelKind::transformer) return "synthetic-text";
+  if (spec.kind == ModelKind::transformer) return data::synthetic_text_spec;
   const std::vector<std::int64_t>& sizes = spec.mlp.layer_sizes;
   const bool fashion_shaped = spec.kind == ModelKind::mlp && sizes.size() >= 2 &&
                               sizes.front() == data::fashion_mnist_side * data::fashion_mnist_side &&
