@@ -51,8 +51,10 @@ int run_plot(const PlotFlags& f) {
   }
 #ifdef MESHPLAN_HAVE_PLOT
   const std::string report_path = f.report_path.empty() ? default_report_path(f.metrics_path) : f.report_path;
-  if (!f.report_path.empty() && !std::filesystem::exists(f.report_path)) {
-    std::cerr << "meshplan plot: --report " << f.report_path << ": no such file\n";
+  std::error_code error;  // a name the file system refuses (too long) is "no such file" too, not an exception
+  if (!f.report_path.empty() && !std::filesystem::exists(f.report_path, error)) {
+    std::cerr << "meshplan plot: --report " << f.report_path << ": no such file"
+              << (error ? " (" + error.message() + ")" : std::string()) << "\n";
     return exit_bad_input;
   }
   const auto input = plot::read_plot_input(f.metrics_path, report_path);

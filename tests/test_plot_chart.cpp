@@ -165,6 +165,9 @@ TEST(PlotCommand, BadFlagsExitTwoNamingTheFlag) {
   for (const Case& c : {Case{{"plot", metrics.string(), "-o", "x.jpg"}, "--out: 'x.jpg'"},
                         Case{{"plot", metrics.string(), "-o", "x.png", "--size", "wide"}, "--size: 'wide'"},
                         Case{{"plot", metrics.string(), "-o", "x.png", "--report", "/nonexistent.json"}, "--report /nonexistent.json"},
+                        // A name longer than the file system allows: "internal error: filesystem error" before.
+                        Case{{"plot", metrics.string(), "-o", "x.png", "--report", "/tmp/" + std::string(5000, 'a')},
+                             ": no such file (File name too long)"},
                         Case{{"plot", metrics.string()}, "--out"},
                         Case{{"plot", temp_path("none.jsonl").string(), "-o", "x.png"}, "none.jsonl: cannot open"}}) {
     const CliRun r = run_without_display(c.args);
