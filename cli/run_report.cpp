@@ -218,7 +218,7 @@ std::vector<RankMeasurement> gather_measurements(exec::comm::Communicator* world
 
 }  // namespace
 
-Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_file,
+Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_file, const std::string& data_spec,
                           const Loaded<RunPrediction>& prediction, const RankMeasurement& mine,
                           const ComputeThreads& threads, const std::string& json_path) {
   const std::vector<RankMeasurement> measured = gather_measurements(world, mine);
@@ -234,7 +234,8 @@ Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_
                {"micro_batch", plan_file.plan.micro_batch},
                {"global_batch", plan_file.plan.global_batch},
                {"schedule", to_string(plan_file.plan.schedule)},
-               {"zero_stage", plan_file.plan.zero_stage}};
+               {"zero_stage", plan_file.plan.zero_stage},
+               {"data", data_spec}};
   auto environment = [](const char* name) -> Json {
     const char* value = std::getenv(name);
     return value ? Json(value) : Json(nullptr);

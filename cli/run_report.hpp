@@ -111,8 +111,9 @@ Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int thr
 
 // Gathers every rank's measurement to rank 0 over `world` (null: one rank),
 // and there prints the table to stdout and writes the JSON to `json_path`
-// (nothing written when empty). Collective over `world`.
-Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_file,
+// (nothing written when empty); `data_spec` is the --data the run trained
+// on, recorded with the plan. Collective over `world`.
+Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_file, const std::string& data_spec,
                           const Loaded<RunPrediction>& prediction, const RankMeasurement& mine,
                           const ComputeThreads& threads, const std::string& json_path);
 

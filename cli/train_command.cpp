@@ -349,7 +349,7 @@ int run_train(const TrainFlags& flags) {
   if (leader) std::cout << exec::format_peak_memory(memory) << "\n";
   Problems run_problems = end.save_problems;
   const Problems report_problems =  // collective: every rank's measurement goes to rank 0
-      write_run_report(&comm, pf, predict_on_this_machine(pf, threads.threads, config.compute, f.backend == "cuda", run.attention()),
+      write_run_report(&comm, pf, f.session.data, predict_on_this_machine(pf, threads.threads, config.compute, f.backend == "cuda", run.attention()),
                        measure_rank(comm.rank(), threads.threads, step_seconds,
                                     static_cast<double>(memory.total.peak_bytes)),
                        threads, f.report_path.empty() ? default_report_path(f.session.metrics_path) : f.report_path);

@@ -204,6 +204,9 @@ TEST(CliTrain, ATransformerTrainsOnSyntheticTextByDefaultAndLearnsIt) {
                        "possible loss is ln 4 = 1.386)"),
             std::string::npos)
       << r.err;
+  // The run report beside the metrics says what the run trained on.
+  const auto report = nlohmann::json::parse(read_text(temp_path("default-data.report.json")));
+  EXPECT_EQ(report["plan"]["data"], "synthetic-text");
   const std::vector<double> loss = losses(metrics);
   ASSERT_EQ(loss.size(), 200u);
   const double first = std::accumulate(loss.begin(), loss.begin() + 20, 0.0) / 20;
