@@ -34,7 +34,7 @@ Loaded<DataSpec> parse_spec(const std::string& spec) {
   Loaded<DataSpec> result;
   DataSpec& s = result.value;
   const std::size_t colon = spec.find(':');
-  s.kind = spec.substr(0, colon);
+  s.kind = data_kind(spec);
   s.has_argument = colon != std::string::npos;
   s.argument = s.has_argument ? spec.substr(colon + 1) : std::string();
   if (s.kind == "fashion-mnist") {
@@ -98,6 +98,8 @@ Loaded<std::vector<std::uint8_t>> synthetic_text_for_windows(std::int64_t sequen
 }
 
 }  // namespace
+
+std::string data_kind(const std::string& spec) { return spec.substr(0, spec.find(':')); }
 
 const char* to_string(Split split) { return split == Split::train ? "train" : "validation"; }
 

@@ -11,7 +11,7 @@
 //    batches the original would have produced next.
 //
 // defines: Split, Batch, BatchShape, LoaderState, DataLoader, make_loader,
-//          check_data_spec, default_fashion_mnist_directory, synthetic_text_spec
+//          check_data_spec, default_fashion_mnist_directory, synthetic_text_spec, data_kind
 #pragma once
 
 #include <cstdint>
@@ -91,6 +91,9 @@ class DataLoader {
 
 inline constexpr const char* default_fashion_mnist_directory = "/usr/share/datasets/fashion-mnist";
 inline constexpr const char* synthetic_text_spec = "synthetic-text";
+
+// A --data spec's kind: what comes before its first ':' ("text" of "text:corpus.txt").
+std::string data_kind(const std::string& spec);
 
 // Parses a `--data` spec and builds its loader:
 //   "fashion-mnist"        Debian's dataset-fashion-mnist in default_fashion_mnist_directory
