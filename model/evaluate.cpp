@@ -13,6 +13,7 @@
 #include "model/collectives.hpp"
 #include "model/model_states.hpp"
 #include "model/pipeline_time.hpp"
+#include "model/sharded_replay.hpp"
 #include "model/stage_partition.hpp"
 
 namespace meshplan {
@@ -556,6 +557,50 @@ void add_weight_sharding(StageSum& s, const Plan& plan, WeightShardingCost& pric
   s.backward_s += backward_exposed;
 }
 
+// One stage with sharded weights (pp = 1): the block-by-block replay of
+// sharded_replay.hpp, which is the simulator's model, in place of the
+// whole-stage form above. Each block's record gives its pass times and its
+// weights; gathers and reduce-scatters are priced per block (each pays the
+// collective's latency); with a data-parallel axis beside fsdp (HSDP) the
+// buckets fill as the replayed last backward produces them.
+ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const PlanScalars& ps,
+                           const std::vector<BlockCost>& kind_cost, const Link& fsdp_group, const StageSum& s) {
+  const bool split = plan.schedule.kind == ScheduleKind::zb_h1;
+  thread_local std::vector<ShardedBlock> kinds, blocks;
+  kinds.resize(kind_cost.size());
+  for (std::size_t k = 0; k < kind_cost.size(); ++k) {
+    const BlockCost& c = kind_cost[k];
+    const double parameters = c.dense_parameters + c.expert_parameters;
+    ShardedBlock& b = kinds[k];
+    b.forward_s = c.forward_compute_s + c.tp_forward_s + c.cp_forward_exposed_s + c.ep_s / 2;
+    b.backward_s = c.backward_compute_s + (split ? c.tp_backward_total_s : c.tp_backward_s) + c.cp_backward_exposed_s + c.ep_s / 2;
+    b.backward_compute_s = c.backward_compute_s;
+    b.weight_gradient_s = c.weight_gradient_s;
+    b.gradient_bytes = parameters * ps.bytes.gradient_bytes_per_parameter;
+    b.gathers = parameters > 0;
+    b.gather_s = cost(Collective::all_gather, parameters * ps.bytes.weight_bytes_per_parameter, fsdp_group);
+    b.scatter_s = cost(Collective::reduce_scatter, b.gradient_bytes, fsdp_group);
+  }
+  blocks.clear();
+  if (prof.embedding_block >= 0) blocks.push_back(kinds[static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(prof.embedding_block)])]);
+  for (int block : prof.layer_blocks) blocks.push_back(kinds[static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(block)])]);
+  if (prof.head_block >= 0) blocks.push_back(kinds[static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(prof.head_block)])]);
+
+  ShardedBuckets buckets;
+  const Link dp_group = combine({ps.links.of(Axis::dp), ps.links.of(Axis::ep)});
+  if (dp_group.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)) {
+    const GradientBuckets b = gradient_buckets(s.gradient_bytes / ps.fsdp, plan.gradient_bucket_bytes);
+    const Collective kind = gradient_reduction(plan.zero_stage);
+    buckets.count = b.count;
+    buckets.threshold_each = b.size * ps.fsdp;
+    buckets.each_s = b.count > 1 ? cost(kind, b.size, dp_group) : 0;
+    buckets.last_s = b.count > 1 && b.last == b.size ? buckets.each_s : cost(kind, b.last, dp_group);
+    buckets.overlapped = plan.overlap_gradient_reduction && dp_group.overlaps_compute;
+  }
+  return replay_sharded_stage(blocks, plan.micro_batches(), split,
+                              plan.overlap_parameter_gather && fsdp_group.overlaps_compute, buckets);
+}
+
 // Data-parallel gradient reduction after the last micro-batch (in buckets,
 // overlapping its last gradient pass), ZeRO-1/2's gather of the updated weights, and
 // the optimizer, each the largest of any stage (the slowest stage's compute
@@ -700,21 +745,34 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
     StageSum& s = sum[static_cast<std::size_t>(r)];
     s.forward_s += p2p_s;
     s.backward_s += p2p_s;
-    if (fsdp_group.size > 1) add_weight_sharding(s, plan, weight_sharding);
+    if (fsdp_group.size > 1 && pp > 1) add_weight_sharding(s, plan, weight_sharding);
     stage_s[static_cast<std::size_t>(r)] = s.forward_s + s.backward_s;
   }
   std::size_t slowest = 0;
   for (std::size_t r = 1; r < stage_s.size(); ++r) {
     if (stage_s[r] > stage_s[slowest]) slowest = r;
   }
-  const StageSum& slow = sum[slowest];
+  StageSum& slow = sum[slowest];
+  const double md = static_cast<double>(m);
   const PipelineTiming pipeline = pipeline_timing(stage_s, m, plan.schedule, slow.weight_gradient_s);
   time.bubble_s = pipeline.bubble_s;
-  const AfterPipeline after = after_pipeline(sum, plan, ps, rates);
+  AfterPipeline after = after_pipeline(sum, plan, ps, rates);
+  double before_optimizer_s = pipeline.step_s + after.dp_exposed_s;
+  if (fsdp_group.size > 1 && pp == 1) {
+    // The replay's waits for gathers and its reduce-scatter tail are fsdp's
+    // exposed time; what the buckets add after both is dp's.
+    const ShardedStep sharded = replay_sharded(prof, plan, ps, kind_cost, fsdp_group, slow);
+    const double reduced_s = std::max(sharded.passes_end_s, sharded.reductions_end_s);
+    slow.fsdp_s = sharded.gather_total_s + sharded.scatter_total_s;
+    slow.fsdp_exposed_s = (reduced_s - md * stage_s[0]) / md;
+    slow.forward_s += sharded.forward_wait_s / md;
+    slow.backward_s += sharded.backward_wait_s / md;
+    after.dp_exposed_s = std::max(0.0, sharded.end_s - reduced_s);
+    before_optimizer_s = sharded.end_s;
+  }
   time.optimizer_s = after.optimizer_s;
-  time.step_s = pipeline.step_s + after.dp_exposed_s + after.gather_after_step_s + after.optimizer_s;
+  time.step_s = before_optimizer_s + after.gather_after_step_s + after.optimizer_s;
 
-  const double md = static_cast<double>(m);
   time.compute_s = md * slow.compute_s;  // the optimizer is reported on its own
   account_axes(time, slow, plan, ps.fsdp, md, p2p_s, after);
   time.stage_forward_s = slow.forward_s;

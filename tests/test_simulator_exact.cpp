@@ -1,7 +1,7 @@
 // The simulator with contention off against the evaluator, over random plans:
 // both read the same cost record (model/stage_cost.hpp). Where the event
-// engine and the analytical model are the same model (one stage, no
-// data-parallel reduction) the steps are equal; everywhere, the simulator's
+// engine and the analytical model are the same model (one pipeline stage,
+// weights sharded or not) the steps are equal; everywhere, the simulator's
 // work is the record, block for block.
 //
 // Plans are drawn with a fixed seed over model presets (dense, grouped-query,
@@ -120,40 +120,45 @@ std::string describe(const PlanSetup& s, const Plan& plan) {
          " overlap-tp=" + std::to_string(plan.overlap_tensor_parallel);
 }
 
-// One pipeline stage, weights not sharded (meshes over dp, tp, cp and ep,
-// ZeRO 0-2), every switch: the event engine and the analytical model are
-// then the same model, read from the same record, so the steps must be
-// equal: m micro-batches of the stage's forward and backward, each with its
-// blocks' collectives (backward tp collectives hidden under the W GEMMs
-// block by block, as much as the record says, and not at all beside
-// ZB-H1's B pass), the gradient buckets filling during the last gradient
-// pass and reduced one after another, then the optimizer and ZeRO-1/2's
-// gather. Relative 1e-12, not ==: the engine adds the m passes one event
+// One pipeline stage (meshes over dp, fsdp, tp, cp and ep, ZeRO 0-3), every
+// switch: the event engine and the analytical model are then the same model,
+// read from the same record, so the steps must be equal: m micro-batches of
+// the stage's forward and backward, each with its blocks' collectives
+// (backward tp collectives hidden under the W GEMMs block by block, as much
+// as the record says, and not at all beside ZB-H1's B pass); with sharded
+// weights, each block's gather prefetched and its reduce-scatter after it on
+// one stream (model/sharded_replay.hpp); the gradient buckets filling during
+// the last gradient pass and reduced one after another, then the optimizer
+// and ZeRO-1/2's gather. Relative 1e-12, not ==: the engine adds the m passes one event
 // after another where the evaluator multiplies m by one pass, and the two
 // sums round differently in the last bits (ulps of the step).
-TEST(SimulatedStepExactly, OneStageWithUnshardedWeightsEqualsTheEvaluator) {
+TEST(SimulatedStepExactly, OneStageEqualsTheEvaluator) {
   std::vector<PlanSetup> setups = make_setups();
   std::mt19937_64 rng(20261125);
-  int checked = 0, reduced = 0, hidden = 0;
-  for (int tried = 0; checked < 300 && tried < 30000; ++tried) {
+  int checked = 0, reduced = 0, hidden = 0, sharded = 0, hybrid = 0;
+  for (int tried = 0; checked < 400 && tried < 40000; ++tried) {
     const PlanSetup& s = setups[std::uniform_int_distribution<std::size_t>(0, setups.size() - 1)(rng)];
-    Plan plan = draw_plan(s, rng, {Axis::dp, Axis::tp, Axis::cp, Axis::ep});
-    plan.zero_stage = static_cast<int>(rng() % 3);
+    Plan plan = draw_plan(s, rng, {Axis::dp, Axis::fsdp, Axis::tp, Axis::cp, Axis::ep});
     if (!valid(s, plan)) continue;
     const auto sim = simulate_plan(*s.evaluator, plan, {false, false});
     ASSERT_TRUE(sim.ok()) << describe(s, plan) << "\n" << messages(sim.problems);
     ++checked;
     const double simulated = sim.value.summary.step_s, analytical = sim.value.analytical.step_s;
     EXPECT_NEAR(simulated, analytical, 1e-12 * analytical) << describe(s, plan);
-    if (plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) > 1) ++reduced;
+    const bool weights_sharded = plan.mesh.size(Axis::fsdp) > 1 || (plan.zero_stage == 3 && plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) > 1);
+    if (plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) > 1 && plan.zero_stage < 3) ++reduced;
     if (plan.overlap_tensor_parallel && plan.mesh.size(Axis::tp) > 1) ++hidden;
+    if (weights_sharded) ++sharded;
+    if (weights_sharded && plan.mesh.size(Axis::fsdp) > 1 && plan.zero_stage < 3 && plan.mesh.size(Axis::dp) > 1) ++hybrid;
   }
-  EXPECT_EQ(checked, 300);
+  EXPECT_EQ(checked, 400);
   // The draw must reach the cases this test is about.
   EXPECT_GT(reduced, 100);
   EXPECT_GT(hidden, 50);
-  std::printf("[ exact    ] 300 one-stage plans: %d with a data-parallel reduction, %d hiding tp under W\n", reduced,
-              hidden);
+  EXPECT_GT(sharded, 100);
+  EXPECT_GT(hybrid, 20);
+  std::printf("[ exact    ] 400 one-stage plans: %d with a data-parallel reduction, %d hiding tp under W, %d with sharded "
+              "weights (%d HSDP)\n", reduced, hidden, sharded, hybrid);
 }
 
 // Over every axis, schedule and switch: the work the simulator replays is the
