@@ -566,7 +566,9 @@ void add_weight_sharding(StageSum& s, const Plan& plan, WeightShardingCost& pric
 ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const PlanScalars& ps,
                            const std::vector<BlockCost>& kind_cost, const Link& fsdp_group, const StageSum& s) {
   const bool split = plan.schedule.kind == ScheduleKind::zb_h1;
-  thread_local std::vector<ShardedBlock> kinds, blocks;
+  thread_local std::vector<ShardedBlock> kinds;
+  thread_local std::vector<ShardedRun> runs;
+  thread_local std::vector<int> run_kind;
   kinds.resize(kind_cost.size());
   for (std::size_t k = 0; k < kind_cost.size(); ++k) {
     const BlockCost& c = kind_cost[k];
@@ -581,10 +583,25 @@ ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const Pla
     b.gather_s = cost(Collective::all_gather, parameters * ps.bytes.weight_bytes_per_parameter, fsdp_group);
     b.scatter_s = cost(Collective::reduce_scatter, b.gradient_bytes, fsdp_group);
   }
-  blocks.clear();
-  if (prof.embedding_block >= 0) blocks.push_back(kinds[static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(prof.embedding_block)])]);
-  for (int block : prof.layer_blocks) blocks.push_back(kinds[static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(block)])]);
-  if (prof.head_block >= 0) blocks.push_back(kinds[static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(prof.head_block)])]);
+  // The blocks in forward order, alike neighbours as one run.
+  runs.clear();
+  run_kind.clear();
+  auto add = [&](int kind, std::int64_t count) {
+    if (!runs.empty() && run_kind.back() == kind) {
+      runs.back().count += count;
+    } else {
+      runs.push_back({kinds[static_cast<std::size_t>(kind)], count});
+      run_kind.push_back(kind);
+    }
+  };
+  auto kind_of = [&](int block) { return prof.block_kind[static_cast<std::size_t>(block)]; };
+  if (prof.embedding_block >= 0) add(kind_of(prof.embedding_block), 1);
+  if (prof.uniform_layer_kind >= 0) {
+    add(prof.uniform_layer_kind, static_cast<std::int64_t>(prof.layer_blocks.size()));
+  } else {
+    for (int block : prof.layer_blocks) add(kind_of(block), 1);
+  }
+  if (prof.head_block >= 0) add(kind_of(prof.head_block), 1);
 
   ShardedBuckets buckets;
   const Link dp_group = combine({ps.links.of(Axis::dp), ps.links.of(Axis::ep)});
@@ -597,7 +614,7 @@ ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const Pla
     buckets.last_s = b.count > 1 && b.last == b.size ? buckets.each_s : cost(kind, b.last, dp_group);
     buckets.overlapped = plan.overlap_gradient_reduction && dp_group.overlaps_compute;
   }
-  return replay_sharded_stage(blocks, plan.micro_batches(), split,
+  return replay_sharded_stage(runs, plan.micro_batches(), split,
                               plan.overlap_parameter_gather && fsdp_group.overlaps_compute, buckets);
 }
 

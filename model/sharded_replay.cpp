@@ -1,48 +1,51 @@
 // The sharded-weights replay of sharded_replay.hpp. Times are absolute
 // seconds from the start of the step; the stream is a FIFO, so a job starts
 // when it is issued or when the job before it ends, whichever is later.
+//
+// Stepping over repeats: the state a block (or a micro-batch) starts from is
+// the stream's lag behind the stage, the lag of the gathers already issued
+// and of the last reduce-scatter, and how many gathers are in flight (a lag
+// below zero is no lag: the stream was idle). When two consecutive blocks
+// of a run, or two consecutive micro-batches, start from the same state,
+// every later block of the run (micro-batch before the last) repeats the
+// last one, shifted by its length.
 #include "model/sharded_replay.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
-#include <vector>
 
 namespace meshplan {
 namespace {
 
+using State = std::array<double, 5>;
+
 class Replay {
  public:
-  Replay(std::span<const ShardedBlock> blocks, std::int64_t micro_batches, bool split_backward, bool prefetch,
+  Replay(std::span<const ShardedRun> runs, std::int64_t micro_batches, bool split_backward, bool prefetch,
          const ShardedBuckets& buckets)
-      : blocks_(blocks), m_(std::max<std::int64_t>(micro_batches, 1)), split_(split_backward),
-        wanted_(prefetch ? 2 : 1), buckets_(buckets) {
-    gathering_.clear();
-    for (std::size_t b = 0; b < blocks.size(); ++b) {
-      if (blocks[b].gathers) gathering_.push_back(b);
-    }
-    for (const ShardedBlock& b : blocks) produced_total_ += b.gradient_bytes;
+      : runs_(runs), m_(std::max<std::int64_t>(micro_batches, 1)), split_(split_backward), wanted_(prefetch ? 2 : 1),
+        buckets_(buckets) {
+    for (const ShardedRun& run : runs) produced_total_ += static_cast<double>(run.count) * run.block.gradient_bytes;
+    cursor_.run = first_gathering(0);
   }
 
   ShardedStep run() {
-    double previous[5] = {};
+    State previous{};
     double previous_t = 0;
     bool have_previous = false;
     for (std::int64_t j = 0; j < m_; ++j) {
       if (j > 0 && j + 1 < m_) {
-        // The state the next micro-batch starts from, relative to the stage:
-        // when it equals the last one, every micro-batch up to the last repeats it.
-        const double state[5] = {stream_free_ - t_, std::max(reductions_end_ - t_, -1.0),
-                                 static_cast<double>(pending_count_), pending_count_ > 0 ? pending_[0] - t_ : 0,
-                                 pending_count_ > 1 ? pending_[1] - t_ : 0};
-        if (have_previous && same(state, previous)) {
+        const State now = state();
+        if (have_previous && same(now, previous)) {
           const std::int64_t skipped = m_ - 1 - j;
           shift(static_cast<double>(skipped) * (t_ - previous_t));
-          wait_[0] += static_cast<double>(skipped) * last_wait_[0];
-          wait_[1] += static_cast<double>(skipped) * last_wait_[1];
-          cursor_micro_batch_ += skipped;
+          cursor_.micro_batch += skipped;
+          wait_[0] += static_cast<double>(skipped) * micro_batch_wait_[0];
+          wait_[1] += static_cast<double>(skipped) * micro_batch_wait_[1];
           j += skipped;
         } else {
-          std::copy(state, state + 5, previous);
+          previous = now;
           previous_t = t_;
           have_previous = true;
         }
@@ -59,47 +62,99 @@ class Replay {
     step.end_s = std::max({step.passes_end_s, step.reductions_end_s, step.buckets_end_s});
     step.forward_wait_s = wait_[0];
     step.backward_wait_s = wait_[1];
-    for (const ShardedBlock& b : blocks_) {
-      step.gather_total_s += b.gathers ? 2 * b.gather_s : 0;
-      step.scatter_total_s += b.gathers ? b.scatter_s : 0;
-      step.busy_s += b.forward_s + b.backward_s;
+    for (const ShardedRun& run : runs_) {
+      const double n = static_cast<double>(run.count);
+      const ShardedBlock& b = run.block;
+      step.gather_total_s += b.gathers ? n * 2 * b.gather_s : 0;
+      step.scatter_total_s += b.gathers ? n * b.scatter_s : 0;
+      step.busy_s += n * (b.forward_s + b.backward_s);
     }
     return step;
   }
 
  private:
-  static bool same(const double* a, const double* b) {
-    for (int i = 0; i < 5; ++i) {
-      if (std::abs(a[i] - b[i]) > 1e-14 * std::max(std::abs(a[i]), std::abs(b[i])) + 1e-300) return false;
+  // ---- the state blocks and micro-batches start from, and stepping over repeats
+  State state() const {
+    auto lag = [&](double end) { return std::max(end - t_, 0.0); };
+    return {lag(stream_free_), lag(reductions_end_), static_cast<double>(pending_count_),
+            pending_count_ > 0 ? lag(pending_[0]) : 0, pending_count_ > 1 ? lag(pending_[1]) : 0};
+  }
+  // Equal but for the rounding of absolute times (ulps of t).
+  bool same(const State& a, const State& b) const {
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (std::abs(a[i] - b[i]) > 1e-13 * t_) return false;
     }
     return true;
   }
-
+  // Moves everything still ahead of the stage `by` later (what already
+  // ended stays in the past, where only its being over matters).
   void shift(double by) {
+    auto move = [&](double& end) {
+      if (end > t_) end += by;
+    };
+    move(stream_free_);
+    move(reductions_end_);
+    for (int i = 0; i < pending_count_; ++i) move(pending_[i]);
     t_ += by;
-    stream_free_ += by;
-    if (reductions_end_ > 0) reductions_end_ += by;
-    for (int i = 0; i < pending_count_; ++i) pending_[i] += by;
   }
 
-  // The gather sequence, micro-batch after micro-batch: the forward's blocks
-  // in order, then the backward's (B's under ZB-H1) last to first.
-  double gather_at(std::int64_t position) const {
-    const std::size_t k = gathering_.size();
-    const std::size_t p = static_cast<std::size_t>(position);
-    return blocks_[p < k ? gathering_[p] : gathering_[2 * k - 1 - p]].gather_s;
-  }
-
-  void issue(double now) {
-    const auto per_micro_batch = static_cast<std::int64_t>(2 * gathering_.size());
-    while (pending_count_ < wanted_ && cursor_micro_batch_ < m_) {
-      const double start = std::max(now, stream_free_);
-      stream_free_ = start + gather_at(cursor_position_);
-      pending_[pending_count_++] = stream_free_;
-      if (++cursor_position_ == per_micro_batch) {
-        cursor_position_ = 0;
-        ++cursor_micro_batch_;
+  // ---- the gather stream: gathers in the order blocks need their weights
+  // (forward blocks first to last, then backward blocks last to first,
+  // micro-batch after micro-batch), issued up to `wanted_` ahead.
+  struct Cursor {
+    std::int64_t micro_batch = 0;
+    int pass = 0;            // 0 forward, 1 backward
+    std::size_t run = 0;     // index into runs_ (runs_.size(): none left in this pass)
+    std::int64_t issued = 0; // blocks of that run issued in this pass
+  };
+  std::size_t first_gathering(int pass) const {
+    if (pass == 0) {
+      for (std::size_t r = 0; r < runs_.size(); ++r) {
+        if (runs_[r].block.gathers) return r;
       }
+    } else {
+      for (std::size_t r = runs_.size(); r-- > 0;) {
+        if (runs_[r].block.gathers) return r;
+      }
+    }
+    return runs_.size();
+  }
+  std::size_t next_gathering(std::size_t r, int pass) const {
+    if (pass == 0) {
+      while (++r < runs_.size()) {
+        if (runs_[r].block.gathers) return r;
+      }
+    } else {
+      while (r-- > 0) {
+        if (runs_[r].block.gathers) return r;
+      }
+    }
+    return runs_.size();
+  }
+  // After `issued` moved: on to the next run, pass or micro-batch when this run is done.
+  void normalize() {
+    while (cursor_.micro_batch < m_ &&
+           (cursor_.run == runs_.size() || cursor_.issued == runs_[cursor_.run].count)) {
+      cursor_.issued = 0;
+      if (cursor_.run != runs_.size()) cursor_.run = next_gathering(cursor_.run, cursor_.pass);
+      if (cursor_.run != runs_.size()) continue;
+      if (cursor_.pass == 0) {
+        cursor_.pass = 1;
+      } else {
+        cursor_.pass = 0;
+        ++cursor_.micro_batch;
+      }
+      cursor_.run = first_gathering(cursor_.pass);
+      if (cursor_.run == runs_.size()) return;  // no block gathers
+    }
+  }
+  void issue(double now) {
+    while (pending_count_ < wanted_ && cursor_.micro_batch < m_ && cursor_.run < runs_.size()) {
+      const double start = std::max(now, stream_free_);
+      stream_free_ = start + runs_[cursor_.run].block.gather_s;
+      pending_[pending_count_++] = stream_free_;
+      ++cursor_.issued;
+      normalize();
     }
   }
 
@@ -110,7 +165,8 @@ class Replay {
     const double start = std::max(t_, pending_[0]);
     pending_[0] = pending_[1];
     --pending_count_;
-    last_wait_[pass] += start - t_;
+    block_wait_ = start - t_;
+    micro_batch_wait_[pass] += block_wait_;
     return start;
   }
 
@@ -121,12 +177,14 @@ class Replay {
     reductions_end_ = stream_free_;
   }
 
-  // The last gradient pass: buckets whose bytes block b completes become
-  // ready in proportion to its compute (`compute_s` from `start`).
-  void fill_buckets(double start, double compute_s, double gradient_bytes) {
+  // ---- data-parallel buckets (HSDP): in the last gradient pass, the buckets
+  // whose bytes block b completes become ready in proportion to its compute
+  // (`compute_s` from `start`).
+  // The stage's last block completes them all, whatever the rounding of the running sum.
+  void fill_buckets(double start, double compute_s, double gradient_bytes, bool last_block) {
     if (buckets_.count == 0 || !buckets_.overlapped) return;
     const double from = produced_, to = from + gradient_bytes;
-    while (next_bucket_ < buckets_.count && threshold(next_bucket_) <= to) {
+    while (next_bucket_ < buckets_.count && (last_block || threshold(next_bucket_) <= to)) {
       const double fraction = gradient_bytes > 0 ? (threshold(next_bucket_) - from) / gradient_bytes : 1.0;
       ready_bucket(start + compute_s * std::clamp(fraction, 0.0, 1.0));
     }
@@ -141,58 +199,108 @@ class Replay {
     ++next_bucket_;
   }
 
-  void micro_batch(bool last) {
-    last_wait_[0] = last_wait_[1] = 0;
-    for (const ShardedBlock& b : blocks_) t_ = begin(b, 0) + b.forward_s;
-    for (std::size_t i = blocks_.size(); i-- > 0;) {
-      const ShardedBlock& b = blocks_[i];
-      const double start = begin(b, 1);
-      if (split_) {
-        t_ = start + std::max(b.backward_s - b.weight_gradient_s, 0.0);
-        continue;
+  // ---- passes
+  enum class Pass { forward, backward, input_gradient, weight_gradient };
+
+  // One block's pass; `last`: the step's last gradient pass (buckets fill),
+  // `last_block`: the pass's last block.
+  void block_pass(const ShardedBlock& b, Pass pass, bool last, bool last_block) {
+    switch (pass) {
+      case Pass::forward: t_ = begin(b, 0) + b.forward_s; break;
+      case Pass::backward: {
+        const double start = begin(b, 1);
+        if (last) fill_buckets(start, b.backward_compute_s, b.gradient_bytes, last_block);
+        t_ = start + b.backward_s;
+        reduce_scatter(b);
+        break;
       }
-      if (last) fill_buckets(start, b.backward_compute_s, b.gradient_bytes);
-      t_ = start + b.backward_s;
-      reduce_scatter(b);
-    }
-    if (split_) {
-      for (std::size_t i = blocks_.size(); i-- > 0;) {
-        const ShardedBlock& b = blocks_[i];
-        if (last) fill_buckets(t_, b.weight_gradient_s, b.gradient_bytes);
+      case Pass::input_gradient: t_ = begin(b, 1) + std::max(b.backward_s - b.weight_gradient_s, 0.0); break;
+      case Pass::weight_gradient:
+        if (last) fill_buckets(t_, b.weight_gradient_s, b.gradient_bytes, last_block);
         t_ += b.weight_gradient_s;
         reduce_scatter(b);
+        break;
+    }
+  }
+
+  // A run's blocks one after another, stepping over the repeats; `final_run`:
+  // the pass ends with this run.
+  void run_pass(const ShardedRun& run, Pass pass, bool last, bool final_run) {
+    const bool may_skip = !(last && buckets_.count > 0 && buckets_.overlapped);
+    State previous{};
+    double previous_t = 0;
+    for (std::int64_t i = 0; i < run.count; ++i) {
+      const ShardedBlock& b = run.block;
+      if (may_skip && pass == Pass::weight_gradient && b.gathers && b.scatter_s >= b.weight_gradient_s &&
+          stream_free_ >= t_ + b.weight_gradient_s) {
+        // W passes wait for nothing; with the stream this far behind and each
+        // reduce-scatter no shorter than its W, every one of them starts when
+        // the one before it ends: the stream sets the pace, its lag only grows.
+        const auto left = static_cast<double>(run.count - i);
+        t_ += left * b.weight_gradient_s;
+        stream_free_ += left * b.scatter_s;
+        reductions_end_ = stream_free_;
+        return;
       }
+      if (may_skip && i > 0 && i + 1 < run.count) {
+        const State now = state();
+        if (i > 1 && same(now, previous)) {
+          const std::int64_t skipped = run.count - 1 - i;
+          shift(static_cast<double>(skipped) * (t_ - previous_t));
+          const bool needs_weights = pass != Pass::weight_gradient && run.block.gathers;
+          if (needs_weights) {
+            micro_batch_wait_[pass == Pass::forward ? 0 : 1] += static_cast<double>(skipped) * block_wait_;
+            if (cursor_.micro_batch < m_ && cursor_.run < runs_.size()) {
+              cursor_.issued += skipped;
+              normalize();
+            }
+          }
+          i += skipped;
+        } else {
+          previous = now;
+          previous_t = t_;
+        }
+      }
+      block_pass(run.block, pass, last, final_run && i + 1 == run.count);
+    }
+  }
+
+  void micro_batch(bool last) {
+    micro_batch_wait_[0] = micro_batch_wait_[1] = 0;
+    for (const ShardedRun& run : runs_) run_pass(run, Pass::forward, false, false);
+    const Pass backward = split_ ? Pass::input_gradient : Pass::backward;
+    for (std::size_t r = runs_.size(); r-- > 0;) run_pass(runs_[r], backward, last && !split_, r == 0);
+    if (split_) {
+      for (std::size_t r = runs_.size(); r-- > 0;) run_pass(runs_[r], Pass::weight_gradient, last, r == 0);
     }
     if (last && buckets_.overlapped) {
       while (next_bucket_ < buckets_.count) ready_bucket(t_);  // rounding leftovers
     }
-    wait_[0] += last_wait_[0];
-    wait_[1] += last_wait_[1];
+    wait_[0] += micro_batch_wait_[0];
+    wait_[1] += micro_batch_wait_[1];
   }
 
-  std::span<const ShardedBlock> blocks_;
+  std::span<const ShardedRun> runs_;
   std::int64_t m_;
   bool split_;
   int wanted_;
   const ShardedBuckets& buckets_;
-  static thread_local std::vector<std::size_t> gathering_;
   double produced_total_ = 0;
   double t_ = 0, stream_free_ = 0, reductions_end_ = 0;
   double pending_[2] = {};
   int pending_count_ = 0;
-  std::int64_t cursor_micro_batch_ = 0, cursor_position_ = 0;
+  Cursor cursor_;
   double produced_ = 0, bucket_free_ = 0;
   std::int64_t next_bucket_ = 0;
-  double wait_[2] = {}, last_wait_[2] = {};  // gather waits over the step, and in the last micro-batch
+  double block_wait_ = 0;                                 // the last block's wait for its gather
+  double wait_[2] = {}, micro_batch_wait_[2] = {};        // forward / backward: over the step, this micro-batch
 };
-
-thread_local std::vector<std::size_t> Replay::gathering_;
 
 }  // namespace
 
-ShardedStep replay_sharded_stage(std::span<const ShardedBlock> blocks, std::int64_t micro_batches,
-                                 bool split_backward, bool prefetch, const ShardedBuckets& buckets) {
-  return Replay(blocks, micro_batches, split_backward, prefetch, buckets).run();
+ShardedStep replay_sharded_stage(std::span<const ShardedRun> runs, std::int64_t micro_batches, bool split_backward,
+                                 bool prefetch, const ShardedBuckets& buckets) {
+  return Replay(runs, micro_batches, split_backward, prefetch, buckets).run();
 }
 
 }  // namespace meshplan

@@ -13,12 +13,13 @@
 // issue_gathers, end_segment, schedule_buckets) for a one-stage program,
 // written as the max-plus recurrence it reduces to there, so the evaluator
 // and the simulator with contention off give the same step
-// (tests/test_simulator_exact.cpp). Micro-batches after the first repeat
-// one another once the stream's lag behind the compute stops changing: the
-// replay detects that and steps over the repeats, so its cost is a few
-// micro-batches of blocks, not m of them.
+// (tests/test_simulator_exact.cpp). Blocks of a run, and micro-batches,
+// repeat one another once the stream's lag behind the compute stops
+// changing: the replay detects that and steps over the repeats, so its cost
+// is a few blocks per run and a few micro-batches, not m passes of every
+// block.
 //
-// Defines: ShardedBlock, ShardedBuckets, ShardedStep, replay_sharded_stage.
+// Defines: ShardedBlock, ShardedRun, ShardedBuckets, ShardedStep, replay_sharded_stage.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,7 @@
 
 namespace meshplan {
 
-// One block of the stage, in forward order, from the cost record.
+// One block of the stage, from the cost record.
 struct ShardedBlock {
   double forward_s = 0;           // forward: compute and its in-layer collectives
   double backward_s = 0;          // backward (input and weight gradients): compute and its exposed collectives
@@ -36,6 +37,12 @@ struct ShardedBlock {
   double scatter_s = 0;           // reduce-scatter of its gradients
   double gradient_bytes = 0;      // gradients its gradient pass produces (before the reduce-scatter)
   bool gathers = false;           // has weights to gather and gradients to reduce-scatter
+};
+
+// `count` blocks alike, back to back (a model's layers are one run or a few).
+struct ShardedRun {
+  ShardedBlock block;
+  std::int64_t count = 1;
 };
 
 // Data-parallel gradient buckets over the replicas of the sharded group (HSDP):
@@ -63,7 +70,8 @@ struct ShardedStep {
 // gradients, weights needed) then W (weight gradients, reduce-scatters after
 // it). `prefetch`: the next block's gather is issued when a block starts
 // (else each block gathers its own when it is reached).
-ShardedStep replay_sharded_stage(std::span<const ShardedBlock> blocks, std::int64_t micro_batches,
+// `runs`: the stage's blocks in forward order.
+ShardedStep replay_sharded_stage(std::span<const ShardedRun> runs, std::int64_t micro_batches,
                                  bool split_backward, bool prefetch, const ShardedBuckets& buckets);
 
 }  // namespace meshplan

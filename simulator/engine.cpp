@@ -461,17 +461,20 @@ class Engine {
       push(now + std::max(0.0, duration - segment.tp_hidden_s), Wake::overlapped_comm, s);
     }
     if (work_.overlap_gradient_reduction && produces_gradients(in.kind) && st.last_gradient_pc[local(in.chunk)] == st.pc) {
-      schedule_buckets(s, chunk, segment.gradient_bytes, now, duration);
+      schedule_buckets(s, chunk, segment.gradient_bytes, now, duration,
+                       static_cast<std::size_t>(st.step) + 1 == chunk.segments.size());
     }
     push(now + duration, Wake::compute_done, s);
   }
 
   // Buckets whose bytes this segment completes become ready in proportion
-  // to its progress (DDP's hooks fire as gradients are written).
-  void schedule_buckets(std::int32_t s, const ChunkWork& chunk, double gradient_bytes, double now, double duration) {
+  // to its progress (DDP's hooks fire as gradients are written); the chunk's
+  // last segment completes them all, whatever the rounding of the running sum.
+  void schedule_buckets(std::int32_t s, const ChunkWork& chunk, double gradient_bytes, double now, double duration,
+                        bool last_segment = false) {
     StageRun& st = stages_[static_cast<std::size_t>(s)];
     const double from = st.produced_bytes, to = from + gradient_bytes;
-    while (st.next_bucket < chunk.buckets.size() && chunk.buckets[st.next_bucket].produced_bytes <= to) {
+    while (st.next_bucket < chunk.buckets.size() && (last_segment || chunk.buckets[st.next_bucket].produced_bytes <= to)) {
       const double fraction = gradient_bytes > 0 ? (chunk.buckets[st.next_bucket].produced_bytes - from) / gradient_bytes : 1.0;
       ++st.reductions_outstanding;
       push(now + duration * std::clamp(fraction, 0.0, 1.0), Wake::bucket_ready, s,
