@@ -231,7 +231,7 @@ class Replay {
     double previous_t = 0;
     for (std::int64_t i = 0; i < run.count; ++i) {
       const ShardedBlock& b = run.block;
-      if (may_skip && pass == Pass::weight_gradient && b.gathers && b.scatter_s >= b.weight_gradient_s &&
+      if (may_skip && pass == Pass::weight_gradient && i + 1 < run.count && b.gathers && b.scatter_s >= b.weight_gradient_s &&
           stream_free_ >= t_ + b.weight_gradient_s) {
         // W passes wait for nothing; with the stream this far behind and each
         // reduce-scatter no shorter than its W, every one of them starts when
