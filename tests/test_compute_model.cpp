@@ -359,7 +359,8 @@ TEST(Overlap, LinksThatCannotOverlapComputeExposeAllCommunication) {
       if (overlaps) {
         EXPECT_LT(t.axis_exposed_s[axis], 0.9 * t.axis_communication_s[axis]) << mesh;
       } else {
-        EXPECT_DOUBLE_EQ(t.axis_exposed_s[axis], t.axis_communication_s[axis]) << mesh;
+        // fsdp's exposed time is a difference of replayed times (model/sharded_replay.hpp): equal but for rounding.
+        EXPECT_NEAR(t.axis_exposed_s[axis], t.axis_communication_s[axis], 1e-12 * t.axis_communication_s[axis]) << mesh;
       }
     }
   }
