@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "model/collectives.hpp"
@@ -557,6 +558,42 @@ void add_weight_sharding(StageSum& s, const Plan& plan, WeightShardingCost& pric
   s.backward_s += backward_exposed;
 }
 
+// replay_sharded_stage through a small cache: the planner evaluates one mesh
+// under many schedules, ZeRO stages and batch sizes whose stages replay the
+// same blocks. The key is every input of the replay (a pure function), so a
+// hit returns exactly what the replay would.
+ShardedStep replay_cached(std::span<const ShardedRun> runs, std::int64_t micro_batches, bool split, bool prefetch,
+                          const ShardedBuckets& buckets) {
+  constexpr std::size_t kSlots = 512;
+  struct Slot {
+    std::vector<double> key;
+    ShardedStep step;
+  };
+  thread_local std::vector<Slot> slots(kSlots);
+  thread_local std::vector<double> key;
+  key.clear();
+  key.insert(key.end(), {static_cast<double>(micro_batches), split ? 1.0 : 0.0, prefetch ? 1.0 : 0.0,
+                         static_cast<double>(buckets.count), buckets.threshold_each, buckets.each_s, buckets.last_s,
+                         buckets.overlapped ? 1.0 : 0.0});
+  for (const ShardedRun& run : runs) {
+    const ShardedBlock& b = run.block;
+    key.insert(key.end(), {static_cast<double>(run.count), b.forward_s, b.backward_s, b.backward_compute_s,
+                           b.weight_gradient_s, b.gather_s, b.scatter_s, b.gradient_bytes, b.gathers ? 1.0 : 0.0});
+  }
+  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a over the key's bytes
+  for (double x : key) {
+    std::uint64_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    hash = (hash ^ bits) * 1099511628211ull;
+  }
+  Slot& slot = slots[(hash ^ (hash >> 29)) % kSlots];
+  if (slot.key != key) {
+    slot.step = replay_sharded_stage(runs, micro_batches, split, prefetch, buckets);
+    slot.key = key;
+  }
+  return slot.step;
+}
+
 // One stage with sharded weights (pp = 1): the block-by-block replay of
 // sharded_replay.hpp, which is the simulator's model, in place of the
 // whole-stage form above. Each block's record gives its pass times and its
@@ -614,7 +651,7 @@ ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const Pla
     buckets.last_s = b.count > 1 && b.last == b.size ? buckets.each_s : cost(kind, b.last, dp_group);
     buckets.overlapped = plan.overlap_gradient_reduction && dp_group.overlaps_compute;
   }
-  return replay_sharded_stage(runs, plan.micro_batches(), split,
+  return replay_cached(runs, plan.micro_batches(), split,
                               plan.overlap_parameter_gather && fsdp_group.overlaps_compute, buckets);
 }
 
