@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 
 #include <cctype>
+#include <charconv>
+#include <cstdint>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -39,6 +41,37 @@ std::optional<std::string> first_unknown_flag(const CLI::App& command, int argc,
     if (!looks_like_flag) continue;
     const std::string name(arg.substr(0, arg.find('=')));
     if (command.get_option_no_throw(name) == nullptr) return name;
+  }
+  return std::nullopt;
+}
+
+// CLI11 2.1 reads an integer past the int64 range as the range's end
+// (`--steps 99999999999999999999` became 9223372036854775807, and the
+// command ran on a number nobody typed). The first integer-typed flag of
+// `command` whose value is such an integer, from argv[first] on, as the
+// message to print; nullopt when there is none.
+std::optional<std::string> integer_out_of_range(const CLI::App& command, int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg[0] != '-' || arg[1] != '-') continue;
+    const std::size_t equals = arg.find('=');
+    const CLI::Option* option = command.get_option_no_throw(std::string(arg.substr(0, equals)));
+    if (option == nullptr || option->get_type_name().rfind("INT", 0) != 0) continue;
+    std::string_view value;
+    if (equals != std::string_view::npos) {
+      value = arg.substr(equals + 1);
+    } else if (i + 1 < argc) {
+      value = argv[i + 1];
+    }
+    std::string_view digits = value.substr(!value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0);
+    const bool integer = !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
+    if (!integer) continue;
+    std::int64_t parsed = 0;
+    const char* begin = value.data() + (!value.empty() && value[0] == '+' ? 1 : 0);
+    if (std::from_chars(begin, value.data() + value.size(), parsed).ec == std::errc::result_out_of_range) {
+      return std::string(arg.substr(0, equals)) + ": '" + std::string(value) + "' is out of range";
+    }
   }
   return std::nullopt;
 }
@@ -91,6 +124,11 @@ int main(int argc, char** argv) {
     const auto near = meshplan::nearest_name(flag->substr(flag->find_first_not_of('-')), long_option_names(app));
     std::cerr << "meshplan: unknown flag " << *flag << (near ? " (did you mean --" + *near + "?)" : std::string())
               << "; see meshplan --help\n";
+    return exit_bad_input;
+  }
+
+  if (const auto problem = integer_out_of_range(*chosen, argc, argv, chosen == &app ? 1 : 2)) {
+    std::cerr << chosen_name << ": " << *problem << "; see " << chosen_name << " --help\n";
     return exit_bad_input;
   }
 

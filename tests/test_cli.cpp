@@ -155,6 +155,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"unknown_flag", {"explain", "--meshh", "dp=2"}, {"--meshh"}},
         BadInput{"mesh_shape", {"explain", "--mesh-shape", "[[4],[\"dp\",\"tp\"]]"}, {"--mesh-shape", "1 sizes but 2 axis names"}},
         BadInput{"rank", {"explain", "--rank", "5000"}, {"--rank", "must be in [0, world size 1024)"}},
+        // CLI11 read integers past int64 as its end (9223372036854775807), and the
+        // command ran on a number nobody typed: refused, naming what was typed.
+        BadInput{"integer_past_int64", {"explain", "--micro-batch", "99999999999999999999"},
+                 {"--micro-batch: '99999999999999999999' is out of range"}},
+        BadInput{"integer_past_int64_equals", {"explain", "--mesh", "dp=1024", "--seq=-99999999999999999999"},
+                 {"--seq: '-99999999999999999999' is out of range"}},
+        BadInput{"integer_past_int64_train", {"train", "--plan", "x.json", "--steps", "123456789012345678901234"},
+                 {"--steps: '123456789012345678901234' is out of range"}},
         BadInput{"unknown_command", {"frobnicate"}, {"frobnicate"}},
         BadInput{"no_command", {}, {"subcommand"}}),
     [](const auto& test_info) { return std::string(test_info.param.name); });
