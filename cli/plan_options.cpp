@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "cli/search_options.hpp"
 #include "cli/text_report.hpp"
 #include "model/default_batch.hpp"
 #include "model/evaluate.hpp"
@@ -195,27 +196,6 @@ void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs&
   }
 }
 
-// "13,12,12,11" (commas or spaces) as layer counts; a malformed list is an error and gives none.
-std::vector<std::int64_t> parse_stage_layers(const std::string& flag, Problems& problems) {
-  std::vector<std::int64_t> layers;
-  std::string text = flag;
-  std::replace(text.begin(), text.end(), ',', ' ');
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    while (pos < text.size() && text[pos] == ' ') ++pos;
-    std::size_t end = pos;
-    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
-    if (pos == text.size()) break;
-    if (end == pos || (end < text.size() && text[end] != ' ') || end - pos > 9) {
-      problems.push_back({Severity::error, "--stage-layers", "expected whole numbers separated by commas, e.g. 13,12,12,11"});
-      return {};
-    }
-    layers.push_back(std::stoll(text.substr(pos, end - pos)));
-    pos = end;
-  }
-  return layers;
-}
-
 }  // namespace
 
 Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
@@ -268,7 +248,9 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
   space.precisions = {plan.precision};
   if (f.sequence_parallel || f.no_sequence_parallel) space.sequence_parallel = {f.sequence_parallel};
   if (!f.stage_layers.empty()) {
-    plan.stage_layers = parse_stage_layers(f.stage_layers, problems);
+    auto layers = parse_int_list(f.stage_layers, "--stage-layers", 1, std::int64_t{1} << 20, true);
+    problems.insert(problems.end(), layers.problems.begin(), layers.problems.end());
+    plan.stage_layers = layers.value;
     if (search_mesh) {
       problems.push_back({Severity::error, "--stage-layers", "needs --mesh (uneven stages are laid out over its pp)"});
     }

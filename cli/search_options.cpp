@@ -147,7 +147,7 @@ Loaded<std::vector<std::string>> split_list(const std::string& text, const std::
 }
 
 Loaded<std::vector<std::int64_t>> parse_int_list(const std::string& text, const std::string& flag,
-                                                  std::int64_t min_value, std::int64_t max_value) {
+                                                  std::int64_t min_value, std::int64_t max_value, bool in_order) {
   Loaded<std::vector<std::int64_t>> result;
   auto words = split_list(text, flag);
   result.problems = words.problems;
@@ -160,7 +160,9 @@ Loaded<std::vector<std::int64_t>> parse_int_list(const std::string& text, const 
                                      std::to_string(max_value) + "]"});
       continue;
     }
-    if (std::find(result.value.begin(), result.value.end(), value) == result.value.end()) result.value.push_back(value);
+    if (in_order || std::find(result.value.begin(), result.value.end(), value) == result.value.end()) {
+      result.value.push_back(value);
+    }
   }
   return result;
 }

@@ -77,8 +77,10 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& jobs, const SearchFlags& s
 std::string describe_space(const SearchSpace& space);
 
 // Comma lists, strictly: every item non-empty; problems name `flag`.
+// parse_int_list keeps each value once (a set to search) unless `in_order`
+// (a sequence, such as layers per pipeline chunk).
 Loaded<std::vector<std::string>> split_list(const std::string& text, const std::string& flag);
 Loaded<std::vector<std::int64_t>> parse_int_list(const std::string& text, const std::string& flag, std::int64_t min_value,
-                                                  std::int64_t max_value);
+                                                  std::int64_t max_value, bool in_order = false);
 
 }  // namespace meshplan::cli

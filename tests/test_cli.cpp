@@ -144,6 +144,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"global_batch", {"explain", "--mesh", "dp=16,pp=8,tp=8", "--global-batch", "1000"}, {"--global-batch", "not a multiple"}},
         BadInput{"global_batch_searched", {"explain", "--global-batch", "7"}, {"--mesh", "not given", "--global-batch"}},
         BadInput{"stage_layers_searched", {"explain", "--stage-layers", "12,12"}, {"--stage-layers", "needs --mesh"}},
+        // An empty entry was dropped ("they sum to 3"), not named.
+        BadInput{"stage_layers_empty_entry", {"explain", "--mesh", "pp=2,dp=512", "--stage-layers", "1,,2"},
+                 {"--stage-layers", "empty item in '1,,2'"}},
         BadInput{"precision", {"explain", "--precision", "fp8"}, {"--precision", "no fp8 support"}},
         BadInput{"gpus_not_number", {"explain", "--gpus", "abc"}, {"--gpus"}},
         // More devices than meshplan models (model/mesh.hpp, kMaxMeshDevices): refused at once,
