@@ -47,9 +47,10 @@ std::optional<std::string> first_unknown_flag(const CLI::App& command, int argc,
 
 // CLI11 2.1 reads an integer past the int64 range as the range's end
 // (`--steps 99999999999999999999` became 9223372036854775807, and the
-// command ran on a number nobody typed). The first integer-typed flag of
-// `command` whose value is such an integer, from argv[first] on, as the
-// message to print; nullopt when there is none.
+// command ran on a number nobody typed), and a negative one into an
+// unsigned flag modulo 2^64. The first integer-typed flag of `command`
+// whose value is such an integer, from argv[first] on, as the message to
+// print; nullopt when there is none.
 std::optional<std::string> integer_out_of_range(const CLI::App& command, int argc, char** argv, int first) {
   for (int i = first; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -57,7 +58,10 @@ std::optional<std::string> integer_out_of_range(const CLI::App& command, int arg
     if (arg.size() < 3 || arg[0] != '-' || arg[1] != '-') continue;
     const std::size_t equals = arg.find('=');
     const CLI::Option* option = command.get_option_no_throw(std::string(arg.substr(0, equals)));
-    if (option == nullptr || option->get_type_name().rfind("INT", 0) != 0) continue;
+    if (option == nullptr) continue;
+    const std::string type = option->get_type_name();
+    const bool is_unsigned = type.rfind("UINT", 0) == 0;
+    if (!is_unsigned && type.rfind("INT", 0) != 0) continue;
     std::string_view value;
     if (equals != std::string_view::npos) {
       value = arg.substr(equals + 1);
@@ -67,11 +71,15 @@ std::optional<std::string> integer_out_of_range(const CLI::App& command, int arg
     std::string_view digits = value.substr(!value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0);
     const bool integer = !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
     if (!integer) continue;
+    const std::string flag(arg.substr(0, equals));
+    // CLI11 reads a negative number into an unsigned flag modulo 2^64 (--seed -1 was 18446744073709551615).
+    if (is_unsigned && value[0] == '-') return flag + ": '" + std::string(value) + "' is below 0";
+    const char* begin = value.data() + (value[0] == '+' ? 1 : 0);
     std::int64_t parsed = 0;
-    const char* begin = value.data() + (!value.empty() && value[0] == '+' ? 1 : 0);
-    if (std::from_chars(begin, value.data() + value.size(), parsed).ec == std::errc::result_out_of_range) {
-      return std::string(arg.substr(0, equals)) + ": '" + std::string(value) + "' is out of range";
-    }
+    std::uint64_t parsed_unsigned = 0;
+    const auto result = is_unsigned ? std::from_chars(begin, value.data() + value.size(), parsed_unsigned)
+                                    : std::from_chars(begin, value.data() + value.size(), parsed);
+    if (result.ec == std::errc::result_out_of_range) return flag + ": '" + std::string(value) + "' is out of range";
   }
   return std::nullopt;
 }

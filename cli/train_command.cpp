@@ -7,8 +7,10 @@
 // (cli/train_interrupt.hpp: stop after the step, save, print the resume
 // command, exit 130), and the run report, measured against predicted step
 // time and memory per rank (cli/run_report.hpp). A plan the executor cannot
-// train, unreadable --data and an unwritable --checkpoint-dir are refused
-// before MPI starts (executor/train/trainable.hpp); a job whose rank count
+// train, unreadable --data, an unwritable --checkpoint-dir or run report
+// and optimiser settings no run can use (a nan or negative --lr) are
+// refused before MPI starts (executor/train/trainable.hpp,
+// session_config_problems); a job whose rank count
 // differs from the plan's world size is refused once it has.
 //
 // --backend cuda trains a transformer on a GPU (executor/parallel/
@@ -281,6 +283,11 @@ int run_train(const TrainFlags& flags) {
   refused.insert(refused.end(), inputs.begin(), inputs.end());
   const Problems data_fit = exec::data_model_problems(f.session.data, pf.model);
   refused.insert(refused.end(), data_fit.begin(), data_fit.end());
+  const Problems settings = exec::session_config_problems(f.session);
+  refused.insert(refused.end(), settings.begin(), settings.end());
+  const Problems report_file = exec::output_file_problems(
+      f.report_path.empty() ? default_report_path(f.session.metrics_path) : f.report_path, "--report");
+  refused.insert(refused.end(), report_file.begin(), report_file.end());
   if (f.backend == "cpu") {
     const Problems memory = exec::host_memory_problems(pf.prediction.memory.allocated_peak_bytes(),
                                                        local_ranks_from_environment(1), exec::host_memory_bytes());

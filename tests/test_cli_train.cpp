@@ -373,6 +373,37 @@ TEST(CliTrain, RefusesAnUnwritableCheckpointDirBeforeTraining) {
   expect_no_crash_text(r);
 }
 
+// Optimiser settings no run can use, a negative seed and a run report that
+// could not be written are refused before the first step (exit 2, the flag
+// named): a nan or infinite --lr used to train one step and stop with a
+// non-finite loss (exit 1), a negative one ascended the loss, --seed -1
+// became 2^64 - 1, and an unwritable --report failed after the whole run.
+TEST(CliTrain, RefusesSettingsNoRunCanUseBeforeTheFirstStep) {
+  const std::string plan = emit_gpt_plan("settings-check.json", "dp=1", 1);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--lr", "nan"}, "--lr: must be a positive number, got nan"},
+      {{"--lr", "inf"}, "--lr: must be a positive number, got inf"},
+      {{"--lr", "-0.001"}, "--lr: must be a positive number, got -0.001"},
+      {{"--warmup", "-1"}, "--warmup: must be 0 or more steps"},
+      {{"--weight-decay", "-0.1"}, "--weight-decay: must be 0 or a positive number"},
+      {{"--clip", "nan"}, "--clip: must be a number"},
+      {{"--seed", "-1"}, "--seed: '-1' is below 0"},
+      {{"--report", "/nonexistent-meshplan-folder/run.json"},
+       "--report /nonexistent-meshplan-folder/run.json: the folder /nonexistent-meshplan-folder does not exist"},
+  };
+  for (const auto& [flags, message] : cases) {
+    const auto metrics = temp_path("settings-check.jsonl");
+    std::filesystem::remove(metrics);
+    std::vector<std::string> args = {"train", "--plan", plan, "--steps", "2", "--metrics", metrics.string()};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const CliRun r = run(args);
+    EXPECT_EQ(r.status, 2) << flags[0] << "\n" << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(metrics)) << flags[0] << ": a step ran: " << r.out;
+    expect_no_crash_text(r);
+  }
+}
+
 // launch asks what train would refuse before it starts mpirun: a plan with
 // context parallelism (which the executor does not run) and unreadable --data are refused (exit 2, one message, the field named)
 // and the launcher, a stand-in that leaves a mark, never runs; it does run

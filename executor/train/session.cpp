@@ -6,6 +6,7 @@
 #include "executor/train/session.hpp"
 
 #include <cmath>
+#include <sstream>
 
 #include "executor/backend/backend.hpp"
 #include "executor/checkpoint/checkpoint.hpp"
@@ -275,8 +276,29 @@ Problems TrainingSession::State::open_metrics() {
   return problems;
 }
 
+Problems session_config_problems(const SessionConfig& config) {
+  Problems problems;
+  auto refuse = [&](const char* flag, const std::string& what, double value) {
+    std::ostringstream text;
+    text << what << ", got " << value;
+    problems.push_back({Severity::error, flag, text.str()});
+  };
+  if (!(std::isfinite(config.lr) && config.lr > 0)) refuse("--lr", "must be a positive number", config.lr);
+  if (config.warmup < 0) refuse("--warmup", "must be 0 or more steps", static_cast<double>(config.warmup));
+  if (!(std::isfinite(config.weight_decay) && config.weight_decay >= 0)) {
+    refuse("--weight-decay", "must be 0 or a positive number", config.weight_decay);
+  }
+  if (std::isnan(config.clip)) refuse("--clip", "must be a number (<= 0: off)", config.clip);
+  if (config.eval_samples < 0) refuse("--eval-samples", "must be positive", static_cast<double>(config.eval_samples));
+  return problems;
+}
+
 Loaded<std::unique_ptr<TrainingSession>> TrainingSession::open(const SessionConfig& config, const PlanFile& plan_file,
                                                                comm::Communicator& world, SessionHooks hooks) {
+  if (Problems refused = session_config_problems(config); has_errors(refused)) {
+    if (world.rank() == 0 && hooks.report) hooks.report(refused);
+    return {{}, std::move(refused)};
+  }
   auto state = std::make_unique<State>();
   state->config = config;
   state->plan_file = plan_file;

@@ -99,6 +99,13 @@ struct SessionHooks {
   std::function<void(double step_s)> step_time;
 };
 
+// The optimiser's settings a session refuses before it starts, each naming
+// its flag: a learning rate that is not a positive finite number (nan or
+// inf stopped the run at step 1; a negative one ascends the loss), a
+// negative warm-up, a weight decay that is negative or not finite, a
+// clipping norm that is nan. TrainingSession::open asks it too.
+Problems session_config_problems(const SessionConfig& config);
+
 // How train() ended.
 struct SessionEnd {
   enum Kind { finished, stopped, failed } kind = finished;

@@ -28,15 +28,10 @@ namespace {
 
 Problem error(const std::string& field, const std::string& message) { return {Severity::error, field, message}; }
 
-// Created when missing (save_checkpoint creates it too), then a probe file
-// written and removed: what the first save would find out hours later.
-Problems checkpoint_dir_problems(const std::string& dir) {
+// A probe file written in `dir` and removed; problems name `where`.
+Problems folder_write_problems(const std::string& dir, const std::string& where) {
   namespace fs = std::filesystem;
-  const std::string where = "--checkpoint-dir " + dir;
   std::error_code failure;
-  if (fs::exists(dir, failure) && !fs::is_directory(dir, failure)) return {error(where, "is not a folder")};
-  fs::create_directories(dir, failure);
-  if (failure) return {error(where, "cannot create the folder: " + failure.message())};
   // Named by process: every rank of a job probes the same folder.
   const fs::path probe = fs::path(dir) / (".meshplan-write-check-" + std::to_string(::getpid()));
   std::FILE* file = std::fopen(probe.c_str(), "wb");
@@ -46,6 +41,18 @@ Problems checkpoint_dir_problems(const std::string& dir) {
   fs::remove(probe, failure);
   if (!written || !closed) return {error(where, "cannot write a file in the folder (is the disk full?)")};
   return {};
+}
+
+// Created when missing (save_checkpoint creates it too), then probed: what
+// the first save would find out hours later.
+Problems checkpoint_dir_problems(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string where = "--checkpoint-dir " + dir;
+  std::error_code failure;
+  if (fs::exists(dir, failure) && !fs::is_directory(dir, failure)) return {error(where, "is not a folder")};
+  fs::create_directories(dir, failure);
+  if (failure) return {error(where, "cannot create the folder: " + failure.message())};
+  return folder_write_problems(dir, where);
 }
 
 // An MLP runs under DataParallelTrainer: dp and fsdp axes (any ZeRO stage the
@@ -156,6 +163,18 @@ Problems host_memory_problems(double predicted_rank_bytes, std::int64_t ranks_he
 }
 
 double host_memory_bytes() { return probe_machine().memory_total_bytes; }
+
+Problems output_file_problems(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return {};
+  const std::string where = flag + " " + path;
+  std::error_code failure;
+  if (fs::is_directory(path, failure)) return {error(where, "is a folder; give a file name")};
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  if (!fs::is_directory(dir, failure)) return {error(where, "the folder " + dir + " does not exist")};
+  return folder_write_problems(dir, where);
+}
 
 Problems run_input_problems(const std::string& data_spec, std::int64_t seq_len, const std::string& checkpoint_dir) {
   Problems problems = data::check_data_spec(data_spec, seq_len);

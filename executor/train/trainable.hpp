@@ -16,13 +16,15 @@
 //   cnn          refused: ResNets are planned, not trained.
 //
 // run_input_problems checks the rest of what `train` would otherwise fail on
-// late: the --data spec and a --checkpoint-dir that cannot be written.
+// late: the --data spec and a --checkpoint-dir that cannot be written;
+// output_file_problems a run report that could not be.
 //
 // host_memory_problems refuses, on the CPU, a plan whose own prediction does
 // not fit this machine: the allocation would fail part way (std::bad_alloc)
 // or the kernel would kill the ranks.
 //
-// defines: trainable, training_seq_len, run_input_problems, host_memory_problems
+// defines: trainable, training_seq_len, run_input_problems, output_file_problems, data_model_problems,
+// host_memory_problems
 #pragma once
 
 #include <cstdint>
@@ -49,6 +51,11 @@ std::int64_t training_seq_len(const ModelSpec& spec, const Plan& plan);
 // would, and a probe file written in it and removed. Problems of the folder
 // name "--checkpoint-dir <dir>".
 Problems run_input_problems(const std::string& data_spec, std::int64_t seq_len, const std::string& checkpoint_dir);
+
+// A file `train` writes at the end (the run report): its folder must exist
+// and take a file, found before training rather than after it; problems name
+// "<flag> <path>". Empty: nothing to check.
+Problems output_file_problems(const std::string& path, const std::string& flag);
 
 // Whether the --data spec's samples are what the model trains on: a
 // transformer on token windows (text:PATH or synthetic-text, byte tokens, so
