@@ -209,6 +209,7 @@ class Replay {
       case Pass::forward: t_ = begin(b, 0) + b.forward_s; break;
       case Pass::backward: {
         const double start = begin(b, 1);
+        last_start_ = start;
         if (last) fill_buckets(start, b.backward_compute_s, b.gradient_bytes, last_block);
         t_ = start + b.backward_s;
         reduce_scatter(b);
@@ -216,6 +217,7 @@ class Replay {
       }
       case Pass::input_gradient: t_ = begin(b, 1) + std::max(b.backward_s - b.weight_gradient_s, 0.0); break;
       case Pass::weight_gradient:
+        last_start_ = t_;
         if (last) fill_buckets(t_, b.weight_gradient_s, b.gradient_bytes, last_block);
         t_ += b.weight_gradient_s;
         reduce_scatter(b);
@@ -224,29 +226,45 @@ class Replay {
   }
 
   // A run's blocks one after another, stepping over the repeats; `final_run`:
-  // the pass ends with this run.
+  // the pass ends with this run. In the last gradient pass the buckets the
+  // stepped-over blocks fill are still filled, block by block, at the starts
+  // the repeats give them.
   void run_pass(const ShardedRun& run, Pass pass, bool last, bool final_run) {
-    const bool may_skip = !(last && buckets_.count > 0 && buckets_.overlapped);
+    const bool fills = last && buckets_.count > 0 && buckets_.overlapped;
+    const double compute_s = pass == Pass::weight_gradient ? run.block.weight_gradient_s : run.block.backward_compute_s;
     State previous{};
     double previous_t = 0;
     for (std::int64_t i = 0; i < run.count; ++i) {
       const ShardedBlock& b = run.block;
-      if (may_skip && pass == Pass::weight_gradient && i + 1 < run.count && b.gathers && b.scatter_s >= b.weight_gradient_s &&
+      if (pass == Pass::weight_gradient && i + 1 < run.count && b.gathers && b.scatter_s >= b.weight_gradient_s &&
           stream_free_ >= t_ + b.weight_gradient_s) {
         // W passes wait for nothing; with the stream this far behind and each
         // reduce-scatter no shorter than its W, every one of them starts when
         // the one before it ends: the stream sets the pace, its lag only grows.
-        const auto left = static_cast<double>(run.count - i);
-        t_ += left * b.weight_gradient_s;
-        stream_free_ += left * b.scatter_s;
+        const std::int64_t left = run.count - i;
+        if (fills) {
+          for (std::int64_t q = 0; q < left; ++q) {
+            fill_buckets(t_ + static_cast<double>(q) * b.weight_gradient_s, compute_s, b.gradient_bytes,
+                         final_run && q + 1 == left);
+          }
+        }
+        t_ += static_cast<double>(left) * b.weight_gradient_s;
+        stream_free_ += static_cast<double>(left) * b.scatter_s;
         reductions_end_ = stream_free_;
         return;
       }
-      if (may_skip && i > 0 && i + 1 < run.count) {
+      if (i > 0 && i + 1 < run.count) {
         const State now = state();
         if (i > 1 && same(now, previous)) {
           const std::int64_t skipped = run.count - 1 - i;
-          shift(static_cast<double>(skipped) * (t_ - previous_t));
+          const double period = t_ - previous_t;
+          if (fills) {
+            for (std::int64_t q = 1; q <= skipped; ++q) {
+              fill_buckets(last_start_ + static_cast<double>(q) * period, compute_s, b.gradient_bytes, false);
+            }
+            last_start_ += static_cast<double>(skipped) * period;
+          }
+          shift(static_cast<double>(skipped) * period);
           const bool needs_weights = pass != Pass::weight_gradient && run.block.gathers;
           if (needs_weights) {
             micro_batch_wait_[pass == Pass::forward ? 0 : 1] += static_cast<double>(skipped) * block_wait_;
@@ -292,6 +310,7 @@ class Replay {
   Cursor cursor_;
   double produced_ = 0, bucket_free_ = 0;
   std::int64_t next_bucket_ = 0;
+  double last_start_ = 0;  // when the last backward or W block started computing
   double block_wait_ = 0;                                 // the last block's wait for its gather
   double wait_[2] = {}, micro_batch_wait_[2] = {};        // forward / backward: over the step, this micro-batch
 };
