@@ -520,9 +520,11 @@ StageMemory stage_memory(StageSum& s, std::int64_t r, const StageMemoryInputs& i
 
 // ---- phase 4: step time
 
-// Sharded weights (fsdp, ZeRO-3): per micro-batch, gather weights for the
-// forward and again for the backward, reduce-scatter gradients; the first
-// block's share cannot hide, the rest hides under the compute.
+// Sharded weights (fsdp, ZeRO-3) on a stage of a pipeline, in closed form:
+// per micro-batch, gather the stage's weights for the forward and again for
+// the backward, reduce-scatter its gradients; the first block's share cannot
+// hide, the rest hides under the compute. (One stage is replayed block by
+// block instead: replay_sharded below; docs/simulator.md, "Differences".)
 struct WeightShardingCost {
   const Link& group;
   double parameter_bytes = -1, gradient_bytes = -1;  // of the last stage priced
@@ -596,7 +598,7 @@ ShardedStep replay_cached(std::span<const ShardedRun> runs, std::int64_t micro_b
 
 // One stage with sharded weights (pp = 1): the block-by-block replay of
 // sharded_replay.hpp, which is the simulator's model, in place of the
-// whole-stage form above. Each block's record gives its pass times and its
+// closed form above. Each block's record gives its pass times and its
 // weights; gathers and reduce-scatters are priced per block (each pays the
 // collective's latency); with a data-parallel axis beside fsdp (HSDP) the
 // buckets fill as the replayed last backward produces them.
@@ -651,8 +653,8 @@ ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const Pla
     buckets.last_s = b.count > 1 && b.last == b.size ? buckets.each_s : cost(kind, b.last, dp_group);
     buckets.overlapped = plan.overlap_gradient_reduction && dp_group.overlaps_compute;
   }
-  return replay_cached(runs, plan.micro_batches(), split,
-                              plan.overlap_parameter_gather && fsdp_group.overlaps_compute, buckets);
+  return replay_cached(runs, plan.micro_batches(), split, plan.overlap_parameter_gather && fsdp_group.overlaps_compute,
+                       buckets);
 }
 
 // Data-parallel gradient reduction after the last micro-batch (in buckets,
