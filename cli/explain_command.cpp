@@ -71,7 +71,7 @@ Command add_explain_command(CLI::App& app) {
     const PlanInputs& in = inputs.value;
     for (const auto& note : in.notes) std::cerr << "meshplan explain: note: " << note << "\n";
     Explanation ex = explain_plan(in.model, in.cluster, in.deployment, in.plan);
-    ex.deployment.rank = flags->rank;  // -1: report the worst device
+    ex.deployment.rank = flags->rank.value_or(-1);  // -1: report the worst device
     ex.problems.insert(ex.problems.begin(), inputs.problems.begin(), inputs.problems.end());  // warnings
     std::optional<WhatWouldFit> fit;
     if (ex.valid && !ex.fits_memory()) {

@@ -211,7 +211,7 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
   in.cluster = cluster.value;
 
   in.deployment.world_size = f.gpus;
-  in.deployment.rank = f.rank >= 0 ? f.rank : 0;
+  in.deployment.rank = f.rank.value_or(0);  // a typed rank out of [0, world size) is refused by validate_plan
   if (f.gpus < 1 || f.gpus > kMaxMeshDevices) {
     problems.push_back({Severity::error, "--gpus",
                         "must be between 1 and " + std::to_string(kMaxMeshDevices) + ", got " + std::to_string(f.gpus)});

@@ -47,7 +47,7 @@ struct PlanFlags {
   std::string precision = "auto";
   std::string stage_layers;
   double headroom = 0.05;
-  std::int64_t rank = -1;
+  std::optional<std::int64_t> rank;          // none: report the worst device
 };
 
 void add_plan_flags(CLI::App& command, PlanFlags& flags);

@@ -158,6 +158,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"unknown_flag", {"explain", "--meshh", "dp=2"}, {"--meshh"}},
         BadInput{"mesh_shape", {"explain", "--mesh-shape", "[[4],[\"dp\",\"tp\"]]"}, {"--mesh-shape", "1 sizes but 2 axis names"}},
         BadInput{"rank", {"explain", "--rank", "5000"}, {"--rank", "must be in [0, world size 1024)"}},
+        // A negative rank was the "worst device" sentinel, so a typed one was taken silently.
+        BadInput{"rank_negative", {"explain", "--rank", "-5"}, {"--rank", "rank -5 must be in [0, world size 1024)"}},
         // CLI11 read integers past int64 as its end (9223372036854775807), and the
         // command ran on a number nobody typed: refused, naming what was typed.
         BadInput{"integer_past_int64", {"explain", "--micro-batch", "99999999999999999999"},
