@@ -393,14 +393,14 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--report", f->report_path,
                       "Run report JSON, measured against predicted step time and memory per rank (default: the "
                       "--metrics file's stem + .report.json; the table is printed either way)");
-  command->add_option("--eval-every", f->session.eval_every, "Steps between evaluations (language models)");
+  command->add_option("--eval-every", f->session.eval_every, "Steps between evaluations (language models; 0: none)");
   command->add_option("--eval-samples", f->session.eval_samples,
                       "Samples (windows) per evaluation; default: 64 micro-batches for language models, "
                       "the whole test split for classifiers")
       ->check(CLI::PositiveNumber);
   command->add_flag("--skip-non-finite", f->session.skip_non_finite, "Skip a step whose loss or gradient is not finite");
   command->add_option("--stop-after", f->session.stop_after,
-                      "Stop after this many steps with a checkpoint, as Ctrl-C would (exit 0)");
+                      "Stop after this many steps with a checkpoint, as Ctrl-C would (exit 0; 0: off)");
   command->add_option("--log-every", f->log_every,
                       "Print the full metrics line every N steps (and the first and last; on a terminal a live "
                       "progress line in between; the --metrics file gets every step)")

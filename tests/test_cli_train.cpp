@@ -388,6 +388,8 @@ TEST(CliTrain, RefusesSettingsNoRunCanUseBeforeTheFirstStep) {
       {{"--weight-decay", "-0.1"}, "--weight-decay: must be 0 or a positive number"},
       {{"--clip", "nan"}, "--clip: must be a number"},
       {{"--seed", "-1"}, "--seed: '-1' is below 0"},
+      {{"--checkpoint-every", "-2"}, "--checkpoint-every: must be 0 (off) or a number of steps, got -2"},
+      {{"--stop-after", "-1"}, "--stop-after: must be 0 (off) or a number of steps, got -1"},
       {{"--report", "/nonexistent-meshplan-folder/run.json"},
        "--report /nonexistent-meshplan-folder/run.json: the folder /nonexistent-meshplan-folder does not exist"},
   };

@@ -290,6 +290,11 @@ Problems session_config_problems(const SessionConfig& config) {
   }
   if (std::isnan(config.clip)) refuse("--clip", "must be a number (<= 0: off)", config.clip);
   if (config.eval_samples < 0) refuse("--eval-samples", "must be positive", static_cast<double>(config.eval_samples));
+  const std::pair<const char*, std::int64_t> counts[] = {
+      {"--checkpoint-every", config.checkpoint_every}, {"--eval-every", config.eval_every}, {"--stop-after", config.stop_after}};
+  for (const auto& [flag, value] : counts) {
+    if (value < 0) refuse(flag, "must be 0 (off) or a number of steps", static_cast<double>(value));
+  }
   return problems;
 }
 

@@ -103,7 +103,8 @@ struct SessionHooks {
 // its flag: a learning rate that is not a positive finite number (nan or
 // inf stopped the run at step 1; a negative one ascends the loss), a
 // negative warm-up, a weight decay that is negative or not finite, a
-// clipping norm that is nan. TrainingSession::open asks it too.
+// clipping norm that is nan, a negative step count (checkpoints,
+// evaluations, stop-after: 0 is off). TrainingSession::open asks it too.
 Problems session_config_problems(const SessionConfig& config);
 
 // How train() ended.
