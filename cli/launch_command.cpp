@@ -66,6 +66,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/train_flags.hpp"
 #include "executor/train/session.hpp"
 #include "executor/train/trainable.hpp"
 #include "executor/train/cluster_launch.hpp"
@@ -125,26 +126,24 @@ void report(const Problems& problems) {
   for (const auto& p : problems) std::cerr << "meshplan launch: " << describe(p) << "\n";
 }
 
-// The value of `--name VALUE` or `--name=VALUE` among the train flags (the
-// last one given), or `fallback`.
-std::string train_flag(const std::vector<std::string>& train_args, const std::string& name, std::string fallback) {
-  for (std::size_t i = 0; i < train_args.size(); ++i) {
-    if (train_args[i] == name && i + 1 < train_args.size()) fallback = train_args[++i];
-    else if (train_args[i].rfind(name + "=", 0) == 0) fallback = train_args[i].substr(name.size() + 1);
-  }
-  return fallback;
-}
-
-// What `train` would refuse on every rank (executor/train/trainable.hpp): the
-// plan, --data and --checkpoint-dir. With --shrink the data is checked only
-// for being readable: train shortens the sequence first and checks the
-// windows then.
+// What `train` would refuse on every rank (executor/train/trainable.hpp):
+// its flags (parsed with train's own definitions: an unknown flag, a value
+// that does not convert, optimiser settings no run can use, a run report
+// that cannot be written), the plan, --data and --checkpoint-dir. With
+// --shrink the data is checked only for being readable: train shortens the
+// sequence first and checks the windows then.
 Problems refused_by_train(const LaunchFlags& flags, const PlanFile& plan_file, const std::vector<std::string>& train_args) {
+  TrainFlags train;
+  std::vector<std::string> args = {"--plan", flags.plan_path};
+  if (flags.shrink) args.push_back("--shrink");
+  args.insert(args.end(), train_args.begin(), train_args.end());
+  Problems problems = train_flag_problems(args, train);
+  if (has_errors(problems)) return problems;
   const std::int64_t seq_len = exec::training_seq_len(plan_file.model, plan_file.plan);
-  Problems problems = exec::trainable(plan_file.model, plan_file.plan, seq_len);
-  const std::string data = train_flag(train_args, "--data", exec::default_data_spec(plan_file.model));
-  const Problems inputs = exec::run_input_problems(data, flags.shrink ? 1 : seq_len,
-                                                   train_flag(train_args, "--checkpoint-dir", ""));
+  const Problems plan = exec::trainable(plan_file.model, plan_file.plan, seq_len);
+  problems.insert(problems.end(), plan.begin(), plan.end());
+  const std::string data = train.session.data.empty() ? exec::default_data_spec(plan_file.model) : train.session.data;
+  const Problems inputs = exec::run_input_problems(data, flags.shrink ? 1 : seq_len, train.checkpoint_dir);
   problems.insert(problems.end(), inputs.begin(), inputs.end());
   const Problems data_fit = exec::data_model_problems(data, plan_file.model);
   problems.insert(problems.end(), data_fit.begin(), data_fit.end());

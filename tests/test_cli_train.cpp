@@ -4,7 +4,8 @@
 // (save, the resume command, exit 130; twice: at once), the lines printed per
 // step, multi-rank plans refused with a reason, and what train would refuse
 // found before any rank starts (train: an unwritable --checkpoint-dir;
-// launch: a plan with context parallelism, unreadable --data, mpirun never run). The progress
+// launch: a plan with context parallelism, unreadable --data, train flags
+// train would refuse, mpirun never run). The progress
 // line and the resume command's text are tested directly.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -441,6 +442,24 @@ TEST(CliLaunch, RefusesWhatTrainWouldRefuseWithoutStartingMpirun) {
   EXPECT_NE(r.err.find("meshplan launch: " + missing + ": no such file or folder"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(mark)) << "mpirun was started";
   expect_no_crash_text(r);
+
+  // The flags passed on to train, parsed with train's definitions: an unknown
+  // flag, a value that does not convert and a nan --lr were refused only by
+  // every rank under mpirun.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused_flags = {
+      {{"--steps", "2", "--lrr", "0.1"}, "meshplan launch: train: unknown flag --lrr (did you mean --lr?)"},
+      {{"--steps", "abc"}, "meshplan launch: train: Could not convert: --steps = abc"},
+      {{"--steps", "2", "--lr", "nan"}, "meshplan launch: --lr: must be a positive number, got nan"},
+  };
+  for (const auto& [extra, message] : refused_flags) {
+    std::vector<std::string> args = {"launch", "--plan", gpt, "--mpirun", launcher.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    r = run(args);
+    EXPECT_EQ(r.status, 2) << extra[0];
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(mark)) << extra[0] << ": mpirun was started";
+    expect_no_crash_text(r);
+  }
 
   r = run({"launch", "--plan", gpt, "--mpirun", launcher.string(), "--steps", "2",
            "--data=text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp"});
