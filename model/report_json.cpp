@@ -4,7 +4,11 @@
 
 namespace meshplan {
 
-std::int64_t whole_count(double count) { return std::llround(count); }
+nlohmann::ordered_json whole_count(double count) {
+  constexpr double kInt64End = 9223372036854775808.0;  // 2^63
+  if (std::abs(count) < kInt64End) return std::llround(count);
+  return count;
+}
 
 nlohmann::ordered_json plan_to_json(const Plan& plan) {
   nlohmann::ordered_json mesh = nlohmann::ordered_json::object();

@@ -14,8 +14,10 @@
 namespace meshplan {
 
 // A count the model computes in double (parameters, per device after
-// sharding) as the whole number JSON should carry: 7241732096, not 7241732096.0.
-std::int64_t whole_count(double count);
+// sharding) as the whole number JSON should carry: 7241732096, not
+// 7241732096.0. A count past the int64 range (a plan file may state one up
+// to 1e30) stays a double: rounding it into an int64 wrapped it negative.
+nlohmann::ordered_json whole_count(double count);
 
 nlohmann::ordered_json plan_to_json(const Plan& plan);
 nlohmann::ordered_json memory_to_json(const MemoryBreakdown& memory);

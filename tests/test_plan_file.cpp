@@ -297,6 +297,23 @@ TEST(PlanFile, MemoryRowsAtTheirBoundReadBackAfterWriting) {
       << messages(refused.problems);
 }
 
+// A parameter count past the int64 range (the reader takes counts up to
+// 1e30) was rounded into an int64 when written back, wrapped to
+// -9223372036854775808, and refused on reading (found by fuzz_plan_file in
+// CI): it is written as the number it is.
+TEST(PlanFile, CountsPastInt64ReadBackAfterWriting) {
+  Json j = plan_file_to_json(make({"gpt2-124m", "dgx-a100", "dp=8", 8, 1, 8}).file);
+  EXPECT_TRUE(j["prediction"]["parameters"].is_number_integer());  // a whole count stays an integer
+  j["prediction"]["parameters_per_device"] = 9.2233720368547758e25;
+  j["prediction"]["parameters"] = 1e30;
+  const auto first = parse_plan_file(j.dump(2), "count.json");
+  ASSERT_TRUE(first.ok()) << messages(first.problems);
+  const Json written = plan_file_to_json(first.value);
+  EXPECT_DOUBLE_EQ(written["prediction"]["parameters_per_device"].get<double>(), 9.2233720368547758e25);
+  const auto again = parse_plan_file(written.dump(2), "count-again.json");
+  EXPECT_TRUE(again.ok()) << messages(again.problems);
+}
+
 TEST(PlanFile, ClusterWithNodeLimitRoundTrips) {
   Made made = make({"gpt2-124m", "dgx-a100", "dp=8", 8, 1, 8});
   made.file.cluster.max_nodes = 4;
