@@ -363,6 +363,17 @@ namespace {
 
 // One stage's sums per micro-batch. Reused across calls on a thread (the
 // search evaluates millions of plans): no allocation in the fold.
+// One block's forward and backward on its stage: compute and the in-layer
+// collectives the record leaves exposed. ZB-H1 splits the backward, and its B
+// pass has no W GEMMs beside it to hide tp collectives under.
+double tp_backward_exposed_s(const BlockCost& c, const Plan& plan) {
+  return plan.schedule.kind == ScheduleKind::zb_h1 ? c.tp_backward_total_s : c.tp_backward_s;
+}
+double block_forward_s(const BlockCost& c) { return c.forward_compute_s + c.tp_forward_s + c.cp_forward_exposed_s + c.ep_s / 2; }
+double block_backward_s(const BlockCost& c, const Plan& plan) {
+  return c.backward_compute_s + tp_backward_exposed_s(c, plan) + c.cp_backward_exposed_s + c.ep_s / 2;
+}
+
 struct StageSum {
   double dense = 0, expert = 0, largest_block = 0;
   double chunk_activation_bytes = 0, largest_layer_bytes = 0, gradient_elements = 0, loss_logits = 0;
@@ -376,11 +387,8 @@ struct StageSum {
   double fsdp_s = 0, fsdp_exposed_s = 0;
 
   // Adds `count` blocks of one kind (`in_chunk`: a pipeline-partitioned layer).
-  // ZB-H1 splits the backward, and its B pass has no W GEMMs beside it to
-  // hide tp collectives under.
   void add(const BlockCost& c, bool in_chunk, double count, const Plan& plan) {
     const Recompute recompute = plan.recompute;
-    const double tp_backward_exposed_s = plan.schedule.kind == ScheduleKind::zb_h1 ? c.tp_backward_total_s : c.tp_backward_s;
     dense += count * c.dense_parameters;
     expert += count * c.expert_parameters;
     largest_block = std::max(largest_block, c.dense_parameters + c.expert_parameters);
@@ -392,13 +400,13 @@ struct StageSum {
       largest_layer_bytes = std::max(largest_layer_bytes, c.full_activation_bytes);
       layers += static_cast<std::int64_t>(count);
     }
-    forward_s += count * (c.forward_compute_s + c.tp_forward_s + c.cp_forward_exposed_s + c.ep_s / 2);
-    backward_s += count * (c.backward_compute_s + tp_backward_exposed_s + c.cp_backward_exposed_s + c.ep_s / 2);
+    forward_s += count * block_forward_s(c);
+    backward_s += count * block_backward_s(c, plan);
     weight_gradient_s += count * c.weight_gradient_s;
     compute_s += count * (c.forward_compute_s + c.backward_compute_s);
     backward_compute_s += count * c.backward_compute_s;
     tp_s += count * (c.tp_forward_s + c.tp_backward_total_s);
-    tp_exposed_s += count * (c.tp_forward_s + tp_backward_exposed_s);
+    tp_exposed_s += count * (c.tp_forward_s + tp_backward_exposed_s(c, plan));
     cp_s += count * c.cp_s;
     cp_exposed_s += count * (c.cp_forward_exposed_s + c.cp_backward_exposed_s);
     ep_s += count * c.ep_s;
@@ -525,6 +533,12 @@ StageMemory stage_memory(StageSum& s, std::int64_t r, const StageMemoryInputs& i
 // the backward, reduce-scatter its gradients; the first block's share cannot
 // hide, the rest hides under the compute. (One stage is replayed block by
 // block instead: replay_sharded below; docs/simulator.md, "Differences".)
+// Whether the next block's weights are gathered while a block computes
+// (FSDP's prefetch): asked for, and on links that can move data meanwhile.
+bool prefetches_gathers(const Plan& plan, const Link& fsdp_group) {
+  return plan.overlap_parameter_gather && fsdp_group.overlaps_compute;
+}
+
 struct WeightShardingCost {
   const Link& group;
   double parameter_bytes = -1, gradient_bytes = -1;  // of the last stage priced
@@ -548,7 +562,7 @@ void add_weight_sharding(StageSum& s, const Plan& plan, WeightShardingCost& pric
   const double gather = price.gather, scatter = price.scatter;
   const double blocks = std::max<double>(1, static_cast<double>(s.layers));
   auto exposed = [&](double comm, double compute) {
-    return plan.overlap_parameter_gather && fsdp_group.overlaps_compute
+    return prefetches_gathers(plan, fsdp_group)
                ? comm / blocks + std::max(0.0, comm * (1 - 1 / blocks) - compute)
                : comm;
   };
@@ -559,6 +573,30 @@ void add_weight_sharding(StageSum& s, const Plan& plan, WeightShardingCost& pric
   s.forward_s += forward_exposed;
   s.backward_s += backward_exposed;
 }
+
+// The data-parallel reduction of a stage's gradients (none with ZeRO-3,
+// whose reduce-scatter is the fsdp group's): the group, over dp x ep,
+// whether it runs, whether it may overlap the last gradient pass, and the
+// buckets of `gradient_bytes` (the stage's, before the fsdp reduce-scatter)
+// with the time of each and of the last.
+struct DataParallelReduction {
+  Link group;
+  bool reduced = false, overlapped = false;
+  GradientBuckets buckets;
+  double each_s = 0, last_s = 0;
+  DataParallelReduction(const Plan& plan, const PlanScalars& ps)
+      : group(combine({ps.links.of(Axis::dp), ps.links.of(Axis::ep)})),
+        reduced(group.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)),
+        overlapped(plan.overlap_gradient_reduction && group.overlaps_compute) {}
+  // HSDP: the fsdp group has already reduce-scattered the gradients.
+  void price(double gradient_bytes, const Plan& plan, const PlanScalars& ps) {
+    const Collective kind = gradient_reduction(plan.zero_stage);
+    buckets = gradient_buckets(gradient_bytes / ps.fsdp, plan.gradient_bucket_bytes);
+    each_s = buckets.count > 1 ? cost(kind, buckets.size, group) : 0;
+    last_s = buckets.count > 1 && buckets.last == buckets.size ? each_s : cost(kind, buckets.last, group);
+  }
+  double total_s() const { return buckets.count > 0 ? static_cast<double>(buckets.count - 1) * each_s + last_s : 0; }
+};
 
 // replay_sharded_stage through a small cache: the planner evaluates one mesh
 // under many schedules, ZeRO stages and batch sizes whose stages replay the
@@ -613,8 +651,8 @@ ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const Pla
     const BlockCost& c = kind_cost[k];
     const double parameters = c.dense_parameters + c.expert_parameters;
     ShardedBlock& b = kinds[k];
-    b.forward_s = c.forward_compute_s + c.tp_forward_s + c.cp_forward_exposed_s + c.ep_s / 2;
-    b.backward_s = c.backward_compute_s + (split ? c.tp_backward_total_s : c.tp_backward_s) + c.cp_backward_exposed_s + c.ep_s / 2;
+    b.forward_s = block_forward_s(c);
+    b.backward_s = block_backward_s(c, plan);
     b.backward_compute_s = c.backward_compute_s;
     b.weight_gradient_s = c.weight_gradient_s;
     b.gradient_bytes = parameters * ps.bytes.gradient_bytes_per_parameter;
@@ -643,18 +681,16 @@ ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const Pla
   if (prof.head_block >= 0) add(kind_of(prof.head_block), 1);
 
   ShardedBuckets buckets;
-  const Link dp_group = combine({ps.links.of(Axis::dp), ps.links.of(Axis::ep)});
-  if (dp_group.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)) {
-    const GradientBuckets b = gradient_buckets(s.gradient_bytes / ps.fsdp, plan.gradient_bucket_bytes);
-    const Collective kind = gradient_reduction(plan.zero_stage);
-    buckets.count = b.count;
-    buckets.threshold_each = b.size * ps.fsdp;
-    buckets.each_s = b.count > 1 ? cost(kind, b.size, dp_group) : 0;
-    buckets.last_s = b.count > 1 && b.last == b.size ? buckets.each_s : cost(kind, b.last, dp_group);
-    buckets.overlapped = plan.overlap_gradient_reduction && dp_group.overlaps_compute;
+  DataParallelReduction dp(plan, ps);
+  if (dp.reduced) {
+    dp.price(s.gradient_bytes, plan, ps);
+    buckets.count = dp.buckets.count;
+    buckets.threshold_each = dp.buckets.size * ps.fsdp;
+    buckets.each_s = dp.each_s;
+    buckets.last_s = dp.last_s;
+    buckets.overlapped = dp.overlapped;
   }
-  return replay_cached(runs, plan.micro_batches(), split, plan.overlap_parameter_gather && fsdp_group.overlaps_compute,
-                       buckets);
+  return replay_cached(runs, plan.micro_batches(), split, prefetches_gathers(plan, fsdp_group), buckets);
 }
 
 // Data-parallel gradient reduction after the last micro-batch (in buckets,
@@ -668,19 +704,16 @@ struct AfterPipeline {
 AfterPipeline after_pipeline(const std::vector<StageSum>& sum, const Plan& plan,
                              const PlanScalars& ps, const ComputeRates& rates) {
   AfterPipeline out;
-  const Link dp_group = combine({ps.links.of(Axis::dp), ps.links.of(Axis::ep)});
-  const bool reduced = dp_group.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters);
-  const bool gathered = reduced && zero_shards(plan.zero_stage, ModelState::optimizer);
-  const bool overlapped = plan.overlap_gradient_reduction && dp_group.overlaps_compute;
+  DataParallelReduction dp(plan, ps);
+  const bool gathered = dp.reduced && zero_shards(plan.zero_stage, ModelState::optimizer);
   const bool split = plan.schedule.kind == ScheduleKind::zb_h1;  // the last gradient pass is a W
-  const Collective kind = gradient_reduction(plan.zero_stage);
   // Stages alike (the middle ones of a pipeline) price alike: the last stage's
   // figures are reused when its gradients and last pass were the same.
   double seen_gradients = -1, seen_compute = -1, seen_pass = -1, seen_parameters = -1;
   double reduce = 0, gather = 0, exposed = 0;
   for (std::size_t r = 0; r < sum.size(); ++r) {
     const StageSum& s = sum[r];
-    if (reduced) {
+    if (dp.reduced) {
       const double local_gradients = s.gradient_bytes / ps.fsdp;  // HSDP: fsdp already reduce-scattered
       // The buckets fill during the last gradient pass: ZB-H1's last W, or
       // the last backward, whose own collectives follow its compute.
@@ -690,15 +723,14 @@ AfterPipeline after_pipeline(const std::vector<StageSum>& sum, const Plan& plan,
         seen_gradients = local_gradients;
         seen_compute = compute;
         seen_pass = pass;
-        const GradientBuckets buckets = gradient_buckets(local_gradients, plan.gradient_bucket_bytes);
-        const double each = buckets.count > 1 ? cost(kind, buckets.size, dp_group) : 0;
-        const double last = buckets.count > 1 && buckets.last == buckets.size ? each : cost(kind, buckets.last, dp_group);
-        reduce = buckets.count > 0 ? static_cast<double>(buckets.count - 1) * each + last : 0;
-        exposed = overlapped ? std::max(0.0, bucket_reduction_end_s(buckets, each, last, compute) - pass) : reduce;
+        dp.price(s.gradient_bytes, plan, ps);
+        reduce = dp.total_s();
+        exposed = dp.overlapped ? std::max(0.0, bucket_reduction_end_s(dp.buckets, dp.each_s, dp.last_s, compute) - pass)
+                                : reduce;
       }
       if (gathered && s.parameter_bytes != seen_parameters) {
         seen_parameters = s.parameter_bytes;
-        gather = cost(Collective::all_gather, s.parameter_bytes / ps.fsdp, dp_group);
+        gather = cost(Collective::all_gather, s.parameter_bytes / ps.fsdp, dp.group);
       }
       // The stage that communicates most, as the exposed part is that of the stage that waits longest.
       out.dp_exposed_s = std::max(out.dp_exposed_s, exposed);
