@@ -561,19 +561,14 @@ class Engine {
       const Instruction& in = program[st.gather_pc];
       const ChunkWork& chunk = chunk_of(s, in.chunk);
       const SegmentWork& segment = chunk.segments[segment_index(in.kind, st.gather_step, chunk.segments.size())];
-      if (segment.parameter_gather.empty()) {  // no weights: begin_segment waits for no gather there
-        if (static_cast<std::size_t>(++st.gather_step) == chunk.segments.size()) {
-          ++st.gather_pc;
-          st.gather_step = 0;
-        }
-        continue;
+      if (!segment.parameter_gather.empty()) {  // no weights: begin_segment waits for no gather there
+        st.gathers.push_back({});
+        enqueue(s, &segment.parameter_gather, Track::fsdp_comm, EventKind::parameter_gather,
+                JobTag::parameter_gather, st.last_event, now, static_cast<std::int32_t>(in.micro_batch),
+                static_cast<std::int32_t>(in.chunk));
+        // enqueue() may have started the job; its ordinal is read at completion.
+        jobs_.back().ordinal = st.gathers_issued++;
       }
-      st.gathers.push_back({});
-      enqueue(s, &segment.parameter_gather, Track::fsdp_comm, EventKind::parameter_gather,
-              JobTag::parameter_gather, st.last_event, now, static_cast<std::int32_t>(in.micro_batch),
-              static_cast<std::int32_t>(in.chunk));
-      // enqueue() may have started the job; its ordinal is read at completion.
-      jobs_.back().ordinal = st.gathers_issued++;
       if (static_cast<std::size_t>(++st.gather_step) == chunk.segments.size()) {
         ++st.gather_pc;
         st.gather_step = 0;
