@@ -35,7 +35,7 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
                      "nearest GPT-3 size / the sequence length, 256 samples for MLPs and CNNs, at least one per "
                      "device)");
   command.add_option("--seq", f.seq, "Training sequence length (default: the model's seq_len)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+      ->check(CLI::Range(std::int64_t{1}, kMaxSeqLen));
   command.add_option("--zero", f.zero, "ZeRO stage on dp: 0-3, or auto (with --mesh: 1 when dp x ep > 1, else 0; "
                                        "without: searched)")->capture_default_str();
   command.add_option("--recompute", f.recompute,

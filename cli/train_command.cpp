@@ -273,10 +273,8 @@ int run_train(const TrainFlags& flags) {
   refused.insert(refused.end(), inputs.begin(), inputs.end());
   const Problems data_fit = exec::data_model_problems(f.session.data, pf.model);
   refused.insert(refused.end(), data_fit.begin(), data_fit.end());
-  const Problems settings = exec::session_config_problems(f.session);
+  const Problems settings = train_settings_problems(f);
   refused.insert(refused.end(), settings.begin(), settings.end());
-  const Problems report_file = exec::output_file_problems(report_path_of(f), "--report");
-  refused.insert(refused.end(), report_file.begin(), report_file.end());
   if (f.backend == "cpu") {
     const Problems memory = exec::host_memory_problems(pf.prediction.memory.allocated_peak_bytes(),
                                                        local_ranks_from_environment(1), exec::host_memory_bytes());
@@ -434,6 +432,10 @@ Problems train_flag_problems(const std::vector<std::string>& args, TrainFlags& f
   } catch (const CLI::ParseError& e) {
     return {{Severity::error, "train", e.what()}};
   }
+  return train_settings_problems(f);
+}
+
+Problems train_settings_problems(const TrainFlags& f) {
   Problems problems = exec::session_config_problems(f.session);
   const Problems report_file = exec::output_file_problems(report_path_of(f), "--report");
   problems.insert(problems.end(), report_file.begin(), report_file.end());

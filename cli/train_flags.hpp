@@ -4,7 +4,7 @@
 // value that does not convert, a nan --lr, an unwritable --report) is refused
 // before mpirun starts rather than by every rank under it.
 //
-// defines: TrainFlags, add_train_flags, train_flag_problems
+// defines: TrainFlags, add_train_flags, train_settings_problems, train_flag_problems, report_path_of
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -34,11 +34,14 @@ struct TrainFlags {
 // Every flag of `train` on `command`, bound to `f`.
 void add_train_flags(CLI::App& command, TrainFlags& f);
 
-// What train refuses about its flags alone, found without the plan: `args`
-// (train's arguments, --plan and all) parsed with train's definitions into
-// `f`, then the optimiser settings (exec::session_config_problems) and the
-// run report's folder (exec::output_file_problems). A parse error is one
-// problem naming "train".
+// What train refuses about its parsed flags alone, without the plan: the
+// optimiser settings (exec::session_config_problems) and the run report's
+// folder (exec::output_file_problems).
+Problems train_settings_problems(const TrainFlags& f);
+
+// `args` (train's arguments, --plan and all) parsed with train's definitions
+// into `f`, then train_settings_problems. A parse error is one problem naming
+// "train" (an unknown flag with the nearest one).
 Problems train_flag_problems(const std::vector<std::string>& args, TrainFlags& f);
 
 // The run report's path: --report, else the --metrics file's stem + .report.json (empty: none).

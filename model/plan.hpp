@@ -62,6 +62,9 @@ std::string to_string(CpComm cp_comm);  // "ring", "all-gather", "all-to-all"
 std::optional<CpComm> parse_cp_comm(std::string_view text);
 // gpipe | 1f1b | interleaved:<v> | zb-h1; nullopt when malformed.
 std::optional<Schedule> parse_schedule(std::string_view text);
+// The longest training sequence a plan may state (plan files, --seq).
+inline constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 40;
+
 inline constexpr std::string_view recompute_choices = "none, selective, full, selective-op";
 inline constexpr std::string_view attention_choices = "fused, unfused";
 inline constexpr std::string_view cp_comm_choices = "ring, all-gather, all-to-all";

@@ -432,7 +432,7 @@ Plan read_plan_object(JsonObject& root) {
   plan.micro_batch = p->integer("micro_batch", Need::required, 1, std::int64_t{1} << 40).value_or(1);
   const auto micro_batches = p->integer("micro_batches", Need::required, 0, std::int64_t{1} << 40);
   plan.global_batch = p->integer("global_batch", Need::required, 1, std::int64_t{1} << 40).value_or(1);
-  plan.seq_len = p->integer("seq_len", Need::required, 0, std::int64_t{1} << 40).value_or(0);
+  plan.seq_len = p->integer("seq_len", Need::required, 0, kMaxSeqLen).value_or(0);
   plan.zero_stage = static_cast<int>(p->integer("zero", Need::required, 0, 3).value_or(0));
   if (auto r = p->choice("recompute", Need::required, choice_words(recompute_choices))) plan.recompute = *parse_recompute(*r);
   plan.sequence_parallel = p->boolean("sequence_parallel", Need::required).value_or(false);
