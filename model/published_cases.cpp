@@ -216,19 +216,19 @@ std::vector<PublishedCase> published_multi_gpu_cases() {
     const char* miss_reason;
   };
   constexpr const char* kLlama2Note = "network unstated: dgx-a100 (8 x 200 Gb/s HDR per node) assumed; SDPA (flash) attention";
-  constexpr const char* kLlama2Miss = "predicted fast as the Llama 3 rows: no measured A100 GEMM or attention curve, no "
-                                      "eager-PyTorch overheads";
+  constexpr const char* kLlama2Miss = "predicted fast as the Llama 3 rows: no measured A100 GEMM curve or eager-PyTorch "
+                                      "op rates";
   const TorchtitanRow torchtitan[] = {
       {"Llama 3 8B, 64 A100, FSDP", "llama3-8b", "Llama 3", 8192, 1, Recompute::selective_op, 2973,
        "torchtitan's \"selective op\" checkpointing as selective-op (every second matmul of a layer and every "
        "memory-bound op repeated in the backward; torchtitan parallelize_llama.py); network unstated: dgx-a100 "
        "(8 x 200 Gb/s HDR per node) assumed; SDPA (flash) attention",
-       "predicted 74% MFU where torchtitan measured 58%: the a100-80g preset has no measured GEMM or attention "
-       "curve and no eager-PyTorch overheads"},
+       "predicted 72% MFU where torchtitan measured 58%: the a100-80g preset has no measured GEMM curve or "
+       "eager-PyTorch op rates (its fused attention follows FlashAttention-2's published range)"},
       {"Llama 3 70B, 64 A100, FSDP", "llama3-70b", "Llama 3", 8192, 1, Recompute::full, 331,
        "network unstated: dgx-a100 (8 x 200 Gb/s HDR per node) assumed; SDPA (flash) attention",
-       "predicted fast as the 8B row: no measured A100 GEMM or attention curve, no eager-PyTorch overheads; "
-       "FSDP's per-layer all-gathers on an unstated network"},
+       "predicted fast as the 8B row: no measured A100 GEMM curve or eager-PyTorch op rates; FSDP's per-layer "
+       "all-gathers on an unstated network"},
       {"Llama 2 13B, 64 A100, FSDP, no AC", "llama2-13b", "Llama 2", 4096, 2, Recompute::none, 2162, kLlama2Note, kLlama2Miss},
       {"Llama 2 13B, 64 A100, FSDP, op AC", "llama2-13b", "Llama 2", 4096, 2, Recompute::selective_op, 1904,
        "torchtitan's \"selective op\" checkpointing as selective-op; network unstated: dgx-a100 (8 x 200 Gb/s HDR per "
