@@ -62,6 +62,29 @@ TEST(ShardedReplay, ComputeBoundStepHidesAllButTheFirstGather) {
   EXPECT_DOUBLE_EQ(step.backward_wait_s, 0);
 }
 
+// A block without weights between two with (forward 1, backward 2, gather
+// 3, reduce-scatter 1, prefetching): it gathers nothing and takes no slot
+// of the look-ahead, so the second block's gather is the one prefetched
+// during the first. Gathers 0-3 (first block), 3-6 (third block, forward),
+// 6-9 (third, backward: issued when the third block's forward begins at 5),
+// 9-12 (first, backward); forward passes 3-4, 4-5, 6-7; backward 9-11
+// (third), 11-13 (the weightless one), 13-15 (first); reduce-scatters 12-13
+// (queued behind the fourth gather) and 15-16.
+TEST(ShardedReplay, ABlockWithoutWeightsGathersNothingAndTakesNoPrefetchSlot) {
+  ShardedBlock weightless = block(1, 2, 0, 0);
+  weightless.gathers = false;
+  weightless.gradient_bytes = 0;
+  const std::vector<ShardedRun> runs = {{block(1, 2, 3, 1), 1}, {weightless, 1}, {block(1, 2, 3, 1), 1}};
+  const ShardedStep step = replay_sharded_stage(runs, 1, false, true, {});
+  EXPECT_DOUBLE_EQ(step.passes_end_s, 15);
+  EXPECT_DOUBLE_EQ(step.reductions_end_s, 16);
+  EXPECT_DOUBLE_EQ(step.forward_wait_s, 3 + 1);
+  EXPECT_DOUBLE_EQ(step.backward_wait_s, 2);
+  EXPECT_DOUBLE_EQ(step.gather_total_s, 12);
+  EXPECT_DOUBLE_EQ(step.scatter_total_s, 2);
+  EXPECT_DOUBLE_EQ(step.busy_s, 9);
+}
+
 // Stepping over the repeated blocks of a run (and, with m > 2, over repeated
 // micro-batches) gives the step that replaying every block gives: the same
 // blocks passed as runs of one block each are replayed one by one.
