@@ -288,6 +288,35 @@ TEST(SimulatedStep, EveryComputeInstructionIsTimedOnce) {
   EXPECT_EQ(events, instructions);
 }
 
+// Sharded weights with a block that has none between two that do (forward
+// 1, backward 2, gather 3, reduce-scatter 1, prefetching; one stage, one
+// micro-batch): the weightless segment waits for no gather and takes no slot
+// of the look-ahead. The step worked out by hand in
+// test_sharded_replay.cpp (ShardedReplay.ABlockWithoutWeights...): the
+// backward passes end at 15, the last reduce-scatter at 16.
+TEST(SimulatedStep, ASegmentWithoutWeightsWaitsForNoGather) {
+  StepWork work = uniform_step_work({ScheduleKind::one_f_one_b, 1}, 1, 1, 1, 2, 0);
+  work.overlap_parameter_gather = true;
+  CommWork gather, scatter;
+  gather.axis = scatter.axis = Axis::fsdp;
+  gather.latency_s = 3;
+  scatter.latency_s = 1;
+  SegmentWork sharded;
+  sharded.forward_s = 1;
+  sharded.backward_s = 2;
+  sharded.parameter_gather = gather;
+  sharded.gradient_reduce_scatter = scatter;
+  sharded.gradient_bytes = 1;
+  SegmentWork weightless;
+  weightless.forward_s = 1;
+  weightless.backward_s = 2;
+  ASSERT_EQ(work.stage_work.size(), 1u);
+  ASSERT_EQ(work.stage_work[0].chunks.size(), 1u);
+  work.stage_work[0].chunks[0].segments = {sharded, weightless, sharded};
+  const Simulation sim = simulate_work(work, {false, false});
+  EXPECT_DOUBLE_EQ(sim.summary.step_s, 16);
+}
+
 TEST(SimulatePlan, InvalidPlansAreProblemsNotCrashes) {
   Prepared p = prepare(kPlans[0]);
   p.plan.mesh = must(parse_mesh("dp=16,pp=8,tp=8", "--mesh"));
