@@ -620,18 +620,34 @@ ShardedStep replay_cached(std::span<const ShardedRun> runs, std::int64_t micro_b
     key.insert(key.end(), {static_cast<double>(run.count), b.forward_s, b.backward_s, b.backward_compute_s,
                            b.weight_gradient_s, b.gather_s, b.scatter_s, b.gradient_bytes, b.gathers ? 1.0 : 0.0});
   }
-  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a over the key's bytes
+  // FNV-1a over the key's 64-bit words, each folded onto its low half first:
+  // a product carries differences only upwards, and keys that differ in a
+  // double's exponent (0 and 1, small counts) differ only in its high bits,
+  // which would otherwise never reach the low bits the slot is taken from.
+  // The finalizer (MurmurHash3's fmix64) spreads the rest.
+  std::uint64_t hash = 1469598103934665603ull;
   for (double x : key) {
     std::uint64_t bits;
     std::memcpy(&bits, &x, sizeof bits);
-    hash = (hash ^ bits) * 1099511628211ull;
+    hash = (hash ^ bits ^ (bits >> 32)) * 1099511628211ull;
   }
-  Slot& slot = slots[(hash ^ (hash >> 29)) % kSlots];
-  if (slot.key != key) {
-    slot.step = replay_sharded_stage(runs, micro_batches, split, prefetch, buckets);
-    slot.key = key;
+  hash ^= hash >> 33;
+  hash *= 0xff51afd7ed558ccdull;
+  hash ^= hash >> 33;
+  hash *= 0xc4ceb9fe1a85ec53ull;
+  hash ^= hash >> 33;
+  // Two ways per set, the one used last in front: a key that shares its set
+  // with another (the two ZB-H1 / 1F1B replays of one mesh, say) keeps both.
+  const std::size_t set = (hash % (kSlots / 2)) * 2;
+  Slot& front = slots[set];
+  Slot& back = slots[set + 1];
+  if (front.key == key) return front.step;
+  std::swap(front, back);  // the front one becomes the back; a hit on the back one comes to the front
+  if (front.key != key) {
+    front.step = replay_sharded_stage(runs, micro_batches, split, prefetch, buckets);
+    front.key = key;
   }
-  return slot.step;
+  return front.step;
 }
 
 // One stage with sharded weights (pp = 1): the block-by-block replay of
