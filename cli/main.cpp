@@ -2,48 +2,24 @@
 // jobs. main() only composes the subcommands and decides the exit status.
 #include <CLI/CLI.hpp>
 
-#include <cctype>
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <exception>
 #include <iostream>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/openmp_env.hpp"
+#include "cli/unknown_flag.hpp"
 #include "model/suggest.hpp"
 
 namespace {
-
-// The long option names of `command`, without the dashes ("micro-batch").
-std::vector<std::string> long_option_names(const CLI::App& command) {
-  std::vector<std::string> names;
-  for (const CLI::Option* option : command.get_options()) {
-    for (const auto& name : option->get_lnames()) names.push_back(name);
-  }
-  return names;
-}
-
-// The first argument from argv[first] on that is written as a flag (-x,
-// --name, --name=value) and that `command` does not know; nullopt when
-// there is none (the unexpected argument was a value). After "--" every
-// argument is positional.
-std::optional<std::string> first_unknown_flag(const CLI::App& command, int argc, char** argv, int first) {
-  for (int i = first; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--") break;
-    const bool looks_like_flag = arg.size() >= 2 && arg[0] == '-' && (std::isalpha(static_cast<unsigned char>(arg[1])) ||
-                                                                       (arg[1] == '-' && arg.size() > 2));
-    if (!looks_like_flag) continue;
-    const std::string name(arg.substr(0, arg.find('=')));
-    if (command.get_option_no_throw(name) == nullptr) return name;
-  }
-  return std::nullopt;
-}
 
 // CLI11 2.1 reads an integer past the int64 range as the range's end
 // (`--steps 99999999999999999999` became 9223372036854775807, and the
@@ -88,6 +64,9 @@ std::optional<std::string> integer_out_of_range(const CLI::App& command, int arg
 
 int main(int argc, char** argv) {
   using namespace meshplan::cli;
+  // argv[first..argc) as views, for the checks that read the arguments before CLI11 does.
+  const std::vector<std::string_view> all_arguments(argv, argv + argc);
+  auto arguments = [&](int first) { return std::span<const std::string_view>(all_arguments).subspan(std::min<std::size_t>(first, all_arguments.size())); };
   // The commands that run OpenMP kernels: bound libgomp's spinning first (cli/openmp_env.hpp).
   if (argc > 1 && (std::string_view(argv[1]) == "train" || std::string_view(argv[1]) == "calibrate")) {
     reexec_with_openmp_spin_limit(argv);
@@ -127,11 +106,9 @@ int main(int argc, char** argv) {
       return exit_bad_input;
     }
     chosen_name = "meshplan " + chosen->get_name();
-  } else if (const auto flag = first_unknown_flag(app, argc, argv, 1); flag && argc > 1 && argv[1] == *flag) {
+  } else if (const auto flag = first_unknown_flag(app, arguments(1)); flag && argc > 1 && argv[1] == *flag) {
     // Before a command: CLI11 would only say that a subcommand is required.
-    const auto near = meshplan::nearest_name(flag->substr(flag->find_first_not_of('-')), long_option_names(app));
-    std::cerr << "meshplan: unknown flag " << *flag << (near ? " (did you mean --" + *near + "?)" : std::string())
-              << "; see meshplan --help\n";
+    std::cerr << "meshplan: " << unknown_flag_message(app, *flag) << "; see meshplan --help\n";
     return exit_bad_input;
   }
 
@@ -151,11 +128,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ExtrasError& e) {
     // CLI11 says "The following arguments were not expected: 2 --microbatch":
     // name the command and the flag, and suggest the nearest one it has.
-    if (const auto flag = first_unknown_flag(*chosen, argc, argv, chosen == &app ? 1 : 2)) {
-      const std::string bare = flag->substr(flag->find_first_not_of('-'));
-      const auto near = meshplan::nearest_name(bare, long_option_names(*chosen));
-      std::cerr << chosen_name << ": unknown flag " << *flag << (near ? " (did you mean --" + *near + "?)" : std::string())
-                << "; see " << chosen_name << " --help\n";
+    if (const auto flag = first_unknown_flag(*chosen, arguments(chosen == &app ? 1 : 2))) {
+      std::cerr << chosen_name << ": " << unknown_flag_message(*chosen, *flag) << "; see " << chosen_name << " --help\n";
     } else {
       std::cerr << chosen_name << ": " << e.what() << "; see " << chosen_name << " --help\n";
     }

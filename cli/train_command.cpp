@@ -44,6 +44,7 @@
 #include "cli/train_flags.hpp"
 #include "cli/train_interrupt.hpp"
 #include "cli/train_progress.hpp"
+#include "cli/unknown_flag.hpp"
 #include "executor/backend/backend.hpp"
 #include "executor/checkpoint/checkpoint.hpp"
 #include "executor/comm/world.hpp"
@@ -53,7 +54,6 @@
 #include "model/explain.hpp"
 #include "model/plan_file.hpp"
 #include "model/shrink.hpp"
-#include "model/suggest.hpp"
 
 #if defined(MESHPLAN_TRAIN_CUDA_BUILD)
 #include "cli/train_cuda.hpp"
@@ -417,17 +417,8 @@ Problems train_flag_problems(const std::vector<std::string>& args, TrainFlags& f
     app.parse(reversed);
   } catch (const CLI::ExtrasError& e) {
     // CLI11 lists the extras last first ("3 --bogus"): name the first unknown flag instead.
-    std::vector<std::string> names;
-    for (const CLI::Option* option : app.get_options()) {
-      for (const auto& name : option->get_lnames()) names.push_back(name);
-    }
-    for (const std::string& arg : args) {
-      if (arg.rfind("--", 0) != 0 || arg.size() < 3) continue;
-      const std::string flag = arg.substr(0, arg.find('='));
-      if (app.get_option_no_throw(flag) != nullptr) continue;
-      const auto near = nearest_name(flag.substr(2), names);
-      return {{Severity::error, "train", "unknown flag " + flag + (near ? " (did you mean --" + *near + "?)" : std::string())}};
-    }
+    const std::vector<std::string_view> views(args.begin(), args.end());
+    if (const auto flag = first_unknown_flag(app, views)) return {{Severity::error, "train", unknown_flag_message(app, *flag)}};
     return {{Severity::error, "train", e.what()}};
   } catch (const CLI::ParseError& e) {
     return {{Severity::error, "train", e.what()}};
