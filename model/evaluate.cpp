@@ -361,8 +361,6 @@ namespace {
 
 // ---- phase 2: the records folded over each pipeline stage
 
-// One stage's sums per micro-batch. Reused across calls on a thread (the
-// search evaluates millions of plans): no allocation in the fold.
 // One block's forward and backward on its stage: compute and the in-layer
 // collectives the record leaves exposed. ZB-H1 splits the backward, and its B
 // pass has no W GEMMs beside it to hide tp collectives under.
@@ -374,6 +372,8 @@ double block_backward_s(const BlockCost& c, const Plan& plan) {
   return c.backward_compute_s + tp_backward_exposed_s(c, plan) + c.cp_backward_exposed_s + c.ep_s / 2;
 }
 
+// One stage's sums per micro-batch. Reused across calls on a thread (the
+// search evaluates millions of plans): no allocation in the fold.
 struct StageSum {
   double dense = 0, expert = 0, largest_block = 0;
   double chunk_activation_bytes = 0, largest_layer_bytes = 0, gradient_elements = 0, loss_logits = 0;
@@ -672,9 +672,11 @@ ShardedStep replay_cached(std::span<const ShardedRun> runs, std::int64_t micro_b
 // closed form above. Each block's record gives its pass times and its
 // weights; gathers and reduce-scatters are priced per block (each pays the
 // collective's latency); with a data-parallel axis beside fsdp (HSDP) the
-// buckets fill as the replayed last backward produces them.
+// buckets fill as the replayed last backward produces them (`dp`: the
+// stage's reduction as after_pipeline priced it).
 ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const PlanScalars& ps,
-                           const std::vector<BlockCost>& kind_cost, const Link& fsdp_group, const StageSum& s) {
+                           const std::vector<BlockCost>& kind_cost, const Link& fsdp_group,
+                           const DataParallelReduction& dp) {
   const bool split = plan.schedule.kind == ScheduleKind::zb_h1;
   thread_local std::vector<ShardedBlock> kinds;
   thread_local std::vector<ShardedRun> runs;
@@ -714,9 +716,7 @@ ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const Pla
   if (prof.head_block >= 0) add(kind_of(prof.head_block), 1);
 
   ShardedBuckets buckets;
-  DataParallelReduction dp(plan, ps);
   if (dp.reduced) {
-    dp.price(s.gradient_bytes, plan, ps);
     buckets.count = dp.buckets.count;
     buckets.threshold_each = dp.buckets.size * ps.fsdp;
     buckets.each_s = dp.each_s;
@@ -732,12 +732,13 @@ ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const Pla
 // is not the stage with the most gradients or the latest last pass).
 struct AfterPipeline {
   double dp_s = 0, dp_exposed_s = 0, gather_after_step_s = 0, optimizer_s = 0;
+  DataParallelReduction dp;  // as priced for the last stage priced (one stage: that stage's)
 };
 
 AfterPipeline after_pipeline(const std::vector<StageSum>& sum, const Plan& plan,
                              const PlanScalars& ps, const ComputeRates& rates) {
-  AfterPipeline out;
-  DataParallelReduction dp(plan, ps);
+  AfterPipeline out{0, 0, 0, 0, DataParallelReduction(plan, ps)};
+  DataParallelReduction& dp = out.dp;
   const bool gathered = dp.reduced && zero_shards(plan.zero_stage, ModelState::optimizer);
   const bool split = plan.schedule.kind == ScheduleKind::zb_h1;  // the last gradient pass is a W
   // Stages alike (the middle ones of a pipeline) price alike: the last stage's
@@ -882,7 +883,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   if (fsdp_group.size > 1 && pp == 1) {
     // The replay's waits for gathers and its reduce-scatter tail are fsdp's
     // exposed time; what the buckets add after both is dp's.
-    const ShardedStep sharded = replay_sharded(prof, plan, ps, kind_cost, fsdp_group, slow);
+    const ShardedStep sharded = replay_sharded(prof, plan, ps, kind_cost, fsdp_group, after.dp);
     const double reduced_s = std::max(sharded.passes_end_s, sharded.reductions_end_s);
     slow.fsdp_s = sharded.gather_total_s + sharded.scatter_total_s;
     slow.fsdp_exposed_s = (reduced_s - md * stage_s[0]) / md;
