@@ -17,6 +17,18 @@
 
 namespace meshplan::cli {
 
+CLI::Validator sequence_length_check() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        std::int64_t tokens = 0;
+        if (!CLI::detail::lexical_cast(value, tokens) || tokens < 1 || tokens > kMaxSeqLen) {
+          return value + " is not a sequence length: give a whole number of tokens from 1 to 2^40";
+        }
+        return {};
+      },
+      "TOKENS");
+}
+
 void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--model", f.model, "Model preset name or YAML file (meshplan presets lists them)")
       ->capture_default_str();
@@ -35,7 +47,7 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
                      "nearest GPT-3 size / the sequence length, 256 samples for MLPs and CNNs, at least one per "
                      "device)");
   command.add_option("--seq", f.seq, "Training sequence length (default: the model's seq_len)")
-      ->check(CLI::Range(std::int64_t{1}, kMaxSeqLen));
+      ->check(sequence_length_check());
   command.add_option("--zero", f.zero, "ZeRO stage on dp: 0-3, or auto (with --mesh: 1 when dp x ep > 1, else 0; "
                                        "without: searched)")->capture_default_str();
   command.add_option("--recompute", f.recompute,

@@ -52,6 +52,9 @@ struct PlanFlags {
 
 void add_plan_flags(CLI::App& command, PlanFlags& flags);
 
+// --seq's check: a whole number of tokens from 1 to kMaxSeqLen (2^40), said in those words.
+CLI::Validator sequence_length_check();
+
 struct PlanInputs {
   ModelSpec model;
   ClusterSpec cluster;

@@ -177,7 +177,7 @@ void add_job_flags(CLI::App& command, JobFlags& f, bool lists) {
                          " (default: GPT-3's batch in tokens for the nearest GPT-3 size / the sequence length, 256 "
                          "samples for MLPs and CNNs, at least one per device; docs/cost-model.md)");
   command.add_option("--seq", f.seq, "Training sequence length in tokens (default: the model's seq_len)")
-      ->check(CLI::Range(std::int64_t{1}, kMaxSeqLen));
+      ->check(sequence_length_check());
 }
 
 void add_search_flags(CLI::App& command, SearchFlags& f) {

@@ -159,8 +159,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"mesh_shape", {"explain", "--mesh-shape", "[[4],[\"dp\",\"tp\"]]"}, {"--mesh-shape", "1 sizes but 2 axis names"}},
         BadInput{"rank", {"explain", "--rank", "5000"}, {"--rank", "must be in [0, world size 1024)"}},
         // 0 was the "model's length" sentinel, so a typed --seq 0 was taken silently.
-        BadInput{"seq_zero", {"explain", "--seq", "0"}, {"--seq", "not in range 1 to"}},
-        BadInput{"seq_zero_plan", {"plan", "--seq", "0"}, {"--seq", "not in range 1 to"}},
+        BadInput{"seq_zero", {"explain", "--seq", "0"}, {"--seq", "0 is not a sequence length", "from 1 to 2^40"}},
+        BadInput{"seq_zero_plan", {"plan", "--seq", "0"}, {"--seq", "0 is not a sequence length"}},
+        BadInput{"seq_huge", {"explain", "--seq", "2000000000000"}, {"--seq", "2000000000000 is not a sequence length"}},
         // A negative rank was the "worst device" sentinel, so a typed one was taken silently.
         BadInput{"rank_negative", {"explain", "--rank", "-5"}, {"--rank", "rank -5 must be in [0, world size 1024)"}},
         // CLI11 read integers past int64 as its end (9223372036854775807), and the
