@@ -104,7 +104,6 @@ struct ModelProfile {
   // For communication volumes.
   std::int64_t hidden = 0, q_width = 0, kv_width = 0, kv_heads = 0, top_k = 1, experts = 0;
 
-  const BlockProfile& profile_of_block(int block) const { return kinds[static_cast<std::size_t>(block_kind[static_cast<std::size_t>(block)])]; }
 };
 
 inline std::size_t attention_index(Attention attention) { return attention == Attention::fused ? 0 : 1; }

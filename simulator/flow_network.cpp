@@ -67,7 +67,6 @@ std::int32_t FlowNetwork::start(double now_s, const CommWork& work, std::vector<
   flow.updated_s = now_s;
   flow.most_bytes_per_s = work.bandwidth_bytes_per_s;
   flow.active = true;
-  ++active_;
   if (!contention_) {
     updates.push_back(predict(now_s, id));
     return id;
@@ -91,7 +90,6 @@ void FlowNetwork::finish(double now_s, std::int32_t id, std::vector<Update>& upd
   Flow& flow = flows_[static_cast<std::size_t>(id)];
   flow.active = false;
   ++flow.version;  // any pending prediction is now stale
-  --active_;
   free_.push_back(id);
   if (!contention_ || flow.link_count == 0) return;
   for (std::int32_t i = 0; i < flow.link_count; ++i) {

@@ -40,7 +40,6 @@ class FlowNetwork {
   // The flow has moved its bytes: it leaves its links, which re-rates the others.
   void finish(double now_s, std::int32_t flow, std::vector<Update>& updates);
   bool is_current(std::int32_t flow, std::uint32_t version) const;
-  std::size_t active_flows() const { return active_; }
 
  private:
   struct Flow {
@@ -66,7 +65,6 @@ class FlowNetwork {
   std::vector<Flow> flows_;
   std::vector<std::int32_t> free_;
   std::uint32_t stamp_ = 0;
-  std::size_t active_ = 0;
 };
 
 }  // namespace meshplan::sim
