@@ -6,6 +6,7 @@
 // invalid plan. The simulator is in simulator/; docs/simulator.md explains it.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -57,6 +58,26 @@ std::string per_axis(const std::array<double, 6>& s) {
   return text.empty() ? "none" : text;
 }
 
+// What makes the simulated step differ from the analytical one for this plan
+// (docs/simulator.md, "Differences from the analytical model"); none where
+// the two are the same model (one stage, links not shared).
+std::vector<std::string> why_they_differ(const sim::Simulation& sim) {
+  std::vector<std::string> reasons;
+  if (sim.options.contention) reasons.push_back("transfers that meet on a link share it (--no-contention: they do not)");
+  if (sim.work.stages > 1) {
+    reasons.push_back("pipeline sends are asynchronous here, as meshplan's executor posts them, and blocking in the");
+    reasons.push_back("analytical model, as Megatron-LM's are; its bubble is a closed form, exact for equal stages");
+    bool sharded = false;
+    for (const sim::StageWork& stage : sim.work.stage_work) {
+      for (const sim::ChunkWork& chunk : stage.chunks) {
+        for (const sim::SegmentWork& segment : chunk.segments) sharded = sharded || !segment.parameter_gather.empty();
+      }
+    }
+    if (sharded) reasons.push_back("weights sharded on pipeline stages: the analytical model gathers them per stage, in closed form");
+  }
+  return reasons;
+}
+
 void print_summary(std::ostream& out, const Job& job, const sim::Simulation& sim, double wall_s,
                    const std::string& trace) {
   const sim::SimulationSummary& s = sim.summary;
@@ -69,6 +90,13 @@ void print_summary(std::ostream& out, const Job& job, const sim::Simulation& sim
     out << "   (communication priced at zero; analytical, with communication: " << seconds(a.step_s) << ")\n";
   } else {
     out << "   (analytical " << seconds(a.step_s) << ", " << format("%+.2f%%", 100 * (s.step_s / a.step_s - 1)) << ")\n";
+    if (std::abs(s.step_s / a.step_s - 1) > 1e-9) {
+      const char* lead = "                why: ";
+      for (const std::string& reason : why_they_differ(sim)) {
+        out << lead << reason << "\n";
+        lead = "                     ";
+      }
+    }
   }
   out << "pipeline        " << seconds(s.pipeline_s) << ", bubble " << percent(s.bubble_fraction) << " (analytical "
       << percent(a.step_s > 0 ? a.bubble_s / a.step_s : 0) << ")\n";

@@ -116,6 +116,31 @@ TEST(CliMessages, PlanAndSimulateCountAndSizeInWordsThatFit) {
   EXPECT_EQ(simulate.out.find("0.00 GiB"), std::string::npos) << simulate.out;
 }
 
+// simulate says why its step differs from the analytical one, naming only
+// what applies to the plan: nothing for one stage with links not shared
+// (the same model, the same step), the pipeline's rules and sharded weights
+// on stages where they apply.
+TEST(CliMessages, SimulateSaysWhyItDiffersFromTheAnalyticalStep) {
+  const std::vector<std::string> job = {"simulate", "--model", "gpt2-350m", "--cluster", "ethernet-10g", "--gpus", "8",
+                                        "--micro-batch", "2", "--global-batch", "64", "--no-contention"};
+  auto with = [&](std::initializer_list<std::string> more) {
+    std::vector<std::string> args = job;
+    args.insert(args.end(), more);
+    return run(args);
+  };
+  const CliRun one_stage = with({"--mesh", "dp=8"});
+  ASSERT_EQ(one_stage.status, 0) << one_stage.err;
+  EXPECT_EQ(one_stage.out.find("why:"), std::string::npos) << one_stage.out;
+  const CliRun pipelined = with({"--mesh", "pp=4,dp=2", "--schedule", "interleaved:2"});
+  ASSERT_EQ(pipelined.status, 0) << pipelined.err;
+  EXPECT_NE(pipelined.out.find("why: pipeline sends are asynchronous here"), std::string::npos) << pipelined.out;
+  EXPECT_EQ(pipelined.out.find("share it"), std::string::npos) << pipelined.out;       // --no-contention
+  EXPECT_EQ(pipelined.out.find("weights sharded"), std::string::npos) << pipelined.out;  // none here
+  const CliRun sharded = with({"--mesh", "pp=2,fsdp=4"});
+  ASSERT_EQ(sharded.status, 0) << sharded.err;
+  EXPECT_NE(sharded.out.find("weights sharded on pipeline stages"), std::string::npos) << sharded.out;
+}
+
 TEST(CliMessages, JsonCountsAreWholeNumbers) {
   auto args = kTinyJob;
   args.push_back("--json");
