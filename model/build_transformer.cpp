@@ -115,6 +115,23 @@ class TransformerBuilder {
     return add;
   }
 
+  // Rotary position embedding of the queries and keys (Su et al. 2021), an
+  // elementwise pass over both after the QKV projection: each element times
+  // cos plus its rotated partner times sin, read once and written once where
+  // fused (counted so), more passes in eager code. It saves only the cos and
+  // sin tables (constants, not activations); its gradient is the inverse
+  // rotation of the incoming one, one more read and write.
+  OpId rotary(int block, const std::string& p, OpId qkv_id) {
+    Op rope = make_op(p + "attn.rotary", OpKind::elementwise, block);
+    rope.forward_flops_per_sample = 3 * s * (q + kv);
+    rope.output_elements_per_sample = s * (q + kv);
+    rope.memory_elements_per_sample = 2 * s * (q + kv);
+    rope.tensor_parallel_region = true;  // per head: tp splits it as it splits the heads
+    const OpId id = g.add_op(rope);
+    g.connect(qkv_id, id);
+    return id;
+  }
+
   // ---- a layer's attention half, through the residual add; returns that add
   OpId attention(int block, const std::string& p, OpId prev) {
     const OpId ln1_id = g.add_op(pre_norm(p, "ln1", block));
@@ -134,6 +151,8 @@ class TransformerBuilder {
     qkv.op_sac_recomputed = kv / (q + 2 * kv);
     const OpId qkv_id = g.add_op(qkv);
     g.connect(ln1_id, qkv_id);
+    OpId keys_id = qkv_id;  // what the scores read: q and k, rotated where the model rotates them
+    if (t.positions == Positions::rotary) keys_id = rotary(block, p, qkv_id);
 
     Op scores = make_op(p + "attn.scores", OpKind::attention_scores, block);
     scores.forward_flops_per_sample = 2 * s * s * q;
@@ -147,7 +166,7 @@ class TransformerBuilder {
     scores.tp_split = TpSplit::heads;
     scores.core_attention = true;
     const OpId scores_id = g.add_op(scores);
-    g.connect(qkv_id, scores_id);
+    g.connect(keys_id, scores_id);
 
     Op softmax = make_op(p + "attn.softmax", OpKind::softmax, block);
     softmax.forward_flops_per_sample = 5 * a * s * s;

@@ -139,6 +139,35 @@ TEST(Evaluator, QuickCheckAgreesWithValidation) {
 // attention hides under the attention; all-gather exposes a gather forward and
 // a gather and a reduce-scatter backward; all-to-all exposes q, k, v and the
 // output regrouped each way.
+// Rotary positions are priced as their elementwise pass over the local
+// queries and keys (tp splits the heads): a layer of llama3-8b at tp=2 moves
+// 2 x tokens x (q + kv) / tp elements more forward traffic than the same layer
+// with learned positions, at the elementwise rate.
+TEST(Evaluator, RotaryPositionsCostTheirElementwisePass) {
+  auto model = must(load_model("llama3-8b"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  Plan plan = plan_with("tp=2", 1, 1);
+  plan.seq_len = 4096;
+  auto layer_cost = [&](const ModelSpec& m) {
+    const Evaluator evaluator(m, cluster, 2, 4096);
+    const ModelProfile& prof = evaluator.profile();
+    const auto costs = evaluator.block_costs(plan, place_axes(evaluator.topology(), plan.mesh));
+    return costs[static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(prof.layer_blocks.front())])];
+  };
+  const BlockCost rotary = layer_cost(model);
+  model.transformer.positions = Positions::learned;
+  const BlockCost learned = layer_cost(model);
+  const auto& t = model.transformer;
+  const double q = static_cast<double>(t.heads * t.head_size()), kv = static_cast<double>(t.key_value_heads() * t.head_size());
+  const std::size_t elementwise = static_cast<std::size_t>(StreamOp::elementwise);
+  const double extra = 2 * 4096 * (q + kv) / 2 * 2;  // elements x bf16 bytes, over tp = 2
+  EXPECT_NEAR(rotary.stream_bytes[elementwise] - learned.stream_bytes[elementwise], extra, 1e-9 * extra);
+  const ComputeRates rates = rates_for(cluster.device, Precision::bf16);
+  EXPECT_NEAR(rotary.stream_s[elementwise] - learned.stream_s[elementwise], stream_time_s(extra, rates, StreamOp::elementwise),
+              1e-12);
+  EXPECT_GT(rotary.forward_compute_s, learned.forward_compute_s);
+}
+
 TEST(Evaluator, ContextParallelCommunicationByKind) {
   const auto model = must(load_model("llama3-8b"));
   const auto cluster = must(load_cluster("dgx-h100"));

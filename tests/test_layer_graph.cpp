@@ -108,6 +108,40 @@ TEST(LayerGraph, GroupedQueryAttentionShrinksKeyValue) {
   EXPECT_DOUBLE_EQ(full - gqa, 2 * (4096.0 * 4096 - 4096.0 * 1024) + 2 * (4096.0 - 1024));
 }
 
+// Rotary positions add one elementwise pass over the queries and keys
+// between the QKV projection and the scores (read once, written once), in
+// the tensor-parallel region; learned positions add none. The ops before
+// and after stay as they were: only the scores read through the rotation.
+TEST(LayerGraph, RotaryPositionsRotateQueriesAndKeysOnce) {
+  auto dims = gpt_dims(2, 2048, 32, 1024);
+  dims.kv_heads = 8;
+  const LayerGraph learned = build_transformer_graph(dims, 1024);
+  dims.positions = Positions::rotary;
+  const LayerGraph rotary = build_transformer_graph(dims, 1024);
+  EXPECT_EQ(rotary.op_count(), learned.op_count() + 2 - 1);  // a rotation per layer; no position table
+  int rotations = 0;
+  for (auto v : boost::make_iterator_range(boost::vertices(rotary.graph))) {
+    const Op& op = rotary.op(v);
+    if (op.name.find("rotary") == std::string::npos) continue;
+    ++rotations;
+    const double q = 32 * 64, kv = 8 * 64;
+    EXPECT_EQ(op.kind, OpKind::elementwise);
+    EXPECT_TRUE(op.tensor_parallel_region);
+    EXPECT_DOUBLE_EQ(op.memory_elements_per_sample, 2 * 1024 * (q + kv));
+    EXPECT_TRUE(op.saved.empty());  // cos and sin are constants, not activations
+    ASSERT_EQ(boost::in_degree(v, rotary.graph), 1u);
+    EXPECT_NE(rotary.op(boost::source(*boost::in_edges(v, rotary.graph).first, rotary.graph)).name.find("attn.qkv"),
+              std::string::npos);
+    for (auto e : boost::make_iterator_range(boost::out_edges(v, rotary.graph))) {
+      EXPECT_EQ(rotary.op(boost::target(e, rotary.graph)).kind, OpKind::attention_scores);
+    }
+  }
+  EXPECT_EQ(rotations, 2);
+  for (auto v : boost::make_iterator_range(boost::vertices(learned.graph))) {
+    EXPECT_EQ(learned.op(v).name.find("rotary"), std::string::npos);
+  }
+}
+
 TEST(LayerGraph, MixtureOfExpertsMultipliesMlpWeights) {
   auto dims = gpt_dims(1, 512, 8, 128);
   dims.dropout = 0;
