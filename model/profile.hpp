@@ -103,7 +103,6 @@ struct ModelProfile {
   double residual_elements_per_sample = 0;  // what crosses a pipeline stage boundary
   // For communication volumes.
   std::int64_t hidden = 0, q_width = 0, kv_width = 0, kv_heads = 0, top_k = 1, experts = 0;
-
 };
 
 inline std::size_t attention_index(Attention attention) { return attention == Attention::fused ? 0 : 1; }

@@ -30,7 +30,6 @@ class YamlMap {
   // `prefix` is prepended to key names in messages ("intra_node.").
   YamlMap(YAML::Node node, std::string file, std::string prefix, Problems& problems);
 
-
   std::optional<std::int64_t> integer(std::string_view key, Need need, std::int64_t min_value,
                                       std::int64_t max_value);
   std::optional<double> number(std::string_view key, Need need, double min_value, double max_value);

@@ -134,11 +134,6 @@ TEST(Evaluator, QuickCheckAgreesWithValidation) {
   EXPECT_EQ(checked, 1600);
 }
 
-// Context parallelism's three ways of moving keys and values (plan.hpp,
-// CpComm), priced from the collective rules on the cp axis's link: ring
-// attention hides under the attention; all-gather exposes a gather forward and
-// a gather and a reduce-scatter backward; all-to-all exposes q, k, v and the
-// output regrouped each way.
 // Rotary positions are priced as their elementwise pass over the local
 // queries and keys (tp splits the heads): a layer of llama3-8b at tp=2 moves
 // 2 x tokens x (q + kv) / tp elements more forward traffic than the same layer
@@ -168,6 +163,11 @@ TEST(Evaluator, RotaryPositionsCostTheirElementwisePass) {
   EXPECT_GT(rotary.forward_compute_s, learned.forward_compute_s);
 }
 
+// Context parallelism's three ways of moving keys and values (plan.hpp,
+// CpComm), priced from the collective rules on the cp axis's link: ring
+// attention hides under the attention; all-gather exposes a gather forward and
+// a gather and a reduce-scatter backward; all-to-all exposes q, k, v and the
+// output regrouped each way.
 TEST(Evaluator, ContextParallelCommunicationByKind) {
   const auto model = must(load_model("llama3-8b"));
   const auto cluster = must(load_cluster("dgx-h100"));
