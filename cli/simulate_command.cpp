@@ -60,13 +60,14 @@ std::string per_axis(const std::array<double, 6>& s) {
 
 // What makes the simulated step differ from the analytical one for this plan
 // (docs/simulator.md, "Differences from the analytical model"); none where
-// the two are the same model (one stage, links not shared).
+// the steps are equal (one stage, links not shared: the same model).
 std::vector<std::string> why_they_differ(const sim::Simulation& sim) {
   std::vector<std::string> reasons;
+  if (!(std::abs(sim.summary.step_s / sim.analytical.step_s - 1) > 1e-9)) return reasons;
   if (sim.options.contention) reasons.push_back("transfers that meet on a link share it (--no-contention: they do not)");
   if (sim.work.stages > 1) {
-    reasons.push_back("pipeline sends are asynchronous here, as meshplan's executor posts them, and blocking in the");
-    reasons.push_back("analytical model, as Megatron-LM's are; its bubble is a closed form, exact for equal stages");
+    reasons.push_back("pipeline sends are asynchronous here, as meshplan's executor posts them, and blocking in the "
+                      "analytical model, as Megatron-LM's are; its bubble is a closed form, exact for equal stages");
     bool sharded = false;
     for (const sim::StageWork& stage : sim.work.stage_work) {
       for (const sim::ChunkWork& chunk : stage.chunks) {
@@ -90,12 +91,27 @@ void print_summary(std::ostream& out, const Job& job, const sim::Simulation& sim
     out << "   (communication priced at zero; analytical, with communication: " << seconds(a.step_s) << ")\n";
   } else {
     out << "   (analytical " << seconds(a.step_s) << ", " << format("%+.2f%%", 100 * (s.step_s / a.step_s - 1)) << ")\n";
-    if (std::abs(s.step_s / a.step_s - 1) > 1e-9) {
-      const char* lead = "                why: ";
-      for (const std::string& reason : why_they_differ(sim)) {
-        out << lead << reason << "\n";
-        lead = "                     ";
+    // Each reason from column 21, its words wrapped at 100 columns, continued from column 23.
+    const char* lead = "                why: ";
+    for (const std::string& reason : why_they_differ(sim)) {
+      std::string line = lead;
+      bool first_word = true;
+      std::size_t from = 0;
+      while (from < reason.size()) {
+        std::size_t to = reason.find(' ', from);
+        if (to == std::string::npos) to = reason.size();
+        const std::string word = reason.substr(from, to - from);
+        if (!first_word && line.size() + 1 + word.size() > 100) {
+          out << line << "\n";
+          line = std::string(23, ' ');
+          first_word = true;
+        }
+        line += (first_word ? "" : " ") + word;
+        first_word = false;
+        from = to + 1;
       }
+      out << line << "\n";
+      lead = "                     ";
     }
   }
   out << "pipeline        " << seconds(s.pipeline_s) << ", bubble " << percent(s.bubble_fraction) << " (analytical "
@@ -230,6 +246,7 @@ Command add_simulate_command(CLI::App& app) {
         if (value > 0) exposed[to_string(axis)] = value;
       }
       analytical["exposed_communication_s"] = exposed;
+      analytical["differs_because"] = why_they_differ(sim);
       j["analytical"] = analytical;
       j["trace"] = flags->trace.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(flags->trace);
       j["simulation_wall_s"] = wall_s;

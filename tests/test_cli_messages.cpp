@@ -139,6 +139,14 @@ TEST(CliMessages, SimulateSaysWhyItDiffersFromTheAnalyticalStep) {
   const CliRun sharded = with({"--mesh", "pp=2,fsdp=4"});
   ASSERT_EQ(sharded.status, 0) << sharded.err;
   EXPECT_NE(sharded.out.find("weights sharded on pipeline stages"), std::string::npos) << sharded.out;
+  // --json: the same reasons, whole, under analytical.differs_because.
+  const Json one = Json::parse(with({"--mesh", "dp=8", "--json"}).out);
+  EXPECT_TRUE(one["analytical"]["differs_because"].is_array());
+  EXPECT_TRUE(one["analytical"]["differs_because"].empty()) << one["analytical"].dump();
+  const Json two = Json::parse(with({"--mesh", "pp=2,fsdp=4", "--json"}).out);
+  ASSERT_EQ(two["analytical"]["differs_because"].size(), 2u) << two["analytical"].dump();
+  EXPECT_EQ(two["analytical"]["differs_because"][0].get<std::string>().rfind("pipeline sends are asynchronous here", 0), 0u);
+  EXPECT_EQ(two["analytical"]["differs_because"][1].get<std::string>().rfind("weights sharded on pipeline stages", 0), 0u);
 }
 
 TEST(CliMessages, JsonCountsAreWholeNumbers) {
