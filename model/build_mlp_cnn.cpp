@@ -62,6 +62,7 @@ LayerGraph build_mlp_graph(const MlpDims& dims) {
   loss.tensor_parallel_region = last_is_column;
   const OpId id = g.add_op(loss);
   if (prev) g.connect(*prev, id);
+  g.index_boundaries();
   return g;
 }
 
@@ -193,6 +194,7 @@ LayerGraph build_cnn_graph(const CnnDims& dims) {
   loss.memory_fixed_bytes_per_sample = 3 * 4 * classes;
   const OpId loss_id = g.add_op(loss);
   g.connect(fc_id, loss_id);
+  g.index_boundaries();
   return g;
 }
 

@@ -350,7 +350,9 @@ class TransformerBuilder {
 }  // namespace
 
 LayerGraph build_transformer_graph(const TransformerDims& t, std::int64_t seq_len) {
-  return TransformerBuilder(t, seq_len).build();
+  LayerGraph g = TransformerBuilder(t, seq_len).build();
+  g.index_boundaries();
+  return g;
 }
 
 }  // namespace meshplan

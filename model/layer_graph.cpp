@@ -39,6 +39,10 @@ double LayerGraph::parameter_count() const {
 }
 
 double LayerGraph::boundary_elements_per_sample(int block) const {
+  if (block < 0) return 0;  // before the first block nothing has been made
+  if (boundary_index.size() == blocks.size() && static_cast<std::size_t>(block) < boundary_index.size()) {
+    return boundary_index[static_cast<std::size_t>(block)];
+  }
   double total = 0;
   for (auto v : boost::make_iterator_range(boost::vertices(graph))) {
     if (graph[v].block > block) continue;
@@ -53,13 +57,43 @@ double LayerGraph::boundary_elements_per_sample(int block) const {
 }
 
 double LayerGraph::largest_stage_boundary_elements_per_sample() const {
+  if (boundary_index.size() == blocks.size()) return largest_boundary_index;
   double largest = 0;
   const std::vector<int> layers = layer_blocks();
   for (std::size_t i = 0; i + 1 < layers.size(); ++i) largest = std::max(largest, boundary_elements_per_sample(layers[i]));
   return largest;
 }
 
+void LayerGraph::index_boundaries() {
+  boundary_index.clear();
+  // A tensor made in block b and last read in block c > b crosses the
+  // boundaries after blocks b .. c - 1: add it over that range. Summed per
+  // block in vertex order, as the unindexed walk sums it.
+  const std::size_t n = blocks.size();
+  std::vector<std::vector<std::pair<int, double>>> starting(n);  // per first block: (last block, elements)
+  for (auto v : boost::make_iterator_range(boost::vertices(graph))) {
+    int last = graph[v].block;
+    for (auto e : boost::make_iterator_range(boost::out_edges(v, graph))) last = std::max(last, graph[boost::target(e, graph)].block);
+    if (last > graph[v].block) starting.at(static_cast<std::size_t>(graph[v].block)).push_back({last, graph[v].output_elements_per_sample});
+  }
+  std::vector<double> index(n, 0.0);
+  std::vector<std::pair<int, double>> open;  // tensors crossing the current boundary, in vertex order
+  for (std::size_t b = 0; b < n; ++b) {
+    std::erase_if(open, [&](const auto& t) { return static_cast<std::size_t>(t.first) <= b; });
+    open.insert(open.end(), starting[b].begin(), starting[b].end());
+    double total = 0;
+    for (const auto& t : open) total += t.second;
+    index[b] = total;
+  }
+  double largest = 0;
+  const std::vector<int> layers = layer_blocks();
+  for (std::size_t i = 0; i + 1 < layers.size(); ++i) largest = std::max(largest, index[static_cast<std::size_t>(layers[i])]);
+  boundary_index = std::move(index);
+  largest_boundary_index = largest;
+}
+
 OpId LayerGraph::add_op(Op op) {
+  boundary_index.clear();
   const int block = op.block;
   const OpId id = boost::add_vertex(std::move(op), graph);
   blocks.at(static_cast<std::size_t>(block)).ops.push_back(id);
@@ -67,6 +101,7 @@ OpId LayerGraph::add_op(Op op) {
 }
 
 void LayerGraph::connect(OpId from, OpId to) {
+  boundary_index.clear();
   boost::add_edge(from, to, TensorEdge{graph[from].output_elements_per_sample}, graph);
 }
 

@@ -169,6 +169,14 @@ struct LayerGraph {
 
   OpId add_op(Op op);
   void connect(OpId from, OpId to);  // the producer's output feeds the consumer
+  // Works out every block's boundary in one pass over the graph, so that the
+  // two queries above cost O(1) (a search asks them per plan and per block:
+  // unindexed, they walk the whole graph per block, quadratic in the layers).
+  // The builders call it last; add_op and connect drop the index again.
+  void index_boundaries();
+
+  std::vector<double> boundary_index;  // per block, when indexed (else empty)
+  double largest_boundary_index = 0;
 };
 
 // Whether attention `attention` keeps saved tensor `t` (plan.hpp, Attention).

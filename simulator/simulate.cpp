@@ -52,7 +52,7 @@ Loaded<Simulation> simulate_plan(const Evaluator& evaluator, const Plan& plan, c
     result.problems.push_back(
         {Severity::error, "global_batch",
          std::to_string(work.value.micro_batches) + " micro-batches on " + std::to_string(work.value.stages) +
-             " pipeline stages are " + std::to_string(passes) + " segment passes to replay; the simulator replays at most " +
+             (work.value.stages == 1 ? " pipeline stage are " : " pipeline stages are ") + std::to_string(passes) + " segment passes to replay; the simulator replays at most " +
              std::to_string(kMaxReplayedPasses) + " (its timeline keeps every event): fewer micro-batches simulate "
              "the same per-micro-batch behaviour, and `explain` prices any number"});
     return result;

@@ -99,6 +99,43 @@ TEST(LayerGraph, StageBoundaryCarriesTheResidualStreamOnce) {
   EXPECT_DOUBLE_EQ(g.boundary_elements_per_sample(first_layer), 128.0 * 256);
 }
 
+// The index the builders leave (index_boundaries) answers as the walk over
+// the whole graph does, for every block of every kind of model, and a graph
+// changed after indexing answers from the walk again.
+TEST(LayerGraph, IndexedBoundariesEqualTheWalk) {
+  auto moe = gpt_dims(4, 256, 8, 128);
+  moe.experts = 8;
+  moe.top_k = 2;
+  MlpDims mlp;
+  mlp.layer_sizes = {784, 512, 256, 10};
+  CnnDims cnn;
+  cnn.stage_blocks = {2, 2};
+  cnn.stage_channels = {64, 128};
+  const std::vector<LayerGraph> graphs = {build_transformer_graph(gpt_dims(5, 256, 8, 128), 128),
+                                          build_transformer_graph(moe, 128), build_mlp_graph(mlp), build_cnn_graph(cnn)};
+  for (const LayerGraph& indexed : graphs) {
+    ASSERT_EQ(indexed.boundary_index.size(), indexed.blocks.size());
+    LayerGraph walked = indexed;
+    walked.boundary_index.clear();
+    bool some_boundary = false;
+    for (int b = -1; b <= static_cast<int>(indexed.blocks.size()); ++b) {
+      EXPECT_EQ(indexed.boundary_elements_per_sample(b), walked.boundary_elements_per_sample(b)) << "block " << b;
+      some_boundary = some_boundary || walked.boundary_elements_per_sample(b) > 0;
+    }
+    EXPECT_TRUE(some_boundary);
+    EXPECT_GT(walked.largest_stage_boundary_elements_per_sample(), 0);
+    EXPECT_EQ(indexed.largest_stage_boundary_elements_per_sample(), walked.largest_stage_boundary_elements_per_sample());
+  }
+  LayerGraph changed = graphs.front();
+  const int first_layer = changed.layer_blocks().front();
+  const double before = changed.boundary_elements_per_sample(first_layer);
+  Op extra = make_op("extra", OpKind::elementwise, first_layer);
+  extra.output_elements_per_sample = 7;
+  const OpId id = changed.add_op(extra);
+  changed.connect(id, changed.blocks.back().ops.front());
+  EXPECT_EQ(changed.boundary_elements_per_sample(first_layer), before + 7);
+}
+
 TEST(LayerGraph, GroupedQueryAttentionShrinksKeyValue) {
   auto dims = gpt_dims(1, 4096, 32, 1024);
   const double full = build_transformer_graph(dims, 1024).parameter_count();
