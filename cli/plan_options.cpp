@@ -57,7 +57,7 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--attention", f.attention,
                      "Attention kernels: fused (FlashAttention / cuDNN / SDPA: no s x s tensors) or unfused")
       ->capture_default_str();
-  add_fixed_plan_flags(command, f.cp_comm, f.fp32_gradients);
+  add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients);
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
                               "Sequence parallelism in tp regions (default: on for transformers with tp > 1)");
   command.add_flag("--no-sequence-parallel", f.no_sequence_parallel, "Turn sequence parallelism off")->excludes(sp);
@@ -71,21 +71,40 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--rank", f.rank, "Report this rank's device instead of the worst one");
 }
 
-std::optional<CpComm> parse_cp_comm_flag(const std::string& text, Problems& problems) {
-  const auto c = parse_cp_comm(text);
-  if (!c) {
-    problems.push_back({Severity::error, "--cp-comm",
-                        "'" + text + "' is not one of: " + std::string(cp_comm_choices) +
-                            did_you_mean(text, choice_words(cp_comm_choices))});
+namespace {
+
+// A flag's value that must be one of `choices`, or an error naming them.
+template <class T>
+std::optional<T> parse_choice_flag(const std::string& text, const char* flag, std::string_view choices,
+                                   std::optional<T> (*parse)(std::string_view), Problems& problems) {
+  const auto value = parse(text);
+  if (!value) {
+    problems.push_back({Severity::error, flag,
+                        "'" + text + "' is not one of: " + std::string(choices) + did_you_mean(text, choice_words(choices))});
   }
-  return c;
+  return value;
 }
 
-void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, bool& fp32_gradients) {
+}  // namespace
+
+std::optional<CpComm> parse_cp_comm_flag(const std::string& text, Problems& problems) {
+  return parse_choice_flag<CpComm>(text, "--cp-comm", cp_comm_choices, parse_cp_comm, problems);
+}
+
+std::optional<Loss> parse_loss_flag(const std::string& text, Problems& problems) {
+  return parse_choice_flag<Loss>(text, "--loss", loss_choices, parse_loss, problems);
+}
+
+void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& loss, bool& fp32_gradients) {
   command.add_option("--cp-comm", cp_comm,
                      "How context parallelism moves keys and values: ring (ring attention, hidden under the attention), "
                      "all-gather (Llama 3: gathered before the attention, exposed) or all-to-all (DeepSpeed-Ulysses: "
                      "heads regrouped, exposed)")
+      ->capture_default_str();
+  command.add_option("--loss", loss,
+                     "How the cross-entropy runs: eager (PyTorch's fp32 log_softmax: fp32 log-probabilities kept, two "
+                     "fp32 gradients at its backward) or fused (torch.compile, Megatron's --cross-entropy-loss-fusion, "
+                     "Liger: the logits kept in their own dtype); memory only")
       ->capture_default_str();
   command.add_flag("--fp32-gradients", fp32_gradients,
                    "Gradients accumulated and reduced across data-parallel ranks in fp32 (Megatron-LM's default for "
@@ -101,7 +120,7 @@ std::string flag_for_field(const std::string& field) {
       {"precision", "--precision"},       {"stage_layers", "--stage-layers"}, {"memory_headroom", "--headroom"},
       {"rank", "--rank"},                 {"world_size", "--gpus"},           {"sequence_parallel", "--sequence-parallel"},
       {"attention", "--attention"},       {"cp_comm", "--cp-comm"},
-      {"fp32_gradients", "--fp32-gradients"},
+      {"fp32_gradients", "--fp32-gradients"}, {"loss", "--loss"},
   };
   for (const auto& [name, flag] : table) {
     if (field == name) return flag;
@@ -168,23 +187,16 @@ void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs&
   Plan& plan = in.plan;
   SearchSpace& space = in.space;
   const std::string recompute = f.recompute.value_or(to_string(default_recompute(in.model.kind)));
-  if (auto r = parse_recompute(recompute)) {
+  if (auto r = parse_choice_flag<Recompute>(recompute, "--recompute", recompute_choices, parse_recompute, problems)) {
     plan.recompute = *r;
     if (f.recompute) space.recomputes = {*r};
-  } else {
-    problems.push_back({Severity::error, "--recompute",
-                        "'" + recompute + "' is not one of: " + std::string(recompute_choices) +
-                            did_you_mean(recompute, choice_words(recompute_choices))});
   }
-  if (auto a = parse_attention(f.attention)) {
+  if (auto a = parse_choice_flag<Attention>(f.attention, "--attention", attention_choices, parse_attention, problems)) {
     plan.attention = *a;
     space.attentions = {*a};
-  } else {
-    problems.push_back({Severity::error, "--attention",
-                        "'" + f.attention + "' is not one of: " + std::string(attention_choices) +
-                            did_you_mean(f.attention, choice_words(attention_choices))});
   }
   if (auto c = parse_cp_comm_flag(f.cp_comm, problems)) plan.cp_comm = space.cp_comm = *c;
+  if (auto l = parse_loss_flag(f.loss, problems)) plan.loss = space.loss = *l;
   plan.fp32_gradients = space.fp32_gradients = f.fp32_gradients;
   const std::string schedule = f.schedule.value_or("1f1b");
   if (auto s = parse_schedule(schedule)) {

@@ -40,6 +40,7 @@ struct PlanFlags {
   std::optional<std::string> recompute;      // default_recompute (model/plan_defaults.hpp)
   std::string attention = "fused";
   std::string cp_comm = "ring";
+  std::string loss = "eager";
   bool fp32_gradients = false;
   bool sequence_parallel = false;
   bool no_sequence_parallel = false;
@@ -76,10 +77,11 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& flags);
 // problems speak of plan fields; on the command line they should name flags.
 std::string flag_for_field(const std::string& field);
 
-// --cp-comm's value (plan and search flags alike), or an error naming the choices.
+// --cp-comm's and --loss's values (plan and search flags alike), or an error naming the choices.
 std::optional<CpComm> parse_cp_comm_flag(const std::string& text, Problems& problems);
-// --cp-comm and --fp32-gradients: plan switches the search never varies, the
-// same flags on explain/simulate and on plan/sweep.
-void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, bool& fp32_gradients);
+std::optional<Loss> parse_loss_flag(const std::string& text, Problems& problems);
+// --cp-comm, --loss and --fp32-gradients: plan switches the search never
+// varies, the same flags on explain/simulate and on plan/sweep.
+void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& loss, bool& fp32_gradients);
 
 }  // namespace meshplan::cli

@@ -87,6 +87,7 @@ Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
                         "cp: no effect (add cp to --axes)"});
   }
   space.fp32_gradients = f.fp32_gradients;
+  if (auto l = parse_loss_flag(trim(f.loss), problems)) space.loss = *l;
 
   space.schedules.clear();
   auto schedules = split_list(f.schedules, "--schedules");
@@ -189,7 +190,7 @@ void add_search_flags(CLI::App& command, SearchFlags& f) {
   command.add_option("--zero", f.zero, "ZeRO stages on dp to try (0-3)")->capture_default_str();
   command.add_option("--recompute", f.recompute, "Recompute modes to try: none, selective, full, selective-op (torchtitan's op-level checkpointing)")->capture_default_str();
   command.add_option("--attention", f.attention, "Attention kernels to try: fused, unfused")->capture_default_str();
-  add_fixed_plan_flags(command, f.cp_comm, f.fp32_gradients);
+  add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients);
   command.add_option("--schedules", f.schedules, "Pipeline schedules to try: gpipe, 1f1b, interleaved, zb-h1")
       ->capture_default_str();
   command.add_option("--interleave", f.interleave, "Model chunks per device (v) for the interleaved schedule")
@@ -326,7 +327,7 @@ std::string describe_space(const SearchSpace& space) {
          join(precisions) + (std::find(space.axes.begin(), space.axes.end(), Axis::cp) != space.axes.end()
                                  ? "; cp " + to_string(space.cp_comm)
                                  : "") +
-         (space.fp32_gradients ? "; fp32 gradients" : "");
+         (space.fp32_gradients ? "; fp32 gradients" : "") + (space.loss == Loss::fused ? "; fused loss" : "");
 }
 
 }  // namespace meshplan::cli

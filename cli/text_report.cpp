@@ -183,6 +183,7 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
       << to_string(plan.precision) << ", attention " << to_string(plan.attention);
   if (plan.mesh.size(Axis::cp) > 1) out << ", cp keys and values by " << to_string(plan.cp_comm);
   if (plan.fp32_gradients) out << ", fp32 gradients";
+  if (plan.loss == Loss::fused) out << ", fused loss";
   if (!plan.stage_layers.empty()) out << ", layers per chunk " << stage_layers_text(plan.stage_layers);
   out << "\n";
 

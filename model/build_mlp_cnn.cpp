@@ -57,7 +57,9 @@ LayerGraph build_mlp_graph(const MlpDims& dims) {
   Op loss = make_op("head.loss", OpKind::cross_entropy, head);
   loss.forward_flops_per_sample = 5 * classes;
   loss.output_elements_per_sample = 1;
-  loss.saved = {{"logits (fp32)", classes, 4, last_is_column, false}};
+  SavedTensor logits{"logits (fp32)", classes, 4, last_is_column, false};
+  logits.loss_logits = true;  // by the plan's loss (plan.hpp, Loss)
+  loss.saved = {logits};
   loss.memory_fixed_bytes_per_sample = 3 * 4 * classes;
   loss.tensor_parallel_region = last_is_column;
   const OpId id = g.add_op(loss);
@@ -190,7 +192,9 @@ LayerGraph build_cnn_graph(const CnnDims& dims) {
   Op loss = make_op("head.loss", OpKind::cross_entropy, head);
   loss.forward_flops_per_sample = 5 * classes;
   loss.output_elements_per_sample = 1;
-  loss.saved = {{"logits (fp32)", classes, 4, false, false}};
+  SavedTensor logits{"logits (fp32)", classes, 4, false, false};
+  logits.loss_logits = true;  // by the plan's loss (plan.hpp, Loss)
+  loss.saved = {logits};
   loss.memory_fixed_bytes_per_sample = 3 * 4 * classes;
   const OpId loss_id = g.add_op(loss);
   g.connect(fc_id, loss_id);

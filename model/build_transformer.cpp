@@ -324,14 +324,16 @@ class TransformerBuilder {
     const OpId lm_head_id = g.add_op(lm_head);
     g.connect(final_norm_id, lm_head_id);
 
-    // Cross-entropy in fp32 over the logits. Memory: the unfused loss of an
-    // eager step (Megatron-LM and autocast cast the logits to float), the
-    // largest the loss can hold: fp32 logits, 4 bytes. Time: the fused loss
+    // Cross-entropy over the logits. Memory: by the plan's loss (plan.hpp,
+    // Loss): the eager loss keeps fp32 log-probabilities, 4 bytes, the fused
+    // one the logits in the activation dtype. Time: the fused loss
     // (layer_graph.hpp, kLossLogitPasses).
     Op loss = make_op("head.loss", OpKind::cross_entropy, block);
     loss.forward_flops_per_sample = 5 * s * vocab;
     loss.output_elements_per_sample = 1;
-    loss.saved = {{"logits (fp32)", s * vocab, 4, true, false}};
+    SavedTensor logits{"logits (fp32)", s * vocab, 4, true, false};
+    logits.loss_logits = true;
+    loss.saved = {logits};
     loss.memory_elements_per_sample = kLossLogitPasses * s * vocab;
     loss.tensor_parallel_region = true;
     const OpId loss_id = g.add_op(loss);

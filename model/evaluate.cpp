@@ -128,6 +128,12 @@ void block_memory(BlockCost& c, const BlockProfile& bp, BlockKind role, const Mo
                                std::max(bp.largest_output_elements[a][0] / split.sequence, bp.largest_output_elements[a][1] / split.tensor_parallel));
   }
   c.loss_logits = b * (bp.loss_logit_elements[0] / split.sequence + bp.loss_logit_elements[1] / split.tensor_parallel);
+  if (plan.loss == Loss::fused && c.loss_logits > 0) {
+    // The profile keeps the eager loss's fp32 log-probabilities (memory_model.cpp, tensor_bytes_per_sample).
+    const double saving = c.loss_logits * fused_loss_saved_saving_per_logit(act);
+    c.activation_bytes -= saving;
+    c.full_activation_bytes -= saving;
+  }
 }
 
 // GEMMs, memory-bound passes, fused attention and the launch floor; returns
@@ -535,7 +541,7 @@ struct StageMemoryInputs {
     if (ep > 1) buffers += 2 * tokens * static_cast<double>(prof.top_k * prof.hidden) * act;
   }
   mem.buffers_bytes = buffers;
-  add_peak_memory(mem, s.loss_logits, s.layers > 0 ? s.gradient_elements : 0.0, act, in.device);
+  add_peak_memory(mem, s.loss_logits, s.layers > 0 ? s.gradient_elements : 0.0, act, in.device, plan.loss);
   return sm;
 }
 

@@ -118,6 +118,8 @@ std::string megatron(Writer& w) {
   if (bf16_weights && !gradients_in_fp32(plan)) arg("--grad-reduce-in-bf16");
   if (plan.precision == Precision::fp16 && gradients_in_fp32(plan)) arg("--accumulate-allreduce-grads-in-fp32");
   arg("--attention-backend", plan.attention == Attention::fused ? "flash" : "unfused");
+  // "the faster ... fused form of cross entropy, which also has bf16 grads internally" (arguments.py).
+  if (plan.loss == Loss::fused) arg("--cross-entropy-loss-fusion");
   // The model.
   arg("--num-layers", count(t.layers));
   arg("--hidden-size", count(t.hidden));
@@ -195,6 +197,10 @@ std::string torchtitan(Writer& w) {
                                 "autocast keeps fp32 gradients), twice the bytes the plan's 16-bit gradients are "
                                 "priced at: plan with --fp32-gradients to match");
   }
+  if (plan.loss == Loss::fused) {
+    w.warning("loss", "the plan prices a fused cross-entropy (logits kept in bf16); torchtitan's loss runs it so only "
+                      "when compiled (torch.compile), else it holds fp32 log-probabilities as --loss eager prices");
+  }
   if (w.size(Axis::cp) > 1 && plan.cp_comm != CpComm::ring) {
     w.warning("cp_comm", "torchtitan's context parallelism is ring attention; the plan's " + to_string(plan.cp_comm) +
                              " key/value exchange is written as its ring");
@@ -258,6 +264,10 @@ std::string deepspeed(Writer& w) {
     w.warning("recompute", "activation checkpointing is applied by the model code (deepspeed.checkpointing), not the JSON");
   }
   if (plan.precision == Precision::fp8) w.error("precision", "fp8: DeepSpeed's JSON sets fp16 or bf16");
+  if (plan.loss == Loss::fused) {
+    w.warning("loss", "the plan prices a fused cross-entropy (logits kept in their own dtype); the model code must "
+                      "run one (a compiled or fused loss), else it holds fp32 log-probabilities as --loss eager prices");
+  }
   if (has_errors(w.problems)) return "";
   const int stage = w.size(Axis::fsdp) > 1 ? 3 : plan.zero_stage;
   nlohmann::ordered_json j;

@@ -65,6 +65,10 @@ struct SavedTensor {
   // (Op::op_sac_kept).
   bool reduce_scatter = false;
   bool partial_sums = false;
+  // The logits the loss keeps: fixed_bytes_per_element (fp32 log-
+  // probabilities) under the eager loss, the activation dtype under the fused
+  // one (plan.hpp, Loss).
+  bool loss_logits = false;
 };
 
 struct GemmShape {  // per sample: rows scale with the sample's tokens

@@ -132,8 +132,8 @@ double tensor_bytes_per_sample(const std::vector<SavedTensor>& tensors, const Ac
     if (!kept_by(t, sharding.attention)) continue;
     if (t.selective && drop_selective) continue;
     if (t.reduce_scatter && !reduce_scatters) continue;
-    const double per_element = t.fixed_bytes_per_element > 0 ? t.fixed_bytes_per_element
-                                                             : sharding.activation_bytes_per_element;
+    const bool fixed = t.fixed_bytes_per_element > 0 && !(t.loss_logits && sharding.loss == Loss::fused);
+    const double per_element = fixed ? t.fixed_bytes_per_element : sharding.activation_bytes_per_element;
     const double divisor = t.key_value      ? static_cast<double>(sharding.cp * kv_tp_split(sharding.kv_heads, sharding.tp))
                            : t.partial_sums ? static_cast<double>(sharding.cp)
                                             : split.of(t.tensor_parallel);
@@ -153,14 +153,18 @@ double op_sac_kept_bytes_per_sample(const Op& op, const ActivationSharding& shar
 }
 
 void add_peak_memory(MemoryBreakdown& memory, double loss_logits, double gradient_elements,
-                     double activation_bytes_per_element, const DeviceSpec& device) {
-  // The loss backward holds the output logits (activation dtype), the fp32
-  // gradient of the log-probabilities and the fp32 gradient of the logits
-  // (PyTorch's log_softmax / nll_loss backward; the saved fp32 log-
+                     double activation_bytes_per_element, const DeviceSpec& device, Loss loss) {
+  // The eager loss backward holds the output logits (activation dtype), the
+  // fp32 gradient of the log-probabilities and the fp32 gradient of the
+  // logits (PyTorch's log_softmax / nll_loss backward; the saved fp32 log-
   // probabilities are already an activation); the forward's fp32 upcast
-  // (logits + upcast, 4 bytes) is smaller and freed by then.
+  // (logits + upcast, 4 bytes) is smaller and freed by then. The fused loss
+  // writes the logits' gradient in their own dtype beside the logits it kept
+  // (an activation already); kernels that write it over the logits (Liger,
+  // llm.c) hold less.
   constexpr double kFp32 = 4;
-  memory.loss_transient_bytes = loss_logits * (activation_bytes_per_element + 2 * kFp32);
+  memory.loss_transient_bytes =
+      loss_logits * (loss == Loss::fused ? activation_bytes_per_element : activation_bytes_per_element + 2 * kFp32);
   memory.activation_gradient_bytes = gradient_elements * activation_bytes_per_element;
   memory.workspace_bytes = device.workspace_bytes;
   memory.runtime_context_bytes = device.context_bytes;
@@ -200,7 +204,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
   const double fsdp = static_cast<double>(mesh.size(Axis::fsdp));
   const double ep = static_cast<double>(mesh.size(Axis::ep));
   const ActivationSharding sharding{mesh.size(Axis::tp), mesh.size(Axis::cp), plan.sequence_parallel,
-                                    plan.recompute, bytes.activation_bytes_per_element, plan.attention, graph.kv_heads};
+                                    plan.recompute, bytes.activation_bytes_per_element, plan.attention, graph.kv_heads,
+                                    plan.loss};
   const ActivationSplit split = activation_split(plan);
 
   // ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 shards optimizer state,
@@ -292,7 +297,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
     }
     const double gradient_elements = has_layers ? boundary / split.sequence + widest_output : 0.0;
     add_peak_memory(mem, loss_logits * micro_batch, gradient_elements * micro_batch, bytes.activation_bytes_per_element,
-                    cluster.device);
+                    cluster.device, plan.loss);
     estimate.stages.push_back(sm);
   }
 

@@ -53,9 +53,16 @@ struct MemoryBreakdown {
 // Fills the peak rows of `memory` (its steady rows already set) from
 // `loss_logits` (logits the loss of this device's micro-batch reads: 0 off
 // the last stage) and `gradient_elements` (activation-gradient elements in
-// flight), with the device's stack figures (DeviceSpec `runtime:`).
+// flight), with the device's stack figures (DeviceSpec `runtime:`), the
+// loss's transient by how the plan runs it (plan.hpp, Loss).
 void add_peak_memory(MemoryBreakdown& memory, double loss_logits, double gradient_elements,
-                     double activation_bytes_per_element, const DeviceSpec& device);
+                     double activation_bytes_per_element, const DeviceSpec& device, Loss loss);
+// Bytes per logit the fused loss saves fewer than the eager one: the eager
+// loss keeps fp32 log-probabilities, the fused one the logits in the
+// activation dtype (0 when that is fp32 too).
+inline double fused_loss_saved_saving_per_logit(double activation_bytes_per_element) {
+  return 4 - activation_bytes_per_element;
+}
 
 struct StageMemory {
   std::int64_t stage = 0;
@@ -83,6 +90,7 @@ struct ActivationSharding {
   double activation_bytes_per_element = 2;
   Attention attention = Attention::unfused;
   std::int64_t kv_heads = 0;  // keys and values split over cp x kv_tp_split(kv_heads, tp)
+  Loss loss = Loss::eager;    // the bytes of the loss's logits (SavedTensor::loss_logits)
 };
 
 // Bytes `op` keeps for the backward pass, per sample, on one device

@@ -35,6 +35,16 @@ std::optional<CpComm> parse_cp_comm(std::string_view text) {
   return std::nullopt;
 }
 
+std::string to_string(Loss loss) {
+  return loss == Loss::fused ? "fused" : "eager";
+}
+
+std::optional<Loss> parse_loss(std::string_view text) {
+  if (text == "eager") return Loss::eager;
+  if (text == "fused") return Loss::fused;
+  return std::nullopt;
+}
+
 std::optional<Attention> parse_attention(std::string_view text) {
   if (text == "fused") return Attention::fused;
   if (text == "unfused") return Attention::unfused;

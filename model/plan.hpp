@@ -47,6 +47,17 @@ enum class Attention { fused, unfused };
 // 2023): all-to-all q, k and v from sequence chunks to head groups before the
 // attention and the output back after it, forward and backward.
 enum class CpComm { ring, all_gather, all_to_all };
+// How the loss's cross-entropy runs over the logits (memory only: the time
+// model prices the fused loss for both, layer_graph.hpp, kLossLogitPasses).
+// `eager`: PyTorch's log_softmax + nll_loss in fp32 (autocast and Megatron-LM
+// cast the logits to float): it keeps the fp32 log-probabilities for the
+// backward, whose peak also holds two fp32 gradients and the logits' gradient.
+// `fused`: one kernel over the logits in their own dtype that keeps only a
+// per-token log-sum-exp (torch.compile of the loss, Megatron-Core's
+// --cross-entropy-loss-fusion, Liger's and llm.c's fused classifiers): the
+// logits are kept, and the backward writes their gradient in the same dtype
+// (docs/cost-model.md, "Peak memory").
+enum class Loss { eager, fused };
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::one_f_one_b;
@@ -60,6 +71,8 @@ std::optional<Recompute> parse_recompute(std::string_view text);
 std::optional<Attention> parse_attention(std::string_view text);
 std::string to_string(CpComm cp_comm);  // "ring", "all-gather", "all-to-all"
 std::optional<CpComm> parse_cp_comm(std::string_view text);
+std::string to_string(Loss loss);  // "eager", "fused"
+std::optional<Loss> parse_loss(std::string_view text);
 // gpipe | 1f1b | interleaved:<v> | zb-h1; nullopt when malformed.
 std::optional<Schedule> parse_schedule(std::string_view text);
 // The longest training sequence a plan may state (plan files, --seq).
@@ -68,6 +81,7 @@ inline constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 40;
 inline constexpr std::string_view recompute_choices = "none, selective, full, selective-op";
 inline constexpr std::string_view attention_choices = "fused, unfused";
 inline constexpr std::string_view cp_comm_choices = "ring, all-gather, all-to-all";
+inline constexpr std::string_view loss_choices = "eager, fused";
 inline constexpr std::string_view schedule_choices = "gpipe, 1f1b, interleaved:<v> (v >= 2), zb-h1";
 
 struct Plan {
@@ -83,6 +97,7 @@ struct Plan {
   // they were computed with (plan_file.cpp).
   Attention attention = Attention::fused;
   CpComm cp_comm = CpComm::ring;    // only read when cp > 1
+  Loss loss = Loss::eager;          // eager: the larger memory, what an uncompiled PyTorch step holds
   Schedule schedule;
   Precision precision = Precision::bf16;
   // Gradients accumulated in an fp32 buffer and reduced across data-parallel

@@ -302,6 +302,7 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
   plan.memory_headroom = space.memory_headroom;
   plan.cp_comm = space.cp_comm;
   plan.fp32_gradients = space.fp32_gradients;
+  plan.loss = space.loss;
   for (std::int64_t b : micro_batches) {
     plan.micro_batch = b;
     if (b * data > ctx.global_batch) continue;  // not a candidate at all: more than the batch

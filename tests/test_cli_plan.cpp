@@ -72,7 +72,7 @@ Csv parse_csv(const std::string& text) {
 const std::vector<std::string> kSweepColumns = {
     "model", "cluster", "world_size", "global_batch", "mesh", "dp", "fsdp", "tp", "pp", "cp", "ep", "micro_batch",
     "micro_batches", "zero", "recompute", "sequence_parallel", "schedule", "precision", "attention", "cp_comm", "fp32_gradients",
-    "stage_layers", "feasible", "reason",
+    "loss", "stage_layers", "feasible", "reason",
     "memory_total_bytes", "memory_parameters_bytes", "memory_gradients_bytes", "memory_optimizer_bytes",
     "memory_activations_bytes", "memory_buffers_bytes", "step_s", "compute_s", "communication_s",
     "communication_exposed_s", "bubble_s", "tokens_per_s", "mfu", "hfu"};
@@ -621,31 +621,39 @@ TEST(CliSweep, CsvHasOneRowPerCandidate) {
 }
 
 // The plan flags a sweep holds fixed are columns too, so rows from sweeps
-// with different --cp-comm or --fp32-gradients can be told apart.
+// with different --cp-comm, --fp32-gradients or --loss can be told apart.
 TEST(CliSweep, FixedPlanFlagsAreColumns) {
   const CliRun plain = run({"sweep", "--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--axes", "dp,cp",
                             "--out", "-", "--no-progress"});
   const CliRun fixed = run({"sweep", "--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--axes", "dp,cp",
-                            "--out", "-", "--no-progress", "--cp-comm", "all-gather", "--fp32-gradients"});
+                            "--out", "-", "--no-progress", "--cp-comm", "all-gather", "--fp32-gradients", "--loss", "fused"});
   ASSERT_EQ(plain.status, 0) << plain.err;
   ASSERT_EQ(fixed.status, 0) << fixed.err;
   const Csv a = parse_csv(plain.out), b = parse_csv(fixed.out);
   ASSERT_GT(a.records.size(), 1u);
   ASSERT_EQ(a.records.size(), b.records.size());
   const std::size_t cp_comm = column_of("cp_comm"), fp32 = column_of("fp32_gradients");
-  const std::size_t gradients = column_of("memory_gradients_bytes");
-  bool priced = false;
+  const std::size_t gradients = column_of("memory_gradients_bytes"), loss = column_of("loss");
+  const std::size_t activations = column_of("memory_activations_bytes");
+  bool priced = false, fused_less = false;
   for (std::size_t i = 1; i < a.records.size(); ++i) {
     EXPECT_EQ(a.records[i].at(cp_comm), "ring");
     EXPECT_EQ(a.records[i].at(fp32), "false");
     EXPECT_EQ(b.records[i].at(cp_comm), "all-gather");
     EXPECT_EQ(b.records[i].at(fp32), "true");
+    EXPECT_EQ(a.records[i].at(loss), "eager");
+    EXPECT_EQ(b.records[i].at(loss), "fused");
+    if (!a.records[i].at(activations).empty()) {
+      EXPECT_LE(std::stod(b.records[i].at(activations)), std::stod(a.records[i].at(activations))) << i;
+      fused_less = fused_less || std::stod(b.records[i].at(activations)) < std::stod(a.records[i].at(activations));
+    }
     if (!a.records[i].at(gradients).empty()) {
       EXPECT_DOUBLE_EQ(std::stod(b.records[i].at(gradients)), 2 * std::stod(a.records[i].at(gradients))) << i;
       priced = priced || a.records[i].at(column_of("step_s")) != b.records[i].at(column_of("step_s"));
     }
   }
   EXPECT_TRUE(priced);
+  EXPECT_TRUE(fused_less);
 }
 
 // --cp-comm acts on the cp axis: a search without it says so (a warning on
@@ -661,6 +669,33 @@ TEST(CliPlan, CpCommWithoutTheCpAxisSaysItHasNoEffect) {
   const CliRun with = run(with_cp);
   ASSERT_EQ(with.status, 0) << with.err;
   EXPECT_EQ(with.err.find("--cp-comm"), std::string::npos) << with.err;
+}
+
+// --loss on explain: a fused loss is named on the plan line and keeps fewer
+// bytes; a value outside the choices is refused with them and a suggestion.
+TEST(CliExplain, LossFlagNamesTheFusedLossAndRefusesOthers) {
+  const std::vector<std::string> job = {"explain", "--model", "llama3.2-1b", "--cluster", "dgx-h200", "--gpus", "1",
+                                        "--mesh", "dp=1", "--micro-batch", "8", "--global-batch", "8", "--seq", "2048", "--json"};
+  const CliRun eager = run(job);
+  std::vector<std::string> fused_job = job;
+  fused_job.insert(fused_job.end(), {"--loss", "fused"});
+  const CliRun fused = run(fused_job);
+  ASSERT_EQ(eager.status, 0) << eager.err;
+  ASSERT_EQ(fused.status, 0) << fused.err;
+  const auto e = nlohmann::json::parse(eager.out), f = nlohmann::json::parse(fused.out);
+  EXPECT_EQ(e["plan"]["loss"], "eager");
+  EXPECT_EQ(f["plan"]["loss"], "fused");
+  EXPECT_LT(f["memory_bytes"]["loss_transient"].get<double>(), e["memory_bytes"]["loss_transient"].get<double>());
+  EXPECT_LT(f["memory_bytes"]["activations"].get<double>(), e["memory_bytes"]["activations"].get<double>());
+  std::vector<std::string> text_job(job.begin(), job.end() - 1);  // without --json
+  text_job.insert(text_job.end(), {"--loss", "fused"});
+  const CliRun text = run(text_job);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("attention fused, fused loss"), std::string::npos) << text.out;
+  text_job.back() = "fuse";
+  const CliRun bad = run(text_job);
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("--loss: 'fuse' is not one of: eager, fused (did you mean fused?)"), std::string::npos) << bad.err;
 }
 
 TEST(CliSweep, CrossesGpuCountsAndGoesToStdout) {

@@ -74,6 +74,7 @@ TEST(Evaluator, MemoryMatchesTheReferenceModel) {
       plan.attention = rng() % 2 == 0 ? Attention::fused : Attention::unfused;
       plan.cp_comm = static_cast<CpComm>(rng() % 3);
       plan.fp32_gradients = rng() % 2 == 0;
+      plan.loss = i % 2 == 0 ? Loss::eager : Loss::fused;
       const ScheduleKind kinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1,
                                     ScheduleKind::interleaved};
       plan.schedule = {kinds[rng() % 4], 1};
@@ -161,6 +162,38 @@ TEST(Evaluator, RotaryPositionsCostTheirElementwisePass) {
   EXPECT_NEAR(rotary.stream_s[elementwise] - learned.stream_s[elementwise], stream_time_s(extra, rates, StreamOp::elementwise),
               1e-12);
   EXPECT_GT(rotary.forward_compute_s, learned.forward_compute_s);
+}
+
+// The fused loss (plan.hpp, Loss) keeps the logits in bf16 where the eager
+// one keeps fp32 log-probabilities, and its backward writes one bf16
+// gradient where the eager one holds two fp32 gradients beside the bf16 one:
+// per logit 2 bytes fewer kept and 8 fewer at the loss's backward, in the
+// evaluator and in the reference memory model alike; time unchanged.
+TEST(Evaluator, FusedLossKeepsTheLogitsInTheirOwnDtype) {
+  const auto model = must(load_model("llama3.2-1b"));
+  const auto cluster = must(load_cluster("dgx-h200"));
+  for (const char* mesh : {"dp=1", "tp=2"}) {
+    Plan plan = plan_with(mesh, 8, 8);
+    plan.seq_len = 2048;
+    plan.recompute = Recompute::none;
+    const std::int64_t world = plan.mesh.world_size();
+    const Evaluator evaluator(model, cluster, world, 2048);
+    const PlanEstimate eager = evaluator.evaluate(plan);
+    const Explanation eager_reference = explain_plan(model, cluster, {world, 0}, plan);
+    plan.loss = Loss::fused;
+    const PlanEstimate fused = evaluator.evaluate(plan);
+    const Explanation fused_reference = explain_plan(model, cluster, {world, 0}, plan);
+    // Logits on one device: 8 x 2048 tokens x the vocabulary over tp.
+    const double logits = 8.0 * 2048 * static_cast<double>(model.transformer.vocab) / static_cast<double>(plan.mesh.size(Axis::tp));
+    for (const auto& [e, f] : {std::pair{eager.worst_memory, fused.worst_memory},
+                               std::pair{eager_reference.memory->worst().memory, fused_reference.memory->worst().memory}}) {
+      EXPECT_NEAR(e.activations_bytes - f.activations_bytes, 2 * logits, 1e-9 * e.activations_bytes) << mesh;
+      EXPECT_NEAR(e.loss_transient_bytes, 10 * logits, 1e-9 * e.loss_transient_bytes) << mesh;
+      EXPECT_NEAR(f.loss_transient_bytes, 2 * logits, 1e-9 * f.loss_transient_bytes) << mesh;
+      EXPECT_EQ(e.parameters_bytes, f.parameters_bytes);
+    }
+    EXPECT_EQ(eager.time.step_s, fused.time.step_s) << mesh;
+  }
 }
 
 // Context parallelism's three ways of moving keys and values (plan.hpp,

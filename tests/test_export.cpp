@@ -192,6 +192,27 @@ TEST(Export, GradientPrecisionIsTheFrameworksOwnSwitch) {
   }
 }
 
+// The fused loss is Megatron-LM's --cross-entropy-loss-fusion; torchtitan and
+// DeepSpeed have no switch for it, and say so.
+TEST(Export, FusedLossIsMegatronsLossFusionAndANoteElsewhere) {
+  for (Loss loss : {Loss::eager, Loss::fused}) {
+    PlanFile file = plan_file("llama3-8b", "dp=2,tp=4", 1, 8);
+    file.plan.loss = loss;
+    const Loaded<std::string> megatron = export_plan(file, ExportTarget::megatron);
+    ASSERT_TRUE(megatron.ok()) << messages(megatron.problems);
+    EXPECT_EQ(megatron.value.find("--cross-entropy-loss-fusion") != std::string::npos, loss == Loss::fused) << megatron.value;
+    PlanFile sharded = plan_file("llama3-8b", "fsdp=8", 1, 8);
+    sharded.plan.loss = loss;
+    for (ExportTarget target : {ExportTarget::torchtitan, ExportTarget::deepspeed}) {
+      const Loaded<std::string> out = export_plan(sharded, target);
+      ASSERT_TRUE(out.ok()) << messages(out.problems);
+      bool noted = false;
+      for (const Problem& p : out.problems) noted = noted || (p.severity == Severity::warning && p.where == "loss");
+      EXPECT_EQ(noted, loss == Loss::fused) << messages(out.problems);
+    }
+  }
+}
+
 TEST(Export, TorchtitanRefusesOrApproximatesWhatItCannotExpress) {
   PlanFile zero1 = plan_file("llama3-8b", "dp=8", 1, 16);
   zero1.plan.zero_stage = 1;

@@ -123,6 +123,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.sequence_parallel, b.sequence_parallel);
   EXPECT_EQ(a.attention, b.attention);
   EXPECT_EQ(a.cp_comm, b.cp_comm);
+  EXPECT_EQ(a.loss, b.loss);
   EXPECT_EQ(a.fp32_gradients, b.fp32_gradients);
   EXPECT_EQ(a.schedule.kind, b.schedule.kind);
   EXPECT_EQ(a.schedule.virtual_stages, b.schedule.virtual_stages);
@@ -260,6 +261,20 @@ TEST(PlanFile, ContextParallelExchangeRoundTripsAndOlderFilesReadRing) {
   const auto back = parse_plan_file(old.dump(2), "old.json");
   ASSERT_TRUE(back.ok()) << messages(back.problems);
   EXPECT_EQ(back.value.plan.cp_comm, CpComm::ring);
+}
+
+TEST(PlanFile, LossRoundTripsAndOlderFilesReadEager) {
+  Made made = make({"llama3-8b", "dgx-h100", "fsdp=8", 8, 1, 8});
+  for (Loss loss : {Loss::eager, Loss::fused}) {
+    made.file.plan.loss = loss;
+    expect_round_trip(made.file);
+  }
+  Json old = plan_file_to_json(made.file);
+  ASSERT_EQ(old["plan"]["loss"], "fused");
+  old["plan"].erase("loss");
+  const auto back = parse_plan_file(old.dump(2), "old.json");
+  ASSERT_TRUE(back.ok()) << messages(back.problems);
+  EXPECT_EQ(back.value.plan.loss, Loss::eager);
 }
 
 TEST(PlanFile, Fp32GradientsRoundTripAndOlderFilesReadSixteenBit) {
@@ -440,6 +455,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"schedule", [](Json& j) { j["plan"]["schedule"] = "interleaved"; }, {"key 'plan.schedule'", "interleaved:<v>"}},
         BadFile{"recompute", [](Json& j) { j["plan"]["recompute"] = "some"; }, {"key 'plan.recompute'", "none, selective, full, selective-op"}},
         BadFile{"cp_comm", [](Json& j) { j["plan"]["cp_comm"] = "p2p"; }, {"key 'plan.cp_comm'", "ring, all-gather, all-to-all"}},
+        BadFile{"loss", [](Json& j) { j["plan"]["loss"] = "liger"; }, {"key 'plan.loss'", "eager, fused"}},
         BadFile{"fp32_gradients_text", [](Json& j) { j["plan"]["fp32_gradients"] = "yes"; }, {"key 'plan.fp32_gradients'", "expected true or false"}},
         BadFile{"micro_batches", [](Json& j) { j["plan"]["micro_batches"] = 7; }, {"key 'plan.micro_batches'", "does not match"}},
         BadFile{"headroom", [](Json& j) { j["plan"]["memory_headroom"] = 1.0; }, {"key 'plan.memory_headroom'", "[0, 1)"}},

@@ -106,6 +106,11 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   addField("cp_comm", tr("Context parallel"), cp_comm_,
            tr("How cp moves keys and values: ring (hidden under the attention), all-gather (Llama 3) or "
               "all-to-all (DeepSpeed-Ulysses), both exposed"));
+  loss_ = new QComboBox;
+  for (const std::string& choice : choice_words(loss_choices)) loss_->addItem(QString::fromStdString(choice));
+  addField("loss", tr("Loss"), loss_,
+           tr("How the cross-entropy runs: eager (fp32 log-probabilities kept, PyTorch without compile) or fused "
+              "(torch.compile, Megatron's loss fusion, Liger: the logits kept in bf16); memory only"));
   fp32_gradients_ = new QCheckBox(tr("fp32"));
   addField("fp32_gradients", tr("Gradients"), fp32_gradients_,
            tr("Keep and reduce gradients in fp32, as Megatron-LM does for bf16 and torchtitan's FSDP2 by default "
@@ -211,6 +216,7 @@ SetupInputs SetupPanel::inputs() const {
   in.recompute = recompute_->text().toStdString();
   in.attention = attention_->currentText().toStdString();
   in.cp_comm = cp_comm_->currentText().toStdString();
+  in.loss = loss_->currentText().toStdString();
   in.fp32_gradients = fp32_gradients_->isChecked();
   in.threads = threads_->value();
   return in;
@@ -238,6 +244,8 @@ void SetupPanel::setInputs(const SetupInputs& in) {
   attention_->setCurrentText(QString::fromStdString(in.attention));
   if (cp_comm_->findText(QString::fromStdString(in.cp_comm)) < 0) cp_comm_->addItem(QString::fromStdString(in.cp_comm));
   cp_comm_->setCurrentText(QString::fromStdString(in.cp_comm));
+  if (loss_->findText(QString::fromStdString(in.loss)) < 0) loss_->addItem(QString::fromStdString(in.loss));
+  loss_->setCurrentText(QString::fromStdString(in.loss));
   fp32_gradients_->setChecked(in.fp32_gradients);
   threads_->setValue(in.threads);
   refreshPresetFigures();
@@ -315,6 +323,7 @@ void SetupPanel::save(QSettings& s) const {
   s.setValue("setup/recompute", QString::fromStdString(in.recompute));
   s.setValue("setup/attention", QString::fromStdString(in.attention));
   s.setValue("setup/cp_comm", QString::fromStdString(in.cp_comm));
+  s.setValue("setup/loss", QString::fromStdString(in.loss));
   s.setValue("setup/fp32_gradients", in.fp32_gradients);
   s.setValue("setup/threads", in.threads);
 }
@@ -345,6 +354,7 @@ void SetupPanel::restore(const QSettings& s) {
   text("setup/recompute", in.recompute);
   text("setup/attention", in.attention);
   text("setup/cp_comm", in.cp_comm);
+  text("setup/loss", in.loss);
   if (s.contains("setup/fp32_gradients")) in.fp32_gradients = s.value("setup/fp32_gradients").toBool();
   if (s.contains("setup/threads")) in.threads = s.value("setup/threads").toInt();
   setInputs(in);

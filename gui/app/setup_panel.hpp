@@ -68,6 +68,7 @@ class SetupPanel : public QWidget {
   QLineEdit* recompute_ = nullptr;
   QComboBox* attention_ = nullptr;  // kAttentionChoices: fused, unfused, or both searched
   QComboBox* cp_comm_ = nullptr;    // cp_comm_choices (model/plan.hpp)
+  QComboBox* loss_ = nullptr;       // loss_choices (model/plan.hpp)
   QCheckBox* fp32_gradients_ = nullptr;
   QSpinBox* threads_ = nullptr;
   QPushButton* run_ = nullptr;

@@ -85,6 +85,11 @@ void resolve_space(const SetupInputs& in, SearchSpace& space, Problems& problems
   } else {
     error(problems, "cp_comm", "'" + in.cp_comm + "' is not one of: " + std::string(cp_comm_choices));
   }
+  if (auto l = parse_loss(in.loss)) {
+    space.loss = *l;
+  } else {
+    error(problems, "loss", "'" + in.loss + "' is not one of: " + std::string(loss_choices));
+  }
   space.fp32_gradients = in.fp32_gradients;
   if (in.threads < 0 || in.threads > 4096) error(problems, "threads", "must be 0 (one per core) to 4096");
 }

@@ -38,11 +38,11 @@ def model_arg(row, tmp):
     return copy
 
 
-def explain(meshplan, cluster, row, tmp):
+def explain(meshplan, cluster, row, tmp, loss="eager"):
     b = str(row["micro_batch"])
     cmd = [meshplan, "explain", "--model", model_arg(row, tmp), "--cluster", cluster, "--gpus", "1", "--mesh", "dp=1",
            "--micro-batch", b, "--global-batch", b, "--seq", str(row["seq"]), "--recompute", row["recompute"],
-           "--attention", "fused", "--precision", "bf16", "--json"]
+           "--attention", "fused", "--precision", "bf16", "--loss", loss, "--json"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode not in (0, 1):
         sys.exit(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr}")
@@ -62,7 +62,9 @@ def main():
     # Step time: the fastest of eager and compiled for each case, as the
     # validation target asks. Memory: the eager run (the unfused stack the
     # memory model describes) and the fastest run, both shown.
-    best, eager = {}, {}
+    # Memory of the "compile" run (every block and the loss compiled) against
+    # the prediction with --loss fused: the compiled loss keeps bf16 logits.
+    best, eager, compiled = {}, {}, {}
     failed = []
     for r in rows[1:]:
         key = (r["model"], r["seq"], r["micro_batch"], r["recompute"])
@@ -73,11 +75,13 @@ def main():
             best[key] = r
         if r["mode"] == "eager":
             eager[key] = r
+        if r["mode"] == "compile":
+            compiled[key] = r
     print(f"Device: {device.get('name')}, torch {device.get('torch')}; meshplan cluster {cluster}\n")
     print("| model | seq | b | recompute | fastest | step measured | predicted | error | memory eager (GiB) | "
-          "memory fastest | predicted | error vs eager | fits? |")
-    print("|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    t_err, m_err, out = [], [], []
+          "predicted, eager loss | error | memory compiled | predicted, fused loss | error | fits? |")
+    print("|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    t_err, m_err, m_fused_err, out = [], [], [], []
     tmp = tempfile.mkdtemp(prefix="compare_steps.")
     for key, r in best.items():
         cmd, j = explain(args.meshplan, cluster, r, tmp)
@@ -90,21 +94,33 @@ def main():
         me = m_pred / e["device_used_bytes"] - 1 if e else None
         if me is not None:
             m_err.append(abs(me))
+        c = compiled.get(key)
+        m_fused = explain(args.meshplan, cluster, r, tmp, "fused")[1]["memory_bytes"]["total"] if c else None
+        mc = m_fused / c["device_used_bytes"] - 1 if c else None
+        if mc is not None:
+            m_fused_err.append(abs(mc))
         fits = "yes" if j.get("fits_memory", True) else "**no**"
-        print(f"| {r['model']} | {r['seq']} | {r['micro_batch']} | {r['recompute']} | {r['mode']} | {r['step_s']*1e3:.1f} ms | "
-              f"{t_pred*1e3:.1f} ms | {te*100:+.1f}% | {e['device_used_bytes']/GIB:.2f} | " if e else "| - | ", end="")
-        print(f"{r['device_used_bytes']/GIB:.2f} | {m_pred/GIB:.2f} | " + (f"{me*100:+.1f}%" if me is not None else "-") + f" | {fits} |")
-        out.append(dict(r, predicted_step_s=t_pred, predicted_memory_bytes=m_pred, explain=" ".join(cmd[1:])))
+        cells = [r["model"], r["seq"], r["micro_batch"], r["recompute"], r["mode"], f"{r['step_s']*1e3:.1f} ms",
+                 f"{t_pred*1e3:.1f} ms", f"{te*100:+.1f}%",
+                 f"{e['device_used_bytes']/GIB:.2f}" if e else "-", f"{m_pred/GIB:.2f}",
+                 f"{me*100:+.1f}%" if me is not None else "-",
+                 f"{c['device_used_bytes']/GIB:.2f}" if c else "-", f"{m_fused/GIB:.2f}" if c else "-",
+                 f"{mc*100:+.1f}%" if mc is not None else "-", fits]
+        print("| " + " | ".join(str(x) for x in cells) + " |")
+        out.append(dict(r, predicted_step_s=t_pred, predicted_memory_bytes=m_pred,
+                        predicted_memory_fused_loss_bytes=m_fused, explain=" ".join(cmd[1:])))
     for r in failed:
         print(f"| {r['model']} | {r['seq']} | {r['micro_batch']} | {r['recompute']} | {r['mode']}: {r['error']} | | | | | | | | |")
     if t_err:
         print(f"\nStep time against the faster of eager and compiled ({len(t_err)} cases with both): median |error| "
               f"{statistics.median(t_err)*100:.1f}%, worst {max(t_err)*100:.1f}%.", end="")
     if m_err:
-        print(f" Peak memory against the eager run: median |error| {statistics.median(m_err)*100:.1f}%, "
-              f"worst {max(m_err)*100:.1f}% ({len(m_err)} cases).")
-    else:
-        print()
+        print(f" Peak memory against the eager run (--loss eager): median |error| {statistics.median(m_err)*100:.1f}%, "
+              f"worst {max(m_err)*100:.1f}% ({len(m_err)} cases).", end="")
+    if m_fused_err:
+        print(f" Against the compiled run (--loss fused): median |error| {statistics.median(m_fused_err)*100:.1f}%, "
+              f"worst {max(m_fused_err)*100:.1f}% ({len(m_fused_err)} cases).", end="")
+    print()
     if args.json:
         with open(args.json, "w") as f:
             for o in out:
