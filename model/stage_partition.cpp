@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <functional>
 #include <numeric>
+#include <queue>
+#include <utility>
 
 namespace meshplan {
 namespace {
@@ -21,18 +24,19 @@ double stage_extra_s(std::int64_t stage, std::int64_t pp, double embedding_s, do
 std::vector<std::int64_t> fill_stage_counts(std::int64_t layers, double layer_s, double embedding_s, double head_s,
                                             std::int64_t pp, std::int64_t minimum) {
   std::vector<std::int64_t> count(static_cast<std::size_t>(pp), minimum);
+  auto after_s = [&](std::int64_t r) {
+    return stage_extra_s(r, pp, embedding_s, head_s) + layer_s * static_cast<double>(count[static_cast<std::size_t>(r)] + 1);
+  };
+  // The stages by (time after one more layer, stage): the least first, the
+  // lowest stage on a tie, so O(layers log pp) rather than a scan per layer.
+  using Next = std::pair<double, std::int64_t>;
+  std::priority_queue<Next, std::vector<Next>, std::greater<Next>> next;
+  for (std::int64_t r = 0; r < pp; ++r) next.push({after_s(r), r});
   for (std::int64_t left = layers - pp * minimum; left > 0; --left) {
-    std::size_t pick = 0;
-    double pick_s = std::numeric_limits<double>::infinity();
-    for (std::int64_t r = 0; r < pp; ++r) {
-      const double after_s =
-          stage_extra_s(r, pp, embedding_s, head_s) + layer_s * static_cast<double>(count[static_cast<std::size_t>(r)] + 1);
-      if (after_s < pick_s) {
-        pick_s = after_s;
-        pick = static_cast<std::size_t>(r);
-      }
-    }
-    ++count[pick];
+    const std::int64_t pick = next.top().second;
+    next.pop();
+    ++count[static_cast<std::size_t>(pick)];
+    next.push({after_s(pick), pick});
   }
   return count;
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <random>
 
 #include "model/stage_partition.hpp"
 
@@ -39,6 +40,39 @@ TEST(BalancedStageLayers, LlamaLikeLayersGiveTheEmbeddingAndHeadStagesOneLayerLe
   // odd layer stays off chunk 0 (embedding) and chunk 15 (head).
   EXPECT_EQ(balanced_stage_layers(layer_s, 0.01, 0.66, 8, 2),
             (Counts{7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7}));
+}
+
+// Identical layers: each stage's count is what adding the layers one at a
+// time to the stage they slow least (the lowest on a tie) gives, scanned here
+// stage by stage; the split uses a heap for it (O(layers log pp)).
+TEST(BalancedStageLayers, IdenticalLayersGoWhereTheyAddLeastOneAtATime) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::int64_t pp = 1 + static_cast<std::int64_t>(rng() % 16), v = 1 + static_cast<std::int64_t>(rng() % 3);
+    const std::int64_t layers = pp * v + static_cast<std::int64_t>(rng() % 200);
+    const double layer_s = 0.5 + static_cast<double>(rng() % 100) / 50;
+    const double embedding_s = static_cast<double>(rng() % 400) / 100, head_s = static_cast<double>(rng() % 400) / 100;
+    Counts expected(static_cast<std::size_t>(pp), v);
+    for (std::int64_t left = layers - pp * v; left > 0; --left) {
+      std::size_t pick = 0;
+      double pick_s = std::numeric_limits<double>::infinity();
+      for (std::int64_t r = 0; r < pp; ++r) {
+        const double extra = (r == 0 ? embedding_s : 0.0) + (r == pp - 1 ? head_s : 0.0);
+        const double after = extra + layer_s * static_cast<double>(expected[static_cast<std::size_t>(r)] + 1);
+        if (after < pick_s) {
+          pick_s = after;
+          pick = static_cast<std::size_t>(r);
+        }
+      }
+      ++expected[pick];
+    }
+    const Counts per_chunk = balanced_stage_layers(std::vector<double>(static_cast<std::size_t>(layers), layer_s),
+                                                   embedding_s, head_s, pp, v);
+    ASSERT_EQ(per_chunk.size(), static_cast<std::size_t>(pp * v));
+    Counts per_stage(static_cast<std::size_t>(pp), 0);
+    for (std::size_t c = 0; c < per_chunk.size(); ++c) per_stage[c % static_cast<std::size_t>(pp)] += per_chunk[c];
+    EXPECT_EQ(per_stage, expected) << "pp " << pp << " v " << v << " layers " << layers;
+  }
 }
 
 TEST(BalancedStageLayers, EvenWhenTheHeadIsLighterThanTheSlack) {
