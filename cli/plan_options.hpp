@@ -40,7 +40,7 @@ struct PlanFlags {
   std::optional<std::string> recompute;      // default_recompute (model/plan_defaults.hpp)
   std::string attention = "fused";
   std::string cp_comm = "ring";
-  std::string loss = "eager";
+  std::string loss = "fused";
   bool fp32_gradients = false;
   bool sequence_parallel = false;
   bool no_sequence_parallel = false;

@@ -327,7 +327,7 @@ std::string describe_space(const SearchSpace& space) {
          join(precisions) + (std::find(space.axes.begin(), space.axes.end(), Axis::cp) != space.axes.end()
                                  ? "; cp " + to_string(space.cp_comm)
                                  : "") +
-         (space.fp32_gradients ? "; fp32 gradients" : "") + (space.loss == Loss::fused ? "; fused loss" : "");
+         (space.fp32_gradients ? "; fp32 gradients" : "") + "; loss " + to_string(space.loss);
 }
 
 }  // namespace meshplan::cli

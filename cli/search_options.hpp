@@ -44,7 +44,7 @@ struct SearchFlags {
   std::string recompute = "none,selective,full";
   std::string attention = "fused";
   std::string cp_comm = "ring";
-  std::string loss = "eager";
+  std::string loss = "fused";
   bool fp32_gradients = false;
   std::string schedules = "gpipe,1f1b,interleaved,zb-h1";
   std::string interleave = "2,3,4";

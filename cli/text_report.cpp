@@ -180,10 +180,9 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
       << " data-parallel = global batch " << plan.global_batch << "\n";
   out << "        zero " << plan.zero_stage << ", recompute " << to_string(plan.recompute) << ", sequence parallel "
       << (plan.sequence_parallel ? "on" : "off") << ", schedule " << to_string(plan.schedule) << ", precision "
-      << to_string(plan.precision) << ", attention " << to_string(plan.attention);
+      << to_string(plan.precision) << ", attention " << to_string(plan.attention) << ", loss " << to_string(plan.loss);
   if (plan.mesh.size(Axis::cp) > 1) out << ", cp keys and values by " << to_string(plan.cp_comm);
   if (plan.fp32_gradients) out << ", fp32 gradients";
-  if (plan.loss == Loss::fused) out << ", fused loss";
   if (!plan.stage_layers.empty()) out << ", layers per chunk " << stage_layers_text(plan.stage_layers);
   out << "\n";
 

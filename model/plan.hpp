@@ -49,6 +49,7 @@ enum class Attention { fused, unfused };
 enum class CpComm { ring, all_gather, all_to_all };
 // How the loss's cross-entropy runs over the logits (memory only: the time
 // model prices the fused loss for both, layer_graph.hpp, kLossLogitPasses).
+// The fused loss is the default.
 // `eager`: PyTorch's log_softmax + nll_loss in fp32 (autocast and Megatron-LM
 // cast the logits to float): it keeps the fp32 log-probabilities for the
 // backward, whose peak also holds two fp32 gradients and the logits' gradient.
@@ -97,7 +98,10 @@ struct Plan {
   // they were computed with (plan_file.cpp).
   Attention attention = Attention::fused;
   CpComm cp_comm = CpComm::ring;    // only read when cp > 1
-  Loss loss = Loss::eager;          // eager: the larger memory, what an uncompiled PyTorch step holds
+  // New plans default to the fused loss, as the time model prices it for
+  // every plan (the fastest stacks'); plan files written before the field
+  // existed read as eager, the memory they were computed with (plan_file.cpp).
+  Loss loss = Loss::fused;
   Schedule schedule;
   Precision precision = Precision::bf16;
   // Gradients accumulated in an fp32 buffer and reduced across data-parallel

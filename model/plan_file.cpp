@@ -443,6 +443,7 @@ Plan read_plan_object(JsonObject& root) {
   // Absent in files written before it was part of the plan: ring attention, what they were priced with.
   if (auto c = p->choice("cp_comm", Need::optional, choice_words(cp_comm_choices))) plan.cp_comm = *parse_cp_comm(*c);
   // Absent in files written before it was part of the plan: the eager loss, what they were priced with.
+  plan.loss = Loss::eager;
   if (auto l = p->choice("loss", Need::optional, choice_words(loss_choices))) plan.loss = *parse_loss(*l);
   if (auto s = p->text("schedule", Need::required)) {
     if (auto schedule = parse_schedule(*s)) {

@@ -59,7 +59,7 @@ struct SearchSpace {
   std::vector<Precision> precisions{Precision::bf16};
   CpComm cp_comm = CpComm::ring;  // every candidate's (not searched)
   bool fp32_gradients = false;    // every candidate's (not searched)
-  Loss loss = Loss::eager;        // every candidate's (not searched)
+  Loss loss = Loss::fused;        // every candidate's (not searched)
   double memory_headroom = 0.05;
 };
 

@@ -184,6 +184,10 @@ TEST(PeakMemory, LossLayerGradientAndRuntimeRows) {
   const double tokens = 8 * 1024.0;
   for (Attention attention : {Attention::fused, Attention::unfused}) {
     plan.attention = attention;
+    plan.loss = Loss::fused;  // the default: the logits' gradient in bf16
+    EXPECT_DOUBLE_EQ(explain_plan(model, cluster, {1, 0}, plan).memory->worst().memory.loss_transient_bytes,
+                     tokens * 50257 * 2);
+    plan.loss = Loss::eager;
     const auto ex = explain_plan(model, cluster, {1, 0}, plan);
     ASSERT_TRUE(ex.memory) << messages(ex.problems);
     const MemoryBreakdown& m = ex.memory->worst().memory;
@@ -227,6 +231,7 @@ TEST(PeakMemory, LossTransientOnTheLastStageSplitByTp) {
   const auto model = must(load_model("gpt2-350m"));
   const auto cluster = must(load_cluster("dgx-h100"));
   Plan plan = plan_with("pp=2,tp=2", 1, 4);
+  plan.loss = Loss::eager;
   const auto ex = explain_plan(model, cluster, {4, 0}, plan);
   ASSERT_TRUE(ex.memory) << messages(ex.problems);
   EXPECT_EQ(ex.memory->stages.front().memory.loss_transient_bytes, 0);

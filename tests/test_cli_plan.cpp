@@ -626,7 +626,7 @@ TEST(CliSweep, FixedPlanFlagsAreColumns) {
   const CliRun plain = run({"sweep", "--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--axes", "dp,cp",
                             "--out", "-", "--no-progress"});
   const CliRun fixed = run({"sweep", "--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--axes", "dp,cp",
-                            "--out", "-", "--no-progress", "--cp-comm", "all-gather", "--fp32-gradients", "--loss", "fused"});
+                            "--out", "-", "--no-progress", "--cp-comm", "all-gather", "--fp32-gradients", "--loss", "eager"});
   ASSERT_EQ(plain.status, 0) << plain.err;
   ASSERT_EQ(fixed.status, 0) << fixed.err;
   const Csv a = parse_csv(plain.out), b = parse_csv(fixed.out);
@@ -641,11 +641,11 @@ TEST(CliSweep, FixedPlanFlagsAreColumns) {
     EXPECT_EQ(a.records[i].at(fp32), "false");
     EXPECT_EQ(b.records[i].at(cp_comm), "all-gather");
     EXPECT_EQ(b.records[i].at(fp32), "true");
-    EXPECT_EQ(a.records[i].at(loss), "eager");
-    EXPECT_EQ(b.records[i].at(loss), "fused");
+    EXPECT_EQ(a.records[i].at(loss), "fused");
+    EXPECT_EQ(b.records[i].at(loss), "eager");
     if (!a.records[i].at(activations).empty()) {
-      EXPECT_LE(std::stod(b.records[i].at(activations)), std::stod(a.records[i].at(activations))) << i;
-      fused_less = fused_less || std::stod(b.records[i].at(activations)) < std::stod(a.records[i].at(activations));
+      EXPECT_LE(std::stod(a.records[i].at(activations)), std::stod(b.records[i].at(activations))) << i;
+      fused_less = fused_less || std::stod(a.records[i].at(activations)) < std::stod(b.records[i].at(activations));
     }
     if (!a.records[i].at(gradients).empty()) {
       EXPECT_DOUBLE_EQ(std::stod(b.records[i].at(gradients)), 2 * std::stod(a.records[i].at(gradients))) << i;
@@ -671,15 +671,16 @@ TEST(CliPlan, CpCommWithoutTheCpAxisSaysItHasNoEffect) {
   EXPECT_EQ(with.err.find("--cp-comm"), std::string::npos) << with.err;
 }
 
-// --loss on explain: a fused loss is named on the plan line and keeps fewer
-// bytes; a value outside the choices is refused with them and a suggestion.
+// --loss on explain: the fused loss (the default) is named on the plan line
+// and keeps fewer bytes than the eager one; a value outside the choices is
+// refused with them and a suggestion.
 TEST(CliExplain, LossFlagNamesTheFusedLossAndRefusesOthers) {
   const std::vector<std::string> job = {"explain", "--model", "llama3.2-1b", "--cluster", "dgx-h200", "--gpus", "1",
                                         "--mesh", "dp=1", "--micro-batch", "8", "--global-batch", "8", "--seq", "2048", "--json"};
-  const CliRun eager = run(job);
-  std::vector<std::string> fused_job = job;
-  fused_job.insert(fused_job.end(), {"--loss", "fused"});
-  const CliRun fused = run(fused_job);
+  std::vector<std::string> eager_job = job;
+  eager_job.insert(eager_job.end(), {"--loss", "eager"});
+  const CliRun eager = run(eager_job);
+  const CliRun fused = run(job);  // the default
   ASSERT_EQ(eager.status, 0) << eager.err;
   ASSERT_EQ(fused.status, 0) << fused.err;
   const auto e = nlohmann::json::parse(eager.out), f = nlohmann::json::parse(fused.out);
@@ -691,7 +692,7 @@ TEST(CliExplain, LossFlagNamesTheFusedLossAndRefusesOthers) {
   text_job.insert(text_job.end(), {"--loss", "fused"});
   const CliRun text = run(text_job);
   ASSERT_EQ(text.status, 0) << text.err;
-  EXPECT_NE(text.out.find("attention fused, fused loss"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("attention fused, loss fused"), std::string::npos) << text.out;
   text_job.back() = "fuse";
   const CliRun bad = run(text_job);
   EXPECT_EQ(bad.status, 2);

@@ -176,6 +176,7 @@ TEST(Evaluator, FusedLossKeepsTheLogitsInTheirOwnDtype) {
     Plan plan = plan_with(mesh, 8, 8);
     plan.seq_len = 2048;
     plan.recompute = Recompute::none;
+    plan.loss = Loss::eager;
     const std::int64_t world = plan.mesh.world_size();
     const Evaluator evaluator(model, cluster, world, 2048);
     const PlanEstimate eager = evaluator.evaluate(plan);

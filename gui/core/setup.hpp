@@ -44,7 +44,7 @@ struct SetupInputs {
   std::string recompute = "none,selective,full";
   std::string attention = "fused";  // fused, unfused, or both "fused,unfused" (docs/cost-model.md, "Fused attention")
   std::string cp_comm = "ring";     // ring, all-gather, all-to-all (plan.hpp, CpComm)
-  std::string loss = "eager";       // eager, fused (plan.hpp, Loss)
+  std::string loss = "fused";       // eager, fused (plan.hpp, Loss)
   bool fp32_gradients = false;      // gradients kept and reduced in fp32 (plan.hpp, Plan::fp32_gradients)
   int threads = 0;                  // 0: one per core
 };

@@ -132,12 +132,12 @@ class StudioCoreTest : public QObject {
     cp.cp_comm = "p2p";
     QVERIFY(has_problem_at(resolve_setup(cp).problems, "cp_comm"));
     cp.cp_comm = "ring";
-    QCOMPARE(resolve_setup(cp).value.space.loss, Loss::eager);
-    cp.loss = "fused";
     QCOMPARE(resolve_setup(cp).value.space.loss, Loss::fused);
+    cp.loss = "eager";
+    QCOMPARE(resolve_setup(cp).value.space.loss, Loss::eager);
     cp.loss = "liger";
     QVERIFY(has_problem_at(resolve_setup(cp).problems, "loss"));
-    cp.loss = "eager";
+    cp.loss = "fused";
     QVERIFY(!resolve_setup(cp).value.space.fp32_gradients);
     cp.fp32_gradients = true;
     QVERIFY(resolve_setup(cp).value.space.fp32_gradients);
