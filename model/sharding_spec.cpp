@@ -178,7 +178,9 @@ Loaded<Located> transformer_tensor(const ModelSpec& model, const Plan& plan, con
     l.tp_dim = 2;
     l.activation = true;
     l.stage = pp - 1;
-    l.rule = "fp32 logits of one micro-batch step: vocabulary split over tp (vocabulary-parallel cross-entropy)";
+    l.rule = std::string(plan.loss == Loss::fused ? "logits (kept in the activation dtype by the fused loss)"
+                                                  : "fp32 logits (the eager loss)") +
+             " of one micro-batch step: vocabulary split over tp (vocabulary-parallel cross-entropy)";
   } else {
     return failed("unknown tensor '" + tensor + "'");
   }
