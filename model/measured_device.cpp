@@ -56,6 +56,18 @@ struct Row {
     }
     return static_cast<std::int64_t>(*value);
   }
+  // A positive number in [lo, hi] (what the device preset it becomes accepts), else a problem and nullopt.
+  std::optional<double> within(const char* key, double lo, double hi, const std::string& unit) const {
+    const auto value = positive(key);
+    if (!value) return std::nullopt;
+    if (*value < lo || *value > hi) {
+      problems.push_back({Severity::error, where + " key '" + std::string(key) + "'",
+                          "must be between " + format("%g", lo) + " and " + format("%g", hi) + unit + ", got " +
+                              format("%g", *value)});
+      return std::nullopt;
+    }
+    return value;
+  }
   std::string text(const char* key) const {
     const auto it = json.find(key);
     return it != json.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -135,8 +147,11 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
       m.device_name = row.text("name");
       if (const std::string torch = row.text("torch"); !torch.empty()) m.software = "PyTorch " + torch;
       if (const std::string stack = row.text("stack"); !stack.empty()) m.software = stack;  // calibrate --backend cuda
-      if (json.contains("sms")) m.compute_units = row.count("sms");
-      if (json.contains("mem_bytes")) m.memory_bytes = row.positive("mem_bytes").value_or(0);
+      // Bounded as the preset written from them is read (device_spec.cpp): compute_units 1 to 2^20,
+      // memory_gib (two decimals) 0.01 to kMemoryGibMax.
+      if (json.contains("sms") && row.within("sms", 1, 1 << 20, " SMs")) m.compute_units = row.count("sms");
+      constexpr double kGiB = 1024.0 * 1024 * 1024;
+      if (json.contains("mem_bytes")) m.memory_bytes = row.within("mem_bytes", 0.01 * kGiB, kMemoryGibMax * kGiB, " bytes").value_or(0);
       if (json.contains("l2_bytes")) m.l2_bytes = row.positive("l2_bytes").value_or(0);
     } else if (section == "ceiling") {
       const std::string what = row.text("what");

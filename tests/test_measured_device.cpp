@@ -6,6 +6,8 @@
 // problems with their line number, and garbage does not crash the parser.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -139,6 +141,37 @@ TEST(MeasuredDevice, TheWrittenPresetLoadsWithTheSameFigures) {
   EXPECT_NEAR(loaded.value.launch_overhead_s, device.launch_overhead_s, 1e-12);
   EXPECT_NE(yaml.find("l2_bandwidth_gb_per_s omitted"), std::string::npos);
   EXPECT_NE(yaml.find("50 MiB"), std::string::npos);  // the L2 capacity the file states, and why no bandwidth
+}
+
+// The device row's figures become preset keys with bounds of their own
+// (memory_gib, compute_units): a file outside them is refused where it says
+// so, not accepted into a preset that does not load (a fuzz finding:
+// mem_bytes 1.5e15, 1.4 million GiB).
+TEST(MeasuredDevice, DeviceRowFiguresOutsideThePresetsBoundsAreRefused) {
+  const std::string rest =
+      "{\"section\": \"op\", \"op\": \"layernorm\", \"tokens\": 8192, \"d\": 768, \"fwd_s\": 3.7e-05, "
+      "\"fwd_bwd_s\": 0.00017}\n";
+  auto device_row = [](const std::string& sms, const std::string& mem_bytes) {
+    return "{\"section\": \"device\", \"name\": \"X\", \"sms\": " + sms + ", \"mem_bytes\": " + mem_bytes + "}\n";
+  };
+  const auto written_preset_loads = [&](const std::string& text) {
+    const auto measured = parse_device_measurements(text, "m.jsonl");
+    if (!measured.ok()) return false;
+    const auto figures = derive_device_figures(measured.value, datasheet());
+    if (!figures.ok()) return false;
+    const DeviceSpec device = apply_measured_figures(datasheet(), figures.value, measured.value);
+    return load_device_text(measured_device_yaml(device, figures.value, measured.value, "f", "c"), "w.yaml").ok();
+  };
+  EXPECT_TRUE(written_preset_loads(device_row("132", "150109880320") + rest));
+  for (const auto& [sms, mem_bytes, key] : {std::tuple{"132", "1501799304580712", "mem_bytes"},
+                                             std::tuple{"132", "1000", "mem_bytes"},
+                                             std::tuple{"2097152", "150109880320", "sms"}}) {
+    const auto parsed = parse_device_measurements(device_row(sms, mem_bytes) + rest, "m.jsonl");
+    ASSERT_FALSE(parsed.ok()) << key;
+    EXPECT_NE(describe(parsed.problems.front()).find(std::string("m.jsonl:1 key '") + key + "'"), std::string::npos)
+        << describe(parsed.problems.front());
+    EXPECT_NE(describe(parsed.problems.front()).find("must be between"), std::string::npos);
+  }
 }
 
 TEST(MeasuredDevice, NeedsThePeakAndBandwidthItCannotMeasure) {
