@@ -130,7 +130,7 @@ void block_memory(BlockCost& c, const BlockProfile& bp, BlockKind role, const Mo
   c.loss_logits = b * (bp.loss_logit_elements[0] / split.sequence + bp.loss_logit_elements[1] / split.tensor_parallel);
   if (plan.loss == Loss::fused && c.loss_logits > 0) {
     // The profile keeps the eager loss's fp32 log-probabilities (memory_model.cpp, tensor_bytes_per_sample).
-    const double saving = c.loss_logits * fused_loss_saved_saving_per_logit(act);
+    const double saving = c.loss_logits * (bp.loss_logit_eager_bytes - act);
     c.activation_bytes -= saving;
     c.full_activation_bytes -= saving;
   }

@@ -57,12 +57,6 @@ struct MemoryBreakdown {
 // loss's transient by how the plan runs it (plan.hpp, Loss).
 void add_peak_memory(MemoryBreakdown& memory, double loss_logits, double gradient_elements,
                      double activation_bytes_per_element, const DeviceSpec& device, Loss loss);
-// Bytes per logit the fused loss saves fewer than the eager one: the eager
-// loss keeps fp32 log-probabilities, the fused one the logits in the
-// activation dtype (0 when that is fp32 too).
-inline double fused_loss_saved_saving_per_logit(double activation_bytes_per_element) {
-  return 4 - activation_bytes_per_element;
-}
 
 struct StageMemory {
   std::int64_t stage = 0;

@@ -75,6 +75,7 @@ bool BlockProfile::same_as(const BlockProfile& o) const {
          forward_kernels[0] == o.forward_kernels[0] && forward_kernels[1] == o.forward_kernels[1] &&
          same_2x2(largest_output_elements, o.largest_output_elements) &&
          loss_logit_elements[0] == o.loss_logit_elements[0] && loss_logit_elements[1] == o.loss_logit_elements[1] &&
+         loss_logit_eager_bytes == o.loss_logit_eager_bytes &&
          tp_forward_reduce_elements == o.tp_forward_reduce_elements &&
          tp_backward_reduce_elements == o.tp_backward_reduce_elements &&
          tp_forward_collectives == o.tp_forward_collectives && tp_backward_collectives == o.tp_backward_collectives &&
@@ -129,7 +130,10 @@ void add_memory(BlockProfile& bp, const Op& op) {
     }
   }
   if (op.kind == OpKind::cross_entropy) {
-    for (const SavedTensor& t : op.saved) bp.loss_logit_elements[t.tensor_parallel ? 1 : 0] += t.elements_per_sample;
+    for (const SavedTensor& t : op.saved) {
+      bp.loss_logit_elements[t.tensor_parallel ? 1 : 0] += t.elements_per_sample;
+      if (t.loss_logits) bp.loss_logit_eager_bytes = t.fixed_bytes_per_element;
+    }
   }
 }
 

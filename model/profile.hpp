@@ -71,6 +71,10 @@ struct BlockProfile {
   double largest_output_elements[2][2] = {};
   // Logits the loss reads per sample (tokens x vocab), [split by tp].
   double loss_logit_elements[2] = {};
+  // Bytes per logit the eager loss keeps (SavedTensor::loss_logits' fixed
+  // bytes, fp32): in saved_fixed_bytes, which the fused loss trades for the
+  // activation dtype (evaluate.cpp).
+  double loss_logit_eager_bytes = 0;
   // Tensor-parallel all-reduces (Megatron's g in the forward, f in the
   // backward): a row-parallel GEMM sums its output, a column-parallel GEMM
   // sums its input gradient, a vocabulary-parallel embedding its output, a
