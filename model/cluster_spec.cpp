@@ -1,5 +1,7 @@
 #include "model/cluster_spec.hpp"
 
+#include <algorithm>
+
 #include "model/presets.hpp"
 #include "model/text.hpp"
 #include "model/yaml_reader.hpp"
@@ -63,11 +65,34 @@ Loaded<ClusterSpec> read_cluster(const YAML::Node& node, const std::string& disp
   return result;
 }
 
+// A device preset's name where a cluster's was asked for (`--cluster
+// h100-sxm`): the clusters built from that device, to say which to name.
+std::string clusters_of_device(const std::string& name) {
+  const auto devices = list_presets(PresetKind::device);
+  if (std::find(devices.begin(), devices.end(), name) == devices.end()) return "";
+  std::string clusters;
+  for (const auto& cluster : list_presets(PresetKind::cluster)) {
+    const auto file = find_preset(PresetKind::cluster, cluster);
+    if (!file.ok()) continue;
+    const auto yaml = load_yaml_file(file.value.path, file.value.display_name);
+    if (!yaml.ok() || !yaml.value.IsMap() || !yaml.value["device"] || !yaml.value["device"].IsScalar()) continue;
+    if (yaml.value["device"].Scalar() == name) clusters += (clusters.empty() ? "" : ", ") + cluster;
+  }
+  return name + " is a device preset; a cluster preset names its device, its nodes and their links: " +
+         (clusters.empty() ? "none is built from " + name + " yet (write one: docs/presets.md)"
+                           : "the clusters of " + name + " are " + clusters + " (with --gpus 1, one device of it)");
+}
+
 }  // namespace
 
 Loaded<ClusterSpec> load_cluster(const std::string& name_or_path) {
   auto file = find_preset(PresetKind::cluster, name_or_path);
-  if (!file.ok()) return {{}, file.problems};
+  if (!file.ok()) {
+    if (const std::string hint = clusters_of_device(name_or_path); !hint.empty() && !file.problems.empty()) {
+      file.problems.front().message = hint;
+    }
+    return {{}, file.problems};
+  }
   auto yaml = load_yaml_file(file.value.path, file.value.display_name);
   if (!yaml.ok()) return {{}, yaml.problems};
   return read_cluster(yaml.value, file.value.display_name);

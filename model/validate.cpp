@@ -125,7 +125,8 @@ void check_transformer(Checker& check, const TransformerDims& t, const Plan& pla
   if (seq_len < 1) check.error("seq_len", "must be at least 1, got " + str(seq_len));
   if (t.positions == Positions::learned && seq_len > t.seq_len) {
     check.error("seq_len", "sequence " + str(seq_len) + " exceeds the model's " + str(t.seq_len) +
-                               " learned positions");
+                               " learned positions (a position table of " + str(seq_len) +
+                               " rows is another model: a copy of its YAML with seq_len: " + str(seq_len) + ")");
   }
   if (cp > 1 && seq_len % cp != 0) {
     check.error("mesh.cp", "cp (" + str(cp) + ") must divide the sequence length (" + str(seq_len) + ")");

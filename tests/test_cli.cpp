@@ -133,6 +133,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadInput{"unknown_model", {"explain", "--model", "gpt5"}, {"--model gpt5", "unknown model preset", "gpt3-175b"}},
         BadInput{"unknown_cluster", {"explain", "--cluster", "dgx-z"}, {"--cluster dgx-z", "unknown cluster preset"}},
+        BadInput{"device_for_cluster", {"explain", "--cluster", "h100-sxm"},
+                 {"--cluster h100-sxm", "h100-sxm is a device preset", "the clusters of h100-sxm are dgx-h100"}},
         BadInput{"malformed_yaml", {"explain", "--model", data + "/malformed.yaml"}, {"malformed.yaml:", "malformed YAML"}},
         BadInput{"wrong_type", {"explain", "--model", data + "/wrong-type.yaml"}, {"wrong-type.yaml:7 key 'heads'", "expected a whole number"}},
         BadInput{"unknown_key", {"explain", "--model", data + "/unknown-key.yaml"}, {"unknown-key.yaml:13 key 'kv_haeds'", "unknown key"}},

@@ -873,7 +873,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"gpus_list", {"plan", "--gpus", "8,16"}, {"--gpus", "meshplan sweep"}},
         BadInput{"gpus_text", {"plan", "--gpus", "many"}, {"--gpus", "'many'"}},
         BadInput{"model", {"plan", "--model", "gpt5"}, {"--model gpt5", "unknown model preset"}},
-        BadInput{"seq", {"plan", "--seq", "4096"}, {"--seq", "2048 learned positions"}},
+        BadInput{"seq", {"plan", "--seq", "4096"}, {"--seq", "2048 learned positions", "with seq_len: 4096"}},
         BadInput{"emit_plan_dir", {"plan", "--model", "gpt2-124m", "--gpus", "8", "--global-batch", "8", "--emit-plan",
                                    kNoDir + "/plan.json"},
                  {"--emit-plan", kNoDir}},
