@@ -27,14 +27,17 @@ using comm::ReduceOp;
 
 struct ParallelGpt::LayerActs {
   explicit LayerActs(Backend& b)
-      : ln1(act, b), ln1_mean(act, b), ln1_rstd(act, b), ln1_full(act, b), qkv(act, b), atty(act, b), att(act, b),
-        res2(act, b), ln2(act, b), ln2_mean(act, b), ln2_rstd(act, b), ln2_full(act, b), fch(act, b),
+      : ln1(act, b), ln1_mean(act, b), ln1_rstd(act, b), qkv(act, b), atty(act, b), att(act, b),
+        res2(act, b), ln2(act, b), ln2_mean(act, b), ln2_rstd(act, b), fch(act, b),
         fch_gelu(act, b), res3(act, b), d_fcproj(MemoryCategory::workspace, b), d_fch(MemoryCategory::workspace, b),
         d_attproj(MemoryCategory::workspace, b), d_qkv(MemoryCategory::workspace, b) {}
   static constexpr MemoryCategory act = MemoryCategory::activations;
-  Floats ln1, ln1_mean, ln1_rstd, ln1_full;
+  // Under sequence parallelism the norm outputs are kept as this rank's
+  // shard of the sequence and gathered again where a weight gradient reads
+  // them (Korthikanti et al. 2022, Sec. 4.2.2; what the cost model prices).
+  Floats ln1, ln1_mean, ln1_rstd;
   Floats qkv, atty, att, res2;  // att: the attention op's state (GptOps::attention_state_elements)
-  Floats ln2, ln2_mean, ln2_rstd, ln2_full;
+  Floats ln2, ln2_mean, ln2_rstd;
   Floats fch, fch_gelu, res3;
   // Kept from an input-gradient pass for the weight pass (workspace, as the gradients they are copied from).
   Floats d_fcproj, d_fch, d_attproj, d_qkv;
@@ -42,7 +45,7 @@ struct ParallelGpt::LayerActs {
 
 struct ParallelGpt::Slot {
   explicit Slot(Backend& b)
-      : input(act, b), lnf(act, b), lnf_mean(act, b), lnf_rstd(act, b), lnf_full(act, b), probs(act, b),
+      : input(act, b), lnf(act, b), lnf_mean(act, b), lnf_rstd(act, b), probs(act, b),
         device_tokens(act, b), device_targets(act, b) {}
   static constexpr MemoryCategory act = MemoryCategory::activations;
   std::int64_t micro_batch = -1;  // -1: free
@@ -51,7 +54,7 @@ struct ParallelGpt::Slot {
   // Last chunk. `probs`: the softmax probabilities from the forward; the
   // backward overwrites them with the logits' gradient, which an
   // input-gradient pass leaves there for the weight pass.
-  Floats lnf, lnf_mean, lnf_rstd, lnf_full, probs;
+  Floats lnf, lnf_mean, lnf_rstd, probs;  // lnf: this rank's sequence shard under sequence parallelism
   std::vector<std::int32_t> tokens, targets;        // host
   // Their copies in device memory, on a backend that is not host memory (on the CPU the ops read `tokens`).
   DeviceVector<std::int32_t> device_tokens, device_targets;
@@ -495,10 +498,9 @@ void ParallelGpt::layer_forward(Unit& u, LayerActs& a, const float* x) {
   fit(a.ln1, R * C), fit(a.ln1_mean, sh.rms() ? 0 : R), fit(a.ln1_rstd, R), fit(a.qkv, BT * QKV), fit(a.atty, BT * Q);
   fit(a.att, ops_->attention_state_elements(sh, batch_, seq_len_)), fit(a.res2, R * C), fit(a.ln2, R * C), fit(a.ln2_mean, sh.rms() ? 0 : R);
   fit(a.ln2_rstd, R), fit(a.fch, BT * FC), fit(a.fch_gelu, BT * Ft), fit(a.res3, R * C);
-  if (sequence_parallel_) fit(a.ln1_full, BT * C), fit(a.ln2_full, BT * C);
 
   ops_->norm_forward(sh, a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p + off(u, ln1w), at(p, u, ln1b), R, C);
-  const float* ln1 = enter_region(a.ln1.data(), a.ln1_full.data());
+  const float* ln1 = enter_region(a.ln1.data(), full_a_.data());
   ops_->linear_forward(a.qkv.data(), ln1, p + off(u, qkvw), at(p, u, qkvb), BT, C, QKV);
   ops_->rotate_qk(sh, a.qkv.data(), BT, seq_len_, false);
   ops_->attention_forward(sh, a.atty.data(), a.att.data(), a.qkv.data(), batch_, seq_len_);
@@ -508,7 +510,7 @@ void ParallelGpt::layer_forward(Unit& u, LayerActs& a, const float* x) {
 
   ops_->norm_forward(sh, a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p + off(u, ln2w), at(p, u, ln2b),
                R, C);
-  const float* ln2 = enter_region(a.ln2.data(), a.ln2_full.data());
+  const float* ln2 = enter_region(a.ln2.data(), full_a_.data());
   ops_->linear_forward(a.fch.data(), ln2, p + off(u, fcw), at(p, u, fcb), BT, C, FC);
   ops_->mlp_activation_forward(sh, a.fch_gelu.data(), a.fch.data(), BT, Ft);
   ops_->linear_forward(full_a_.data(), a.fch_gelu.data(), p + off(u, fcow), static_cast<const float*>(nullptr), BT, Ft, C);
@@ -526,8 +528,6 @@ void ParallelGpt::layer_backward(Unit& u, LayerActs& a, const float* x, Backward
   const std::int64_t R = rows_local_, BT = rows_;
   const float* p = u.values.data();
   float* g = u.grads.data();
-  const float* ln1 = sequence_parallel_ ? a.ln1_full.data() : a.ln1.data();
-  const float* ln2 = sequence_parallel_ ? a.ln2_full.data() : a.ln2.data();
 
   if (float* dbias = at(g, u, fcob)) ops_->bias_backward(dbias, dstream_.data(), R, C);
   const float* dfcproj = enter_region(dstream_.data(), full_a_.data());
@@ -539,6 +539,8 @@ void ParallelGpt::layer_backward(Unit& u, LayerActs& a, const float* x, Backward
   ops_->mlp_activation_backward(sh, dfch_.data(), dgelu_.data(), a.fch.data(), BT, Ft);
   if (keep) a.d_fch.assign(dfch_);
   full_b_.zero();
+  // The norm output only feeds the weight gradient: gathered again only for it (full_a_ is free again here).
+  const float* ln2 = weights ? enter_region(a.ln2.data(), full_a_.data()) : a.ln2.data();
   ops_->linear_backward(full_b_.data(), weight_grad(fcw), at(g, u, fcb), dfch_.data(), ln2, p + off(u, fcw), BT, C, FC);
   leave_region(full_b_.data(), dlocal_.data());
   ops_->norm_backward(sh, dstream_.data(), g + off(u, ln2w), at(g, u, ln2b), dlocal_.data(), a.res2.data(), p + off(u, ln2w),
@@ -555,6 +557,7 @@ void ParallelGpt::layer_backward(Unit& u, LayerActs& a, const float* x, Backward
   ops_->rotate_qk(sh, dqkv_.data(), BT, seq_len_, true);  // d(rotated q, k) -> d(q, k)
   if (keep) a.d_qkv.assign(dqkv_);
   full_b_.zero();
+  const float* ln1 = weights ? enter_region(a.ln1.data(), full_a_.data()) : a.ln1.data();
   ops_->linear_backward(full_b_.data(), weight_grad(qkvw), at(g, u, qkvb), dqkv_.data(), ln1, p + off(u, qkvw), BT, C, QKV);
   leave_region(full_b_.data(), dlocal_.data());
   ops_->norm_backward(sh, dstream_.data(), g + off(u, ln1w), at(g, u, ln1b), dlocal_.data(), x, p + off(u, ln1w),
@@ -567,13 +570,13 @@ void ParallelGpt::layer_weight_gradients(Unit& u, LayerActs& a, const float*) {
   const std::int64_t BT = rows_;
   const float* p = u.values.data();
   float* g = u.grads.data();
-  const float* ln1 = sequence_parallel_ ? a.ln1_full.data() : a.ln1.data();
-  const float* ln2 = sequence_parallel_ ? a.ln2_full.data() : a.ln2.data();
   float* none = nullptr;
   ops_->linear_backward(none, g + off(u, fcow), none, a.d_fcproj.data(), a.fch_gelu.data(), p + off(u, fcow), BT, Ft, C);
-  ops_->linear_backward(none, g + off(u, fcw), none, a.d_fch.data(), ln2, p + off(u, fcw), BT, C, FC);
+  ops_->linear_backward(none, g + off(u, fcw), none, a.d_fch.data(), enter_region(a.ln2.data(), full_a_.data()),
+                        p + off(u, fcw), BT, C, FC);
   ops_->linear_backward(none, g + off(u, attw), none, a.d_attproj.data(), a.atty.data(), p + off(u, attw), BT, Q, C);
-  ops_->linear_backward(none, g + off(u, qkvw), none, a.d_qkv.data(), ln1, p + off(u, qkvw), BT, C, QKV);
+  ops_->linear_backward(none, g + off(u, qkvw), none, a.d_qkv.data(), enter_region(a.ln1.data(), full_a_.data()),
+                        p + off(u, qkvw), BT, C, QKV);
 }
 
 // The micro-batch's tokens and targets where the ops read them: the host
@@ -622,10 +625,9 @@ double ParallelGpt::head_forward(Slot& s, const float* x) {
   use_values(lnf);
   use_values(head);
   fit(s.lnf, R * C), fit(s.lnf_mean, shape_.rms() ? 0 : R), fit(s.lnf_rstd, R), fit(s.probs, rows_ * Vp);
-  if (sequence_parallel_) fit(s.lnf_full, rows_ * C);
   ops_->norm_forward(shape_, s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, lnf.values.data(), final_norm_bias(shape_, lnf.values), R,
                C);
-  const float* h = enter_region(s.lnf.data(), s.lnf_full.data());
+  const float* h = enter_region(s.lnf.data(), full_a_.data());
   ops_->linear_forward(s.probs.data(), h, head.values.data(), static_cast<const float*>(nullptr), rows_, C, Vp);
   const VocabLoss loss = vocab_parallel_cross_entropy(*ops_, s.probs.data(), targets_of(s), rows_, Vp,
                                                       shape_.vocab_real(), shape_.vocab_begin(), *tp_, loss_scratch_);
@@ -639,7 +641,7 @@ void ParallelGpt::head_weight_gradients(Slot& s) {
   Unit& head = units_[static_cast<std::size_t>(head_)];
   use_values(head);
   use_grads(head);
-  const float* h = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
+  const float* h = enter_region(s.lnf.data(), full_a_.data());
   float* none = nullptr;
   ops_->linear_backward(none, head.grads.data(), none, s.probs.data(), h, head.values.data(), rows_, shape_.channels,
                    shape_.vocab_local);
@@ -659,9 +661,10 @@ void ParallelGpt::head_backward(Slot& s, const float* x, float dloss, BackwardPa
   // In place: no second [rows, Vp] buffer (for GPT-2 at 8 x 1024 tokens, 1.6 GB in fp32).
   float* dlogits = s.probs.data();
   ops_->loss_backward(dlogits, dlogits, targets_of(s), shape_.vocab_begin(), shape_.vocab_real(), scale, rows_, Vp);
-  const float* h = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
+  const bool weights = part == BackwardPart::whole;
+  const float* h = weights ? enter_region(s.lnf.data(), full_a_.data()) : s.lnf.data();
   full_b_.zero();
-  ops_->linear_backward(full_b_.data(), part == BackwardPart::whole ? head.grads.data() : nullptr,
+  ops_->linear_backward(full_b_.data(), weights ? head.grads.data() : nullptr,
                    static_cast<float*>(nullptr), dlogits, h, head.values.data(), rows_, C, Vp);
   leave_region(full_b_.data(), dlocal_.data());
   dstream_.zero();
