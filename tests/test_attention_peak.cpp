@@ -342,9 +342,47 @@ TEST(FusedAttention, SearchDimension) {
   const auto one = search(evaluator, 64, space);
   space.attentions = {Attention::fused, Attention::unfused};
   const auto both = search(evaluator, 64, space);
-  EXPECT_EQ(both.stats.plans, 2 * one.stats.plans);
+  // Recompute none, selective, full: fused attention tries none and full (selective is none's
+  // plan there), unfused all three.
+  EXPECT_EQ(2 * both.stats.plans, 5 * one.stats.plans);
   ASSERT_FALSE(both.ranked.empty());
   EXPECT_EQ(both.ranked.front().plan.attention, Attention::fused);  // no s x s passes: faster on H100
+}
+
+// Selective recompute drops the attention core's s x s tensors and repeats it; fused attention
+// keeps none, so the plan equals the one without recompute and the search does not list it twice,
+// unless none is not searched.
+TEST(FusedAttention, SelectiveRecomputeIsNotRepeatedUnderFusedAttention) {
+  const auto model = must(load_model("gpt2-124m"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator(model, cluster, 8, 1024);
+  SearchSpace space;
+  space.micro_batches = {1, 2};
+  space.attentions = {Attention::fused, Attention::unfused};
+  const auto result = search(evaluator, 64, space);
+  ASSERT_FALSE(result.ranked.empty());
+  int selective_unfused = 0;
+  for (const auto& c : result.ranked) {
+    EXPECT_FALSE(c.plan.recompute == Recompute::selective && c.plan.attention == Attention::fused);
+    selective_unfused += c.plan.recompute == Recompute::selective;
+  }
+  EXPECT_GT(selective_unfused, 0);  // unfused attention still tries it
+
+  // The two are the same plan: equal time and memory.
+  Plan plan = result.ranked.front().plan;
+  plan.attention = Attention::fused;
+  plan.recompute = Recompute::none;
+  const PlanEstimate none = evaluator.evaluate(plan);
+  plan.recompute = Recompute::selective;
+  const PlanEstimate selective = evaluator.evaluate(plan);
+  EXPECT_EQ(none.time.step_s, selective.time.step_s);
+  EXPECT_EQ(none.worst_memory.total_bytes(), selective.worst_memory.total_bytes());
+
+  space.recomputes = {Recompute::selective};  // asked for alone: searched
+  space.attentions = {Attention::fused};
+  const auto alone = search(evaluator, 64, space);
+  ASSERT_FALSE(alone.ranked.empty());
+  EXPECT_EQ(alone.ranked.front().plan.recompute, Recompute::selective);
 }
 
 }  // namespace

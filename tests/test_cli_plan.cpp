@@ -157,10 +157,18 @@ TEST(CliPlan, BothAttentionsGetAnAttentionColumn) {
   };
   EXPECT_NE(header_line(searched.out).find(" attention "), std::string::npos) << searched.out;
   EXPECT_NE(searched.out.find(" fused "), std::string::npos) << searched.out;
+  EXPECT_NE(searched.out.find("recompute none,selective (unfused attention only),full;"), std::string::npos)
+      << searched.out;
   const CliRun fused_only = run(job);
   ASSERT_EQ(fused_only.status, 0) << fused_only.err;
   ASSERT_FALSE(header_line(fused_only.out).empty()) << fused_only.out;
   EXPECT_EQ(header_line(fused_only.out).find(" attention "), std::string::npos) << fused_only.out;
+  // Selective recompute under fused attention is the plan without recompute: said once, not searched twice.
+  EXPECT_NE(fused_only.out.find("recompute none,full (selective: the same plans as none with fused attention);"),
+            std::string::npos)
+      << fused_only.out;
+  const std::string tables = fused_only.out.substr(0, fused_only.out.find("decision guide"));
+  EXPECT_EQ(tables.find(" selective "), std::string::npos) << fused_only.out;
 }
 
 TEST(CliPlan, JsonIsTheExplainObjectOfEachTopPlan) {
