@@ -329,6 +329,17 @@ TEST(Cli, ExplainAttentionFlag) {
   for (const char* row : {"attention fused", "loss logits + gradients", "activation gradients", "CUDA context", "library workspaces"}) {
     EXPECT_NE(table.out.find(row), std::string::npos) << row << "\n" << table.out;
   }
+  EXPECT_EQ(table.out.find("nothing to repeat"), std::string::npos) << table.out;  // --recompute none
+  // Selective recompute drops the s x s tensors fused attention never keeps: the plan line says so.
+  std::vector<std::string> selective = text;
+  selective[selective.size() - 1] = "selective";
+  const CliRun said = run(selective);
+  ASSERT_EQ(said.status, 0) << said.err;
+  EXPECT_NE(said.out.find("recompute selective (nothing to repeat under fused attention)"), std::string::npos) << said.out;
+  selective.insert(selective.end(), {"--attention", "unfused"});
+  const CliRun unfused_selective = run(selective);
+  ASSERT_EQ(unfused_selective.status, 0) << unfused_selective.err;
+  EXPECT_EQ(unfused_selective.out.find("nothing to repeat"), std::string::npos) << unfused_selective.out;
 }
 
 TEST(Cli, FuzzedArgumentListsNeverCrash) {
