@@ -24,8 +24,7 @@ std::string memory_detail(const GuideQuestion& q) {
 }  // namespace
 
 void print_decision_guide(std::ostream& out, const DecisionGuide& guide) {
-  out << "decision guide (each question answered by costing one plan: micro-batch 1, " << guide.recompute
-      << " recompute)\n";
+  out << "decision guide (each question answered by costing one plan: micro-batch 1, " << guide.recompute << ")\n";
   int number = 1;
   for (const auto& q : guide.questions) {
     out << "  " << number++ << ". " << q.question << "  "

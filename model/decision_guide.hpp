@@ -64,7 +64,7 @@ struct DataParallelCheck {
 };
 
 struct DecisionGuide {
-  std::string recompute;                 // what the questions' plans use: "selective" (transformers) or "none"
+  std::string recompute;                 // what the questions' plans use: "selective recompute (...)" (transformers) or "no recompute"
   std::vector<GuideQuestion> questions;  // asked in order, up to the first that fits
   std::string recommendation;            // the shape to start from, or what to try
   DataParallelCheck data_parallel;

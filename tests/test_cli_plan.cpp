@@ -107,7 +107,8 @@ TEST(CliPlan, Gpt3On1024A100sPrintsTheRankedTable) {
   for (const char* text : {"gpt3-175b on 1024 x a100-80g", "rank", "mesh", "micro-batch", "zero", "recompute", "schedule",
                            "GiB/device", "step s", "MFU %", "tokens/s", "exposed comm s", "bubble s", "Pareto front",
                            "feasible of", "exceed the 76.0 GiB usable per device", "evaluations/s", "decision guide",
-                           "Does gpt3-175b train on one a100-80g?  no", "-> start from:", "compute-bound"}) {
+                           "Does gpt3-175b train on one a100-80g?  no", "-> start from:", "compute-bound",
+                           "micro-batch 1, selective recompute (nothing to repeat under fused attention))"}) {
     EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
   }
   EXPECT_NE(r.out.find("\n     1  "), std::string::npos) << r.out;   // rank 1
