@@ -111,6 +111,25 @@ void print_stage_table(std::ostream& out, const MemoryEstimate& mem) {
   }
 }
 
+// The compute row split by kind (ComputePart, model/stage_cost.hpp): forward,
+// backward and their sum, each kind's share of the compute.
+void print_compute_parts(std::ostream& out, const TimeEstimate& t) {
+  if (t.compute_s <= 0) return;
+  const auto at = [&](ComputePart p) { return t.compute_parts_s[static_cast<std::size_t>(p)]; };
+  const auto seconds = [](double s) { return lpad(format("%.4g", s), 12); };
+  out << "\n  " << pad("compute by kind", 24) << lpad("forward s", 12) << lpad("backward s", 12) << lpad("s", 12)
+      << lpad("%", 8) << "\n";
+  const auto row = [&](const char* name, double forward, double backward) {
+    out << "  " << pad(name, 24) << seconds(forward) << seconds(backward) << seconds(forward + backward)
+        << lpad(format("%.1f", 100 * (forward + backward) / t.compute_s), 8) << "\n";
+  };
+  row("matmuls", at(ComputePart::matmul_forward), at(ComputePart::matmul_backward));
+  row("attention", at(ComputePart::attention_forward), at(ComputePart::attention_backward));
+  row("memory-bound ops", at(ComputePart::memory_bound_forward), at(ComputePart::memory_bound_backward));
+  row("recomputation", 0, at(ComputePart::recompute));
+  row("launch overhead", 0, at(ComputePart::launch_overhead));
+}
+
 // The step time's parts, communication by axis, throughput and what priced it.
 void print_time(std::ostream& out, const ModelSpec& model, const ClusterSpec& cluster, const TimeEstimate& t) {
   auto trow = [&](const char* name, double seconds) {
@@ -134,6 +153,7 @@ void print_time(std::ostream& out, const ModelSpec& model, const ClusterSpec& cl
   out << "\n  throughput " << format("%.4g", t.tokens_per_s) << (model.kind == ModelKind::transformer ? " tokens/s" : " samples/s")
       << ", MFU " << format("%.1f", 100 * t.mfu) << "%, HFU " << format("%.1f", 100 * t.hfu) << "%, "
       << format("%.3g", t.model_flops_per_step) << " model FLOPs per step\n";
+  print_compute_parts(out, t);
   // The measured refinements that priced this (docs/cost-model.md, "Compute").
   const DeviceSpec& dev = cluster.device;
   std::string measured;

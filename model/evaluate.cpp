@@ -136,6 +136,8 @@ void block_memory(BlockCost& c, const BlockProfile& bp, BlockKind role, const Mo
   }
 }
 
+double& part(BlockCost& c, ComputePart p) { return c.compute_parts_s[static_cast<std::size_t>(p)]; }
+
 // GEMMs, memory-bound passes, fused attention and the launch floor; returns
 // the forward seconds of core attention (what selective recompute repeats and
 // ring attention hides under).
@@ -164,6 +166,9 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
     c.forward_compute_s += gc.forward_s;
     c.op_sac_recompute_s += gc.forward_s * g.op_sac_recomputed;
     c.backward_compute_s += gc.input_gradient_s + gc.weight_gradient_s;
+    part(c, g.core_attention ? ComputePart::attention_forward : ComputePart::matmul_forward) += gc.forward_s;
+    part(c, g.core_attention ? ComputePart::attention_backward : ComputePart::matmul_backward) +=
+        gc.input_gradient_s + gc.weight_gradient_s;
     if (g.has_weights) c.weight_gradient_s += gc.weight_gradient_s;
     if (g.core_attention) core_forward_s += gc.forward_s;
   }
@@ -184,6 +189,8 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
       c.forward_compute_s += t;
       c.op_sac_recompute_s += t;  // no memory-bound op is on torchtitan's save list
       c.backward_compute_s += 2 * t;  // gradients read the saved input and the output gradient, write the input gradient
+      part(c, core == 1 ? ComputePart::attention_forward : ComputePart::memory_bound_forward) += t;
+      part(c, core == 1 ? ComputePart::attention_backward : ComputePart::memory_bound_backward) += 2 * t;
       if (core == 1) core_forward_s += t;
     }
   }
@@ -193,11 +200,15 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
                                bp.attention_dropout);
     c.forward_compute_s += attention.forward_s;
     c.backward_compute_s += attention.backward_s;
+    part(c, ComputePart::attention_forward) += attention.forward_s;
+    part(c, ComputePart::attention_backward) += attention.backward_s;
     core_forward_s += attention.forward_s;
   }
   // Launch floor: the host issues each kernel (one per op forward, two backward).
+  const double kernels_s = c.forward_compute_s + c.backward_compute_s;
   c.forward_compute_s = launch_floor_s(c.forward_compute_s, bp.forward_kernels[a], rates);
   c.backward_compute_s = launch_floor_s(c.backward_compute_s, 2 * bp.forward_kernels[a], rates);
+  part(c, ComputePart::launch_overhead) += c.forward_compute_s + c.backward_compute_s - kernels_s;
   return core_forward_s;
 }
 
@@ -244,7 +255,10 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
                         ? std::max(0.0, backward_tp_s - c.weight_gradient_s)
                         : backward_tp_s;
   // Selective recompute drops the s x s tensors; fused attention keeps none to drop.
-  if (plan.recompute == Recompute::selective && plan.attention != Attention::fused) c.backward_compute_s += core_forward_s;
+  if (plan.recompute == Recompute::selective && plan.attention != Attention::fused) {
+    c.backward_compute_s += core_forward_s;
+    part(c, ComputePart::recompute) += core_forward_s;
+  }
   // A recomputed forward's tp collectives run again in the backward, exposed
   // (`gathers_only`: only the all-gather half of each all-reduce).
   auto repeat_forward_tp = [&](bool gathers_only) {
@@ -265,10 +279,12 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
   // all-reduce's volume), the whole all-reduces without it.
   if (plan.recompute == Recompute::selective_op && role == BlockKind::layer) {
     c.backward_compute_s += c.op_sac_recompute_s;
+    part(c, ComputePart::recompute) += c.op_sac_recompute_s;
     repeat_forward_tp(ps.sp);
   }
   if (full_recompute) {
     c.backward_compute_s += c.forward_compute_s;
+    part(c, ComputePart::recompute) += c.forward_compute_s;
     repeat_forward_tp(false);
   }
   // Context parallelism (plan.hpp, CpComm).
@@ -385,6 +401,7 @@ struct StageSum {
   double chunk_activation_bytes = 0, largest_layer_bytes = 0, gradient_elements = 0, loss_logits = 0;
   double forward_s = 0, backward_s = 0, weight_gradient_s = 0, compute_s = 0, backward_compute_s = 0;
   double tp_s = 0, tp_exposed_s = 0, cp_s = 0, cp_exposed_s = 0, ep_s = 0;
+  std::array<double, kComputeParts> compute_parts_s{};  // sum: compute_s
   std::int64_t layers = 0;
   double blocks_with_parameters = 0;
   // Filled by the memory phase.
@@ -425,6 +442,7 @@ struct StageSum {
     cp_s += count * cp;
     cp_exposed_s += count * cp_exposed;
     ep_s += count * ep;
+    for (std::size_t i = 0; i < kComputeParts; ++i) compute_parts_s[i] += count * c.compute_parts_s[i];
   }
 };
 
@@ -902,6 +920,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   time.step_s = before_optimizer_s + after.gather_after_step_s + after.optimizer_s;
 
   time.compute_s = md * slow.compute_s;  // the optimizer is reported on its own
+  for (std::size_t i = 0; i < kComputeParts; ++i) time.compute_parts_s[i] = md * slow.compute_parts_s[i];
   account_axes(time, slow, plan, ps.fsdp, md, p2p_s, after);
   time.stage_forward_s = slow.forward_s;
   time.stage_backward_s = slow.backward_s;

@@ -22,6 +22,7 @@ namespace meshplan {
 
 struct TimeEstimate {
   double compute_s = 0;                 // compute of the slowest stage over the step (incl. recompute)
+  std::array<double, kComputeParts> compute_parts_s{};  // compute_s by ComputePart (stage_cost.hpp); sums to it
   double communication_s = 0;           // all communication of that stage's device, hidden or not
   double communication_exposed_s = 0;   // the part on the critical path
   double bubble_s = 0;                  // pipeline fill and drain

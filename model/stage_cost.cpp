@@ -6,6 +6,20 @@
 
 namespace meshplan {
 
+std::string to_string(ComputePart part) {
+  switch (part) {
+    case ComputePart::matmul_forward: return "matmul_forward";
+    case ComputePart::matmul_backward: return "matmul_backward";
+    case ComputePart::attention_forward: return "attention_forward";
+    case ComputePart::attention_backward: return "attention_backward";
+    case ComputePart::memory_bound_forward: return "memory_bound_forward";
+    case ComputePart::memory_bound_backward: return "memory_bound_backward";
+    case ComputePart::recompute: return "recompute";
+    case ComputePart::launch_overhead: return "launch_overhead";
+  }
+  return "?";
+}
+
 ActivationSplit activation_split(std::int64_t tp, std::int64_t cp, bool sequence_parallel) {
   const double t = static_cast<double>(tp), c = static_cast<double>(cp);
   return {c * (sequence_parallel ? t : 1.0), c * t};

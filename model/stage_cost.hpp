@@ -27,6 +27,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/collectives.hpp"
@@ -101,6 +102,22 @@ struct GemmCost {
   double forward_s = 0, input_gradient_s = 0, weight_gradient_s = 0;
 };
 
+// Where a block's compute seconds go (explain's "compute by kind"): every
+// term block_compute and the recompute rules add to forward_compute_s and
+// backward_compute_s is added to one part too, so the parts sum to them.
+enum class ComputePart {
+  matmul_forward,        // GEMMs with weights (and the output layer)
+  matmul_backward,       // their input and weight gradients
+  attention_forward,     // the fused kernel, or the unfused scores / values GEMMs and softmax / dropout passes
+  attention_backward,
+  memory_bound_forward,  // norms, activations, residual adds, rotary, embedding, the loss's passes
+  memory_bound_backward,
+  recompute,             // what the backward repeats of the forward (selective, op-level, full)
+  launch_overhead,       // the launch floor's excess over the kernels' own time
+};
+inline constexpr std::size_t kComputeParts = 8;
+std::string to_string(ComputePart part);  // "matmul_forward"
+
 // One block of one kind, per micro-batch, on one device.
 struct BlockCost {  // depends only on micro-batch, tp, cp, ep, sequence parallel, recompute, precision, attention
   double dense_parameters = 0;   // after tp split
@@ -122,6 +139,7 @@ struct BlockCost {  // depends only on micro-batch, tp, cp, ep, sequence paralle
   double cp_forward_exposed_s = 0;
   double cp_backward_exposed_s = 0;
   double ep_s = 0;                   // all-to-all dispatch and combine, forward + backward
+  std::array<double, kComputeParts> compute_parts_s{};  // sum: forward_compute_s + backward_compute_s
   // The record behind the totals above.
   std::vector<GemmCost> gemms;                        // in the block's op order
   std::array<double, kStreamOps> stream_bytes{};      // forward traffic of the memory-bound ops, by StreamOp

@@ -30,7 +30,8 @@ TEST(Cli, QuickStartExplainsGpt3) {
   EXPECT_NE(r.out.find("gpt3-175b on 1024 x a100-80g"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("mesh dp=16,pp=8,tp=8"), std::string::npos);
   EXPECT_NE(r.out.find("verdict: fits"), std::string::npos);
-  for (const char* row : {"parameters", "gradients", "optimizer state", "activations", "communication buffers", "total"}) {
+  for (const char* row : {"parameters", "gradients", "optimizer state", "activations", "communication buffers", "total",
+                          "compute by kind", "matmuls", "attention", "memory-bound ops", "recomputation", "launch overhead"}) {
     EXPECT_NE(r.out.find(row), std::string::npos) << row;
   }
 }
@@ -81,6 +82,17 @@ TEST(Cli, JsonHasTheDocumentedKeys) {
     EXPECT_GE(j["time_s"][key].get<double>(), 0) << key;
   }
   EXPECT_GT(j["time_s"]["step"].get<double>(), j["time_s"]["compute"].get<double>() * 0.5);
+  double by_kind = 0;
+  for (const char* key : {"matmul_forward", "matmul_backward", "attention_forward", "attention_backward", "memory_bound_forward",
+                          "memory_bound_backward", "recompute", "launch_overhead"}) {
+    ASSERT_TRUE(j["compute_s_by_kind"].contains(key)) << key;
+    by_kind += j["compute_s_by_kind"][key].get<double>();
+  }
+  EXPECT_EQ(j["compute_s_by_kind"].size(), 8u);
+  EXPECT_NEAR(by_kind, j["time_s"]["compute"].get<double>(), 1e-9 * j["time_s"]["compute"].get<double>());
+  // The quick start's default selective recompute repeats nothing under fused attention.
+  EXPECT_EQ(j["compute_s_by_kind"]["recompute"].get<double>(), 0);
+  EXPECT_GT(j["compute_s_by_kind"]["attention_backward"].get<double>(), j["compute_s_by_kind"]["attention_forward"].get<double>());
   EXPECT_NEAR(j["tokens_per_s"].get<double>(), 1536.0 * 2048 / j["time_s"]["step"].get<double>(), 1.0);
   EXPECT_GT(j["mfu"].get<double>(), 0.1);
   EXPECT_LE(j["mfu"].get<double>(), j["hfu"].get<double>());
