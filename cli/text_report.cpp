@@ -113,9 +113,9 @@ void print_stage_table(std::ostream& out, const MemoryEstimate& mem) {
 
 // The compute row split by kind (ComputePart, model/stage_cost.hpp): forward,
 // backward and their sum, each kind's share of the compute.
-void print_compute_parts(std::ostream& out, const TimeEstimate& t) {
+void print_compute_parts(std::ostream& out, const TimeEstimate& t, const std::array<double, kComputeParts>& parts) {
   if (t.compute_s <= 0) return;
-  const auto at = [&](ComputePart p) { return t.compute_parts_s[static_cast<std::size_t>(p)]; };
+  const auto at = [&](ComputePart p) { return parts[static_cast<std::size_t>(p)]; };
   const auto seconds = [](double s) { return lpad(format("%.4g", s), 12); };
   out << "\n  " << pad("compute by kind", 24) << lpad("forward s", 12) << lpad("backward s", 12) << lpad("s", 12)
       << lpad("%", 8) << "\n";
@@ -131,7 +131,8 @@ void print_compute_parts(std::ostream& out, const TimeEstimate& t) {
 }
 
 // The step time's parts, communication by axis, throughput and what priced it.
-void print_time(std::ostream& out, const ModelSpec& model, const ClusterSpec& cluster, const TimeEstimate& t) {
+void print_time(std::ostream& out, const ModelSpec& model, const ClusterSpec& cluster, const TimeEstimate& t,
+                const std::array<double, kComputeParts>& parts) {
   auto trow = [&](const char* name, double seconds) {
     out << "  " << pad(name, 24) << lpad(format("%.4g", seconds), 10) << lpad(format("%.1f", 100 * seconds / t.step_s), 8)
         << "\n";
@@ -153,7 +154,7 @@ void print_time(std::ostream& out, const ModelSpec& model, const ClusterSpec& cl
   out << "\n  throughput " << format("%.4g", t.tokens_per_s) << (model.kind == ModelKind::transformer ? " tokens/s" : " samples/s")
       << ", MFU " << format("%.1f", 100 * t.mfu) << "%, HFU " << format("%.1f", 100 * t.hfu) << "%, "
       << format("%.3g", t.model_flops_per_step) << " model FLOPs per step\n";
-  print_compute_parts(out, t);
+  print_compute_parts(out, t, parts);
   // The measured refinements that priced this (docs/cost-model.md, "Compute").
   const DeviceSpec& dev = cluster.device;
   std::string measured;
@@ -255,7 +256,7 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
         << "% headroom)\n";
 
     if (mem.stages.size() > 1) print_stage_table(out, mem);
-    if (ex.time) print_time(out, model, cluster, *ex.time);
+    if (ex.time) print_time(out, model, cluster, *ex.time, ex.compute_parts_s);
     if (!ex.axis_links.empty()) print_axis_links(out, ex.axis_links);
     if (ex.scaling && !ex.scaling->axes.empty()) print_scaling(out, *ex.scaling);
     out << "\n";

@@ -401,7 +401,6 @@ struct StageSum {
   double chunk_activation_bytes = 0, largest_layer_bytes = 0, gradient_elements = 0, loss_logits = 0;
   double forward_s = 0, backward_s = 0, weight_gradient_s = 0, compute_s = 0, backward_compute_s = 0;
   double tp_s = 0, tp_exposed_s = 0, cp_s = 0, cp_exposed_s = 0, ep_s = 0;
-  std::array<double, kComputeParts> compute_parts_s{};  // sum: compute_s
   std::int64_t layers = 0;
   double blocks_with_parameters = 0;
   // Filled by the memory phase.
@@ -442,7 +441,6 @@ struct StageSum {
     cp_s += count * cp;
     cp_exposed_s += count * cp_exposed;
     ep_s += count * ep;
-    for (std::size_t i = 0; i < kComputeParts; ++i) compute_parts_s[i] += count * c.compute_parts_s[i];
   }
 };
 
@@ -451,8 +449,12 @@ const BlockCost& cost_of_block(const ModelProfile& prof, const std::vector<Block
 }
 
 // Chunk c holds the next chunk_layers(c) layers (stage_partition.hpp) and runs on stage c mod pp.
-void fold_stages(std::vector<StageSum>& sum, const ModelProfile& prof, const Plan& plan,
-                 const std::vector<BlockCost>& kind_cost, std::int64_t pp, std::int64_t v) {
+// Calls add(stage, block cost, in_chunk, count) for every block of every stage:
+// the layers chunk by chunk (chunk c on stage c mod pp), the embedding on the
+// first stage, the head on the last.
+template <typename Add>
+void for_each_stage_block(const ModelProfile& prof, const Plan& plan, const std::vector<BlockCost>& kind_cost,
+                          std::int64_t pp, std::int64_t v, Add&& add) {
   const std::int64_t layers = static_cast<std::int64_t>(prof.layer_blocks.size());
   const std::int64_t chunks = pp * v;
   // chunk_layers' even split is layers / chunks for every chunk when chunks divides the layers
@@ -461,19 +463,26 @@ void fold_stages(std::vector<StageSum>& sum, const ModelProfile& prof, const Pla
   std::int64_t next_layer = 0;
   for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
     const std::int64_t size = even_size > 0 ? even_size : chunk_layers(layers, chunks, plan.stage_layers, chunk);
-    StageSum& s = sum[static_cast<std::size_t>(chunk % pp)];
+    const std::int64_t stage = chunk % pp;
     if (prof.uniform_layer_kind >= 0) {  // every layer alike: add them all at once
       const std::int64_t n = std::min(size, layers - next_layer);
-      if (n > 0) s.add(cost_of_block(prof, kind_cost, prof.layer_blocks[static_cast<std::size_t>(next_layer)]), true, static_cast<double>(n), plan);
+      if (n > 0) add(stage, cost_of_block(prof, kind_cost, prof.layer_blocks[static_cast<std::size_t>(next_layer)]), true, static_cast<double>(n));
       next_layer += n;
       continue;
     }
     for (std::int64_t i = 0; i < size && next_layer < layers; ++i, ++next_layer) {
-      s.add(cost_of_block(prof, kind_cost, prof.layer_blocks[static_cast<std::size_t>(next_layer)]), true, 1, plan);
+      add(stage, cost_of_block(prof, kind_cost, prof.layer_blocks[static_cast<std::size_t>(next_layer)]), true, 1.0);
     }
   }
-  if (prof.embedding_block >= 0) sum.front().add(cost_of_block(prof, kind_cost, prof.embedding_block), false, 1, plan);
-  if (prof.head_block >= 0) sum.back().add(cost_of_block(prof, kind_cost, prof.head_block), false, 1, plan);
+  if (prof.embedding_block >= 0) add(std::int64_t{0}, cost_of_block(prof, kind_cost, prof.embedding_block), false, 1.0);
+  if (prof.head_block >= 0) add(pp - 1, cost_of_block(prof, kind_cost, prof.head_block), false, 1.0);
+}
+
+void fold_stages(std::vector<StageSum>& sum, const ModelProfile& prof, const Plan& plan,
+                 const std::vector<BlockCost>& kind_cost, std::int64_t pp, std::int64_t v) {
+  for_each_stage_block(prof, plan, kind_cost, pp, v, [&](std::int64_t stage, const BlockCost& c, bool in_chunk, double count) {
+    sum[static_cast<std::size_t>(stage)].add(c, in_chunk, count, plan);
+  });
 }
 
 // ---- phase 3: each stage's memory (the same rules as memory_model.cpp)
@@ -920,13 +929,28 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   time.step_s = before_optimizer_s + after.gather_after_step_s + after.optimizer_s;
 
   time.compute_s = md * slow.compute_s;  // the optimizer is reported on its own
-  for (std::size_t i = 0; i < kComputeParts; ++i) time.compute_parts_s[i] = md * slow.compute_parts_s[i];
+  time.slowest_stage = static_cast<std::int64_t>(slowest);
   account_axes(time, slow, plan, ps.fsdp, md, p2p_s, after);
   time.stage_forward_s = slow.forward_s;
   time.stage_backward_s = slow.backward_s;
   time.stage_weight_gradient_s = slow.weight_gradient_s;
   add_flops(time, prof, plan, static_cast<double>(plan.mesh.world_size()) * rates.peak_flops_per_s, ps.seq);
   return estimate;
+}
+
+std::array<double, kComputeParts> Evaluator::compute_parts(const Plan& plan, const std::vector<BlockCost>& kind_cost,
+                                                        std::int64_t stage) const {
+  const ModelProfile& prof = profile_;
+  const std::int64_t pp = prof.kind == ModelKind::cnn ? 1 : plan.mesh.size(Axis::pp);
+  std::array<double, kComputeParts> parts{};
+  for_each_stage_block(prof, plan, kind_cost, pp, plan.schedule.virtual_stages,
+                       [&](std::int64_t s, const BlockCost& c, bool, double count) {
+                         if (s != stage) return;
+                         for (std::size_t i = 0; i < kComputeParts; ++i) parts[i] += count * c.compute_parts_s[i];
+                       });
+  const double m = static_cast<double>(std::max<std::int64_t>(plan.micro_batches(), 1));
+  for (double& part : parts) part *= m;
+  return parts;
 }
 
 }  // namespace meshplan

@@ -22,7 +22,7 @@ namespace meshplan {
 
 struct TimeEstimate {
   double compute_s = 0;                 // compute of the slowest stage over the step (incl. recompute)
-  std::array<double, kComputeParts> compute_parts_s{};  // compute_s by ComputePart (stage_cost.hpp); sums to it
+  std::int64_t slowest_stage = 0;       // the stage compute_s and the stage_* figures are of
   double communication_s = 0;           // all communication of that stage's device, hidden or not
   double communication_exposed_s = 0;   // the part on the critical path
   double bubble_s = 0;                  // pipeline fill and drain
@@ -66,6 +66,10 @@ class Evaluator {
   // and attention. block_costs is the cost record (stage_cost.hpp), one per
   // block kind (ModelProfile::kinds): what the simulator and the studio read.
   std::vector<BlockCost> block_costs(const Plan& plan, const std::vector<AxisPlacement>& placements) const;
+  // One stage's compute over the step by ComputePart (the record's parts of its
+  // blocks, times the micro-batches); for TimeEstimate::slowest_stage they sum to compute_s.
+  std::array<double, kComputeParts> compute_parts(const Plan& plan, const std::vector<BlockCost>& costs,
+                                                  std::int64_t stage) const;
   PlanEstimate evaluate(const Plan& plan, const std::vector<AxisPlacement>& placements,
                         const std::vector<BlockCost>& costs, std::vector<StageMemory>* stages = nullptr) const;
 

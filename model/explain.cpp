@@ -51,7 +51,9 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
     if (ex.valid) {
       const Evaluator evaluator(model, cluster, plan.mesh.world_size(), ex.seq_len);
       const auto placements = place_axes(evaluator.topology(), plan.mesh);
-      ex.time = evaluator.evaluate(plan, placements).time;
+      const std::vector<BlockCost> costs = evaluator.block_costs(plan, placements);
+      ex.time = evaluator.evaluate(plan, placements, costs).time;
+      ex.compute_parts_s = evaluator.compute_parts(plan, costs, ex.time->slowest_stage);
       ex.scaling = scaling_diagnostics(model, cluster, plan, ex.seq_len, placements);
       ex.axis_links = axis_links(cluster, placements);
       ex.reordering = find_reordering(evaluator, plan, ex.time->step_s);

@@ -7,6 +7,7 @@
 // the activations. What `meshplan explain` prints.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct Explanation {
   std::optional<MemoryEstimate> memory; // absent when the plan cannot be laid out at all
   std::int64_t rank_stage = 0;          // pipeline stage of deployment.rank
   std::optional<TimeEstimate> time;     // present for valid plans
+  // time->compute_s by ComputePart (stage_cost.hpp), summing to it (valid plans).
+  std::array<double, kComputeParts> compute_parts_s{};
   std::optional<ScalingDiagnostics> scaling;  // present for valid plans
   std::vector<AxisLink> axis_links;     // valid plans: every axis of size > 1, in mesh order
   std::optional<MeshReordering> reordering;  // a faster order keeping tp / cp / ep inside (also a warning in problems)

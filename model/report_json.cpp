@@ -64,9 +64,6 @@ void add_time_to_json(nlohmann::ordered_json& j, const TimeEstimate& time) {
   t["optimizer"] = time.optimizer_s;
   t["step"] = time.step_s;
   j["time_s"] = t;
-  nlohmann::ordered_json parts;  // compute split by kind (stage_cost.hpp, ComputePart); sums to time_s.compute
-  for (std::size_t i = 0; i < kComputeParts; ++i) parts[to_string(static_cast<ComputePart>(i))] = time.compute_parts_s[i];
-  j["compute_s_by_kind"] = parts;
   nlohmann::ordered_json axes = nlohmann::ordered_json::object();
   for (Axis axis : all_axes) {
     const auto i = static_cast<std::size_t>(axis);
@@ -143,7 +140,12 @@ nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const Cluster
   } else {
     j["memory_bytes"] = nullptr;
   }
-  if (ex.time) add_time_to_json(j, *ex.time);
+  if (ex.time) {
+    add_time_to_json(j, *ex.time);
+    nlohmann::ordered_json parts;  // compute split by kind (stage_cost.hpp, ComputePart); sums to time_s.compute
+    for (std::size_t i = 0; i < kComputeParts; ++i) parts[to_string(static_cast<ComputePart>(i))] = ex.compute_parts_s[i];
+    j["compute_s_by_kind"] = parts;
+  }
   if (ex.valid) {  // which link each axis rides (axis_links.hpp)
     nlohmann::ordered_json links = nlohmann::ordered_json::array();
     for (const auto& l : ex.axis_links) {

@@ -66,7 +66,7 @@ TEST(DecisionGuide, AsksWithThePlanDefaults) {
   const DecisionGuide guide =
       build_decision_guide(model.value, cluster.value, 64, 64, 0, Precision::bf16, 0.05);
   ASSERT_FALSE(guide.questions.empty());
-  EXPECT_EQ(guide.recompute, "selective");
+  EXPECT_EQ(guide.recompute, "selective recompute (nothing to repeat under fused attention)");  // the default attention is fused
   for (const auto& q : guide.questions) {
     if (q.answered) {
       EXPECT_GT(q.usable_bytes, 0) << q.question;
