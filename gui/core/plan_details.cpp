@@ -2,6 +2,7 @@
 // simulate_plan (simulator/simulate.hpp) for the step's timeline.
 #include "gui/core/plan_details.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace meshplan::studio {
@@ -81,6 +82,12 @@ std::vector<Figure> plan_figures(const ModelSpec& model, const Plan& plan, const
     const TimeEstimate& t = *ex.time;
     out.push_back(number("step time", "s", t.step_s, 3));
     out.push_back(number("compute", "s", t.compute_s, 3));
+    // By kind, as `meshplan explain` prints it (model/stage_cost.hpp, ComputePart).
+    for (std::size_t i = 0; i < kComputeParts; ++i) {
+      std::string kind = to_string(static_cast<ComputePart>(i));
+      std::replace(kind.begin(), kind.end(), '_', ' ');
+      out.push_back(number("compute: " + kind, "s", ex.compute_parts_s[i], 3));
+    }
     out.push_back(number("communication", "s", t.communication_s, 3));
     out.push_back(number("communication exposed", "s", t.communication_exposed_s, 3));
     for (Axis axis : all_axes) {

@@ -349,11 +349,16 @@ class StudioCoreTest : public QObject {
     QCOMPARE(table.headerData(StageMemoryModel::AllocatedPeak, Qt::Horizontal).toString(), QString("allocated peak GiB"));
 
     bool context = false, peak = false;
+    double by_kind = 0, compute = 0;
     for (const Figure& f : plan_figures(model.value, plan, ex)) {
       context = context || (f.name == "memory: runtime context" && std::abs(f.value - m.runtime_context_bytes / (1024.0 * 1024 * 1024)) < 1e-9);
       peak = peak || f.name == "memory: allocated peak";
+      if (f.name.rfind("compute: ", 0) == 0) by_kind += f.value;  // compute by kind, as explain prints it
+      if (f.name == "compute") compute = f.value;
     }
     QVERIFY(context && peak);
+    QVERIFY(compute > 0);
+    QVERIFY(std::abs(by_kind - compute) <= 1e-9 * compute);
   }
 
   // Issue 13, item 4: the plan details say which link each axis rides, and
