@@ -46,7 +46,7 @@ nlohmann::ordered_json what_would_fit_to_json(const WhatWouldFit& fit) {
 }  // namespace
 
 Command add_explain_command(CLI::App& app) {
-  auto* command = app.add_subcommand("explain", "Validate one plan and break down its memory per device");
+  auto* command = app.add_subcommand("explain", "Validate one plan and break down its memory per device and its step time (communication by axis, compute by kind)");
   command->footer(
       "Defaults: GPT-3 175B on 1024 A100s (dgx-a100). Without --mesh: the plan `meshplan plan` ranks first,\n"
       "searched with the plan flags given held fixed. Without --global-batch: GPT-3's batch in tokens for the\n"
