@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -158,6 +159,13 @@ Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int thr
   p.plan_file_cluster = plan_file.cluster.name;
   if (plan_file.prediction.time) p.plan_file_step_s = plan_file.prediction.time->step_s;
   const std::int64_t world = std::max<std::int64_t>(1, plan_file.plan.mesh.world_size());
+  // The executor keeps every tensor in fp32 (parameters, gradients, Adam's
+  // moments, activations, logits) and rounds GEMM operands to bf16 in a
+  // workspace: its memory is the fp32 plan's, its time the compute precision's.
+  Plan stored = plan;
+  stored.precision = Precision::fp32;
+  std::optional<MemoryEstimate> stored_memory;
+  if (stored.precision != plan.precision) stored_memory = explain_plan(plan_file.model, cluster, Deployment{world, 0}, stored).memory;
   for (std::int64_t rank = 0; rank < world; ++rank) {
     const Explanation e = explain_plan(plan_file.model, cluster, Deployment{world, rank}, plan);
     if (!e.valid || !e.time || !e.memory) {
@@ -174,7 +182,8 @@ Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int thr
       p.optimizer_s = e.time->optimizer_s;
     }
     p.stage.push_back(e.rank_stage);
-    p.memory_bytes.push_back(e.memory->stages.at(static_cast<std::size_t>(e.rank_stage)).memory.total_bytes());
+    const MemoryEstimate& memory = stored_memory ? *stored_memory : *e.memory;
+    p.memory_bytes.push_back(memory.stages.at(static_cast<std::size_t>(e.rank_stage)).memory.total_bytes());
   }
   return out;
 }
