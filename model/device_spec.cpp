@@ -177,8 +177,10 @@ Loaded<DeviceSpec> read_device(const YAML::Node& node, const std::string& displa
     read_attention_curve(*achievable, "attention_forward_curve", device.attention_forward_curve);
     read_attention_curve(*achievable, "attention_backward_curve", device.attention_backward_curve);
     if (auto slowdown = achievable->map("attention_dropout_slowdown", Need::optional)) {
-      device.attention_dropout_slowdown[0] = slowdown->number("forward", Need::required, 1.0, 10.0).value_or(1);
-      device.attention_dropout_slowdown[1] = slowdown->number("backward", Need::required, 1.0, 10.0).value_or(1);
+      device.attention_dropout_slowdown[0] =
+          slowdown->number("forward", Need::required, kDropoutSlowdownMin, kDropoutSlowdownMax).value_or(1);
+      device.attention_dropout_slowdown[1] =
+          slowdown->number("backward", Need::required, kDropoutSlowdownMin, kDropoutSlowdownMax).value_or(1);
       slowdown->finish();
     }
     if (auto threaded = achievable->map("threaded", Need::optional)) {

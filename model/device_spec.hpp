@@ -142,6 +142,8 @@ std::string missing_peak_message(const DeviceSpec& device, Dtype dtype);
 inline constexpr double kPeakTflopsMin = 1e-6, kPeakTflopsMax = 1e6;
 inline constexpr double kMemoryGibMin = 1e-3, kMemoryGibMax = 1e6;
 inline constexpr double kMemoryBandwidthGbPerSMin = 1e-3, kMemoryBandwidthGbPerSMax = 1e6;
+// achievable.attention_dropout_slowdown's forward and backward factors.
+inline constexpr double kDropoutSlowdownMin = 1.0, kDropoutSlowdownMax = 10.0;
 
 // `name_or_path` as in find_preset().
 Loaded<DeviceSpec> load_device(const std::string& name_or_path);

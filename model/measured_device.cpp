@@ -359,6 +359,16 @@ void check_figures(const MeasuredDeviceFigures& f, const DeviceMeasurements& m, 
     problems.push_back({Severity::error, m.file, "the bf16_gemm_8192 ceiling is " + format("%.3g", *f.gemm_fraction) +
                                                      " x the dense bf16 peak; it must be in (0, 1]: is the peak right?"});
   }
+  if (f.attention_dropout_slowdown) {
+    const auto& [forward, backward] = *f.attention_dropout_slowdown;
+    if (forward > kDropoutSlowdownMax || backward > kDropoutSlowdownMax) {
+      problems.push_back({Severity::error, m.file,
+                          "the 'attention_dropout' rows make the fused attention " + format("%.3g", forward) +
+                              " x (forward) and " + format("%.3g", backward) + " x (backward) slower with dropout than "
+                              "without; a device preset accepts up to " + format("%.3g", kDropoutSlowdownMax) +
+                              " x: are fwd_s and dropout_fwd_s (fwd_bwd_s and dropout_fwd_bwd_s) of the same call?"});
+    }
+  }
   if (f.memory_bandwidth_fraction && !(*f.memory_bandwidth_fraction > 0 && *f.memory_bandwidth_fraction <= 1)) {
     problems.push_back({Severity::error, m.file, "the d2d_copy_1GiB ceiling is " + format("%.3g", *f.memory_bandwidth_fraction) +
                                                      " x the memory bandwidth; it must be in (0, 1]: is the bandwidth right?"});

@@ -16,10 +16,12 @@
 #include "model/measured_device.hpp"
 #include "model/presets.hpp"
 #include "read_text.hpp"
+#include "test_support.hpp"
 
 namespace meshplan {
 namespace {
 
+using testing_support::messages;
 using testing_support::read_text;
 
 const std::string kFile = std::string(MESHPLAN_TEST_DATA) + "/h100-measured.jsonl";
@@ -172,6 +174,35 @@ TEST(MeasuredDevice, DeviceRowFiguresOutsideThePresetsBoundsAreRefused) {
         << describe(parsed.problems.front());
     EXPECT_NE(describe(parsed.problems.front()).find("must be between"), std::string::npos);
   }
+}
+
+// The dropout slowdown is a ratio of two timings: one a preset would refuse
+// (over 10 x) is refused when derived, with the rows named, not written into a
+// preset that does not load (fuzz finding: fwd_s 0.68e-05 for 7.68e-05).
+TEST(MeasuredDevice, DropoutSlowdownOutsideThePresetsBoundsIsRefused) {
+  const auto rows = [](const std::string& plain_fwd_s) {
+    return "{\"section\": \"device\", \"name\": \"X\", \"sms\": 132, \"mem_bytes\": 150109880320}\n"
+           "{\"section\": \"attention_dropout\", \"B\": 8, \"H\": 12, \"T\": 1024, \"D\": 64, \"dropout\": 0.1, "
+           "\"fwd_s\": " + plain_fwd_s + ", \"fwd_bwd_s\": 0.00027974, \"dropout_fwd_s\": 0.00012256, "
+           "\"dropout_fwd_bwd_s\": 0.00041782}\n";
+  };
+  const auto derived = [&](const std::string& plain_fwd_s) {
+    const auto measured = parse_device_measurements(rows(plain_fwd_s), "m.jsonl");
+    EXPECT_TRUE(measured.ok()) << messages(measured.problems);
+    return derive_device_figures(measured.value, datasheet());
+  };
+  const auto plausible = derived("7.68e-05");  // 1.6 x forward, 1.4 x backward
+  ASSERT_TRUE(plausible.ok()) << messages(plausible.problems);
+  const auto measured = parse_device_measurements(rows("7.68e-05"), "m.jsonl");
+  const DeviceSpec device = apply_measured_figures(datasheet(), plausible.value, measured.value);
+  const auto written = load_device_text(measured_device_yaml(device, plausible.value, measured.value, "f", "c"), "w.yaml");
+  EXPECT_TRUE(written.ok()) << messages(written.problems);
+
+  const auto refused = derived("0.68e-05");  // 18 x forward
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(messages(refused.problems).find("'attention_dropout' rows make the fused attention 18 x (forward)"),
+            std::string::npos)
+      << messages(refused.problems);
 }
 
 TEST(MeasuredDevice, NeedsThePeakAndBandwidthItCannotMeasure) {
