@@ -22,7 +22,9 @@ void read_measured_rates(YamlMap& map, std::vector<GemmCurvePoint>& curve, std::
   }
   if (auto rates = map.map("op_bandwidth_gb_per_s", Need::optional)) {
     for (std::size_t i = 0; i < kStreamOps; ++i) {
-      if (auto gb = rates->number(kStreamOpNames[i], Need::optional, 1e-6, 1e6)) ops[i] = scale_decimal(*gb, 9);
+      if (auto gb = rates->number(kStreamOpNames[i], Need::optional, kOpBandwidthGbPerSMin, kOpBandwidthGbPerSMax)) {
+        ops[i] = scale_decimal(*gb, 9);
+      }
     }
     rates->finish();
   }
@@ -170,9 +172,10 @@ Loaded<DeviceSpec> read_device(const YAML::Node& node, const std::string& displa
   device.memory_bandwidth_bytes_per_s =
       scale_decimal(root.number("memory_bandwidth_gb_per_s", Need::required, kMemoryBandwidthGbPerSMin, kMemoryBandwidthGbPerSMax).value_or(0), 9);
   if (auto achievable = root.map("achievable", Need::optional)) {
-    device.gemm_efficiency = achievable->number("gemm_fraction", Need::optional, 0.01, 1.0).value_or(device.gemm_efficiency);
+    device.gemm_efficiency =
+        achievable->number("gemm_fraction", Need::optional, kAchievableFractionMin, 1.0).value_or(device.gemm_efficiency);
     device.memory_efficiency =
-        achievable->number("memory_bandwidth_fraction", Need::optional, 0.01, 1.0).value_or(device.memory_efficiency);
+        achievable->number("memory_bandwidth_fraction", Need::optional, kAchievableFractionMin, 1.0).value_or(device.memory_efficiency);
     read_measured_rates(*achievable, device.gemm_curve, device.op_bandwidth_bytes_per_s);
     read_attention_curve(*achievable, "attention_forward_curve", device.attention_forward_curve);
     read_attention_curve(*achievable, "attention_backward_curve", device.attention_backward_curve);
@@ -195,7 +198,8 @@ Loaded<DeviceSpec> read_device(const YAML::Node& node, const std::string& displa
   device.compute_units = root.integer("compute_units", Need::optional, 1, 1 << 20).value_or(0);
   device.l2_bandwidth_bytes_per_s = scale_decimal(root.number("l2_bandwidth_gb_per_s", Need::optional, 1e-3, 1e6).value_or(0), 9);
   if (auto runtime = root.map("runtime", Need::optional)) {
-    device.launch_overhead_s = scale_decimal(runtime->number("launch_overhead_us", Need::optional, 0, 1e6).value_or(0), -6);
+    device.launch_overhead_s =
+        scale_decimal(runtime->number("launch_overhead_us", Need::optional, 0, kLaunchOverheadUsMax).value_or(0), -6);
     device.context_bytes = runtime->number("context_mib", Need::optional, 0, 1e7).value_or(0) * 1024.0 * 1024;
     device.workspace_bytes = runtime->number("workspace_mib", Need::optional, 0, 1e7).value_or(0) * 1024.0 * 1024;
     device.allocator_reserve_fraction = runtime->number("allocator_reserve_fraction", Need::optional, 0, 1).value_or(0);

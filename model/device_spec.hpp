@@ -144,6 +144,11 @@ inline constexpr double kMemoryGibMin = 1e-3, kMemoryGibMax = 1e6;
 inline constexpr double kMemoryBandwidthGbPerSMin = 1e-3, kMemoryBandwidthGbPerSMax = 1e6;
 // achievable.attention_dropout_slowdown's forward and backward factors.
 inline constexpr double kDropoutSlowdownMin = 1.0, kDropoutSlowdownMax = 10.0;
+// achievable.gemm_fraction and memory_bandwidth_fraction, in [min, 1].
+inline constexpr double kAchievableFractionMin = 0.01;
+// achievable.op_bandwidth_gb_per_s entries (GB/s) and runtime.launch_overhead_us.
+inline constexpr double kOpBandwidthGbPerSMin = 1e-6, kOpBandwidthGbPerSMax = 1e6;
+inline constexpr double kLaunchOverheadUsMax = 1e6;
 
 // `name_or_path` as in find_preset().
 Loaded<DeviceSpec> load_device(const std::string& name_or_path);

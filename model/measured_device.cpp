@@ -355,9 +355,10 @@ void check_figures(const MeasuredDeviceFigures& f, const DeviceMeasurements& m, 
       problems.push_back({Severity::error, m.file, "the 'attention' rows give a curve the device schema refuses: " + p});
     }
   }
-  if (f.gemm_fraction && !(*f.gemm_fraction > 0 && *f.gemm_fraction <= 1)) {
+  const std::string fraction_range = "[" + format("%.3g", kAchievableFractionMin) + ", 1]";
+  if (f.gemm_fraction && !(*f.gemm_fraction >= kAchievableFractionMin && *f.gemm_fraction <= 1)) {
     problems.push_back({Severity::error, m.file, "the bf16_gemm_8192 ceiling is " + format("%.3g", *f.gemm_fraction) +
-                                                     " x the dense bf16 peak; it must be in (0, 1]: is the peak right?"});
+                                                     " x the dense bf16 peak; it must be in " + fraction_range + ": is the peak right?"});
   }
   if (f.attention_dropout_slowdown) {
     const auto& [forward, backward] = *f.attention_dropout_slowdown;
@@ -369,9 +370,21 @@ void check_figures(const MeasuredDeviceFigures& f, const DeviceMeasurements& m, 
                               " x: are fwd_s and dropout_fwd_s (fwd_bwd_s and dropout_fwd_bwd_s) of the same call?"});
     }
   }
-  if (f.memory_bandwidth_fraction && !(*f.memory_bandwidth_fraction > 0 && *f.memory_bandwidth_fraction <= 1)) {
+  if (f.memory_bandwidth_fraction && !(*f.memory_bandwidth_fraction >= kAchievableFractionMin && *f.memory_bandwidth_fraction <= 1)) {
     problems.push_back({Severity::error, m.file, "the d2d_copy_1GiB ceiling is " + format("%.3g", *f.memory_bandwidth_fraction) +
-                                                     " x the memory bandwidth; it must be in (0, 1]: is the bandwidth right?"});
+                                                     " x the memory bandwidth; it must be in " + fraction_range + ": is the bandwidth right?"});
+  }
+  for (const auto& c : f.op_classes) {
+    if (c.bytes_per_s > kOpBandwidthGbPerSMax * 1e9) {
+      problems.push_back({Severity::error, m.file, "the " + to_string(c.op_class) + " rows give " + format("%.3g", c.bytes_per_s / 1e9) +
+                                                       " GB/s, more than a device preset holds (" + format("%.3g", kOpBandwidthGbPerSMax) +
+                                                       "): are tokens, d and the times right?"});
+    }
+  }
+  if (f.launch_overhead_s * 1e6 > kLaunchOverheadUsMax) {
+    problems.push_back({Severity::error, m.file, "the quickest call measured (" + f.launch_floor_call + ") gives a launch floor of " +
+                                                     format("%.3g", f.launch_overhead_s) + " s, more than a device preset holds (" +
+                                                     format("%.3g", kLaunchOverheadUsMax) + " us): are the times in seconds?"});
   }
 }
 

@@ -205,6 +205,37 @@ TEST(MeasuredDevice, DropoutSlowdownOutsideThePresetsBoundsIsRefused) {
       << messages(refused.problems);
 }
 
+// Every figure derived from the rows is checked against what the device schema
+// holds before a preset is written (found by hand after the fuzz finding
+// above): a GEMM ceiling under 1% of the peak, an op class faster than
+// 1e6 GB/s, and a launch floor over 1 s each gave a preset that did not load.
+TEST(MeasuredDevice, DerivedFiguresOutsideThePresetsBoundsAreRefused) {
+  const std::string device = "{\"section\": \"device\", \"name\": \"X\", \"sms\": 132, \"mem_bytes\": 150109880320}\n";
+  const auto op = [](const std::string& tokens, const std::string& fwd_s, const std::string& fwd_bwd_s) {
+    return "{\"section\": \"op\", \"op\": \"layernorm\", \"tokens\": " + tokens + ", \"d\": 8192, \"fwd_s\": " + fwd_s +
+           ", \"fwd_bwd_s\": " + fwd_bwd_s + "}\n";
+  };
+  const auto refusal = [&](const std::string& rows) {
+    const auto measured = parse_device_measurements(device + rows, "m.jsonl");
+    EXPECT_TRUE(measured.ok()) << messages(measured.problems);
+    const auto figures = derive_device_figures(measured.value, datasheet());
+    if (figures.ok()) {  // then what it writes must load
+      const DeviceSpec d = apply_measured_figures(datasheet(), figures.value, measured.value);
+      const auto written = load_device_text(measured_device_yaml(d, figures.value, measured.value, "f", "c"), "w.yaml");
+      EXPECT_TRUE(written.ok()) << messages(written.problems);
+    }
+    return messages(figures.problems);
+  };
+  EXPECT_EQ(refusal(op("16384", "0.000149", "0.000651")), "");  // the H100's own rmsnorm-sized row
+  EXPECT_NE(refusal("{\"section\": \"ceiling\", \"what\": \"bf16_gemm_8192\", \"tflops_med\": 0.5}\n")
+                .find("the bf16_gemm_8192 ceiling is 0.0005 x the dense bf16 peak; it must be in [0.01, 1]"),
+            std::string::npos);
+  EXPECT_NE(refusal(op("400000000", "0.000001", "0.000009")).find("more than a device preset holds (1e+06)"),
+            std::string::npos);
+  EXPECT_NE(refusal(op("400000000", "2.0", "9.0")).find("gives a launch floor of 2 s, more than a device preset holds"),
+            std::string::npos);
+}
+
 TEST(MeasuredDevice, NeedsThePeakAndBandwidthItCannotMeasure) {
   const auto measured = parse_device_measurements(read_text(kFile), "h100-measured.jsonl");
   DeviceSpec bare;
