@@ -302,17 +302,16 @@ std::string describe_space(const SearchSpace& space) {
   for (Attention a : space.attentions) attentions.push_back(to_string(a));
   for (Axis a : space.axes) axes.push_back(to_string(a));
   for (int z : space.zero_stages) zero.push_back(std::to_string(z));
-  const bool has_none = std::find(space.recomputes.begin(), space.recomputes.end(), Recompute::none) != space.recomputes.end();
-  const bool has_fused = std::find(space.attentions.begin(), space.attentions.end(), Attention::fused) != space.attentions.end();
-  // model/search.cpp: with fused attention, selective recompute is the plan without recompute (not repeated).
-  const bool selective_is_none = has_none && has_fused;
+  // What the search leaves out as another plan it tries (search_leaves_out): selective under fused attention.
   bool dropped_selective = false;
   for (Recompute r : space.recomputes) {
-    if (r == Recompute::selective && selective_is_none && space.attentions.size() == 1) {
+    std::size_t left_out = 0;
+    for (Attention a : space.attentions) left_out += search_leaves_out(space, r, a) ? 1 : 0;
+    if (left_out > 0 && left_out == space.attentions.size()) {
       dropped_selective = true;
       continue;
     }
-    recompute.push_back(to_string(r) + (r == Recompute::selective && selective_is_none ? " (unfused attention only)" : ""));
+    recompute.push_back(to_string(r) + (left_out > 0 ? " (unfused attention only)" : ""));
   }
   if (dropped_selective) recompute.back() += " (selective: the same plans as none with fused attention)";
   for (ScheduleKind k : space.schedules) {

@@ -199,9 +199,8 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
   out << "plan    mesh " << plan.mesh.to_string() << "; micro-batch " << plan.micro_batch << " x "
       << count_of(static_cast<double>(ex.micro_batches), "micro-batch", "micro-batches") << " x " << plan.mesh.data_parallel_size()
       << " data-parallel = global batch " << plan.global_batch << "\n";
-  // Selective recompute repeats the attention core to drop its s x s tensors; fused attention keeps none.
-  const bool nothing_repeated = plan.recompute == Recompute::selective && plan.attention == Attention::fused &&
-                                model.kind == ModelKind::transformer;
+  const bool nothing_repeated =
+      model.kind == ModelKind::transformer && recompute_repeats_nothing(plan.recompute, plan.attention);
   out << "        zero " << plan.zero_stage << ", recompute " << to_string(plan.recompute)
       << (nothing_repeated ? " (nothing to repeat under fused attention)" : "") << ", sequence parallel "
       << (plan.sequence_parallel ? "on" : "off") << ", schedule " << to_string(plan.schedule) << ", precision "

@@ -137,8 +137,10 @@ DecisionGuide build_decision_guide(const ModelSpec& model, const ClusterSpec& cl
   // The plans' default (plan_defaults.hpp) under fused attention, whose kernels keep no s x s tensors to drop.
   const Plan defaults = default_plan(model.kind, mesh_of({{Axis::dp, 1}}));
   guide.recompute = model.kind != ModelKind::transformer ? "no recompute"
-                    : defaults.attention == Attention::fused ? "selective recompute (nothing to repeat under fused attention)"
-                                                             : "selective recompute";
+                    : to_string(defaults.recompute) + " recompute" +
+                          (recompute_repeats_nothing(defaults.recompute, defaults.attention)
+                               ? " (nothing to repeat under fused attention)"
+                               : "");
   const Asker a{model, cluster, world_size, global_batch, seq_len_flag, precision, memory_headroom};
   const std::int64_t world = world_size;
   const std::string devices = std::to_string(world);

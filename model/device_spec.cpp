@@ -195,7 +195,7 @@ Loaded<DeviceSpec> read_device(const YAML::Node& node, const std::string& displa
     }
     achievable->finish();
   }
-  device.compute_units = root.integer("compute_units", Need::optional, 1, 1 << 20).value_or(0);
+  device.compute_units = root.integer("compute_units", Need::optional, 1, kComputeUnitsMax).value_or(0);
   device.l2_bandwidth_bytes_per_s = scale_decimal(root.number("l2_bandwidth_gb_per_s", Need::optional, 1e-3, 1e6).value_or(0), 9);
   if (auto runtime = root.map("runtime", Need::optional)) {
     device.launch_overhead_s =

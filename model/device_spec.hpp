@@ -149,6 +149,8 @@ inline constexpr double kAchievableFractionMin = 0.01;
 // achievable.op_bandwidth_gb_per_s entries (GB/s) and runtime.launch_overhead_us.
 inline constexpr double kOpBandwidthGbPerSMin = 1e-6, kOpBandwidthGbPerSMax = 1e6;
 inline constexpr double kLaunchOverheadUsMax = 1e6;
+// compute_units (streaming multiprocessors, cores) within [1, max].
+inline constexpr std::int64_t kComputeUnitsMax = std::int64_t{1} << 20;
 
 // `name_or_path` as in find_preset().
 Loaded<DeviceSpec> load_device(const std::string& name_or_path);

@@ -255,7 +255,7 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
                         ? std::max(0.0, backward_tp_s - c.weight_gradient_s)
                         : backward_tp_s;
   // Selective recompute drops the s x s tensors; fused attention keeps none to drop.
-  if (plan.recompute == Recompute::selective && plan.attention != Attention::fused) {
+  if (plan.recompute == Recompute::selective && !recompute_repeats_nothing(plan.recompute, plan.attention)) {
     c.backward_compute_s += core_forward_s;
     part(c, ComputePart::recompute) += core_forward_s;
   }

@@ -147,9 +147,9 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
       m.device_name = row.text("name");
       if (const std::string torch = row.text("torch"); !torch.empty()) m.software = "PyTorch " + torch;
       if (const std::string stack = row.text("stack"); !stack.empty()) m.software = stack;  // calibrate --backend cuda
-      // Bounded as the preset written from them is read (device_spec.cpp): compute_units 1 to 2^20,
-      // memory_gib (two decimals) 0.01 to kMemoryGibMax.
-      if (json.contains("sms") && row.within("sms", 1, 1 << 20, " SMs")) m.compute_units = row.count("sms");
+      // Bounded as the preset written from them is read (device_spec.cpp): compute_units 1 to
+      // kComputeUnitsMax, memory_gib (written with two decimals) 0.01 to kMemoryGibMax.
+      if (json.contains("sms") && row.within("sms", 1, static_cast<double>(kComputeUnitsMax), " SMs")) m.compute_units = row.count("sms");
       constexpr double kGiB = 1024.0 * 1024 * 1024;
       if (json.contains("mem_bytes")) m.memory_bytes = row.within("mem_bytes", 0.01 * kGiB, kMemoryGibMax * kGiB, " bytes").value_or(0);
       if (json.contains("l2_bytes")) m.l2_bytes = row.positive("l2_bytes").value_or(0);

@@ -37,6 +37,10 @@ enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
 // separate ops that store the s x s scores (Korthikanti et al. 2022, Sec.
 // 4.1): Megatron-LM in 2021-22, what the published validation rows ran.
 enum class Attention { fused, unfused };
+// Selective recompute repeats the attention core in the backward to drop its
+// s x s tensors; fused attention keeps none, so there it repeats nothing and
+// the plan is the one without recompute (evaluate.cpp prices it so).
+inline bool recompute_repeats_nothing(Recompute r, Attention a) { return r == Recompute::selective && a == Attention::fused; }
 // How context parallelism gives each rank the keys and values of the other
 // sequence chunks (Megatron-Core's --cp-comm-type p2p / allgather / a2a):
 // `ring`: ring attention passes key/value chunks around the cp ring under the

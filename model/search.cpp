@@ -231,7 +231,6 @@ struct SearchContext {
   const SearchSpace& space;
   bool transformer;
   bool fsdp_enabled;
-  bool searches_no_recompute;  // Recompute::none is in the space
   std::int64_t layer_count;
   bool keep_all;     // on_candidate: every candidate, feasible or not
   bool keep_ranked;  // options.keep_ranked
@@ -319,9 +318,7 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
           for (std::size_t ai = 0; ai < space.attentions.size(); ++ai) {
             if (ai > 0 && !ctx.transformer) break;  // no attention: one pass
             plan.attention = space.attentions[ai];
-            // Selective recompute repeats the attention core to drop its s x s tensors; fused
-            // attention keeps none, so the plan is the one without recompute, when that is searched too.
-            if (recompute == Recompute::selective && plan.attention == Attention::fused && ctx.searches_no_recompute) continue;
+            if (search_leaves_out(space, recompute, plan.attention)) continue;
             CostEntry* costs = nullptr;
             for (int zero : space.zero_stages) {
               if (zero > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) continue;  // the same plan as ZeRO 0
@@ -378,6 +375,11 @@ void rank(SearchResult& result) {
 // Phase 1 runs on a pool of threads, one mesh at a time each (search_mesh);
 // phase 3 drains their results in mesh order on the calling thread, so the
 // output is the same whatever the thread timing; phase 4 ranks.
+bool search_leaves_out(const SearchSpace& space, Recompute recompute, Attention attention) {
+  return recompute_repeats_nothing(recompute, attention) &&
+         std::find(space.recomputes.begin(), space.recomputes.end(), Recompute::none) != space.recomputes.end();
+}
+
 SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const SearchSpace& space,
                     const SearchOptions& options) {
   const auto started = std::chrono::steady_clock::now();
@@ -388,7 +390,6 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
                           space,
                           evaluator.model().kind == ModelKind::transformer,
                           std::find(space.axes.begin(), space.axes.end(), Axis::fsdp) != space.axes.end(),
-                          std::find(space.recomputes.begin(), space.recomputes.end(), Recompute::none) != space.recomputes.end(),
                           static_cast<std::int64_t>(evaluator.profile().layer_blocks.size()),
                           static_cast<bool>(options.on_candidate),
                           options.keep_ranked};

@@ -63,6 +63,11 @@ struct SearchSpace {
   double memory_headroom = 0.05;
 };
 
+// Whether the search leaves out (recompute, attention) as the same plan as one
+// it tries: recompute that repeats nothing (recompute_repeats_nothing, plan.hpp)
+// when no recompute is searched too.
+bool search_leaves_out(const SearchSpace& space, Recompute recompute, Attention attention);
+
 struct Candidate {
   Plan plan;
   PlanEstimate estimate;          // time only when rejection is none or out_of_memory
