@@ -1,9 +1,11 @@
 // What the CUDA kernels share about their launch: the block size of the
 // one-thread-per-element kernels and their grid (a grid-stride loop covers
-// the rest), and the block-wide sum and maximum with every thread getting
-// the result, in a fixed tree order (the same bits every run).
+// the rest), the block-wide sum and maximum with every thread getting
+// the result, in a fixed tree order (the same bits every run), and the
+// column sums' lanes and tree.
 //
-// defines: kThreads, blocks_for, MESHPLAN_GRID_STRIDE, block_sum, block_max
+// defines: kThreads, blocks_for, MESHPLAN_GRID_STRIDE, block_sum, block_max, kColumnLanes, kRowLanes,
+// ColumnParts, column_lanes_tree, column_blocks
 #pragma once
 
 #include <cstdint>
@@ -47,5 +49,21 @@ __device__ inline float block_max(float value, float* shared) {
   __syncthreads();
   return result;
 }
+
+// Column sums over rows (a bias or a norm weight's gradient), deterministic and without atomics: one
+// block of kColumnLanes x kRowLanes threads per kColumnLanes columns; lane x of each warp reads column x
+// (32 floats of a row are one 128-byte line), warp y sums rows y, y + kRowLanes, ... in order into
+// part[y][x], then column_lanes_tree adds the kRowLanes partial sums of each column in a fixed tree,
+// leaving them in part[0][x].
+constexpr int kColumnLanes = 32, kRowLanes = 32;
+using ColumnParts = float[kRowLanes][kColumnLanes + 1];  // + 1: no shared-memory bank conflicts
+__device__ inline void column_lanes_tree(ColumnParts& part) {
+  __syncthreads();
+  for (int stride = kRowLanes / 2; stride > 0; stride /= 2) {
+    if (static_cast<int>(threadIdx.y) < stride) part[threadIdx.y][threadIdx.x] += part[threadIdx.y + stride][threadIdx.x];
+    __syncthreads();
+  }
+}
+inline unsigned column_blocks(std::int64_t C) { return static_cast<unsigned>((C + kColumnLanes - 1) / kColumnLanes); }
 
 }  // namespace meshplan::kernels::cuda

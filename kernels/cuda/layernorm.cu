@@ -84,24 +84,20 @@ __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, co
   }
 }
 
-// One block per 32 channels: lane x of each warp reads channel x (a row's 32
-// channels are one 128-byte line), warp y sums rows y, y + 32, ... in order,
-// then the 32 partial sums are added in a fixed tree: deterministic, no
-// atomics, and every row is read once. LayerNorm (kCentered): xhat =
+// The weight (and bias) gradients as column sums (grid.cuh: one block per
+// 32 channels, rows in order per lane, a fixed tree): deterministic, no
+// atomics, and every row read once. LayerNorm (kCentered): xhat =
 // (x - mean) rstd and a bias gradient; RMSNorm: xhat = x rstd, no bias
 // (mean and dbias unused).
-constexpr int kParamChannels = 32, kParamRowLanes = 32;
-
 template <bool kCentered>
-__global__ void __launch_bounds__(kParamChannels * kParamRowLanes)
+__global__ void __launch_bounds__(kColumnLanes * kRowLanes)
     norm_backward_params_kernel(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
                                 const float* rstd, std::int64_t N, std::int64_t C) {
-  __shared__ float dw_part[kParamRowLanes][kParamChannels + 1];
-  __shared__ float db_part[kParamRowLanes][kParamChannels + 1];
-  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(kParamChannels) + threadIdx.x;
+  __shared__ ColumnParts dw_part, db_part;
+  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(kColumnLanes) + threadIdx.x;
   float dw = 0, db = 0;
   if (c < C) {
-    for (std::int64_t row = threadIdx.y; row < N; row += kParamRowLanes) {
+    for (std::int64_t row = threadIdx.y; row < N; row += kRowLanes) {
       const float dy = dout[row * C + c];
       db += dy;
       dw += dy * (kCentered ? inp[row * C + c] - mean[row] : inp[row * C + c]) * rstd[row];
@@ -109,21 +105,13 @@ __global__ void __launch_bounds__(kParamChannels * kParamRowLanes)
   }
   dw_part[threadIdx.y][threadIdx.x] = dw;
   db_part[threadIdx.y][threadIdx.x] = db;
-  __syncthreads();
-  for (int stride = kParamRowLanes / 2; stride > 0; stride /= 2) {
-    if (threadIdx.y < stride) {
-      dw_part[threadIdx.y][threadIdx.x] += dw_part[threadIdx.y + stride][threadIdx.x];
-      db_part[threadIdx.y][threadIdx.x] += db_part[threadIdx.y + stride][threadIdx.x];
-    }
-    __syncthreads();
-  }
+  column_lanes_tree(dw_part);
+  if (kCentered) column_lanes_tree(db_part);
   if (threadIdx.y == 0 && c < C) {
     dweight[c] += dw_part[0][threadIdx.x];
     if (kCentered) dbias[c] += db_part[0][threadIdx.x];
   }
 }
-
-unsigned param_blocks(std::int64_t C) { return static_cast<unsigned>((C + kParamChannels - 1) / kParamChannels); }
 
 }  // namespace
 
@@ -141,7 +129,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   layernorm_backward_input_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, mean,
                                                                                      rstd, C);
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
-  norm_backward_params_kernel<true><<<param_blocks(C), dim3(kParamChannels, kParamRowLanes), 0, stream>>>(
+  norm_backward_params_kernel<true><<<column_blocks(C), dim3(kColumnLanes, kRowLanes), 0, stream>>>(
       dweight, dbias, dout, inp, mean, rstd, N, C);
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
 }
@@ -159,7 +147,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
   if (N <= 0) return;
   rmsnorm_backward_input_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, rstd, C);
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
-  norm_backward_params_kernel<false><<<param_blocks(C), dim3(kParamChannels, kParamRowLanes), 0, stream>>>(
+  norm_backward_params_kernel<false><<<column_blocks(C), dim3(kColumnLanes, kRowLanes), 0, stream>>>(
       dweight, nullptr, dout, inp, nullptr, rstd, N, C);
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
 }
