@@ -67,12 +67,13 @@ struct OneRankRun {
   std::map<exec::MemoryCategory, std::int64_t> held;  // bytes by category after training, over the model's start
 };
 
-// `steps` steps of B x M sequences of T tokens (tiny_gpt_train_options), seed 5, matmuls in `precision`; then
-// an evaluation of `eval_samples` samples. On `backend` with `ops` (null: the CPU's).
+// `steps` steps of B x M sequences of T tokens (tiny_gpt_train_options; `learning_rate` > 0 replaces its
+// peak rate), seed 5, matmuls in `precision`; then an evaluation of `eval_samples` samples. On `backend`
+// with `ops` (null: the CPU's).
 inline OneRankRun train_one_rank(const ModelSpec& spec, exec::Backend& backend,
                                  std::unique_ptr<exec::parallel::GptOps> ops, Precision precision,
                                  std::int64_t steps, std::int64_t B, std::int64_t M, std::int64_t T,
-                                 std::int64_t eval_samples) {
+                                 std::int64_t eval_samples, double learning_rate = 0) {
   OneRankRun run;
   auto world = exec::comm::make_self_communicator("world");
   const Plan plan = one_rank_plan(B, M, precision);
@@ -90,6 +91,7 @@ inline OneRankRun train_one_rank(const ModelSpec& spec, exec::Backend& backend,
   run.problems = gpt.value->set_matmul_precision(precision);
   if (has_errors(run.problems)) return run;
   exec::TrainOptions options = tiny_gpt_train_options(steps);
+  if (learning_rate > 0) options.adamw.learning_rate = learning_rate;
   options.micro_batch = B;
   options.micro_batches = M;
   options.on_step = [&](const exec::StepReport& r) { run.steps.push_back(r); };

@@ -61,6 +61,14 @@ struct GptCase {
 
 class GpuGptStep : public ::testing::TestWithParam<GptCase> {};
 
+// The peak learning rate of these comparisons: GPT-2 small's (6e-4, as llm.c trains it), not the tiny
+// models' 3e-3 (tiny_gpt_train_options). At 3e-3 the phrase data is learnt so fast (loss 5.5 -> 1.9 in
+// 10 steps) that the run amplifies rounding: on an H200 (2026-11-28) bf16 GEMMs and flash attention left
+// the CPU's fp32 losses by 1.7e-2 at step 7 (3.5e-3 on the shape without flash attention), and an fp32
+// gradient norm differed by 1.5e-4 at step 8 with every loss within 4.1e-6. What these tests hold is each
+// step's arithmetic, not how a fast-learning run magnifies it.
+constexpr double kLearningRate = 6e-4;
+
 // The case's model trained 10 steps on the CPU in fp32 and on the GPU with `gpu_precision` GEMMs.
 struct CpuAndGpu {
   OneRankRun cpu, gpu;
@@ -70,8 +78,9 @@ CpuAndGpu train_both(const GptCase& c, Precision gpu_precision) {
   if (c.llama_kv_heads > 0) testing_support::set_llama_layers(spec.transformer, c.llama_kv_heads);
   CpuBackend cpu("cpu-reference");
   CudaBackend gpu(0);
-  return {train_one_rank(spec, cpu, nullptr, Precision::fp32, 10, c.B, c.M, c.T, 2 * c.B + 1),
-          train_one_rank(spec, gpu, make_cuda_gpt_ops(gpu), gpu_precision, 10, c.B, c.M, c.T, 2 * c.B + 1)};
+  return {train_one_rank(spec, cpu, nullptr, Precision::fp32, 10, c.B, c.M, c.T, 2 * c.B + 1, kLearningRate),
+          train_one_rank(spec, gpu, make_cuda_gpt_ops(gpu), gpu_precision, 10, c.B, c.M, c.T, 2 * c.B + 1,
+                         kLearningRate)};
 }
 
 // The largest relative loss difference over the steps, each checked against `bound`.
@@ -95,17 +104,21 @@ TEST_P(GpuGptStep, Fp32LossesWithin1e5OfTheCpuOver10Steps) {
   ASSERT_EQ(on_cpu.steps.size(), 10u);
   ASSERT_EQ(on_gpu.steps.size(), 10u);
   const double worst = worst_loss_error(runs, 1e-5);
-  for (std::size_t i = 0; i < 10; ++i)
+  double worst_grad_norm = 0;
+  for (std::size_t i = 0; i < 10; ++i) {
     EXPECT_NEAR(on_gpu.steps[i].grad_norm, on_cpu.steps[i].grad_norm, 1e-4 * on_cpu.steps[i].grad_norm) << "step " << i;
+    worst_grad_norm =
+        std::max(worst_grad_norm, std::abs(on_gpu.steps[i].grad_norm - on_cpu.steps[i].grad_norm) / on_cpu.steps[i].grad_norm);
+  }
   EXPECT_LT(on_cpu.steps.back().loss, on_cpu.steps.front().loss);
   const double values_error = relative_norm(on_gpu.values, on_cpu.values);
   EXPECT_LE(values_error, 1e-4);
   EXPECT_NEAR(on_gpu.evaluation.loss, on_cpu.evaluation.loss, 1e-5 * on_cpu.evaluation.loss);
   for (const MemoryCategory m : {MemoryCategory::parameters, MemoryCategory::gradients, MemoryCategory::optimizer})
     EXPECT_EQ(on_gpu.held.at(m), on_cpu.held.at(m)) << to_string(m);
-  std::printf("%s fp32, 10 steps: worst loss error %.2e, parameters %.2e; last loss gpu %.7f cpu %.7f; step %.4f s "
-              "gpu, %.4f s cpu\n",
-              c.name, worst, values_error, on_gpu.steps.back().loss, on_cpu.steps.back().loss,
+  std::printf("%s fp32, 10 steps: worst loss error %.2e, gradient norm %.2e, parameters %.2e; last loss gpu %.7f "
+              "cpu %.7f; step %.4f s gpu, %.4f s cpu\n",
+              c.name, worst, worst_grad_norm, values_error, on_gpu.steps.back().loss, on_cpu.steps.back().loss,
               on_gpu.steps.back().step_s, on_cpu.steps.back().step_s);
 }
 
@@ -114,8 +127,11 @@ TEST_P(GpuGptStep, Bf16LossesWithin1e2OfTheCpuFp32Run) {
   ASSERT_FALSE(has_errors(runs.cpu.problems)) << messages(runs.cpu.problems);
   ASSERT_FALSE(has_errors(runs.gpu.problems)) << messages(runs.gpu.problems);
   ASSERT_EQ(runs.gpu.steps.size(), 10u);
-  std::printf("%s bf16 GEMMs vs cpu fp32, 10 steps: worst loss error %.2e\n", GetParam().name,
-              worst_loss_error(runs, 1e-2));
+  EXPECT_LT(runs.cpu.steps.back().loss, runs.cpu.steps.front().loss);  // the run learns at this rate
+  const double worst = worst_loss_error(runs, 1e-2);
+  std::printf("%s bf16 GEMMs vs cpu fp32, 10 steps: worst loss error %.2e; loss %.4f -> %.4f gpu, %.4f -> %.4f cpu\n",
+              GetParam().name, worst, runs.gpu.steps.front().loss, runs.gpu.steps.back().loss,
+              runs.cpu.steps.front().loss, runs.cpu.steps.back().loss);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuGptStep,
