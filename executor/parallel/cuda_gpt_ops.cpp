@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "executor/backend/device_vector.hpp"
+#include "executor/parallel/cuda_op_times.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/gemm_lt.hpp"
 #include "kernels/cuda/gpt_kernels.hpp"
@@ -31,7 +32,8 @@ class CudaGptOps final : public GptOps {
         bf16_c_(MemoryCategory::workspace, backend),
         flash_dqkv_(MemoryCategory::workspace, backend),
         scores_(MemoryCategory::workspace, backend),
-        norm_scratch_(MemoryCategory::workspace, backend) {
+        norm_scratch_(MemoryCategory::workspace, backend),
+        times_(stream_) {
     norm_scratch_.resize(static_cast<std::size_t>(cu::squared_norm_scratch_doubles()));
     int major = 0;
     MESHPLAN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, backend.device()));
@@ -49,81 +51,97 @@ class CudaGptOps final : public GptOps {
 
   void copy(float* destination, const float* source, std::int64_t n) override {
     if (n > 0)
-      MESHPLAN_CUDA_CHECK(cudaMemcpyAsync(destination, source, static_cast<std::size_t>(n) * sizeof(float),
-                                          cudaMemcpyDeviceToDevice, stream_));
+      times_.time("copy", [&] {
+        MESHPLAN_CUDA_CHECK(cudaMemcpyAsync(destination, source, static_cast<std::size_t>(n) * sizeof(float),
+                                            cudaMemcpyDeviceToDevice, stream_));
+      });
   }
-  void add(float* destination, const float* source, std::int64_t n) override { cu::add(destination, source, n, stream_); }
-  void scale(float* x, float factor, std::int64_t n) override { cu::scale(x, factor, n, stream_); }
+  void add(float* destination, const float* source, std::int64_t n) override {
+    times_.time("add", [&] { cu::add(destination, source, n, stream_); });
+  }
+  void scale(float* x, float factor, std::int64_t n) override {
+    times_.time("scale", [&] { cu::scale(x, factor, n, stream_); });
+  }
 
   void linear_forward(float* out, const float* inp, const float* weight, const float* bias, std::int64_t N,
                       std::int64_t C, std::int64_t OC) override {
     if (precision_ == Precision::bf16) {
       const auto* a = rounded(bf16_a_, inp, N * C);
       const auto* w = rounded(bf16_b_, weight, OC * C);
-      gemm_.run(cu::linear_forward(cu::GemmType::kBf16ToFp32, out, a, w, bias, N, C, OC), stream_);
+      times_.time("gemm forward", [&] {
+        gemm_.run(cu::linear_forward(cu::GemmType::kBf16ToFp32, out, a, w, bias, N, C, OC), stream_);
+      });
       return;
     }
-    gemm_.run(cu::linear_forward(cu::GemmType::kFp32, out, inp, weight, bias, N, C, OC), stream_);
+    times_.time("gemm forward",
+                [&] { gemm_.run(cu::linear_forward(cu::GemmType::kFp32, out, inp, weight, bias, N, C, OC), stream_); });
   }
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, std::int64_t N, std::int64_t C, std::int64_t OC) override {
-    if (dbias != nullptr) cu::bias_backward(dbias, dout, N, OC, stream_);
-    if (precision_ == Precision::bf16) {
-      const auto* g = rounded(bf16_c_, dout, N * OC);
-      if (dinp != nullptr)
-        gemm_.run(cu::linear_backward_input(cu::GemmType::kBf16ToFp32, dinp, g, rounded(bf16_b_, weight, OC * C), N,
-                                            C, OC),
-                  stream_);
-      if (dweight != nullptr)
-        gemm_.run(cu::linear_backward_weight(cu::GemmType::kBf16ToFp32, dweight, g, rounded(bf16_a_, inp, N * C), N,
-                                             C, OC),
-                  stream_);
-      return;
+    if (dbias != nullptr) times_.time("bias backward", [&] { cu::bias_backward(dbias, dout, N, OC, stream_); });
+    const bool bf16 = precision_ == Precision::bf16;
+    const cu::GemmType type = bf16 ? cu::GemmType::kBf16ToFp32 : cu::GemmType::kFp32;
+    const void* g = bf16 ? static_cast<const void*>(rounded(bf16_c_, dout, N * OC)) : dout;
+    if (dinp != nullptr) {
+      const void* w = bf16 ? static_cast<const void*>(rounded(bf16_b_, weight, OC * C)) : weight;
+      times_.time("gemm backward (input)",
+                  [&] { gemm_.run(cu::linear_backward_input(type, dinp, g, w, N, C, OC), stream_); });
     }
-    if (dinp != nullptr)
-      gemm_.run(cu::linear_backward_input(cu::GemmType::kFp32, dinp, dout, weight, N, C, OC), stream_);
-    if (dweight != nullptr)
-      gemm_.run(cu::linear_backward_weight(cu::GemmType::kFp32, dweight, dout, inp, N, C, OC), stream_);
+    if (dweight != nullptr) {
+      const void* a = bf16 ? static_cast<const void*>(rounded(bf16_a_, inp, N * C)) : inp;
+      times_.time("gemm backward (weight)",
+                  [&] { gemm_.run(cu::linear_backward_weight(type, dweight, g, a, N, C, OC), stream_); });
+    }
   }
   void residual_bias(float* out, const float* x, const float* y, const float* bias, std::int64_t rows,
                      std::int64_t C) override {
-    cu::residual_bias(out, x, y, bias, rows, C, stream_);
+    times_.time("residual + bias", [&] { cu::residual_bias(out, x, y, bias, rows, C, stream_); });
   }
   void bias_backward(float* dbias, const float* dout, std::int64_t rows, std::int64_t C) override {
-    cu::bias_backward(dbias, dout, rows, C, stream_);
+    times_.time("bias backward", [&] { cu::bias_backward(dbias, dout, rows, C, stream_); });
   }
   void norm_forward(const TpShape& s, float* out, float* mean, float* rstd, const float* x, const float* weight,
                     const float* bias, std::int64_t rows, std::int64_t C) override {
-    if (s.rms()) cu::rmsnorm_forward(out, rstd, x, weight, rows, C, s.dims.norm_eps, stream_);
-    else cu::layernorm_forward(out, mean, rstd, x, weight, bias, rows, C, stream_);
+    times_.time("norm forward", [&] {
+      if (s.rms()) cu::rmsnorm_forward(out, rstd, x, weight, rows, C, s.dims.norm_eps, stream_);
+      else cu::layernorm_forward(out, mean, rstd, x, weight, bias, rows, C, stream_);
+    });
   }
   void norm_backward(const TpShape& s, float* dx, float* dweight, float* dbias, const float* dout, const float* x,
                      const float* weight, const float* mean, const float* rstd, std::int64_t rows,
                      std::int64_t C) override {
-    if (s.rms()) cu::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, rows, C, stream_);
-    else cu::layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, rows, C, stream_);
+    times_.time("norm backward", [&] {
+      if (s.rms()) cu::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, rows, C, stream_);
+      else cu::layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, rows, C, stream_);
+    });
   }
   void mlp_activation_forward(const TpShape& s, float* out, const float* in, std::int64_t rows, std::int64_t F) override {
-    switch (s.dims.feed_forward) {
-      case FeedForward::gelu: cu::gelu_forward(out, in, rows * F, stream_); return;
-      case FeedForward::swiglu: cu::swiglu_forward(out, in, rows, F, stream_); return;
-      case FeedForward::geglu: cu::geglu_forward(out, in, rows, F, stream_); return;
-    }
+    times_.time("mlp activation forward", [&] {
+      switch (s.dims.feed_forward) {
+        case FeedForward::gelu: cu::gelu_forward(out, in, rows * F, stream_); return;
+        case FeedForward::swiglu: cu::swiglu_forward(out, in, rows, F, stream_); return;
+        case FeedForward::geglu: cu::geglu_forward(out, in, rows, F, stream_); return;
+      }
+    });
   }
   void mlp_activation_backward(const TpShape& s, float* din, const float* dout, const float* in, std::int64_t rows,
                                std::int64_t F) override {
-    switch (s.dims.feed_forward) {
-      case FeedForward::gelu: cu::gelu_backward(din, in, dout, rows * F, stream_); return;
-      case FeedForward::swiglu: cu::swiglu_backward(din, dout, in, rows, F, stream_); return;
-      case FeedForward::geglu: cu::geglu_backward(din, dout, in, rows, F, stream_); return;
-    }
+    times_.time("mlp activation backward", [&] {
+      switch (s.dims.feed_forward) {
+        case FeedForward::gelu: cu::gelu_backward(din, in, dout, rows * F, stream_); return;
+        case FeedForward::swiglu: cu::swiglu_backward(din, dout, in, rows, F, stream_); return;
+        case FeedForward::geglu: cu::geglu_backward(din, dout, in, rows, F, stream_); return;
+      }
+    });
   }
   void rotate_qk(const TpShape& s, float* qkv, std::int64_t rows, std::int64_t seq_len, bool inverse) override {
     if (!s.rotary()) return;
     const std::int64_t D = s.head_dim, stride = s.qkv_local();
-    cu::rope_apply(qkv, rows, seq_len, s.heads_local(), D, stride, s.dims.rope_theta, inverse, stream_);
-    cu::rope_apply(qkv + s.q_local(), rows, seq_len, s.kv_heads_local(), D, stride, s.dims.rope_theta, inverse,
-                   stream_);
+    times_.time("rotary positions", [&] {
+      cu::rope_apply(qkv, rows, seq_len, s.heads_local(), D, stride, s.dims.rope_theta, inverse, stream_);
+      cu::rope_apply(qkv + s.q_local(), rows, seq_len, s.kv_heads_local(), D, stride, s.dims.rope_theta, inverse,
+                     stream_);
+    });
   }
   // fp32 attention keeps the probabilities [B, heads, T, T]; bf16 flash attention keeps [lse | qkv | out]
   // (FlashState below), O(T) per row instead of O(T^2).
@@ -136,13 +154,18 @@ class CudaGptOps final : public GptOps {
                          std::int64_t T) override {
     if (flash(s)) {
       const FlashState f(state, s, B, T);
-      cu::round_to_bf16(f.qkv, qkv, B * T * s.qkv_local(), stream_);
-      cu::flash_attention_forward(f.out, f.lse, f.qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim, stream_);
-      cu::widen_bf16(out, f.out, B * T * s.q_local(), stream_);
+      times_.time("bf16 rounding", [&] { cu::round_to_bf16(f.qkv, qkv, B * T * s.qkv_local(), stream_); });
+      times_.time("flash attention forward", [&] {
+        cu::flash_attention_forward(f.out, f.lse, f.qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim,
+                                    stream_);
+      });
+      times_.time("bf16 widening", [&] { cu::widen_bf16(out, f.out, B * T * s.q_local(), stream_); });
       return;
     }
-    cu::attention_forward_fp32(out, state, qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim, s.kv_group(),
-                               s.kv_head_offset(), stream_);
+    times_.time("attention forward (fp32)", [&] {
+      cu::attention_forward_fp32(out, state, qkv, B, T, s.heads_local(), s.kv_heads_local(), s.head_dim, s.kv_group(),
+                                 s.kv_head_offset(), stream_);
+    });
   }
   void attention_backward(const TpShape& s, float* dqkv, const float* dout, const float* qkv, const float*,
                           const float* state, std::int64_t B, std::int64_t T) override {
@@ -153,44 +176,50 @@ class CudaGptOps final : public GptOps {
       if (flash_dqkv_.size() < static_cast<std::size_t>(n)) flash_dqkv_.resize(static_cast<std::size_t>(n));
       scores_.resize(static_cast<std::size_t>(B * s.heads_local() * T));  // the backward's delta rows
       auto* dqkv16 = reinterpret_cast<__nv_bfloat16*>(flash_dqkv_.data());
-      cu::flash_attention_backward(dqkv16, scores_.data(), g, f.qkv, f.out, f.lse, B, T, s.heads_local(),
-                                   s.kv_heads_local(), s.head_dim, stream_);
-      cu::add_bf16(dqkv, dqkv16, n, stream_);
+      times_.time("flash attention backward", [&] {
+        cu::flash_attention_backward(dqkv16, scores_.data(), g, f.qkv, f.out, f.lse, B, T, s.heads_local(),
+                                     s.kv_heads_local(), s.head_dim, stream_);
+      });
+      times_.time("add (bf16 into fp32)", [&] { cu::add_bf16(dqkv, dqkv16, n, stream_); });
       return;
     }
     scores_.resize(static_cast<std::size_t>(attention_probability_elements(s, B, T)));
-    cu::attention_backward_fp32(dqkv, scores_.data(), dout, qkv, state, B, T, s.heads_local(), s.kv_heads_local(),
-                                s.head_dim, s.kv_group(), s.kv_head_offset(), stream_);
+    times_.time("attention backward (fp32)", [&] {
+      cu::attention_backward_fp32(dqkv, scores_.data(), dout, qkv, state, B, T, s.heads_local(), s.kv_heads_local(),
+                                  s.head_dim, s.kv_group(), s.kv_head_offset(), stream_);
+    });
   }
 
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, std::int64_t begin,
                          std::int64_t real, std::int64_t rows, std::int64_t C) override {
-    cu::vocab_embedding_forward(out, tokens, wte, begin, real, rows, C, stream_);
+    times_.time("embedding forward", [&] { cu::vocab_embedding_forward(out, tokens, wte, begin, real, rows, C, stream_); });
   }
   void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, std::int64_t begin,
                           std::int64_t real, std::int64_t rows, std::int64_t C) override {
-    cu::vocab_embedding_backward(dwte, dout, tokens, begin, real, rows, C, stream_);
+    times_.time("embedding backward",
+                [&] { cu::vocab_embedding_backward(dwte, dout, tokens, begin, real, rows, C, stream_); });
   }
   void positions_forward(float* x, const float* wpe, std::int64_t rows, std::int64_t offset, std::int64_t T,
                          std::int64_t C) override {
-    cu::positions_forward(x, wpe, rows, offset, T, C, stream_);
+    times_.time("positions forward", [&] { cu::positions_forward(x, wpe, rows, offset, T, C, stream_); });
   }
   void positions_backward(float* dwpe, const float* dx, std::int64_t rows, std::int64_t offset, std::int64_t T,
                           std::int64_t C) override {
-    cu::positions_backward(dwpe, dx, rows, offset, T, C, stream_);
+    times_.time("positions backward", [&] { cu::positions_backward(dwpe, dx, rows, offset, T, C, stream_); });
   }
 
   void loss_row_max(float* row_max, const float* logits, std::int64_t N, std::int64_t Vp,
                     std::int64_t real) override {
-    cu::loss_row_max(row_max, logits, N, Vp, real, stream_);
+    times_.time("loss: row max", [&] { cu::loss_row_max(row_max, logits, N, Vp, real, stream_); });
   }
   void loss_exponentials(float* logits, float* sums, float* correct, const float* row_max, const std::int32_t* targets,
                          std::int64_t begin, std::int64_t N, std::int64_t Vp, std::int64_t real) override {
-    cu::loss_exponentials(logits, sums, correct, row_max, targets, begin, N, Vp, real, stream_);
+    times_.time("loss: exponentials",
+                [&] { cu::loss_exponentials(logits, sums, correct, row_max, targets, begin, N, Vp, real, stream_); });
   }
   void loss_normalize(float* p, float* row_loss, const float* sums, const float* row_max, std::int64_t N,
                       std::int64_t Vp, std::int64_t real) override {
-    cu::loss_normalize(p, row_loss, sums, row_max, N, Vp, real, stream_);
+    times_.time("loss: normalize", [&] { cu::loss_normalize(p, row_loss, sums, row_max, N, Vp, real, stream_); });
   }
   LossSummary loss_summary(const float* row_loss, const float* correct, const std::int32_t* targets,
                            std::int64_t N) override {
@@ -199,28 +228,33 @@ class CudaGptOps final : public GptOps {
     host_correct_.resize(n);
     host_targets_.resize(n);
     if (N > 0) {
-      MESHPLAN_CUDA_CHECK(cudaMemcpyAsync(host_loss_.data(), row_loss, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-      MESHPLAN_CUDA_CHECK(
-          cudaMemcpyAsync(host_correct_.data(), correct, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-      MESHPLAN_CUDA_CHECK(cudaMemcpyAsync(host_targets_.data(), targets, n * sizeof(std::int32_t),
-                                          cudaMemcpyDeviceToHost, stream_));
+      times_.time("loss summary to host", [&] {
+        MESHPLAN_CUDA_CHECK(
+            cudaMemcpyAsync(host_loss_.data(), row_loss, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        MESHPLAN_CUDA_CHECK(
+            cudaMemcpyAsync(host_correct_.data(), correct, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        MESHPLAN_CUDA_CHECK(cudaMemcpyAsync(host_targets_.data(), targets, n * sizeof(std::int32_t),
+                                            cudaMemcpyDeviceToHost, stream_));
+      });
       MESHPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
     return summarize_loss_rows(host_loss_.data(), host_correct_.data(), host_targets_.data(), N);
   }
   void loss_backward(float* dlogits, const float* p, const std::int32_t* targets, std::int64_t begin,
                      std::int64_t real, float scale, std::int64_t N, std::int64_t Vp) override {
-    cu::loss_backward(dlogits, p, targets, begin, real, scale, N, Vp, stream_);
+    times_.time("loss backward", [&] { cu::loss_backward(dlogits, p, targets, begin, real, scale, N, Vp, stream_); });
   }
 
   void adamw_update(float* params, const float* grads, float* m, float* v, std::int64_t n, std::int64_t step,
                     const kernels::AdamWHyperparameters& hp) override {
-    cu::adamw_update(params, grads, m, v, n, step, hp, stream_);
+    times_.time("adamw", [&] { cu::adamw_update(params, grads, m, v, n, step, hp, stream_); });
   }
   double l2_norm(const std::vector<std::span<const float>>& spans) override {
     double sum = 0;  // each span's square in double, added in span order
     for (const std::span<const float> s : spans)
-      sum += cu::squared_norm(s.data(), static_cast<std::int64_t>(s.size()), norm_scratch_.data(), stream_);
+      times_.time("squared norm (waits)", [&] {
+        sum += cu::squared_norm(s.data(), static_cast<std::int64_t>(s.size()), norm_scratch_.data(), stream_);
+      });
     return std::sqrt(sum);
   }
 
@@ -256,7 +290,7 @@ class CudaGptOps final : public GptOps {
   const __nv_bfloat16* rounded(DeviceVector<std::uint16_t>& workspace, const float* source, std::int64_t n) {
     if (workspace.size() < static_cast<std::size_t>(n)) workspace.resize(static_cast<std::size_t>(n));
     auto* out = reinterpret_cast<__nv_bfloat16*>(workspace.data());
-    cu::round_to_bf16(out, source, n, stream_);
+    times_.time("bf16 rounding", [&] { cu::round_to_bf16(out, source, n, stream_); });
     return out;
   }
 
@@ -270,6 +304,7 @@ class CudaGptOps final : public GptOps {
   DeviceVector<double> norm_scratch_;
   std::vector<float> host_loss_, host_correct_;
   std::vector<std::int32_t> host_targets_;
+  OpTimes times_;  // MESHPLAN_CUDA_OP_TIMES=1: a table of each op's GPU time, when the ops go
 };
 
 }  // namespace
