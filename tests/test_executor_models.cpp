@@ -535,5 +535,35 @@ TEST(ParallelExecutorMemory, LedgerHoldsShardsOnceAfterAZero3Step) {
   EXPECT_GT(held(MemoryCategory::activations), 0);
 }
 
+// make_parameters fills tensors on several threads when the model is large enough (4.2M values here):
+// each tensor must still be exactly its own engine's draws (derive_seed(seed, i)), the values one thread
+// gives, whichever thread drew it. Checked against the initialisation written out once more, serially.
+TEST(MakeParameters, EveryTensorIsItsOwnEnginesDrawsWhicheverThreadFillsIt) {
+  const ModelSpec spec = testing_support::tiny_gpt_spec("init", 4, 256, 4, 1024, 4099, 64);
+  const std::uint64_t seed = 11;
+  const Loaded<Parameters<float>> made = make_parameters<float>(spec, seed);
+  ASSERT_TRUE(made.ok()) << messages(made.problems);
+  const ParameterLayout& layout = made.value.layout;
+  ASSERT_GT(layout.total_elements, std::int64_t{4} << 20);
+  const double residual_std = 0.02 / std::sqrt(2.0 * 4);
+  std::int64_t drawn = 0;
+  for (std::size_t i = 0; i < layout.tensors.size(); ++i) {
+    const ParameterTensor& t = layout.tensors[i];
+    const float* got = made.value.values.data() + t.offset;
+    const bool ones = t.name.ends_with("ln1.w") || t.name.ends_with("ln2.w") || t.name == "ln_f.w";
+    std::mt19937_64 engine(data::derive_seed(seed, i));
+    const double stddev = t.name.ends_with("attn_out.w") || t.name.ends_with("fc_out.w") ? residual_std : 0.02;
+    for (std::int64_t k = 0; k < t.elements; ++k) {
+      const float want = ones ? 1.0f : t.shape.size() == 2 ? static_cast<float>(stddev * data::standard_normal(engine)) : 0.0f;
+      if (got[k] != want) {
+        ADD_FAILURE() << t.name << "[" << k << "] = " << got[k] << ", its engine's draw " << want;
+        break;
+      }
+    }
+    if (t.shape.size() == 2 && !ones) drawn += t.elements;
+  }
+  EXPECT_GT(drawn, layout.total_elements / 2);
+}
+
 }  // namespace
 }  // namespace meshplan::exec
