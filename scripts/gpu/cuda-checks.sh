@@ -32,7 +32,8 @@
 # Not yet here (issue 16): NCCL across several GPUs (the NCCL test runs a
 # world of one rank).
 #
-# usage: [DEBS=DIR|none] [CUDA_CHECKS_TIMING=full|quick|none] scripts/gpu/cuda-checks.sh [OUT_DIR]
+# usage: [DEBS=DIR|none] [CUDA_CHECKS_TIMING=full|quick|none] [CUDA_CHECKS_ONLY="NAME ..."]
+#        scripts/gpu/cuda-checks.sh [OUT_DIR]
 #        (default OUT_DIR: gpu-checks; on an H200 the whole script took 106 s, docs/gpu-checks.md)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -67,18 +68,31 @@ if grep -q "the NCCL communicator is built" "$out/configure.log"; then
 else
   echo "cuda-checks: NCCL not found, nccl_communicator_tests not built: $(grep -i nccl "$out/configure.log")"
 fi
-cmake --build "$build" --target "${programs[@]}" -j "$(nproc)" > "$out/build.log" 2>&1 ||
+# CUDA_CHECKS_ONLY="NAME ...": only these of the programs above and of parallel_matrix_cuda,
+# gpt_torch_reference_cuda and train_backend_auto (a rerun of what failed, when GPU time is short).
+only=${CUDA_CHECKS_ONLY:-}
+wants() { [ -z "$only" ] || [[ " $only " == *" $1 "* ]]; }
+if [ -n "$only" ]; then
+  chosen=()
+  for program in "${programs[@]}"; do wants "$program" && chosen+=("$program"); done
+  programs=("${chosen[@]}")
+  echo "cuda-checks: CUDA_CHECKS_ONLY: ${programs[*]} $(for x in parallel_matrix_cuda gpt_torch_reference_cuda train_backend_auto; do wants $x && printf '%s ' $x; done)"
+fi
+: > "$out/build.log"
+[ ${#programs[@]} = 0 ] || cmake --build "$build" --target "${programs[@]}" -j "$(nproc)" > "$out/build.log" 2>&1 ||
   fail "build failed: $(tail -20 "$out/build.log")"
 # The GPU executor's GPT against PyTorch (tests/reference/gpt_torch_reference.py with the dump built for
 # the GPU), when this Python has PyTorch: a row of the table like the programs'.
 # The parallel matrix with every rank on this GPU (tests/parallel/parallel_matrix.cpp --device cuda), when mpirun is here.
 matrix=none
-if command -v mpirun > /dev/null; then
+if command -v mpirun > /dev/null && wants parallel_matrix_cuda; then
   cmake --build "$build" --target parallel_matrix_cuda -j "$(nproc)" >> "$out/build.log" 2>&1 && matrix=ready ||
     echo "cuda-checks: parallel_matrix_cuda did not build: $(tail -5 "$out/build.log")"
 fi
 reference=none
-if python3 -c 'import torch, numpy' 2> /dev/null; then
+if ! wants gpt_torch_reference_cuda; then
+  :
+elif python3 -c 'import torch, numpy' 2> /dev/null; then
   cmake --build "$build" --target gpt_reference_dump_cuda -j "$(nproc)" >> "$out/build.log" 2>&1 && reference=ready ||
     echo "cuda-checks: gpt_reference_dump_cuda did not build: $(tail -5 "$out/build.log")"
 else
@@ -106,7 +120,7 @@ if [ "$matrix" = ready ]; then
     plan=${case%%:*}
     ranks=${case##*:}
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-      timeout 120 mpirun --oversubscribe -np "$ranks" "$build/tests/parallel_matrix_cuda" "$plan" --device cuda \
+      timeout 60 mpirun --oversubscribe -np "$ranks" "$build/tests/parallel_matrix_cuda" "$plan" --device cuda \
       > "$out/parallel_matrix_cuda_$plan.log" 2>&1
     statuses+=("$?")
     programs+=("parallel_matrix_cuda_$plan")
@@ -122,7 +136,7 @@ if [ "$reference" = ready ]; then
 fi
 # `meshplan train` with its default --backend auto: a tiny GPT planned for h100-sxm trains on the GPU
 # (the session says "training on cuda:N"); without a usable GPU it trains on the CPU and says why (77 here).
-if [ "$timing" != none ]; then
+if [ "$timing" != none ] && wants train_backend_auto; then
   log="$out/train_backend_auto.log"
   "$build/cli/meshplan" explain --model tests/parallel/gpt-tiny-bytes.yaml --cluster dgx-h100 --gpus 1 --mesh dp=1 \
     --micro-batch 2 --global-batch 8 --precision fp32 --emit-plan "$out/auto-gpt.json" > "$log" 2>&1 &&

@@ -16,8 +16,11 @@
 # row saying so, not a stop. Needs a built tree (scripts/gpu/cuda-checks.sh
 # builds one) and Python with PyTorch and PyYAML.
 #
-# usage: scripts/gpu/gpt-bench.sh BUILD_DIR OUT_DIR [MODEL ...]
-#        (default models: gpt2-124m gpt2-350m gpt2-1.5b)
+# usage: [GPT_BENCH_STEPS=N] [GPT_BENCH_TORCH=0] [GPT_BENCH_OP_TIMES=1] [GPT_BENCH_CLUSTER=NAME]
+#        scripts/gpu/gpt-bench.sh BUILD_DIR OUT_DIR [MODEL ...]
+#        (default models: gpt2-124m gpt2-350m gpt2-1.5b; GPT_BENCH_TORCH=0
+#        times ours alone; GPT_BENCH_OP_TIMES=1 adds a 3-step run of each with
+#        MESHPLAN_CUDA_OP_TIMES=1, OUT/MODEL.op-times.log)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:?usage: gpt-bench.sh BUILD_DIR OUT_DIR [MODEL ...]}
@@ -45,6 +48,12 @@ for m in "${models[@]}"; do
     --data "text:$corpus" --metrics "$out/$m.metrics.jsonl" --report "$out/$m.report.json" --log-every 1 \
     > "$out/$m.train.log" 2>&1
   echo "gpt-bench: meshplan train $m: exit $? in $(( $(date +%s) - start )) s"
+  if [ "${GPT_BENCH_OP_TIMES:-0}" = 1 ]; then  # a second run of 3 steps with each op's GPU time (cuda_op_times.hpp)
+    MESHPLAN_CUDA_OP_TIMES=1 timeout 150 "$meshplan" train --plan "$out/$m.plan.json" --backend cuda --precision bf16 \
+      --steps 3 --data "text:$corpus" --log-every 1 > "$out/$m.op-times.log" 2>&1
+    echo "gpt-bench: op times of $m (exit $?):"
+    grep -A40 "^GPU op times" "$out/$m.op-times.log"
+  fi
 done
 
 python3 - "$out" "$micro" "$seq" "${models[@]}" > "$out/cases.json" <<'PY'
@@ -54,7 +63,8 @@ print(json.dumps([[m, seq, micro, "none"] for m in models]))
 PY
 rm -f "$out/torch.jsonl"
 start=$(date +%s)
-PYTHONUNBUFFERED=1 timeout 300 python3 scripts/gpu/measure_steps.py "$out/torch.jsonl" --cases "$out/cases.json" \
+[ "${GPT_BENCH_TORCH:-1}" = 0 ] && echo "gpt-bench: GPT_BENCH_TORCH=0, PyTorch not measured" ||
+PYTHONUNBUFFERED=1 timeout "${GPT_BENCH_TORCH_TIMEOUT:-300}" python3 scripts/gpu/measure_steps.py "$out/torch.jsonl" --cases "$out/cases.json" \
   --dropout 0 --modes eager,compile --deadline 200 > "$out/torch-steps.log" 2>&1 ||
   echo "gpt-bench: measure_steps.py exit $? ($(tail -2 "$out/torch-steps.log"))"
 echo "gpt-bench: PyTorch took $(( $(date +%s) - start )) s"
