@@ -7,7 +7,9 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,7 @@ class CudaGptOps final : public GptOps {
         flash_dqkv_(MemoryCategory::workspace, backend),
         scores_(MemoryCategory::workspace, backend),
         norm_scratch_(MemoryCategory::workspace, backend),
+        norm_totals_(MemoryCategory::workspace, backend),
         times_(stream_) {
     norm_scratch_.resize(static_cast<std::size_t>(cu::squared_norm_scratch_doubles()));
     int major = 0;
@@ -249,12 +252,43 @@ class CudaGptOps final : public GptOps {
                     const kernels::AdamWHyperparameters& hp) override {
     times_.time("adamw", [&] { cu::adamw_update(params, grads, m, v, n, step, hp, stream_); });
   }
+  // One multi-tensor launch for the spans with weight decay and one for those without (kernels.hpp:
+  // adamw_update_multi, the per-tensor kernel's arithmetic); each list's table is copied to the device
+  // when its spans change (the first step), not every step.
+  void adamw_update_all(const std::vector<AdamWSpan>& spans, std::int64_t step,
+                        const kernels::AdamWHyperparameters& hp) override {
+    for (const bool decays : {true, false}) {
+      std::vector<cu::AdamWTensor> tensors;
+      for (const AdamWSpan& s : spans)
+        if (s.decays == decays && s.n > 0) tensors.push_back({s.params, s.grads, s.m, s.v, s.n});
+      if (tensors.empty()) continue;
+      AdamWLists::Entry& list = decays ? adamw_lists_.decaying : adamw_lists_.fixed;
+      if (!list.list || !same_tensors(list.tensors, tensors)) {
+        list.list.reset();  // frees the old table first (cudaFree waits for the launches that read it)
+        list.list = std::make_unique<cu::AdamWTensorList>(tensors);
+        list.tensors = std::move(tensors);
+      }
+      kernels::AdamWHyperparameters list_hp = hp;
+      if (!decays) list_hp.weight_decay = 0;
+      times_.time("adamw (multi-tensor)", [&] { cu::adamw_update_multi(*list.list, step, list_hp, 1.0f, stream_); });
+    }
+  }
+  // Each span's square in double (the same kernels and bits as one squared_norm a span), queued into its
+  // own slot and read back in one copy, then added in span order: one wait, not one a span.
   double l2_norm(const std::vector<std::span<const float>>& spans) override {
-    double sum = 0;  // each span's square in double, added in span order
-    for (const std::span<const float> s : spans)
-      times_.time("squared norm (waits)", [&] {
-        sum += cu::squared_norm(s.data(), static_cast<std::int64_t>(s.size()), norm_scratch_.data(), stream_);
-      });
+    if (spans.empty()) return 0.0;
+    if (norm_totals_.size() < spans.size()) norm_totals_.resize(spans.size());
+    times_.time("squared norms", [&] {
+      for (std::size_t i = 0; i < spans.size(); ++i)
+        cu::squared_norm_into(spans[i].data(), static_cast<std::int64_t>(spans[i].size()), norm_scratch_.data(),
+                              norm_totals_.data() + i, stream_);
+    });
+    host_totals_.resize(spans.size());
+    MESHPLAN_CUDA_CHECK(cudaMemcpyAsync(host_totals_.data(), norm_totals_.data(), spans.size() * sizeof(double),
+                                        cudaMemcpyDeviceToHost, stream_));
+    MESHPLAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    double sum = 0;
+    for (const double total : host_totals_) sum += total;
     return std::sqrt(sum);
   }
 
@@ -286,6 +320,19 @@ class CudaGptOps final : public GptOps {
     __nv_bfloat16* out;
   };
 
+  struct AdamWLists {
+    struct Entry {
+      std::vector<cu::AdamWTensor> tensors;  // what `list` was built from
+      std::unique_ptr<cu::AdamWTensorList> list;
+    };
+    Entry decaying, fixed;
+  };
+  static bool same_tensors(const std::vector<cu::AdamWTensor>& a, const std::vector<cu::AdamWTensor>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const cu::AdamWTensor& x, const cu::AdamWTensor& y) {
+      return x.params == y.params && x.grads == y.grads && x.m == y.m && x.v == y.v && x.n == y.n;
+    });
+  }
+
   // `source` rounded to bf16 in `workspace` (grown to n).
   const __nv_bfloat16* rounded(DeviceVector<std::uint16_t>& workspace, const float* source, std::int64_t n) {
     if (workspace.size() < static_cast<std::size_t>(n)) workspace.resize(static_cast<std::size_t>(n));
@@ -302,6 +349,9 @@ class CudaGptOps final : public GptOps {
   DeviceVector<std::uint16_t> flash_dqkv_;                // the flash backward's bf16 dqkv (workspace)
   DeviceVector<float> scores_;  // the attention backward's score gradients (fp32), or flash's delta rows
   DeviceVector<double> norm_scratch_;
+  DeviceVector<double> norm_totals_;  // l2_norm's per-span sums of squares
+  std::vector<double> host_totals_;
+  AdamWLists adamw_lists_;
   std::vector<float> host_loss_, host_correct_;
   std::vector<std::int32_t> host_targets_;
   OpTimes times_;  // MESHPLAN_CUDA_OP_TIMES=1: a table of each op's GPU time, when the ops go

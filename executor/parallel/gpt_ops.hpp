@@ -173,6 +173,23 @@ class GptOps {
   // kernels/cpu/adamw.hpp's step on n elements (step counts from 1).
   virtual void adamw_update(float* params, const float* grads, float* m, float* v, std::int64_t n, std::int64_t step,
                             const kernels::AdamWHyperparameters& hp) = 0;
+  // One part of a tensor that a rank's optimizer step updates; `decays`: with hp's weight decay (else 0).
+  struct AdamWSpan {
+    float* params;
+    const float* grads;
+    float* m;
+    float* v;
+    std::int64_t n;
+    bool decays;
+  };
+  // The step over every span of a rank, in one call: span by span here; the GPU's is one multi-tensor
+  // launch per weight-decay setting.
+  virtual void adamw_update_all(const std::vector<AdamWSpan>& spans, std::int64_t step,
+                                const kernels::AdamWHyperparameters& hp) {
+    kernels::AdamWHyperparameters no_decay = hp;
+    no_decay.weight_decay = 0;
+    for (const AdamWSpan& s : spans) adamw_update(s.params, s.grads, s.m, s.v, s.n, step, s.decays ? hp : no_decay);
+  }
   // The L2 norm of the concatenation of the spans (waits).
   virtual double l2_norm(const std::vector<std::span<const float>>& spans) = 0;
 };

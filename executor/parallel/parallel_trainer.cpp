@@ -317,7 +317,9 @@ class ParallelStep {
   }
 
   // Clipping and AdamW on the range this rank updates; ZeRO 1/2 all-gather the updated shards over dp.
+  // The AdamW of every unit in one adamw_update_all (one launch on a GPU, not one per tensor).
   void update(float clip_scale, std::int64_t updates, const kernels::AdamWHyperparameters& hp) {
+    adamw_spans_.clear();
     for (Unit& u : model_.units()) {
       const GradView view = grad_view(u, mode_);
       if (clip_scale != 1.0f && u.optimizer_end > u.optimizer_begin)
@@ -327,15 +329,15 @@ class ParallelStep {
       for (const LocalTensor& t : u.layout.tensors) {
         const std::int64_t lo = std::max(t.offset, u.optimizer_begin), hi = std::min(t.offset + t.elements(), u.optimizer_end);
         if (hi <= lo) continue;
-        kernels::AdamWHyperparameters tensor_hp = hp;
-        if (!t.decays()) tensor_hp.weight_decay = 0;
         const auto moment = static_cast<std::size_t>(lo - u.optimizer_begin);
-        model_.ops().adamw_update(values + (lo - values_base), view.at(lo), u.adam_m.data() + moment,
-                                  u.adam_v.data() + moment, hi - lo, updates, tensor_hp);
+        adamw_spans_.push_back({values + (lo - values_base), view.at(lo), u.adam_m.data() + moment,
+                                u.adam_v.data() + moment, hi - lo, t.decays()});
       }
-      if ((mode_ == ShardMode::zero1 || mode_ == ShardMode::zero2) && model_.shard_group().size() > 1)
-        model_.shard_group().all_gather(u.values.data() + u.shard_begin, u.values.data(), u.shard_size, DataType::f32);
     }
+    model_.ops().adamw_update_all(adamw_spans_, updates, hp);
+    if ((mode_ == ShardMode::zero1 || mode_ == ShardMode::zero2) && model_.shard_group().size() > 1)
+      for (Unit& u : model_.units())
+        model_.shard_group().all_gather(u.values.data() + u.shard_begin, u.values.data(), u.shard_size, DataType::f32);
   }
 
   // Whether this rank computes the loss it reports: the last stage's tp rank 0.
@@ -372,6 +374,7 @@ class ParallelStep {
   const float dloss_;
   std::vector<std::int32_t> tokens_, targets_;
   std::vector<std::span<const float>> norm_spans_;
+  std::vector<GptOps::AdamWSpan> adamw_spans_;
 };
 
 }  // namespace

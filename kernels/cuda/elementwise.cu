@@ -99,11 +99,15 @@ void adamw_update(float* params, const float* grads, float* m, float* v, std::in
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
 }
 
-double squared_norm(const float* x, std::int64_t n, double* scratch, cudaStream_t stream) {
+void squared_norm_into(const float* x, std::int64_t n, double* scratch, double* total, cudaStream_t stream) {
   squared_norm_partial_kernel<<<kNormBlocks, kThreads, 0, stream>>>(x, n, scratch);
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
-  squared_norm_final_kernel<<<1, 1, 0, stream>>>(scratch, kNormBlocks, scratch + kNormBlocks);
+  squared_norm_final_kernel<<<1, 1, 0, stream>>>(scratch, kNormBlocks, total);
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
+}
+
+double squared_norm(const float* x, std::int64_t n, double* scratch, cudaStream_t stream) {
+  squared_norm_into(x, n, scratch, scratch + kNormBlocks, stream);
   double total = 0;
   MESHPLAN_CUDA_CHECK(cudaMemcpyAsync(&total, scratch + kNormBlocks, sizeof total, cudaMemcpyDeviceToHost, stream));
   MESHPLAN_CUDA_CHECK(cudaStreamSynchronize(stream));

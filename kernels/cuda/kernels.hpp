@@ -52,7 +52,7 @@
 // defines: gelu_forward, gelu_backward, residual_forward, residual_backward,
 // layernorm_forward, layernorm_backward, rmsnorm_forward, rmsnorm_backward,
 // swiglu_forward, swiglu_backward, geglu_forward, geglu_backward, rope_apply, adamw_update, squared_norm,
-// AdamWTensor, AdamWTensorList, adamw_update_multi, global_squared_norm,
+// squared_norm_into, AdamWTensor, AdamWTensorList, adamw_update_multi, global_squared_norm,
 // embedding_forward, embedding_backward, DeviceEmbeddingGroups,
 // softmax_cross_entropy, flash_attention_forward, flash_attention_backward
 #pragma once
@@ -110,6 +110,10 @@ void adamw_update(float* params, const float* grads, float* m, float* v, std::in
 constexpr int kNormBlocks = 256;
 constexpr std::int64_t squared_norm_scratch_doubles() { return kNormBlocks + 1; }
 double squared_norm(const float* x, std::int64_t n, double* scratch, cudaStream_t stream);
+// The same sum left in device memory at *total, without waiting: several
+// norms queue on one stream and come back in one copy. `scratch` holds
+// kNormBlocks doubles and may be reused by the next call on the stream.
+void squared_norm_into(const float* x, std::int64_t n, double* scratch, double* total, cudaStream_t stream);
 
 // One tensor of a multi-tensor AdamW step: n floats each of parameters,
 // gradients and the two moments in device memory, the four not overlapping.

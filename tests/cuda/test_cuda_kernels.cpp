@@ -271,6 +271,17 @@ TEST(CudaKernels, AdamWStepsAndTheSquaredNorm) {
   MESHPLAN_CUDA_CHECK(cudaMalloc(&scratch, squared_norm_scratch_doubles() * sizeof(double)));
   const double first = squared_norm(gx.get(), static_cast<std::int64_t>(n), scratch, nullptr);
   const double second = squared_norm(gx.get(), static_cast<std::int64_t>(n), scratch, nullptr);
+  // Three parts' norms queued with one scratch, each left in its own slot (the executor's l2_norm), read
+  // back in one copy: each equals squared_norm's of the same part, bit for bit.
+  const std::int64_t parts[][2] = {{0, 1}, {1, 4097}, {4097, static_cast<std::int64_t>(n)}};
+  DeviceArray<double> totals(3);
+  totals.poison();
+  for (int i = 0; i < 3; ++i)
+    squared_norm_into(gx.get() + parts[i][0], parts[i][1] - parts[i][0], scratch, totals.get() + i, nullptr);
+  std::vector<double> queued(3);
+  MESHPLAN_CUDA_CHECK(cudaMemcpy(queued.data(), totals.get(), 3 * sizeof(double), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(queued[i], squared_norm(gx.get() + parts[i][0], parts[i][1] - parts[i][0], scratch, nullptr)) << "part " << i;
   MESHPLAN_CUDA_CHECK(cudaFree(scratch));
   EXPECT_NEAR(first, expected, 1e-10 * expected) << "seed " << seed();
   EXPECT_EQ(first, second) << "the squared norm is deterministic";
