@@ -183,7 +183,9 @@ Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int thr
     }
     p.stage.push_back(e.rank_stage);
     const MemoryEstimate& memory = stored_memory ? *stored_memory : *e.memory;
-    p.memory_bytes.push_back(memory.stages.at(static_cast<std::size_t>(e.rank_stage)).memory.total_bytes());
+    const MemoryBreakdown& stage_memory = memory.stages.at(static_cast<std::size_t>(e.rank_stage)).memory;
+    p.memory_bytes.push_back(stage_memory.total_bytes());
+    p.ledger_bytes.push_back(stage_memory.allocated_peak_bytes() - stage_memory.workspace_bytes);
   }
   return out;
 }
@@ -272,6 +274,12 @@ Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_
   }
   j["plan_file_prediction"] = {{"cluster", plan_file.cluster.name},
                                {"step_s", p.plan_file_step_s ? Json(*p.plan_file_step_s) : Json(nullptr)}};
+  // The prediction a rank's measured memory is compared with: what the ledger can see, or the whole
+  // process (VmHWM) against the model's total.
+  const auto predicted_memory = [&](std::size_t index, bool ledger) {
+    const std::vector<double>& v = ledger ? p.ledger_bytes : p.memory_bytes;
+    return index < v.size() ? v[index] : 0.0;
+  };
   Json rows = Json::array();
   for (const auto& m : measured) {
     const auto index = static_cast<std::size_t>(m.rank);
@@ -285,7 +293,8 @@ Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_
       r["stage"] = index < p.stage.size() ? p.stage[index] : 0;
       r["predicted_step_s"] = p.step_s;
       r["measured_over_predicted"] = p.step_s > 0 ? m.median_step_s / p.step_s : 0;
-      r["predicted_memory_bytes"] = index < p.memory_bytes.size() ? p.memory_bytes[index] : 0;
+      r["predicted_memory_bytes"] = predicted_memory(index, ledger);
+      r["predicted_device_bytes"] = index < p.memory_bytes.size() ? p.memory_bytes[index] : 0;
     }
     r["measured_vm_hwm_bytes"] = m.vm_hwm_bytes;
     r["measured_ledger_peak_bytes"] = ledger ? Json(m.ledger_peak_bytes) : Json(nullptr);
@@ -321,7 +330,7 @@ Problems write_run_report(exec::comm::Communicator* world, const PlanFile& plan_
               << (priced ? format("  %11.4g", p.step_s) : std::string("            -"))
               << format("  %10.4g", m.median_step_s)
               << (priced && p.step_s > 0 ? format("  %18.3f", m.median_step_s / p.step_s) : std::string("                   -"))
-              << pad(priced && index < p.memory_bytes.size() ? mib(p.memory_bytes[index]) : std::string("-"), 15)
+              << pad(priced && index < p.memory_bytes.size() ? mib(predicted_memory(index, ledger)) : std::string("-"), 15)
               << pad(mib(ledger ? m.ledger_peak_bytes : m.vm_hwm_bytes), 14) << (ledger ? " (ledger)" : " (VmHWM)") << "\n";
   }
   if (!json_path.empty()) {

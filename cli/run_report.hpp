@@ -95,6 +95,10 @@ struct RunPrediction {
   double bubble_s = 0;
   double optimizer_s = 0;
   std::vector<double> memory_bytes;      // per rank: the memory model's total for the rank's stage
+  // Per rank: of that total, what the memory ledger can see: the allocated peak less the GEMM library's
+  // workspace (cuBLASLt's is allocated outside the ledger), without the CUDA context and the caching
+  // allocator's reserve. A GPU run's ledger is compared with this, VmHWM with the total.
+  std::vector<double> ledger_bytes;
   std::vector<std::int64_t> stage;      // per rank: its pipeline stage
   std::string plan_file_cluster;         // the cluster the plan file was made for
   std::optional<double> plan_file_step_s;  // the plan file's embedded prediction
