@@ -22,7 +22,8 @@
 #
 # With full timing it also runs scripts/gpu/gpt-bench.sh: `meshplan train
 # --backend cuda` on GPT-2 124M/350M/1.5B against PyTorch eager and
-# torch.compile (tokens/s, MFU, measured over predicted step).
+# torch.compile (tokens/s, MFU, measured over predicted step, priced with
+# the device preset calibrate measured in the same run).
 #
 # It also runs the parallel matrix with 1, 2 and 4 ranks sharing this GPU
 # (collectives staged through host memory over MPI), when mpirun is here,
@@ -220,7 +221,10 @@ if [ "$timing" != none ] && [ "$skipped" != "${#statuses[@]}" ]; then
   # The GPT executor's training steps against PyTorch's (scripts/gpu/gpt-bench.sh), full timing only.
   if [ "$timing" = full ]; then
     echo; echo "meshplan train --backend cuda against PyTorch on this card:"
-    scripts/gpu/gpt-bench.sh "$build" "$out/gpt-bench" || echo "cuda-checks: gpt-bench.sh failed (exit $?)"
+    # Priced with the device preset calibrate just wrote (the explain-against-measured check).
+    calibrated=()
+    compgen -G "$out/presets/devices/*.yaml" > /dev/null && calibrated=(GPT_BENCH_CALIBRATED="$out/presets")
+    env "${calibrated[@]}" scripts/gpu/gpt-bench.sh "$build" "$out/gpt-bench" || echo "cuda-checks: gpt-bench.sh failed (exit $?)"
   fi
 fi
 exit "$status"

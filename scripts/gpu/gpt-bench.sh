@@ -17,6 +17,7 @@
 # builds one) and Python with PyTorch and PyYAML.
 #
 # usage: [GPT_BENCH_STEPS=N] [GPT_BENCH_TORCH=0] [GPT_BENCH_OP_TIMES=1] [GPT_BENCH_CLUSTER=NAME]
+#        [GPT_BENCH_CALIBRATED=DIR]
 #        scripts/gpu/gpt-bench.sh BUILD_DIR OUT_DIR [MODEL ...]
 #        (default models: gpt2-124m gpt2-350m gpt2-1.5b; GPT_BENCH_TORCH=0
 #        times ours alone; GPT_BENCH_OP_TIMES=1 adds a 3-step run of each with
@@ -31,6 +32,24 @@ models=("$@")
 meshplan="$build/cli/meshplan"
 [ -x "$meshplan" ] || { echo "gpt-bench: no $meshplan (build the tree first)"; exit 1; }
 cluster=${GPT_BENCH_CLUSTER:-dgx-h100}
+# GPT_BENCH_CALIBRATED=DIR: the folder `calibrate --backend cuda --out DIR` wrote (DIR/devices/NAME.yaml):
+# the plans are made for a one-GPU cluster of that device (NAME-node, dgx-h100's links) in a user presets
+# folder of their own, so the run report prices each step with this card's measured figures (issue 16:
+# explain against the measured step after calibrate --backend cuda).
+if [ -n "${GPT_BENCH_CALIBRATED:-}" ]; then
+  device_file=$(ls "$GPT_BENCH_CALIBRATED"/devices/*.yaml 2> /dev/null | head -1)
+  [ -n "$device_file" ] || { echo "gpt-bench: no devices/*.yaml in GPT_BENCH_CALIBRATED=$GPT_BENCH_CALIBRATED"; exit 1; }
+  device=$(basename "$device_file" .yaml)
+  cluster="$device-node"
+  export MESHPLAN_USER_PRESETS="$out/user-presets"
+  mkdir -p "$MESHPLAN_USER_PRESETS/devices" "$MESHPLAN_USER_PRESETS/clusters"
+  cp "$device_file" "$MESHPLAN_USER_PRESETS/devices/"
+  sed -e "s/^name: .*/name: $cluster/" -e "s/^device: .*/device: $device/" \
+    -e "s/^devices_per_node: .*/devices_per_node: 1/" \
+    -e "s|^source: .*|source: \"$device as calibrate --backend cuda measured it; links as dgx-h100's (unused by one GPU)\"|" \
+    presets/clusters/dgx-h100.yaml > "$MESHPLAN_USER_PRESETS/clusters/$cluster.yaml"
+  echo "gpt-bench: plans priced on $cluster (device $device from $device_file)"
+fi
 micro=8
 seq=1024
 steps=${GPT_BENCH_STEPS:-6}
@@ -69,7 +88,7 @@ PYTHONUNBUFFERED=1 timeout "${GPT_BENCH_TORCH_TIMEOUT:-300}" python3 scripts/gpu
   echo "gpt-bench: measure_steps.py exit $? ($(tail -2 "$out/torch-steps.log"))"
 echo "gpt-bench: PyTorch took $(( $(date +%s) - start )) s"
 
-python3 - "$out" "$micro" "$seq" "${models[@]}" <<'PY' | tee "$out/gpt-bench.md"
+GPT_BENCH_PRICED_ON="$cluster" python3 - "$out" "$micro" "$seq" "${models[@]}" <<'PY' | tee "$out/gpt-bench.md"
 import json, os, statistics, sys
 out, micro, seq, models = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 tokens = micro * seq
@@ -92,7 +111,8 @@ for r in read_jsonl(os.path.join(out, "torch.jsonl")):
 def fmt(x, spec):
     return "-" if x is None else format(x, spec)
 
-print(f"| model | ours tokens/s | eager tokens/s | compile tokens/s | ours/eager | ours/compile | our MFU | measured/predicted step |")
+priced_on = os.environ.get("GPT_BENCH_PRICED_ON", "")
+print(f"| model | ours tokens/s | eager tokens/s | compile tokens/s | ours/eager | ours/compile | our MFU | measured/predicted step ({priced_on}) |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for m in models:
     steps = [r for r in read_jsonl(os.path.join(out, f"{m}.metrics.jsonl")) if r.get("kind") == "train"]
