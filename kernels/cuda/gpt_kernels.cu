@@ -3,6 +3,8 @@
 // and logf for the CPU's exp_of and std::log; block sums in a fixed tree order.
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <stdexcept>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -42,6 +44,20 @@ __global__ void __launch_bounds__(kColumnLanes * kRowLanes)
 
 __global__ void round_to_bf16_kernel(__nv_bfloat16* out, const float* in, std::int64_t n) {
   MESHPLAN_GRID_STRIDE(i, n) out[i] = __float2bfloat16_rn(in[i]);
+}
+
+// Four floats a thread: one 16-byte load and one 8-byte store instead of four 4-byte loads and four
+// 2-byte stores. The one-a-thread kernel moved 1.5 TB/s on an H200 (52 us for 13M elements, 14% of a
+// GPT-2 1.5B step with MESHPLAN_CUDA_OP_TIMES); the card copies at 4.3.
+__global__ void round_to_bf16_x4_kernel(uint2* out, const float4* in, std::int64_t groups) {
+  MESHPLAN_GRID_STRIDE(i, groups) {
+    const float4 v = in[i];
+    const __nv_bfloat162 low = __floats2bfloat162_rn(v.x, v.y), high = __floats2bfloat162_rn(v.z, v.w);
+    uint2 packed;
+    memcpy(&packed.x, &low, sizeof low);
+    memcpy(&packed.y, &high, sizeof high);
+    out[i] = packed;
+  }
 }
 
 __global__ void widen_bf16_kernel(float* out, const __nv_bfloat16* in, std::int64_t n, bool accumulate) {
@@ -317,7 +333,18 @@ void bias_backward(float* dbias, const float* dout, std::int64_t rows, std::int6
 
 void round_to_bf16(__nv_bfloat16* out, const float* in, std::int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  round_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+  std::int64_t done = 0;
+  if (reinterpret_cast<std::uintptr_t>(in) % alignof(float4) == 0 && reinterpret_cast<std::uintptr_t>(out) % alignof(uint2) == 0) {
+    const std::int64_t groups = n / 4;
+    if (groups > 0) {
+      round_to_bf16_x4_kernel<<<blocks_for(groups), kThreads, 0, stream>>>(reinterpret_cast<uint2*>(out),
+                                                                          reinterpret_cast<const float4*>(in), groups);
+      MESHPLAN_CUDA_CHECK(cudaGetLastError());
+      done = 4 * groups;
+    }
+  }
+  if (done == n) return;
+  round_to_bf16_kernel<<<blocks_for(n - done), kThreads, 0, stream>>>(out + done, in + done, n - done);
   MESHPLAN_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -119,6 +119,36 @@ TEST(CudaKernels, BiasBackwardAddsColumnSums) {
   }
 }
 
+// fp32 -> bf16 rounding of GEMM operands: each element the host's __float2bfloat16 (nearest even), bit
+// for bit, through the four-wide path (aligned), the one-a-thread path (an odd offset) and both (a tail);
+// the elements around the range untouched.
+TEST(CudaKernels, RoundToBf16IsTheHostsRoundingBitForBit) {
+  std::mt19937_64 rng(seed() + 15);
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{3}, std::int64_t{4}, std::int64_t{4099}, (std::int64_t{1} << 20) + 3}) {
+    for (const std::int64_t offset : {std::int64_t{0}, std::int64_t{1}}) {
+      const auto size = static_cast<std::size_t>(n + 2);
+      const Vec x = random_vector(size, rng, -1e3, 1e3);
+      DeviceFloats gx = on_device(x);
+      DeviceBf16 out(size);
+      out.poison();
+      round_to_bf16(out.get() + offset, gx.get() + offset, n, nullptr);
+      const Vec got = out.download();
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto k = static_cast<std::size_t>(offset + i);
+        const double want = __bfloat162float(__float2bfloat16(static_cast<float>(x[k])));
+        if (got[k] != want) {
+          ADD_FAILURE() << "n " << n << " offset " << offset << ": element " << i << " is " << got[k] << ", not " << want;
+          break;
+        }
+      }
+      if (offset == 1) {
+        EXPECT_TRUE(std::isnan(got[0])) << "n " << n << ": the element before the range was written";
+      }
+      EXPECT_TRUE(std::isnan(got[static_cast<std::size_t>(offset + n)])) << "n " << n << ": the element after the range was written";
+    }
+  }
+}
+
 TEST(CudaKernels, LayerNormForwardAndBackward) {
   std::mt19937_64 rng(seed() + 2);
   struct Shape {
