@@ -25,7 +25,7 @@
 # torch.compile (tokens/s, MFU, measured over predicted step, priced with
 # the device preset calibrate measured in the same run).
 #
-# It also runs the parallel matrix with 1, 2 and 4 ranks sharing this GPU
+# It also runs the parallel matrix with 1, 2, 4 and 8 ranks sharing this GPU
 # (collectives staged through host memory over MPI), when mpirun is here,
 # and `meshplan train` with its default --backend auto on a plan made for
 # h100-sxm (it must train on the GPU).
@@ -33,7 +33,7 @@
 # Not yet here (issue 16): NCCL across several GPUs (the NCCL test runs a
 # world of one rank).
 #
-# usage: [DEBS=DIR|none] [CUDA_CHECKS_TIMING=full|quick|none] [CUDA_CHECKS_ONLY="NAME ..."]
+# usage: [DEBS=DIR|none] [CUDA_CHECKS_TIMING=full|quick|none] [CUDA_CHECKS_ONLY="NAME ..."] [CUDA_CHECKS_MATRIX="PLAN:RANKS ..."]
 #        scripts/gpu/cuda-checks.sh [OUT_DIR]
 #        (default OUT_DIR: gpu-checks; on an H200 the whole script took 106 s, docs/gpu-checks.md)
 set -uo pipefail
@@ -117,7 +117,12 @@ for program in "${programs[@]}"; do
   cat "$out/$program.log"
 done
 if [ "$matrix" = ready ]; then
-  for case in one:1 dp2:2 dp2-zero2:2 fsdp2:2 tp2-sp:2 pp2-1f1b:2 pp2-zb-h1:2 dp2-tp2:4; do
+  # Every knob of the CPU matrix (tests/CMakeLists.txt) with every rank on this GPU: ZeRO 1/2/3, fsdp,
+  # HSDP, tp with and without sequence parallelism, each pipeline schedule, the 4- and 8-rank hybrids and
+  # the Llama layers under tp. CUDA_CHECKS_MATRIX="PLAN:RANKS ..." runs others.
+  for case in ${CUDA_CHECKS_MATRIX:-one:1 dp2:2 dp2-zero1:2 dp2-zero2:2 dp2-zero3:2 fsdp2:2 dp2-fsdp2:4 tp2:2 tp2-sp:2 \
+      pp2-gpipe:2 pp2-1f1b:2 pp2-interleaved:2 pp2-zb-h1:2 dp2-tp2:4 fsdp2-tp2:4 tp2-pp2:4 \
+      dp2-zero1-tp2-sp-pp2-interleaved:8 fsdp2-tp2-sp-pp2-zb-h1:8 llama-dp2:2 llama-tp4-sp:4 llama-fsdp2-tp4:8}; do
     plan=${case%%:*}
     ranks=${case##*:}
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
