@@ -297,6 +297,24 @@ TEST(ExecutorTrainer, LearningRateScheduleWarmsUpThenDecaysToTenPercent) {
   EXPECT_DOUBLE_EQ(learning_rate_at({1e-3, 0, 1, 0.1}, 0), 1e-3);  // a single step, no warmup
 }
 
+// GPT-3's published peak rates (Table 2.1) as the yardstick: a rate more than twice that of the largest
+// published size at or below the model's is warned about (naming the row and whether warm-up is off);
+// at or under twice, or below the table's smallest size, nothing.
+TEST(ExecutorTrainer, LearningRateFarAbovePublishedForTheModelSizeIsWarnedAbout) {
+  const Problems big = learning_rate_warnings(1.56e9, 1e-3, 0);  // gpt2-1.5b at train's default rate
+  ASSERT_EQ(big.size(), 1u);
+  EXPECT_EQ(big[0].severity, Severity::warning);
+  EXPECT_EQ(big[0].where, "--lr");
+  EXPECT_NE(big[0].message.find("5.00x"), std::string::npos) << big[0].message;  // 1e-3 / 2.0e-4 (the 1.3B row)
+  EXPECT_NE(big[0].message.find("1.3B model trained with (2.0e-04"), std::string::npos) << big[0].message;
+  EXPECT_NE(big[0].message.find("no --warmup"), std::string::npos) << big[0].message;
+  EXPECT_EQ(learning_rate_warnings(1.56e9, 1e-3, 100)[0].message.find("no --warmup"), std::string::npos);
+  EXPECT_TRUE(learning_rate_warnings(1.56e9, 4e-4, 0).empty());   // exactly twice 2.0e-4: not above
+  EXPECT_TRUE(learning_rate_warnings(124e6, 1e-3, 0).empty());    // below 125M: no published row
+  EXPECT_EQ(learning_rate_warnings(200e9, 2e-4, 0).size(), 1u);   // 175B row: 0.6e-4
+  EXPECT_TRUE(learning_rate_warnings(200e9, 1e-4, 0).empty());
+}
+
 // Passes batches through, but poisons the inputs of the batch with index `poisoned`.
 class PoisonedLoader final : public data::DataLoader {
  public:

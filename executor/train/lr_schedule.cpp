@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <sstream>
+#include <string>
 
 namespace meshplan::exec {
 
@@ -17,6 +19,36 @@ double learning_rate_at(const LrSchedule& schedule, std::int64_t step) {
   if (decay_steps <= 0) return step >= schedule.total_steps ? min_lr : lr;
   const double ratio = std::min(1.0, static_cast<double>(step - W) / static_cast<double>(decay_steps));
   return min_lr + (lr - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * ratio));
+}
+
+namespace {
+
+// 350M, 1.3B, 175B: three significant digits at most.
+std::string parameters_text(double parameters) {
+  std::ostringstream text;
+  text.precision(3);
+  if (parameters >= 1e9) text << parameters / 1e9 << "B";
+  else text << parameters / 1e6 << "M";
+  return text.str();
+}
+
+}  // namespace
+
+Problems learning_rate_warnings(double parameters, double lr, std::int64_t warmup_steps) {
+  const PublishedRate* row = nullptr;
+  for (const PublishedRate& r : kGpt3PeakRates)
+    if (r.parameters <= parameters) row = &r;
+  if (row == nullptr || !(lr > 2 * row->learning_rate)) return {};
+  std::ostringstream text;
+  text << lr << " is ";
+  text.precision(2);
+  text << std::fixed << lr / row->learning_rate << "x the peak rate GPT-3's " << parameters_text(row->parameters)
+       << " model trained with (";
+  text.precision(1);
+  text << std::scientific << row->learning_rate << ", Brown et al. 2020, Table 2.1); this model has "
+       << parameters_text(parameters) << " parameters" << (warmup_steps == 0 ? " and the run no --warmup" : "")
+       << ": a run this far above the published rate can diverge";
+  return {{Severity::warning, "--lr", text.str()}};
 }
 
 }  // namespace meshplan::exec

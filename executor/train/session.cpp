@@ -19,6 +19,7 @@
 #include "executor/parallel/parallel_checkpoint.hpp"
 #include "executor/parallel/parallel_trainer.hpp"
 #include "executor/train/data_parallel.hpp"
+#include "executor/train/lr_schedule.hpp"
 #include "executor/train/run_control.hpp"
 #include "executor/train/trainable.hpp"
 #include "model/evaluate.hpp"
@@ -229,6 +230,7 @@ Problems TrainingSession::State::build_options() {
   const std::int64_t seq_len = training_seq_len(plan_file.model, plan);
   const Evaluator cost(plan_file.model, plan_file.cluster, 1, seq_len);
   flops_per_step = cost.profile().model_flops_per_sample * static_cast<double>(plan.global_batch);
+  report(learning_rate_warnings(cost.profile().parameter_count, config.lr, config.warmup));
   peak_flops = plan_file.cluster.device.peak_for(gemm_dtype(config.compute)).value_or(0) *
                (plan_file.cluster.name == "local-cpu" ? config.threads : 1) * static_cast<double>(world->size());
   return {};
