@@ -10,8 +10,9 @@
 //                   workspace and fp32 accumulation and output, as the
 //                   CPU's bf16 GEMMs; the bias gradient a column sum
 //   layer norm,     kernels/cuda/kernels.hpp (the CPU's two-pass formulas)
-//   GELU, AdamW,
-//   squared norm
+//   GELU, AdamW,    AdamW over a step's tensors as one multi-tensor launch
+//   squared norm    per weight-decay setting (adamw_update_all); the
+//                   gradient norm's per-span sums queued, one wait a step
 //   attention       with bf16 GEMMs, head dim 64 or 128 and compute
 //                   capability 8.0 on: the bf16 flash attention of
 //                   kernels.hpp (tensor cores), which keeps the rows'
