@@ -372,14 +372,14 @@ void rank(SearchResult& result) {
 
 }  // namespace
 
-// Phase 1 runs on a pool of threads, one mesh at a time each (search_mesh);
-// phase 3 drains their results in mesh order on the calling thread, so the
-// output is the same whatever the thread timing; phase 4 ranks.
 bool search_leaves_out(const SearchSpace& space, Recompute recompute, Attention attention) {
   return recompute_repeats_nothing(recompute, attention) &&
          std::find(space.recomputes.begin(), space.recomputes.end(), Recompute::none) != space.recomputes.end();
 }
 
+// Phase 1 runs on a pool of threads, one mesh at a time each (search_mesh);
+// phase 3 drains their results in mesh order on the calling thread, so the
+// output is the same whatever the thread timing; phase 4 ranks.
 SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const SearchSpace& space,
                     const SearchOptions& options) {
   const auto started = std::chrono::steady_clock::now();
