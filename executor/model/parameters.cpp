@@ -3,11 +3,9 @@
 #include "executor/model/parameters.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cassert>
 #include <cmath>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "executor/data/random.hpp"
@@ -179,23 +177,12 @@ Loaded<Parameters<T>> make_parameters(const ModelSpec& spec, std::uint64_t seed,
         out[k] = static_cast<T>(bound * (2.0 * data::uniform_unit(engine) - 1.0));
     }
   };
-  const std::size_t tensors = p.layout.tensors.size();
-  // Threads only where the draws outlast starting them (a million elements a thread at least).
-  const auto wanted = static_cast<std::size_t>(p.layout.total_elements / (std::int64_t{1} << 20));
-  const std::size_t threads =
-      std::min({static_cast<std::size_t>(std::max(1u, std::thread::hardware_concurrency())), wanted, tensors});
-  if (threads <= 1) {
-    for (std::size_t i = 0; i < tensors; ++i) fill(i);
-    return result;
-  }
-  std::atomic<std::size_t> next{0};
-  std::vector<std::jthread> workers;
-  workers.reserve(threads);
-  for (std::size_t t = 0; t < threads; ++t)
-    workers.emplace_back([&] {
-      for (std::size_t i = next++; i < tensors; i = next++) fill(i);
-    });
-  workers.clear();  // joins
+  // On the rank's OpenMP threads (OMP_NUM_THREADS, as the kernels), for models of 2M values or more:
+  // smaller ones are drawn before threads would start.
+  const auto tensors = static_cast<std::int64_t>(p.layout.tensors.size());
+  const bool threaded = p.layout.total_elements >= (std::int64_t{2} << 20);
+#pragma omp parallel for schedule(dynamic, 1) if (threaded)
+  for (std::int64_t i = 0; i < tensors; ++i) fill(static_cast<std::size_t>(i));
   return result;
 }
 
