@@ -23,6 +23,14 @@ double learning_rate_at(const LrSchedule& schedule, std::int64_t step) {
 
 namespace {
 
+// GPT-3's eight sizes and their peak learning rates (Table 2.1 of the paper lr_schedule.hpp names).
+struct PublishedRate {
+  double parameters;
+  double learning_rate;
+};
+constexpr PublishedRate kGpt3PeakRates[] = {{125e6, 6.0e-4}, {350e6, 3.0e-4}, {760e6, 2.5e-4}, {1.3e9, 2.0e-4},
+                                            {2.7e9, 1.6e-4}, {6.7e9, 1.2e-4}, {13e9, 1.0e-4},  {175e9, 0.6e-4}};
+
 // 350M, 1.3B, 175B: three significant digits at most.
 std::string parameters_text(double parameters) {
   std::ostringstream text;

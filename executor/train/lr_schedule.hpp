@@ -11,7 +11,7 @@
 // Unlike llm.c, whose cosine ends one step past the last one, the floor is
 // reached exactly at the last step, so "min_lr at the end" is true as stated.
 //
-// defines: LrSchedule, learning_rate_at, PublishedRate, kGpt3PeakRates, learning_rate_warnings
+// defines: LrSchedule, learning_rate_at, learning_rate_warnings
 #pragma once
 
 #include <cstdint>
@@ -30,18 +30,10 @@ struct LrSchedule {
 // The learning rate of step `step` (0 <= step < total_steps; later steps get min_lr).
 double learning_rate_at(const LrSchedule& schedule, std::int64_t step);
 
-// The peak learning rates GPT-3's eight sizes trained with (Brown et al. 2020, "Language Models are
-// Few-Shot Learners", arXiv 2005.14165, Table 2.1), AdamW with linear warm-up and cosine decay.
-struct PublishedRate {
-  double parameters;
-  double learning_rate;
-};
-inline constexpr PublishedRate kGpt3PeakRates[] = {{125e6, 6.0e-4}, {350e6, 3.0e-4}, {760e6, 2.5e-4},
-                                                   {1.3e9, 2.0e-4}, {2.7e9, 1.6e-4}, {6.7e9, 1.2e-4},
-                                                   {13e9, 1.0e-4}, {175e9, 0.6e-4}};
-
 // A warning (flag --lr) when `lr` is more than twice the peak rate GPT-3 used for its largest size at or
-// below `parameters` (none below 125M parameters, where the table has no row): larger models want
+// below `parameters` (Brown et al. 2020, "Language Models are Few-Shot Learners", arXiv 2005.14165,
+// Table 2.1; AdamW with linear warm-up and cosine decay); none below 125M parameters, where the table
+// has no row. Larger models want
 // smaller rates, and a run at several times the published one, above all without warm-up, can diverge
 // (GPT-2 1.5B at 1e-3 with no warm-up: loss 10.9 -> 15.9 in two steps on an H200, 2026-11-28). Empty
 // otherwise. Training goes on either way.
