@@ -262,7 +262,7 @@ class CudaGptOps final : public GptOps {
       for (const AdamWSpan& s : spans)
         if (s.decays == decays && s.n > 0) tensors.push_back({s.params, s.grads, s.m, s.v, s.n});
       if (tensors.empty()) continue;
-      AdamWLists::Entry& list = decays ? adamw_lists_.decaying : adamw_lists_.fixed;
+      AdamWList& list = decays ? decaying_list_ : non_decaying_list_;
       if (!list.list || !same_tensors(list.tensors, tensors)) {
         list.list.reset();  // frees the old table first (cudaFree waits for the launches that read it)
         list.list = std::make_unique<cu::AdamWTensorList>(tensors);
@@ -320,12 +320,10 @@ class CudaGptOps final : public GptOps {
     __nv_bfloat16* out;
   };
 
-  struct AdamWLists {
-    struct Entry {
-      std::vector<cu::AdamWTensor> tensors;  // what `list` was built from
-      std::unique_ptr<cu::AdamWTensorList> list;
-    };
-    Entry decaying, fixed;
+  // A multi-tensor AdamW table and the tensors it was built from.
+  struct AdamWList {
+    std::vector<cu::AdamWTensor> tensors;
+    std::unique_ptr<cu::AdamWTensorList> list;
   };
   static bool same_tensors(const std::vector<cu::AdamWTensor>& a, const std::vector<cu::AdamWTensor>& b) {
     return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const cu::AdamWTensor& x, const cu::AdamWTensor& y) {
@@ -351,7 +349,7 @@ class CudaGptOps final : public GptOps {
   DeviceVector<double> norm_scratch_;
   DeviceVector<double> norm_totals_;  // l2_norm's per-span sums of squares
   std::vector<double> host_totals_;
-  AdamWLists adamw_lists_;
+  AdamWList decaying_list_, non_decaying_list_;  // adamw_update_all's tables, by weight decay
   std::vector<float> host_loss_, host_correct_;
   std::vector<std::int32_t> host_targets_;
   OpTimes times_;  // MESHPLAN_CUDA_OP_TIMES=1: a table of each op's GPU time, when the ops go
