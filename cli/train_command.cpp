@@ -364,7 +364,11 @@ void add_train_flags(CLI::App& command, TrainFlags& f) {
                      "transformers, fashion-mnist for 784-input 10-class MLPs, else synthetic)");
   auto* steps = command.add_option("--steps", f.session.steps, "Optimizer steps");
   command.add_option("--epochs", f.session.epochs, "Epochs over the training split (instead of --steps)")->excludes(steps);
-  command.add_option("--lr", f.session.lr, "Peak learning rate (AdamW)")->capture_default_str();
+  command.add_option_function<double>(
+      "--lr", [&f](double lr) { f.session.lr = lr; },
+      "Peak learning rate (AdamW) (default: GPT-3's published peak rate for the transformer's size, Brown et "
+      "al. 2020, Table 2.1, e.g. 6e-4 for 125M, 2e-4 for 1.3B; 1e-3 below 125M and for MLPs; named on the "
+      "run's first lines)");
   command.add_option("--warmup", f.session.warmup, "Linear warm-up steps before the cosine decay")->capture_default_str();
   command.add_option("--clip", f.session.clip, "Global gradient-norm clipping (<= 0: off)")->capture_default_str();
   command.add_option("--weight-decay", f.session.weight_decay, "AdamW weight decay on matrices")->capture_default_str();

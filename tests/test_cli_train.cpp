@@ -218,6 +218,35 @@ TEST(CliTrain, ATransformerTrainsOnSyntheticTextByDefaultAndLearnsIt) {
   EXPECT_GT(last, std::log(4.0));  // never below the source's entropy
 }
 
+// Without --lr the run says which peak rate it trains at and why (the tiny GPT is below GPT-3's smallest
+// size: 1e-3), and trains at it; with --lr, that rate and no such line. The size-to-rate rule itself is
+// ExecutorTrainer.DefaultLearningRateIsThePublishedRateOfTheModelsSize.
+TEST(CliTrain, WithoutLrTheRunNamesTheDefaultRateAndTrainsAtIt) {
+  const std::string plan = emit_gpt_plan("default-lr-gpt.json", "dp=1", 1);
+  const auto learning_rate = [](const std::filesystem::path& metrics) {
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["kind"] == "train") return j["lr"].get<double>();
+    }
+    return -1.0;
+  };
+  const auto metrics = temp_path("default-lr.jsonl");
+  CliRun r = run({"train", "--plan", plan, "--data", "synthetic-text", "--steps", "1", "--metrics", metrics.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("learning rate 0.001 (--lr not given: a transformer below GPT-3's smallest size (125M): "
+                       "nanoGPT's rate for small networks)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_DOUBLE_EQ(learning_rate(metrics), 1e-3);
+  const auto given = temp_path("given-lr.jsonl");
+  r = run({"train", "--plan", plan, "--data", "synthetic-text", "--steps", "1", "--lr", "2.5e-4", "--metrics",
+           given.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find("--lr not given"), std::string::npos) << r.out;
+  EXPECT_DOUBLE_EQ(learning_rate(given), 2.5e-4);
+}
+
 // A plan whose own prediction does not fit this machine is refused before
 // anything is allocated, naming memory and --shrink (it ended in
 // "internal error: std::bad_alloc", exit 70).

@@ -301,18 +301,44 @@ TEST(ExecutorTrainer, LearningRateScheduleWarmsUpThenDecaysToTenPercent) {
 // published size at or below the model's is warned about (naming the row and whether warm-up is off);
 // at or under twice, or below the table's smallest size, nothing.
 TEST(ExecutorTrainer, LearningRateFarAbovePublishedForTheModelSizeIsWarnedAbout) {
-  const Problems big = learning_rate_warnings(1.56e9, 1e-3, 0);  // gpt2-1.5b at train's default rate
+  const Problems big = learning_rate_warnings(1.56e9, true, 1e-3, 0);  // gpt2-1.5b at train's default rate
   ASSERT_EQ(big.size(), 1u);
   EXPECT_EQ(big[0].severity, Severity::warning);
   EXPECT_EQ(big[0].where, "--lr");
   EXPECT_NE(big[0].message.find("5.00x"), std::string::npos) << big[0].message;  // 1e-3 / 2.0e-4 (the 1.3B row)
   EXPECT_NE(big[0].message.find("1.3B model trained with (2.0e-04"), std::string::npos) << big[0].message;
   EXPECT_NE(big[0].message.find("no --warmup"), std::string::npos) << big[0].message;
-  EXPECT_EQ(learning_rate_warnings(1.56e9, 1e-3, 100)[0].message.find("no --warmup"), std::string::npos);
-  EXPECT_TRUE(learning_rate_warnings(1.56e9, 4e-4, 0).empty());   // exactly twice 2.0e-4: not above
-  EXPECT_TRUE(learning_rate_warnings(124e6, 1e-3, 0).empty());    // below 125M: no published row
-  EXPECT_EQ(learning_rate_warnings(200e9, 2e-4, 0).size(), 1u);   // 175B row: 0.6e-4
-  EXPECT_TRUE(learning_rate_warnings(200e9, 1e-4, 0).empty());
+  EXPECT_EQ(learning_rate_warnings(1.56e9, true, 1e-3, 100)[0].message.find("no --warmup"), std::string::npos);
+  EXPECT_TRUE(learning_rate_warnings(1.56e9, true, 4e-4, 0).empty());   // exactly twice 2.0e-4: not above
+  EXPECT_TRUE(learning_rate_warnings(110e6, true, 1e-2, 0).empty());    // below 0.9 x 125M: no published row
+  EXPECT_EQ(learning_rate_warnings(124.4e6, true, 1.3e-3, 0).size(), 1u);  // GPT-2 small is of the 125M size (6e-4)
+  EXPECT_EQ(learning_rate_warnings(200e9, true, 2e-4, 0).size(), 1u);   // 175B row: 0.6e-4
+  EXPECT_TRUE(learning_rate_warnings(200e9, false, 2e-4, 0).empty());   // the table is of transformers
+  EXPECT_TRUE(learning_rate_warnings(200e9, true, 1e-4, 0).empty());
+}
+
+// Without --lr, a transformer trains at the published peak rate of its size in GPT-3's table (a size from
+// 0.9 x its parameters, so GPT-2 small's 124.4M is the 125M row); smaller transformers and every MLP at
+// 1e-3. The reason is worded for the run's log.
+TEST(ExecutorTrainer, DefaultLearningRateIsThePublishedRateOfTheModelsSize) {
+  const struct {
+    double parameters;
+    bool transformer;
+    double rate;
+  } cases[] = {{10.7e6, true, 1e-3},     {112e6, true, 1e-3},   {124.4e6, true, 6e-4}, {354.8e6, true, 3e-4},
+               {774e6, true, 2.5e-4},    {1.557e9, true, 2e-4}, {8.03e9, true, 1.2e-4}, {70.6e9, true, 1e-4},
+               {405e9, true, 0.6e-4},    {124.4e6, false, 1e-3}, {2e9, false, 1e-3}};
+  for (const auto& c : cases) {
+    const DefaultLearningRate rate = default_learning_rate(c.parameters, c.transformer);
+    EXPECT_DOUBLE_EQ(rate.learning_rate, c.rate) << c.parameters << (c.transformer ? " transformer" : " mlp");
+    // The default is never one the warning would flag.
+    EXPECT_TRUE(learning_rate_warnings(c.parameters, c.transformer, rate.learning_rate, 0).empty()) << c.parameters;
+  }
+  const DefaultLearningRate gpt2_xl = default_learning_rate(1.557e9, true);
+  EXPECT_NE(gpt2_xl.why.find("GPT-3's peak rate for its 1.3B size"), std::string::npos) << gpt2_xl.why;
+  EXPECT_NE(gpt2_xl.why.find("1.56B parameters"), std::string::npos) << gpt2_xl.why;
+  EXPECT_NE(default_learning_rate(10.7e6, true).why.find("below GPT-3's smallest size"), std::string::npos);
+  EXPECT_NE(default_learning_rate(2e9, false).why.find("not a transformer"), std::string::npos);
 }
 
 // Passes batches through, but poisons the inputs of the batch with index `poisoned`.

@@ -31,6 +31,17 @@ struct PublishedRate {
 constexpr PublishedRate kGpt3PeakRates[] = {{125e6, 6.0e-4}, {350e6, 3.0e-4}, {760e6, 2.5e-4}, {1.3e9, 2.0e-4},
                                             {2.7e9, 1.6e-4}, {6.7e9, 1.2e-4}, {13e9, 1.0e-4},  {175e9, 0.6e-4}};
 
+// A model is of a size of the table from 0.9 x that size's parameters (lr_schedule.hpp).
+constexpr double kSizeTolerance = 0.9;
+
+// The table's row for a model of `parameters`: the largest size it is of; nullptr below the smallest.
+const PublishedRate* published_row(double parameters) {
+  const PublishedRate* row = nullptr;
+  for (const PublishedRate& r : kGpt3PeakRates)
+    if (kSizeTolerance * r.parameters <= parameters) row = &r;
+  return row;
+}
+
 // 350M, 1.3B, 175B: three significant digits at most.
 std::string parameters_text(double parameters) {
   std::ostringstream text;
@@ -42,10 +53,21 @@ std::string parameters_text(double parameters) {
 
 }  // namespace
 
-Problems learning_rate_warnings(double parameters, double lr, std::int64_t warmup_steps) {
-  const PublishedRate* row = nullptr;
-  for (const PublishedRate& r : kGpt3PeakRates)
-    if (r.parameters <= parameters) row = &r;
+DefaultLearningRate default_learning_rate(double parameters, bool transformer) {
+  const PublishedRate* row = transformer ? published_row(parameters) : nullptr;
+  std::ostringstream why;
+  if (row == nullptr) {
+    why << (transformer ? "a transformer below GPT-3's smallest size (125M)" : "not a transformer")
+        << ": nanoGPT's rate for small networks";
+    return {1e-3, why.str()};
+  }
+  why << "GPT-3's peak rate for its " << parameters_text(row->parameters) << " size (Brown et al. 2020, Table 2.1); "
+      << "this model has " << parameters_text(parameters) << " parameters";
+  return {row->learning_rate, why.str()};
+}
+
+Problems learning_rate_warnings(double parameters, bool transformer, double lr, std::int64_t warmup_steps) {
+  const PublishedRate* row = transformer ? published_row(parameters) : nullptr;
   if (row == nullptr || !(lr > 2 * row->learning_rate)) return {};
   std::ostringstream text;
   text << lr << " is ";

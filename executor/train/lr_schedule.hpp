@@ -11,10 +11,11 @@
 // Unlike llm.c, whose cosine ends one step past the last one, the floor is
 // reached exactly at the last step, so "min_lr at the end" is true as stated.
 //
-// defines: LrSchedule, learning_rate_at, learning_rate_warnings
+// defines: LrSchedule, learning_rate_at, DefaultLearningRate, default_learning_rate, learning_rate_warnings
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "model/problem.hpp"
 
@@ -30,13 +31,26 @@ struct LrSchedule {
 // The learning rate of step `step` (0 <= step < total_steps; later steps get min_lr).
 double learning_rate_at(const LrSchedule& schedule, std::int64_t step);
 
-// A warning (flag --lr) when `lr` is more than twice the peak rate GPT-3 used for its largest size at or
-// below `parameters` (Brown et al. 2020, "Language Models are Few-Shot Learners", arXiv 2005.14165,
-// Table 2.1; AdamW with linear warm-up and cosine decay); none below 125M parameters, where the table
-// has no row. Larger models want
-// smaller rates, and a run at several times the published one, above all without warm-up, can diverge
-// (GPT-2 1.5B at 1e-3 with no warm-up: loss 10.9 -> 15.9 in two steps on an H200, 2026-11-28). Empty
-// otherwise. Training goes on either way.
-Problems learning_rate_warnings(double parameters, double lr, std::int64_t warmup_steps);
+// GPT-3's peak learning rates by model size (Brown et al. 2020, "Language Models are Few-Shot
+// Learners", arXiv 2005.14165, Table 2.1; AdamW with linear warm-up and cosine decay) are the yardstick
+// for transformers. A model is of a size of the table when it has at least 0.9 x that size's parameters:
+// the table names rounded sizes ("125M"), and GPT-2 small, the same shape as GPT-3 Small, has 124.4M.
+
+// The peak rate `train` uses when --lr is not given, and why, in words for the run's log.
+struct DefaultLearningRate {
+  double learning_rate = 1e-3;
+  std::string why;
+};
+// Transformers of a size of the table: that size's published peak rate (GPT-2 1.5B: the 1.3B row's
+// 2.0e-4; at the former default of 1e-3 with no warm-up it diverged, loss 10.9 -> 15.9 in two steps on an
+// H200, 2026-11-28). Smaller transformers, and every MLP: 1e-3, nanoGPT's rate for its small
+// character-level GPT ("with baby networks can afford to go a bit higher", config/train_shakespeare_char.py).
+DefaultLearningRate default_learning_rate(double parameters, bool transformer);
+
+// A warning (flag --lr) when a transformer's `lr` is more than twice the peak rate of its size in GPT-3's
+// table (above); none below the table's smallest size, nor for other models. Larger models want smaller rates, and a run at several
+// times the published one, above all without warm-up, can diverge. Empty otherwise. Training goes on
+// either way.
+Problems learning_rate_warnings(double parameters, bool transformer, double lr, std::int64_t warmup_steps);
 
 }  // namespace meshplan::exec

@@ -220,7 +220,6 @@ Problems TrainingSession::State::build_options() {
     o.steps = static_cast<std::int64_t>(std::ceil(config.epochs * static_cast<double>(loader->samples_per_epoch()) /
                                                   static_cast<double>(plan.global_batch)));
   if (o.steps <= 0) return {error("--steps", "--steps or --epochs: give a positive number of steps or epochs")};
-  o.adamw.learning_rate = config.lr;
   o.adamw.weight_decay = config.weight_decay;
   o.warmup_steps = config.warmup;
   o.max_grad_norm = config.clip;
@@ -230,7 +229,18 @@ Problems TrainingSession::State::build_options() {
   const std::int64_t seq_len = training_seq_len(plan_file.model, plan);
   const Evaluator cost(plan_file.model, plan_file.cluster, 1, seq_len);
   flops_per_step = cost.profile().model_flops_per_sample * static_cast<double>(plan.global_batch);
-  report(learning_rate_warnings(cost.profile().parameter_count, config.lr, config.warmup));
+  const double parameters = cost.profile().parameter_count;
+  const bool transformer = plan_file.model.kind == ModelKind::transformer;
+  if (config.lr) {
+    o.adamw.learning_rate = *config.lr;
+  } else {
+    const DefaultLearningRate rate = default_learning_rate(parameters, transformer);
+    o.adamw.learning_rate = rate.learning_rate;
+    std::ostringstream line;
+    line << "learning rate " << rate.learning_rate << " (--lr not given: " << rate.why << ")";
+    say(line.str());
+  }
+  report(learning_rate_warnings(parameters, transformer, o.adamw.learning_rate, config.warmup));
   peak_flops = plan_file.cluster.device.peak_for(gemm_dtype(config.compute)).value_or(0) *
                (plan_file.cluster.name == "local-cpu" ? config.threads : 1) * static_cast<double>(world->size());
   return {};
@@ -285,7 +295,7 @@ Problems session_config_problems(const SessionConfig& config) {
     text << what << ", got " << value;
     problems.push_back({Severity::error, flag, text.str()});
   };
-  if (!(std::isfinite(config.lr) && config.lr > 0)) refuse("--lr", "must be a positive number", config.lr);
+  if (config.lr && !(std::isfinite(*config.lr) && *config.lr > 0)) refuse("--lr", "must be a positive number", *config.lr);
   if (config.warmup < 0) refuse("--warmup", "must be 0 or more steps", static_cast<double>(config.warmup));
   if (!(std::isfinite(config.weight_decay) && config.weight_decay >= 0)) {
     refuse("--weight-decay", "must be 0 or a positive number", config.weight_decay);

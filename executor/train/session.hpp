@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "executor/backend/backend.hpp"
@@ -66,7 +67,7 @@ struct SessionConfig {
   std::string data = "synthetic";  // data::make_loader's spec
   std::int64_t steps = 0;          // optimizer steps; 0: from epochs
   double epochs = 0;
-  double lr = 1e-3;
+  std::optional<double> lr;  // peak rate; none: default_learning_rate (lr_schedule.hpp) for the plan's model
   std::int64_t warmup = 0;
   double clip = 1.0;
   double weight_decay = 0;
