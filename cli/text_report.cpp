@@ -72,14 +72,6 @@ void print_axis_links(std::ostream& out, const std::vector<AxisLink>& links) {
 
 }  // namespace
 
-std::string human_count(double count) {
-  if (count >= 1e12) return format("%.2f T", count / 1e12);
-  if (count >= 1e9) return format("%.2f B", count / 1e9);
-  if (count >= 1e6) return format("%.2f M", count / 1e6);
-  if (count >= 1e3) return format("%.1f K", count / 1e3);
-  return format("%.0f", count);
-}
-
 std::string gib(double bytes) { return format("%.2f", bytes / (1024.0 * 1024 * 1024)); }
 
 std::string human_bytes(double bytes) {

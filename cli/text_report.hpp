@@ -23,8 +23,6 @@ void print_what_would_fit(std::ostream& out, const ClusterSpec& cluster, const S
 // "pp=8,dp=16,tp=8, micro-batch 1 x 96, ZeRO-1, selective recompute, sp on, 1f1b"
 std::string describe_plan_briefly(const Plan& plan);
 
-// "174.6 B", "124.4 M"
-std::string human_count(double count);
 // Bytes as GiB with two decimals.
 std::string gib(double bytes);
 // Bytes in the unit that shows them: "11.40 GiB", "3.21 MiB", "812.00 KiB", "96 B".

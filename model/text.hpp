@@ -1,6 +1,6 @@
 // Small text helpers shared by the parsers of flags, presets and /proc files.
 //
-// defines: trim, scale_decimal, format, Lines
+// defines: trim, scale_decimal, format, human_count, Lines
 #pragma once
 
 #include <cctype>
@@ -46,6 +46,15 @@ inline std::string format(const char* fmt, double value) {
   char text[64];
   std::snprintf(text, sizeof text, fmt, value);
   return text;
+}
+
+// A count with a magnitude suffix for people: "1.56 B", "124.44 M", "950".
+inline std::string human_count(double count) {
+  if (count >= 1e12) return format("%.2f T", count / 1e12);
+  if (count >= 1e9) return format("%.2f B", count / 1e9);
+  if (count >= 1e6) return format("%.2f M", count / 1e6);
+  if (count >= 1e3) return format("%.1f K", count / 1e3);
+  return format("%.0f", count);
 }
 
 // The lines of `text`, one per next() call ('\n' ends a line; a final line

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include "model/text.hpp"
+
 namespace meshplan::exec {
 
 double learning_rate_at(const LrSchedule& schedule, std::int64_t step) {
@@ -42,15 +44,6 @@ const PublishedRate* published_row(double parameters) {
   return row;
 }
 
-// 350M, 1.3B, 175B: three significant digits at most.
-std::string parameters_text(double parameters) {
-  std::ostringstream text;
-  text.precision(3);
-  if (parameters >= 1e9) text << parameters / 1e9 << "B";
-  else text << parameters / 1e6 << "M";
-  return text.str();
-}
-
 }  // namespace
 
 DefaultLearningRate default_learning_rate(double parameters, bool transformer) {
@@ -61,8 +54,8 @@ DefaultLearningRate default_learning_rate(double parameters, bool transformer) {
         << ": nanoGPT's rate for small networks";
     return {1e-3, why.str()};
   }
-  why << "GPT-3's peak rate for its " << parameters_text(row->parameters) << " size (Brown et al. 2020, Table 2.1); "
-      << "this model has " << parameters_text(parameters) << " parameters";
+  why << "GPT-3's peak rate for its " << human_count(row->parameters) << " size (Brown et al. 2020, Table 2.1); "
+      << "this model has " << human_count(parameters) << " parameters";
   return {row->learning_rate, why.str()};
 }
 
@@ -72,11 +65,11 @@ Problems learning_rate_warnings(double parameters, bool transformer, double lr, 
   std::ostringstream text;
   text << lr << " is ";
   text.precision(2);
-  text << std::fixed << lr / row->learning_rate << "x the peak rate GPT-3's " << parameters_text(row->parameters)
+  text << std::fixed << lr / row->learning_rate << "x the peak rate GPT-3's " << human_count(row->parameters)
        << " model trained with (";
   text.precision(1);
   text << std::scientific << row->learning_rate << ", Brown et al. 2020, Table 2.1); this model has "
-       << parameters_text(parameters) << " parameters" << (warmup_steps == 0 ? " and the run no --warmup" : "")
+       << human_count(parameters) << " parameters" << (warmup_steps == 0 ? " and the run no --warmup" : "")
        << ": a run this far above the published rate can diverge";
   return {{Severity::warning, "--lr", text.str()}};
 }
