@@ -51,6 +51,7 @@ std::vector<AxisLink> axis_links(const ClusterSpec& cluster, const std::vector<A
     link.crosses_nodes = p.crosses_nodes;
     link.link_kind = p.crosses_nodes ? cluster.inter_node.kind : cluster.intra_node.kind;
     link.bandwidth_bytes_per_s = p.bandwidth_bytes_per_s;
+    link.all_to_all_bandwidth_bytes_per_s = p.all_to_all_bandwidth_bytes_per_s;
     link.latency_s = p.latency_s;
     out.push_back(std::move(link));
   }

@@ -37,6 +37,7 @@ struct AxisLink {
   bool crosses_nodes = false;
   std::string link_kind;              // the slowest hop's kind: the cluster's inter_node.kind if it crosses, else intra_node.kind
   double bandwidth_bytes_per_s = 0;   // per device, per direction, all groups at once (AxisPlacement::bandwidth_bytes_per_s)
+  double all_to_all_bandwidth_bytes_per_s = 0;  // an all-to-all's (AxisPlacement::all_to_all_bandwidth_bytes_per_s)
   double latency_s = 0;               // one step (AxisPlacement::latency_s)
 };
 

@@ -10,7 +10,8 @@
 // ten times per plan and evaluates around a million plans per second.
 //
 // Defines: Collective, CollectiveAlgorithm, bus_bandwidth_factor,
-// latency_steps, moved_time, collective_time, hierarchical_all_reduce_time.
+// latency_steps, moved_time, collective_time, hierarchical_all_reduce_time,
+// all_to_all_bus_bandwidth, all_to_all_nic_weight.
 #pragma once
 
 #include <bit>
@@ -160,6 +161,42 @@ inline double hierarchical_all_reduce_time(double bytes, std::int64_t members_pe
          collective_time(Collective::all_reduce, shard_bytes, nodes, inter_bandwidth_per_rank_bytes_per_s,
                          inter_latency_s).time_s +
          collective_time(Collective::all_gather, bytes, m, intra_bandwidth_bytes_per_s, intra_latency_s).time_s;
+}
+
+// The bus bandwidth at which an all-to-all over a group of n ranks runs when
+// the group has m members on each node it touches. A ring's node-boundary
+// traffic spreads over all of the group's NICs (B_inter = B_node m / D per
+// rank); an all-to-all's cannot: each rank's bytes for other nodes leave
+// through its own share of the NICs, B_inter / m ("Alltoall cannot aggregate
+// the bandwidth of multiple NICs", S. Jeaugey, NVIDIA/nccl-tests issue 267).
+// Of the S x (n - 1)/n bytes a rank sends, (m - 1)/n of S go to node-mates
+// over B_intra and (n - m)/n over B_inter / m, at the same time (NCCL posts
+// every pair's send and receive in one group), so the time's bandwidth term
+// is the larger of the two and the equivalent bus bandwidth is
+//   (n - 1) / max((m - 1) / B_intra, (n - m) m / B_inter).
+// A group inside one node (m = n), or one member per node (m = 1), gives
+// B_intra or B_inter, the ring figure. n <= 1: +inf.
+inline double all_to_all_bus_bandwidth(std::int64_t n, std::int64_t members_per_node, double intra_bandwidth_bytes_per_s,
+                                       double inter_bandwidth_bytes_per_s) {
+  if (n <= 1) return std::numeric_limits<double>::infinity();
+  const double ranks = static_cast<double>(n);
+  const double m = static_cast<double>(members_per_node < 1 ? 1 : (members_per_node > n ? n : members_per_node));
+  const double intra = m > 1 ? (m - 1) / intra_bandwidth_bytes_per_s : 0.0;
+  const double inter = ranks > m ? (ranks - m) * m / inter_bandwidth_bytes_per_s : 0.0;
+  const double slowest = intra > inter ? intra : inter;
+  return slowest > 0 ? (ranks - 1) / slowest : std::numeric_limits<double>::infinity();
+}
+
+// How many times an all-to-all flow's bus-byte rate loads the NICs of a node
+// on which `groups` groups of the axis each have m members: per group, m
+// ranks send (n - m)/n of S across for every (n - 1)/n of S of bus bytes. A
+// ring's boundary crossing loads them once per group (`groups`). The
+// simulator weighs NIC links with it, so that the all-to-all alone fills the
+// NICs exactly at all_to_all_bus_bandwidth's rate.
+inline double all_to_all_nic_weight(std::int64_t n, std::int64_t members_per_node, double groups) {
+  if (n <= 1) return 0.0;
+  const double m = static_cast<double>(members_per_node < 1 ? 1 : members_per_node);
+  return groups * m * (static_cast<double>(n) - m) / (static_cast<double>(n) - 1.0);
 }
 
 }  // namespace meshplan

@@ -27,18 +27,22 @@ struct Link {
   double latency_s = 0;
   std::int64_t size = 1;
   bool overlaps_compute = true;  // AxisPlacement::overlaps_compute: false hides nothing
+  double all_to_all_bandwidth_bytes_per_s = kInf;  // AxisPlacement's: an all-to-all cannot aggregate NICs
 };
 
 double cost(Collective collective, double bytes, const Link& link) {
   if (link.size <= 1 || bytes <= 0) return 0;
-  return collective_time(collective, bytes, link.size, link.bandwidth_bytes_per_s, link.latency_s).time_s;
+  const double bandwidth =
+      collective == Collective::all_to_all ? link.all_to_all_bandwidth_bytes_per_s : link.bandwidth_bytes_per_s;
+  return collective_time(collective, bytes, link.size, bandwidth, link.latency_s).time_s;
 }
 
 struct Links {
   Link by_axis[6];
   explicit Links(const std::vector<AxisPlacement>& placements) {
     for (const auto& p : placements)
-      by_axis[static_cast<int>(p.axis)] = {p.bandwidth_bytes_per_s, p.latency_s, p.size, p.overlaps_compute};
+      by_axis[static_cast<int>(p.axis)] = {p.bandwidth_bytes_per_s, p.latency_s, p.size, p.overlaps_compute,
+                                           p.all_to_all_bandwidth_bytes_per_s};
   }
   const Link& of(Axis axis) const { return by_axis[static_cast<int>(axis)]; }
 };

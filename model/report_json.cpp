@@ -152,7 +152,9 @@ nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const Cluster
       links.push_back({{"axis", to_string(l.axis)}, {"size", l.size}, {"stride", l.stride},
                        {"members_per_node", l.members_per_node}, {"nodes_spanned", l.nodes_spanned},
                        {"crosses_nodes", l.crosses_nodes}, {"link", l.link_kind},
-                       {"bandwidth_bytes_per_s", l.bandwidth_bytes_per_s}, {"latency_s", l.latency_s}});
+                       {"bandwidth_bytes_per_s", l.bandwidth_bytes_per_s},
+                       {"all_to_all_bandwidth_bytes_per_s", l.all_to_all_bandwidth_bytes_per_s},
+                       {"latency_s", l.latency_s}});
     }
     j["axis_links"] = links;
     if (ex.reordering) {

@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "model/collectives.hpp"
+
 namespace meshplan {
 
 // What one pass over an axis's groups finds.
@@ -301,6 +303,7 @@ std::vector<AxisPlacement> place_axes(const Topology& topology, const Mesh& mesh
     placement.bandwidth_bytes_per_s = kInfinity;
     placement.intra_bandwidth_bytes_per_s = kInfinity;
     placement.inter_bandwidth_bytes_per_s = kInfinity;
+    placement.all_to_all_bandwidth_bytes_per_s = kInfinity;
     if (placement.size <= 1) continue;
 
     const GroupScan scan = scan_groups(topology, placement.size, placement.stride, node_bandwidth_cache, closed_forms);
@@ -323,6 +326,11 @@ std::vector<AxisPlacement> place_axes(const Topology& topology, const Mesh& mesh
     }
     placement.bandwidth_bytes_per_s =
         std::min(placement.intra_bandwidth_bytes_per_s, placement.inter_bandwidth_bytes_per_s);
+    placement.all_to_all_bandwidth_bytes_per_s =
+        placement.crosses_nodes ? all_to_all_bus_bandwidth(placement.size, placement.members_per_node,
+                                                           placement.intra_bandwidth_bytes_per_s,
+                                                           placement.inter_bandwidth_bytes_per_s)
+                                : placement.bandwidth_bytes_per_s;
   }
   return placements;
 }

@@ -124,6 +124,10 @@ struct AxisPlacement {
   // kind; bandwidth_with_nic_share() recombines them when axes share NICs.
   double intra_bandwidth_bytes_per_s = 0;  // B_intra
   double inter_bandwidth_bytes_per_s = 0;  // B_node m / D
+  // An all-to-all's bus bandwidth: bandwidth_bytes_per_s inside a node or with
+  // one member per node; lower when m > 1 members per node share the group's
+  // NICs, which an all-to-all cannot aggregate (all_to_all_bus_bandwidth).
+  double all_to_all_bandwidth_bytes_per_s = 0;
   // False when a hop the groups use cannot move data while the devices
   // compute (LinkSpec::overlaps_compute): then none of the axis's
   // communication is hidden.

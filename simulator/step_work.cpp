@@ -30,6 +30,7 @@ struct Group {
   Axis axis = Axis::tp;  // the label the trace and the summary use
   std::int64_t size = 1;
   double bandwidth_bytes_per_s = kInf;
+  double all_to_all_bandwidth_bytes_per_s = kInf;  // AxisPlacement's (the slowest axis)
   double latency_s = 0;
   std::int64_t members_per_node = 1;
   bool intra = false;    // some ring hops stay inside a node: the device links
@@ -44,6 +45,7 @@ Group group_of(const std::vector<AxisPlacement>& placements, std::initializer_li
       if (p.axis != axis || p.size <= 1) continue;
       g.size *= p.size;
       g.bandwidth_bytes_per_s = std::min(g.bandwidth_bytes_per_s, p.bandwidth_bytes_per_s);
+      g.all_to_all_bandwidth_bytes_per_s = std::min(g.all_to_all_bandwidth_bytes_per_s, p.all_to_all_bandwidth_bytes_per_s);
       g.latency_s = std::max(g.latency_s, p.latency_s);
       g.members_per_node *= p.members_per_node;
       g.intra = g.intra || std::isfinite(p.intra_bandwidth_bytes_per_s);
@@ -109,13 +111,14 @@ class Builder {
     CommWork work;
     work.axis = group.axis;
     if (options_.zero_communication || group.size <= 1 || !(bytes > 0)) return work;
-    const CollectiveCost cost =
-        collective_time(collective, bytes, group.size, group.bandwidth_bytes_per_s, group.latency_s);
+    const bool all_to_all = collective == Collective::all_to_all;
+    const double bandwidth = all_to_all ? group.all_to_all_bandwidth_bytes_per_s : group.bandwidth_bytes_per_s;
+    const CollectiveCost cost = collective_time(collective, bytes, group.size, bandwidth, group.latency_s);
     const double efficiency = cost.algorithm == CollectiveAlgorithm::tree ? kTreeBandwidthEfficiency : 1.0;
     work.bytes = bytes;
     work.bus_bytes = bytes * bus_bandwidth_factor(collective, group.size) / efficiency;
     work.latency_s = static_cast<double>(latency_steps(collective, group.size, cost.algorithm)) * group.latency_s;
-    work.bandwidth_bytes_per_s = group.bandwidth_bytes_per_s;
+    work.bandwidth_bytes_per_s = bandwidth;
     if (group.intra) {
       add_link(work, device_out(r), 1);
       add_link(work, device_in(r), 1);
@@ -123,10 +126,12 @@ class Builder {
     if (group.crosses) {
       // A ring leaves and enters the node once per group: the node's
       // replicas of this stage form replicas / m groups (topology.hpp, G).
+      // An all-to-all sends each member's bytes for other nodes through the NICs.
       const double groups = std::max(1.0, static_cast<double>(replicas_on_node_[static_cast<std::size_t>(r)]) /
                                               static_cast<double>(group.members_per_node));
-      add_link(work, nic_out(node(r)), groups);
-      add_link(work, nic_in(node(r)), groups);
+      const double weight = all_to_all ? all_to_all_nic_weight(group.size, group.members_per_node, groups) : groups;
+      add_link(work, nic_out(node(r)), weight);
+      add_link(work, nic_in(node(r)), weight);
     }
     return work;
   }

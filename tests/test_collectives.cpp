@@ -3,7 +3,9 @@
 // (one rank, no bytes, no bandwidth).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <limits>
 
 #include "model/collectives.hpp"
@@ -164,6 +166,25 @@ TEST(Collectives, HierarchicalAllReduceDegeneratesToFlat) {
   // One member per node: just the cross-node all-reduce.
   EXPECT_DOUBLE_EQ(hierarchical_all_reduce_time(1e8, 1, 16, 230e9, 2e-6, 24e9, 7e-6),
                    collective_time(Collective::all_reduce, 1e8, 16, 24e9, 7e-6).time_s);
+}
+
+// An all-to-all's intra- and inter-node parts run at once; the slower sets
+// the time. Checked by hand for 16 ranks, 8 per node; the degenerate groups
+// give the ring's figure; and the NIC weight makes the all-to-all alone fill
+// the node's NICs (G groups x weight x rate = B_node) whenever they are what
+// limits it.
+TEST(Collectives, AllToAllBandwidthHandComputed) {
+  const double intra = 231e9, inter = 192e9;  // B_intra; B_node x m / D with m = D = 8
+  EXPECT_DOUBLE_EQ(all_to_all_bus_bandwidth(16, 8, intra, inter), 15.0 / std::max(7.0 / intra, 8.0 * 8.0 / inter));
+  EXPECT_DOUBLE_EQ(all_to_all_bus_bandwidth(8, 8, intra, inter), intra);   // one node
+  EXPECT_DOUBLE_EQ(all_to_all_bus_bandwidth(16, 1, intra, 24e9), 24e9);    // one member per node
+  EXPECT_TRUE(std::isinf(all_to_all_bus_bandwidth(1, 1, intra, inter)));
+  for (const auto& [n, m] : {std::pair{16, 8}, std::pair{32, 4}, std::pair{64, 2}}) {
+    const double groups = 8.0 / m, node_nics = 192e9;
+    const double rate = all_to_all_bus_bandwidth(n, m, 1e30, node_nics * m / 8);  // NVLink not the limit
+    EXPECT_NEAR(groups * all_to_all_nic_weight(n, m, 1.0) * rate, node_nics, node_nics * 1e-12) << n << " " << m;
+  }
+  EXPECT_DOUBLE_EQ(all_to_all_nic_weight(16, 1, 8.0), 8.0);  // one member per node: the ring's G
 }
 
 TEST(Collectives, Names) {

@@ -171,6 +171,26 @@ TEST(Placement, TensorParallelOverTwoNodesIsPricedByItsSlowestHop) {
   EXPECT_DOUBLE_EQ(tp.latency_s, 7e-6);
 }
 
+// An all-to-all over ep=16 on two DGX A100 nodes cannot spread over the
+// nodes' NICs as a ring does: each GPU's 8/16 of its bytes for the other node
+// leave through its own NIC (B_node / 8), the 7/16 for node-mates over
+// NVLink at once. Inside a node, and with one member per node, it is the
+// ring's figure.
+TEST(Placement, AllToAllAcrossNodesGetsEachRanksOwnNic) {
+  const ClusterSpec dgx = cluster("dgx-a100");
+  const double nvlink = 300e9 * dgx.intra_node.achievable_fraction;
+  const double node_nics = 200e9 * dgx.inter_node.achievable_fraction;
+  const AxisPlacement ep = place(dgx, "ep=16")[0];
+  ASSERT_TRUE(ep.crosses_nodes);
+  const double intra_s = (7.0 / 16) / nvlink, inter_s = (8.0 / 16) / (node_nics / 8);  // per byte of S
+  EXPECT_DOUBLE_EQ(ep.all_to_all_bandwidth_bytes_per_s, (15.0 / 16) / std::max(intra_s, inter_s));
+  EXPECT_LT(ep.all_to_all_bandwidth_bytes_per_s, ep.bandwidth_bytes_per_s / 4);  // 45 against 192 GB/s
+  EXPECT_DOUBLE_EQ(place(dgx, "ep=8")[0].all_to_all_bandwidth_bytes_per_s, nvlink);
+  const auto one_per_node = place(dgx, "ep=4,tp=8");  // ep's members are 8 ranks apart: one per node
+  EXPECT_EQ(one_per_node[0].members_per_node, 1);
+  EXPECT_DOUBLE_EQ(one_per_node[0].all_to_all_bandwidth_bytes_per_s, one_per_node[0].bandwidth_bytes_per_s);
+}
+
 TEST(Placement, EthernetCluster) {
   const ClusterSpec eth = cluster("ethernet-10g");
   const auto inside = place(eth, "tp=8");  // 8 GPUs of one node: PCIe
