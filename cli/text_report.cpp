@@ -58,7 +58,7 @@ std::string describe_model(const ModelSpec& model, std::int64_t seq_len) {
 
 // Which link each axis rides (model/axis_links.hpp): the numbers place_axes()
 // gave the evaluator, so the table and the step time agree.
-void print_axis_links(std::ostream& out, const std::vector<AxisLink>& links) {
+void print_axis_links(std::ostream& out, const std::vector<AxisLink>& links, const Plan& plan) {
   out << "\n  links per axis (bandwidth per device and direction, with every group of the axis communicating):\n";
   out << "    " << pad("axis", 6) << lpad("size", 5) << lpad("stride", 8) << lpad("per node", 10) << lpad("nodes", 7)
       << "  " << pad("link", 26) << lpad("GB/s", 8) << lpad("latency us", 12) << "\n";
@@ -68,8 +68,8 @@ void print_axis_links(std::ostream& out, const std::vector<AxisLink>& links) {
         << lpad(std::to_string(l.members_per_node), 10) << lpad(std::to_string(l.nodes_spanned), 7) << "  " << pad(link, 26)
         << lpad(format("%.1f", l.bandwidth_bytes_per_s / 1e9), 8) << lpad(format("%.1f", l.latency_s * 1e6), 12) << "\n";
   }
-  for (const auto& l : links) {  // the axes whose all-to-alls run slower than a ring (ep; cp's Ulysses exchange)
-    if ((l.axis != Axis::ep && l.axis != Axis::cp) || !(l.all_to_all_bandwidth_bytes_per_s < l.bandwidth_bytes_per_s)) continue;
+  for (const auto& l : links) {  // the axes whose all-to-alls run slower than a ring would
+    if (!runs_all_to_all(l.axis, plan) || !(l.all_to_all_bandwidth_bytes_per_s < l.bandwidth_bytes_per_s)) continue;
     out << "    " << to_string(l.axis) << ": an all-to-all runs at " << format("%.1f", l.all_to_all_bandwidth_bytes_per_s / 1e9)
         << " GB/s: each device's bytes for other nodes leave through its own share of the NICs (an all-to-all "
            "cannot aggregate them, nccl-tests issue 267)\n";
@@ -254,7 +254,7 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
 
     if (mem.stages.size() > 1) print_stage_table(out, mem);
     if (ex.time) print_time(out, model, cluster, *ex.time, ex.compute_parts_s);
-    if (!ex.axis_links.empty()) print_axis_links(out, ex.axis_links);
+    if (!ex.axis_links.empty()) print_axis_links(out, ex.axis_links, plan);
     if (ex.scaling && !ex.scaling->axes.empty()) print_scaling(out, *ex.scaling);
     out << "\n";
     const double worst_total = mem.worst().memory.total_bytes();

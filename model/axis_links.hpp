@@ -10,7 +10,7 @@
 // evaluating the plan under each, so its step time is the evaluator's, not a
 // rule of thumb.
 //
-// Defines: AxisLink, axis_links, link_display_name, MeshReordering,
+// Defines: AxisLink, axis_links, runs_all_to_all, link_display_name, MeshReordering,
 // find_reordering, reordering_warning.
 #pragma once
 
@@ -43,6 +43,12 @@ struct AxisLink {
 
 // The axes of size > 1, in mesh order.
 std::vector<AxisLink> axis_links(const ClusterSpec& cluster, const std::vector<AxisPlacement>& placements);
+
+// Whether the plan runs all-to-alls over `axis` (their rate is AxisLink::all_to_all_bandwidth_bytes_per_s):
+// ep's dispatch and combine; cp's exchange when cp_comm is all-to-all (DeepSpeed-Ulysses).
+inline bool runs_all_to_all(Axis axis, const Plan& plan) {
+  return axis == Axis::ep || (axis == Axis::cp && plan.cp_comm == CpComm::all_to_all);
+}
 
 // "nvlink" -> "NVLink", "infiniband" -> "InfiniBand"; unknown kinds as written.
 std::string link_display_name(const std::string& kind);

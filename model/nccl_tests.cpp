@@ -151,20 +151,26 @@ Loaded<NcclLinkFit> fit_nccl_link(const NcclTestsRun& run) {
                                "the times do not give a positive bandwidth (need two or more sizes with a time that grows with size)"});
     return result;
   }
+  link.link_bandwidth_bytes_per_s = link.fit.bandwidth_bytes_per_s;
+  const auto hosts = static_cast<std::int64_t>(run.hosts.size());
+  if (*run.collective == Collective::all_to_all && link.inter_node && run.ranks / hosts > 1) {
+    const double n = static_cast<double>(run.ranks), m = static_cast<double>(run.ranks / hosts);
+    link.link_bandwidth_bytes_per_s = link.fit.bandwidth_bytes_per_s * (n - m) * m / (n - 1);
+  }
   // What a cluster preset holds for any NIC count (apply_link_fit writes
   // bandwidth / 1e9 GB/s inside a node, bandwidth x 8 / (nics x 1e9) Gbit/s
   // per NIC across nodes), with 1% kept for the rounding of the written figures.
   const double most = 0.99 * std::min(kLinkRateMax * 1e9, kLinkRateMax * 1e9 / 8);
   const double least = 1.01 * std::max(kLinkRateMin * 1e9, kLinkRateMin * 1e9 / 8 * static_cast<double>(kMaxNicsPerNode));
-  if (link.fit.bandwidth_bytes_per_s > most) {
+  if (link.link_bandwidth_bytes_per_s > most) {
     result.problems.push_back({Severity::error, run.file,
                                "the times barely grow with the message size: the fitted bus bandwidth, " +
-                                   format("%.3g", link.fit.bandwidth_bytes_per_s / 1e9) +
+                                   format("%.3g", link.link_bandwidth_bytes_per_s / 1e9) +
                                    " GB/s, is beyond any link (a cluster preset holds at most " +
                                    format("%.3g", most / 1e9) + " GB/s); time larger messages"});
-  } else if (link.fit.bandwidth_bytes_per_s < least) {
+  } else if (link.link_bandwidth_bytes_per_s < least) {
     result.problems.push_back({Severity::error, run.file,
-                               "the fitted bus bandwidth, " + format("%.3g", link.fit.bandwidth_bytes_per_s) +
+                               "the fitted bus bandwidth, " + format("%.3g", link.link_bandwidth_bytes_per_s) +
                                    " B/s, is below what a cluster preset holds (" + format("%.3g", least) + " B/s)"});
   }
   if (link.fit.latency_s * 1e6 > kLinkLatencyMaxUs) {
@@ -180,7 +186,7 @@ ClusterSpec apply_link_fit(const ClusterSpec& base, const NcclLinkFit& link) {
   ClusterSpec c = base;
   LinkSpec& l = link.inter_node ? c.inter_node : c.intra_node;
   const double nics = link.inter_node ? static_cast<double>(std::max<std::int64_t>(c.inter_node.nics_per_node, 1)) : 1.0;
-  l.bandwidth_bytes_per_s = std::stod(number(link.fit.bandwidth_bytes_per_s / nics / 1e9)) * 1e9;
+  l.bandwidth_bytes_per_s = std::stod(number(link.link_bandwidth_bytes_per_s / nics / 1e9)) * 1e9;
   l.latency_s = std::stod(number(link.fit.latency_s * 1e6)) * 1e-6;
   l.achievable_fraction = 1.0;
   return c;
@@ -204,8 +210,14 @@ std::string measured_cluster_yaml(const ClusterSpec& c, const NcclTestsRun& run,
   y << "# fit: latency " << format("%.3g", link.fit.latency_s * 1e6) << " us, bus bandwidth "
     << format("%.4g", link.fit.bandwidth_bytes_per_s / 1e9) << " GB/s; relative error median "
     << format("%.1f%%", 100 * link.fit.median_relative_error) << ", worst " << format("%.1f%%", 100 * link.fit.worst_relative_error)
-    << " over " << link.samples << " times.\n"
-    << "# Everything else is " << from_base << ".\n"
+    << " over " << link.samples << " times.\n";
+  if (link.link_bandwidth_bytes_per_s != link.fit.bandwidth_bytes_per_s) {
+    y << "# all-to-all across hosts, " << run.ranks / static_cast<std::int64_t>(run.hosts.size())
+      << " ranks on each: it cannot aggregate NICs as a ring does, so the NICs' aggregate is\n"
+      << "# fit x (n - m) m / (n - 1) = " << format("%.4g", link.link_bandwidth_bytes_per_s / 1e9)
+      << " GB/s (model/collectives.hpp, all_to_all_bus_bandwidth).\n";
+  }
+  y << "# Everything else is " << from_base << ".\n"
     << "name: " << c.name << "\n"
     << "source: \"" << c.source << "; " << (link.inter_node ? "inter" : "intra") << "-node link fitted to nccl-tests output "
     << run.file << "\"\n"
@@ -219,7 +231,7 @@ std::string measured_cluster_yaml(const ClusterSpec& c, const NcclTestsRun& run,
     if (inter) {
       y << "  nics_per_node: " << l.nics_per_node << "   # " << from_base << "\n"
         << "  per_nic_gbit_per_s: " << number(l.bandwidth_bytes_per_s * 8 / 1e9) << "   "
-        << (fitted ? "# measured: the fitted bus bandwidth / nics_per_node (NCCL runs one ring per NIC), in Gbit/s"
+        << (fitted ? "# measured: the fitted link bandwidth / nics_per_node (NCCL runs one ring per NIC), in Gbit/s"
                    : "# " + from_base)
         << "\n";
     } else {

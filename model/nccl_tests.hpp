@@ -59,6 +59,12 @@ struct NcclLinkFit {
   LinkFit fit;
   bool inter_node = false;  // the ranks ran on more than one host
   std::int64_t samples = 0;
+  // The bus bandwidth the link's figure is made from: the fit's, but for an
+  // all-to-all across hosts with m = ranks / hosts > 1 ranks on each, the
+  // NICs' aggregate its rate implies, fit x (n - m) m / (n - 1), since an
+  // all-to-all cannot aggregate NICs as a ring does (model/collectives.hpp,
+  // all_to_all_bus_bandwidth, with the NICs the limit).
+  double link_bandwidth_bytes_per_s = 0;
 };
 
 // The fit of the header's comment; errors when the collective or the rank

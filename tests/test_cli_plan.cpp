@@ -426,6 +426,34 @@ TEST(CliPlan, NoFeasiblePlanExitsOneAndSaysWhy) {
   EXPECT_EQ(nlohmann::json::parse(json.out).size(), 0u);
 }
 
+// Ulysses context parallelism over two nodes, two members per node: explain says at what rate its
+// all-to-all runs (each device's bytes for the other node through its own NIC share, not the ring's
+// share of the node's NICs), and the JSON carries it; ring cp runs no all-to-all and gets no line.
+TEST(CliExplain, SaysTheRateOfAnAllToAllAcrossNodes) {
+  const std::vector<std::string> job = {"explain", "--model", "gpt2-124m", "--cluster", "dgx-h100", "--gpus", "16",
+                                        "--mesh", "cp=4,dp=4", "--global-batch", "64"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = job;
+    args.insert(args.end(), more.begin(), more.end());
+    return run(args);
+  };
+  const CliRun ulysses = with({"--cp-comm", "all-to-all"});
+  ASSERT_EQ(ulysses.status, 0) << ulysses.err;
+  EXPECT_NE(ulysses.out.find("cp: an all-to-all runs at"), std::string::npos) << ulysses.out;
+  const CliRun ring = with({"--cp-comm", "ring"});
+  ASSERT_EQ(ring.status, 0) << ring.err;
+  EXPECT_EQ(ring.out.find("an all-to-all runs at"), std::string::npos) << ring.out;
+  const CliRun json = with({"--cp-comm", "all-to-all", "--json"});
+  ASSERT_EQ(json.status, 0) << json.err;
+  const auto cp = nlohmann::json::parse(json.out)["axis_links"][0];
+  ASSERT_EQ(cp["axis"], "cp");
+  EXPECT_EQ(cp["members_per_node"], 2);
+  // 4 ranks, 2 per node: (n - 1) / max((m - 1) / B_intra, (n - m) m / B_inter) = 3 / 4 x B_inter, the NIC
+  // share (B_node x 2 / 8) being the ring's bandwidth here, below NVLink's.
+  const double ring_rate = cp["bandwidth_bytes_per_s"].get<double>();
+  EXPECT_NEAR(cp["all_to_all_bandwidth_bytes_per_s"].get<double>(), 0.75 * ring_rate, 1e-9 * ring_rate);
+}
+
 // Issue 13, item 4: explain prints which link each axis rides, and warns
 // when tp leaves the node although another order of the same axes keeps it
 // inside, naming that order and both predicted step times.

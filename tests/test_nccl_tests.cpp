@@ -11,6 +11,7 @@
 
 #include "model/nccl_tests.hpp"
 #include "model/presets.hpp"
+#include "model/topology.hpp"
 #include "read_text.hpp"
 
 namespace meshplan {
@@ -94,6 +95,44 @@ TEST(NcclTests, AcrossHostsTheInterNodeLinkPerNic) {
   const ClusterSpec fitted = apply_link_fit(base.value, link.value);
   EXPECT_NEAR(fitted.inter_node.bandwidth_bytes_per_s * 8, link.value.fit.bandwidth_bytes_per_s, 1e-5 * 360e9);  // 8 NICs
   EXPECT_DOUBLE_EQ(fitted.intra_node.bandwidth_bytes_per_s, base.value.intra_node.bandwidth_bytes_per_s);
+}
+
+// alltoall_perf on two hosts of 8 ranks, timed as the cost model says an all-to-all across nodes runs
+// (each rank's 8/16 of bytes for the other host through its own NIC: the rate 15 B_node / 64) on a
+// DGX H100 base: the fit gives that rate, the link is written as the NICs' aggregate it implies,
+// and the preset then prices ep=16 across the two nodes at the measured rate (a round trip).
+TEST(NcclTests, AllToAllAcrossHostsGivesTheNicsItCouldNotAggregate) {
+  const auto base = load_cluster("dgx-h100");
+  ASSERT_TRUE(base.ok());
+  const double node_nics = 8 * 40e9, latency = 10e-6;  // B_node of the link to recover, per direction
+  const double rate = 15.0 * node_nics / 64.0;          // all_to_all_bus_bandwidth(16, 8, NVLink, B_node)
+  std::ostringstream text;
+  text << "# Collective test starting: alltoall_perf\n";
+  for (int r = 0; r < 16; ++r)
+    text << "#  Rank " << r << " Group  0 Pid " << 100 + r << " on node-" << (r < 8 ? "a" : "b") << " device  " << r % 8
+         << " [0000:18:00] NVIDIA H100 80GB HBM3\n";
+  for (double bytes = 1 << 20; bytes <= 1ull << 32; bytes *= 4) {
+    const double t_us = (15 * latency + bytes * 15.0 / 16.0 / rate) * 1e6;
+    text << "  " << static_cast<long long>(bytes) << "  " << static_cast<long long>(bytes / 4) << "  float  none  -1  " << t_us
+         << "  0  0  0  " << t_us << "  0  0  0\n";
+  }
+  const auto run = parse_nccl_tests(text.str(), "alltoall.txt");
+  ASSERT_TRUE(run.ok()) << describe(run.problems.front());
+  const auto link = fit_nccl_link(run.value);
+  ASSERT_TRUE(link.ok()) << describe(link.problems.front());
+  EXPECT_TRUE(link.value.inter_node);
+  EXPECT_NEAR(link.value.fit.bandwidth_bytes_per_s, rate, 1e-6 * rate);
+  EXPECT_NEAR(link.value.link_bandwidth_bytes_per_s, node_nics, 1e-6 * node_nics);
+  ClusterSpec fitted = apply_link_fit(base.value, link.value);
+  EXPECT_NEAR(fitted.inter_node.bandwidth_bytes_per_s * 8, node_nics, 1e-5 * node_nics);  // per NIC, 8 NICs
+  const std::string yaml = measured_cluster_yaml(fitted, run.value, link.value, "--base dgx-h100", "meshplan calibrate ...");
+  EXPECT_NE(yaml.find("all-to-all across hosts, 8 ranks on each"), std::string::npos) << yaml;
+  const auto loaded = load_cluster_text(yaml, "written.yaml");
+  ASSERT_TRUE(loaded.ok()) << describe(loaded.problems.front());
+  Mesh ep;
+  ep.axes = {{Axis::ep, 16}};
+  const AxisPlacement placed = place_axes(build_topology(loaded.value, 16), ep).front();
+  EXPECT_NEAR(placed.all_to_all_bandwidth_bytes_per_s, rate, 1e-5 * rate);
 }
 
 TEST(NcclTests, BadRowsAndGarbageNameTheirLine) {

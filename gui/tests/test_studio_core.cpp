@@ -387,6 +387,23 @@ class StudioCoreTest : public QObject {
     QCOMPARE(figure("link tp")->text, std::string("InfiniBand across 2 nodes, 2 per node"));
     QCOMPARE(figure("link dp")->text, std::string("NVLink inside a node, 4 per node"));
     QVERIFY(figure("link tp bandwidth")->value < figure("link dp bandwidth")->value);
+    QVERIFY(!figure("link tp all-to-all bandwidth"));  // tp runs no all-to-all
+    // Ulysses cp over 2 nodes, 2 members per node: its all-to-all cannot aggregate the NICs, and the
+    // details say at what rate it runs (docs/cost-model.md, "All-to-all across nodes"); ring cp runs none.
+    Plan ulysses = plan_of("cp=4,dp=4", 1, 64, 1);
+    ulysses.cp_comm = CpComm::all_to_all;
+    auto cp_figure = [](const PlanDetails& d, const std::string& name) -> const Figure* {
+      for (const auto& f : d.figures) {
+        if (f.name == name) return &f;
+      }
+      return nullptr;
+    };
+    const PlanDetails cp_details = analyse_plan(*outcome, ulysses, false);
+    QVERIFY(cp_details.explanation.valid);
+    QVERIFY(cp_figure(cp_details, "link cp all-to-all bandwidth"));
+    QVERIFY(cp_figure(cp_details, "link cp all-to-all bandwidth")->value < cp_figure(cp_details, "link cp bandwidth")->value);
+    ulysses.cp_comm = CpComm::ring;
+    QVERIFY(!cp_figure(analyse_plan(*outcome, ulysses, false), "link cp all-to-all bandwidth"));
     QVERIFY(figure("faster mesh order"));
     QCOMPARE(figure("faster mesh order")->text, std::string("dp=4,tp=4"));
     const auto& problems = details.explanation.problems;
