@@ -27,11 +27,13 @@ namespace {
 
 // GPT-3's eight sizes and their peak learning rates (Table 2.1 of the paper lr_schedule.hpp names).
 struct PublishedRate {
+  const char* name;  // the paper's name of the size
   double parameters;
   double learning_rate;
 };
-constexpr PublishedRate kGpt3PeakRates[] = {{125e6, 6.0e-4}, {350e6, 3.0e-4}, {760e6, 2.5e-4}, {1.3e9, 2.0e-4},
-                                            {2.7e9, 1.6e-4}, {6.7e9, 1.2e-4}, {13e9, 1.0e-4},  {175e9, 0.6e-4}};
+constexpr PublishedRate kGpt3PeakRates[] = {{"125M", 125e6, 6.0e-4}, {"350M", 350e6, 3.0e-4}, {"760M", 760e6, 2.5e-4},
+                                            {"1.3B", 1.3e9, 2.0e-4}, {"2.7B", 2.7e9, 1.6e-4}, {"6.7B", 6.7e9, 1.2e-4},
+                                            {"13B", 13e9, 1.0e-4},   {"175B", 175e9, 0.6e-4}};
 
 // A model is of a size of the table from 0.9 x that size's parameters (lr_schedule.hpp).
 constexpr double kSizeTolerance = 0.9;
@@ -54,7 +56,7 @@ DefaultLearningRate default_learning_rate(double parameters, bool transformer) {
         << ": nanoGPT's rate for small networks";
     return {1e-3, why.str()};
   }
-  why << "GPT-3's peak rate for its " << human_count(row->parameters) << " size (Brown et al. 2020, Table 2.1); "
+  why << "GPT-3's peak rate for its " << row->name << " size (Brown et al. 2020, Table 2.1); "
       << "this model has " << human_count(parameters) << " parameters";
   return {row->learning_rate, why.str()};
 }
@@ -65,7 +67,7 @@ Problems learning_rate_warnings(double parameters, bool transformer, double lr, 
   std::ostringstream text;
   text << lr << " is ";
   text.precision(2);
-  text << std::fixed << lr / row->learning_rate << "x the peak rate GPT-3's " << human_count(row->parameters)
+  text << std::fixed << lr / row->learning_rate << "x the peak rate GPT-3's " << row->name
        << " model trained with (";
   text.precision(1);
   text << std::scientific << row->learning_rate << ", Brown et al. 2020, Table 2.1); this model has "
