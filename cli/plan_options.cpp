@@ -160,8 +160,10 @@ void search_default_plan(PlanInputs& in, Problems& problems, const PlanFlags& f)
   const BestPlans best = best_plans(evaluator, in.plan.global_batch, in.space);
   const Candidate* chosen = best.fastest ? &*best.fastest : best.smallest_peak ? &*best.smallest_peak : nullptr;
   if (!chosen) {
+    std::string axes;
+    for (Axis a : in.space.axes) axes += (axes.empty() ? "" : ",") + to_string(a);
     problems.push_back({Severity::error, "--mesh",
-                        "not given, and no plan the search tries (axes dp,fsdp,tp,pp) is valid for " +
+                        "not given, and no plan the search tries (axes " + axes + ") is valid for " +
                             std::to_string(f.gpus) + " devices and global batch " +
                             std::to_string(in.plan.global_batch) + "; give --mesh or another --global-batch"});
     return;
@@ -244,6 +246,7 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
 
   Plan& plan = in.plan;
   SearchSpace& space = in.space;
+  space.axes = default_search_axes(in.model);
   const bool search_mesh = !f.mesh && f.mesh_shape.empty();
   if (!search_mesh) {
     auto mesh = f.mesh_shape.empty() ? parse_mesh(*f.mesh, "--mesh") : parse_mesh_shape(f.mesh_shape, "--mesh-shape");

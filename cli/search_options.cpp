@@ -10,6 +10,7 @@
 #include <set>
 
 #include "cli/plan_options.hpp"
+#include "model/plan_defaults.hpp"
 #include "model/mesh.hpp"
 #include "model/default_batch.hpp"
 #include "model/layer_graph.hpp"
@@ -55,9 +56,13 @@ Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
   Problems& problems = result.problems;
   SearchSpace& space = result.value;
 
-  space.axes = parse_words<Axis>(f.axes, "--axes", "dp, fsdp, tp, pp, cp, ep",
-                                 [](const std::string& w) { return parse_axis(w); }, problems);
-  if (space.axes.empty() && !has_errors(problems)) problems.push_back({Severity::error, "--axes", "name at least one axis"});
+  if (trim(f.axes).empty()) {
+    space.axes.clear();  // each job's model picks them (resolve_jobs)
+  } else {
+    space.axes = parse_words<Axis>(f.axes, "--axes", "dp, fsdp, tp, pp, cp, ep",
+                                   [](const std::string& w) { return parse_axis(w); }, problems);
+    if (space.axes.empty() && !has_errors(problems)) problems.push_back({Severity::error, "--axes", "name at least one axis"});
+  }
 
   for (const auto& [flag, value] : {std::pair{"--max-tp", f.max_tp}, std::pair{"--max-pp", f.max_pp}}) {
     if (value < 0) problems.push_back({Severity::error, flag, "must be 0 (no limit of its own) or more, got " + std::to_string(value)});
@@ -182,7 +187,9 @@ void add_job_flags(CLI::App& command, JobFlags& f, bool lists) {
 }
 
 void add_search_flags(CLI::App& command, SearchFlags& f) {
-  command.add_option("--axes", f.axes, "Mesh axes to search over: any of dp, fsdp, tp, pp, cp, ep")->capture_default_str();
+  command.add_option("--axes", f.axes,
+                     "Mesh axes to search over: any of dp, fsdp, tp, pp, cp, ep (default: dp,fsdp,tp,pp, and ep for "
+                     "a mixture-of-experts model)");
   command.add_option("--max-tp", f.max_tp, "Largest tp (0: the cluster's devices per node)")->capture_default_str();
   command.add_option("--max-pp", f.max_pp, "Largest pp (0: no limit but the layers)")->capture_default_str();
   command.add_option("--micro-batches", f.micro_batches,
@@ -256,6 +263,7 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
     const LayerGraph graph = build_layer_graph(model, seq_len);
     for (const ClusterSpec& cluster : clusters) {
       SearchSpace job_space = space.value;
+      if (job_space.axes.empty()) job_space.axes = default_search_axes(model);
       if (job_space.precisions.empty()) {
         job_space.precisions = {cluster.device.peak_for(Dtype::bf16) ? Precision::bf16 : Precision::fp32};
       }

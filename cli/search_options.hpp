@@ -36,7 +36,7 @@ struct JobFlags {
 void add_job_flags(CLI::App& command, JobFlags& flags, bool lists);
 
 struct SearchFlags {
-  std::string axes = "dp,fsdp,tp,pp";
+  std::string axes;  // empty: default_search_axes (model/plan_defaults.hpp) for each job's model
   std::int64_t max_tp = 0;
   std::int64_t max_pp = 0;
   std::string micro_batches;  // empty: 1, 2, 4, ... 64 where they divide the batch

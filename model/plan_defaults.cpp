@@ -28,4 +28,10 @@ std::int64_t plan_seq_len(const ModelSpec& model, const Plan& plan) {
   return plan.seq_len > 0 ? plan.seq_len : model.default_seq_len();
 }
 
+std::vector<Axis> default_search_axes(const ModelSpec& model) {
+  std::vector<Axis> axes{Axis::dp, Axis::fsdp, Axis::tp, Axis::pp};
+  if (model.kind == ModelKind::transformer && model.transformer.experts > 0) axes.push_back(Axis::ep);
+  return axes;
+}
+
 }  // namespace meshplan

@@ -12,8 +12,10 @@
 // sequence parallelism wherever a transformer has tp > 1; 1F1B.
 //
 // Defines: default_zero_stage, default_recompute, default_sequence_parallel, default_plan,
-// plan_seq_len.
+// plan_seq_len, default_search_axes.
 #pragma once
+
+#include <vector>
 
 #include "model/mesh.hpp"
 #include "model/model_spec.hpp"
@@ -43,5 +45,12 @@ Plan default_plan(ModelKind kind, const Mesh& mesh);
 // The sequence length a plan trains: plan.seq_len, or the model's own when
 // the plan leaves it 0.
 std::int64_t plan_seq_len(const ModelSpec& model, const Plan& plan);
+
+// The mesh axes a search tries when none are named (`plan`, `sweep`, `explain`
+// without --mesh, the studio): dp, fsdp, tp and pp, and ep for a
+// mixture-of-experts model, whose experts only ep splits (without it every
+// device holds every expert). cp only when asked for: it pays off for long
+// sequences, and which exchange it uses is the plan's choice (cp_comm).
+std::vector<Axis> default_search_axes(const ModelSpec& model);
 
 }  // namespace meshplan

@@ -118,6 +118,43 @@ TEST(CliPlan, Gpt3On1024A100sPrintsTheRankedTable) {
   expect_no_crash_text(r);
 }
 
+// Without --axes, a mixture-of-experts model's search tries ep (dense models' does not), in plan and in
+// explain without --mesh; --axes given is searched as given.
+TEST(CliPlan, AMixtureOfExpertsIsSearchedOverEpByDefault) {
+  const auto moe = temp_path("moe-8b.yaml");
+  {
+    std::ifstream in(std::string(MESHPLAN_SOURCE_DIR) + "/presets/models/llama3-8b.yaml");
+    std::ofstream out(moe);
+    for (std::string line; std::getline(in, line);) out << (line.rfind("name:", 0) == 0 ? "name: moe-8b" : line) << "\n";
+    out << "experts: 16\ntop_k: 2\n";
+  }
+  const std::vector<std::string> job = {"--model", moe.string(), "--cluster", "dgx-h100", "--gpus", "32",
+                                        "--global-batch", "64", "--seq", "2048"};
+  auto with = [&](std::vector<std::string> head, std::vector<std::string> tail = {}) {
+    head.insert(head.end(), job.begin(), job.end());
+    head.insert(head.end(), tail.begin(), tail.end());
+    return run(head);
+  };
+  const CliRun plan = with({"plan"});
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  EXPECT_NE(plan.out.find("search: axes dp,fsdp,tp,pp,ep;"), std::string::npos) << plan.out;
+  const CliRun given = with({"plan"}, {"--axes", "dp,tp"});
+  ASSERT_EQ(given.status, 0) << given.err;
+  EXPECT_NE(given.out.find("search: axes dp,tp;"), std::string::npos) << given.out;
+  const CliRun dense = run({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch",
+                            "64", "--seq", "2048"});
+  ASSERT_EQ(dense.status, 0) << dense.err;
+  EXPECT_NE(dense.out.find("search: axes dp,fsdp,tp,pp;"), std::string::npos) << dense.out;
+  // explain without --mesh ranks the same search: its plan is plan's first.
+  const CliRun explain = with({"explain"}, {"--json"});
+  ASSERT_LE(explain.status, 1) << explain.err;
+  const auto first = plan.out.substr(plan.out.find("\n     1  ") + 8, 40);
+  std::string mesh;
+  for (const auto& [axis, size] : nlohmann::ordered_json::parse(explain.out)["plan"]["mesh"].items())
+    mesh += (mesh.empty() ? "" : ",") + axis + "=" + std::to_string(size.get<std::int64_t>());
+  EXPECT_EQ(first.substr(0, first.find(' ')), mesh) << plan.out << explain.out;
+}
+
 // Without --global-batch, plan and sweep take the same rule as explain
 // (model/default_batch.hpp): Llama 3 70B's 8192-token sequences get GPT-3
 // 175B's 3.2M tokens as 384 sequences, not GPT-3's 1536 sequences; and say so.

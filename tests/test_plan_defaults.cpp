@@ -57,6 +57,22 @@ TEST(PlanDefaults, DefaultPlanCarriesEveryRule) {
   EXPECT_EQ(mlp.zero_stage, 1);
 }
 
+// A search without named axes tries ep for a mixture-of-experts model (only ep splits its experts)
+// and not for a dense one; cp never by default.
+TEST(PlanDefaults, SearchAxesAddEpForAMixtureOfExperts) {
+  auto model = load_model("llama3-8b");
+  ASSERT_TRUE(model.ok());
+  const std::vector<Axis> dense{Axis::dp, Axis::fsdp, Axis::tp, Axis::pp};
+  EXPECT_EQ(default_search_axes(model.value), dense);
+  model.value.transformer.experts = 8;
+  model.value.transformer.top_k = 2;
+  const std::vector<Axis> moe{Axis::dp, Axis::fsdp, Axis::tp, Axis::pp, Axis::ep};
+  EXPECT_EQ(default_search_axes(model.value), moe);
+  const auto mlp = load_model("mlp-fashion");
+  ASSERT_TRUE(mlp.ok());
+  EXPECT_EQ(default_search_axes(mlp.value), dense);
+}
+
 TEST(DecisionGuide, AsksWithThePlanDefaults) {
   // gpt3-175b on 64 A100s: no single device, FSDP or tp x FSDP plan fits with
   // micro-batch 1, so the guide asks pipelines with ZeRO-1 data parallelism.

@@ -81,7 +81,10 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
            tr("Sequences (samples) per optimizer step, all ranks; 'by rule': GPT-3's batch in tokens for the nearest "
               "GPT-3 size over the sequence length (as the CLI; the status line names it)"));
   axes_ = new QLineEdit;
-  addField("axes", tr("Axes"), axes_, tr("Mesh axes to search: any of dp, fsdp, tp, pp, cp, ep"));
+  axes_->setPlaceholderText(tr("dp,fsdp,tp,pp (+ ep for MoE)"));
+  addField("axes", tr("Axes"), axes_,
+           tr("Mesh axes to search: any of dp, fsdp, tp, pp, cp, ep; empty: dp,fsdp,tp,pp, and ep for a "
+              "mixture-of-experts model"));
   max_tp_ = spin(0, 1 << 16, tr("per node"));
   max_pp_ = spin(0, 1 << 16, tr("no limit"));
   addField("max_tp", tr("Max tp"), max_tp_, tr("Largest tensor-parallel degree"));

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <set>
 
+#include "model/plan_defaults.hpp"
 #include "model/default_batch.hpp"
 #include "model/layer_graph.hpp"
 #include "model/validate.hpp"
@@ -38,8 +39,9 @@ void error(Problems& problems, const std::string& field, const std::string& mess
 }
 
 void resolve_space(const SetupInputs& in, SearchSpace& space, Problems& problems) {
-  space.axes.clear();
-  for (const auto& word : split(in.axes, "axes", problems)) {
+  space.axes.clear();  // empty: the model's default axes (resolve_setup)
+  const std::vector<std::string> words = trim(in.axes).empty() ? std::vector<std::string>{} : split(in.axes, "axes", problems);
+  for (const auto& word : words) {
     const auto axis = parse_axis(word);
     if (!axis) error(problems, "axes", "'" + word + "' is not one of: dp, fsdp, tp, pp, cp, ep");
     else if (std::find(space.axes.begin(), space.axes.end(), *axis) == space.axes.end()) space.axes.push_back(*axis);
@@ -158,6 +160,7 @@ Loaded<PlanningJob> resolve_setup(const SetupInputs& in) {
   if (!model.ok() || !cluster.ok()) return result;
 
   job.model = model.value;
+  if (job.space.axes.empty()) job.space.axes = default_search_axes(job.model);
   job.cluster = cluster.value;
   apply_model_overrides(in, job.model, problems);
   if (in.devices_per_node > 0) job.cluster.devices_per_node = in.devices_per_node;

@@ -35,7 +35,7 @@ struct SetupInputs {
   std::int64_t nodes = 128;
   std::int64_t global_batch = 0;    // 0: the stated rule of model/default_batch.hpp for this model and GPU count
   // Constraints, as the CLI's search flags spell them.
-  std::string axes = "dp,fsdp,tp,pp";
+  std::string axes;  // empty: dp,fsdp,tp,pp, and ep for a mixture-of-experts model (default_search_axes)
   std::int64_t max_tp = 0;          // 0: devices per node
   std::int64_t max_pp = 0;          // 0: the layers
   double headroom = 0.05;

@@ -5,6 +5,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <fstream>
 
 #include "gui/core/candidates_model.hpp"
 #include "gui/core/geometry.hpp"
@@ -103,6 +104,28 @@ class StudioCoreTest : public QObject {
     QCOMPARE(given.value.global_batch, std::int64_t{96});
     QVERIFY(given.value.global_batch_rule.empty());
     QVERIFY(describe_job(given.value).find("default") == std::string::npos);
+  }
+
+  // Axes left empty: the model's default search axes (model/plan_defaults.hpp), as the CLI's --axes;
+  // ep joins for a mixture-of-experts model. Named axes are searched as named.
+  void setupAxesDefaultToTheModels() {
+    SetupInputs in;  // gpt2-124m, dense
+    QCOMPARE(resolve_setup(in).value.space.axes, (std::vector<Axis>{Axis::dp, Axis::fsdp, Axis::tp, Axis::pp}));
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const std::string moe = dir.filePath("moe.yaml").toStdString();
+    {
+      std::ofstream out(moe);
+      out << "name: moe-tiny\nkind: transformer\nsource: test\nlayers: 4\nhidden: 256\nheads: 4\nffn: 1024\n"
+             "vocab: 1024\nseq_len: 256\nmlp: gelu\nnorm: layernorm\npositions: learned\nbias: true\n"
+             "tied_embeddings: true\nexperts: 4\ntop_k: 2\n";
+    }
+    in.model = moe;
+    auto job = resolve_setup(in);
+    QVERIFY2(job.ok(), job.problems.empty() ? "" : job.problems.front().message.c_str());
+    QCOMPARE(job.value.space.axes, (std::vector<Axis>{Axis::dp, Axis::fsdp, Axis::tp, Axis::pp, Axis::ep}));
+    in.axes = "dp,tp";
+    QCOMPARE(resolve_setup(in).value.space.axes, (std::vector<Axis>{Axis::dp, Axis::tp}));
   }
 
   void setupProblemsNameTheirField() {
