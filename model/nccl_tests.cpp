@@ -5,8 +5,10 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 
+#include "model/collectives.hpp"
 #include "model/text.hpp"
 
 namespace meshplan {
@@ -154,8 +156,11 @@ Loaded<NcclLinkFit> fit_nccl_link(const NcclTestsRun& run) {
   link.link_bandwidth_bytes_per_s = link.fit.bandwidth_bytes_per_s;
   const auto hosts = static_cast<std::int64_t>(run.hosts.size());
   if (*run.collective == Collective::all_to_all && link.inter_node && run.ranks / hosts > 1) {
-    const double n = static_cast<double>(run.ranks), m = static_cast<double>(run.ranks / hosts);
-    link.link_bandwidth_bytes_per_s = link.fit.bandwidth_bytes_per_s * (n - m) * m / (n - 1);
+    // The rule's rate is proportional to the NICs' aggregate when they are the limit: the aggregate that
+    // gives the measured rate is the fit over the rate of a unit aggregate (NVLink not the limit).
+    link.link_bandwidth_bytes_per_s =
+        link.fit.bandwidth_bytes_per_s /
+        all_to_all_bus_bandwidth(run.ranks, run.ranks / hosts, std::numeric_limits<double>::infinity(), 1.0);
   }
   // What a cluster preset holds for any NIC count (apply_link_fit writes
   // bandwidth / 1e9 GB/s inside a node, bandwidth x 8 / (nics x 1e9) Gbit/s

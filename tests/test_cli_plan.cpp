@@ -94,6 +94,13 @@ std::vector<std::string> small_job(const std::string& command, const std::vector
 }
 
 // "search: 202 meshes, 90291 candidates, ..." -> 90291
+// `meshplan` with the arguments of each list in turn (a command, a job's flags, a case's own flags).
+CliRun run_joined(std::initializer_list<std::vector<std::string>> parts) {
+  std::vector<std::string> args;
+  for (const auto& part : parts) args.insert(args.end(), part.begin(), part.end());
+  return run(args);
+}
+
 std::int64_t candidates_in(const std::string& plan_output) {
   std::smatch match;
   const std::regex pattern("search: [0-9]+ meshes, ([0-9]+) candidates");
@@ -130,10 +137,8 @@ TEST(CliPlan, AMixtureOfExpertsIsSearchedOverEpByDefault) {
   }
   const std::vector<std::string> job = {"--model", moe.string(), "--cluster", "dgx-h100", "--gpus", "32",
                                         "--global-batch", "64", "--seq", "2048"};
-  auto with = [&](std::vector<std::string> head, std::vector<std::string> tail = {}) {
-    head.insert(head.end(), job.begin(), job.end());
-    head.insert(head.end(), tail.begin(), tail.end());
-    return run(head);
+  auto with = [&](const std::vector<std::string>& head, const std::vector<std::string>& tail = {}) {
+    return run_joined({head, job, tail});
   };
   const CliRun plan = with({"plan"});
   ASSERT_EQ(plan.status, 0) << plan.err;
@@ -469,11 +474,7 @@ TEST(CliPlan, NoFeasiblePlanExitsOneAndSaysWhy) {
 TEST(CliExplain, SaysTheRateOfAnAllToAllAcrossNodes) {
   const std::vector<std::string> job = {"explain", "--model", "gpt2-124m", "--cluster", "dgx-h100", "--gpus", "16",
                                         "--mesh", "cp=4,dp=4", "--global-batch", "64"};
-  auto with = [&](std::vector<std::string> more) {
-    std::vector<std::string> args = job;
-    args.insert(args.end(), more.begin(), more.end());
-    return run(args);
-  };
+  auto with = [&](const std::vector<std::string>& more) { return run_joined({job, more}); };
   const CliRun ulysses = with({"--cp-comm", "all-to-all"});
   ASSERT_EQ(ulysses.status, 0) << ulysses.err;
   EXPECT_NE(ulysses.out.find("cp: an all-to-all runs at"), std::string::npos) << ulysses.out;
@@ -497,11 +498,7 @@ TEST(CliExplain, SaysTheRateOfAnAllToAllAcrossNodes) {
 TEST(CliExplain, WarnsWhenTensorParallelismLeavesTheNode) {
   const std::vector<std::string> job = {"explain", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "64",
                                         "--global-batch", "512"};
-  auto with = [&](std::vector<std::string> more) {
-    std::vector<std::string> args = job;
-    args.insert(args.end(), more.begin(), more.end());
-    return run(args);
-  };
+  auto with = [&](const std::vector<std::string>& more) { return run_joined({job, more}); };
   const CliRun text = with({"--mesh", "tp=8,dp=8"});
   ASSERT_LE(text.status, 1) << text.err;
   EXPECT_NE(text.out.find("links per axis"), std::string::npos) << text.out;
