@@ -5,23 +5,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "model/gpt3_sizes.hpp"
+
 namespace meshplan {
 namespace {
 
-// Brown et al. 2020, Table 2.1: model size and "Batch Size" in tokens. The
-// table rounds (0.5M, 1M, 2M, 3.2M); with GPT-3's 2048-token context these
-// are 256, 512, 1024 and 1536 sequences (1536 x 2048 is the 3.2M of GPT-3 175B).
-struct Gpt3Row {
-  const char* name;
-  double parameters;
-  std::int64_t sequences_of_2048;
-};
-constexpr Gpt3Row kGpt3Table[] = {
-    {"GPT-3 Small", 125e6, 256},  {"GPT-3 Medium", 350e6, 256}, {"GPT-3 Large", 760e6, 256},
-    {"GPT-3 XL", 1.3e9, 512},     {"GPT-3 2.7B", 2.7e9, 512},   {"GPT-3 6.7B", 6.7e9, 1024},
-    {"GPT-3 13B", 13e9, 1024},    {"GPT-3 175B", 175e9, 1536},
-};
-constexpr std::int64_t kGpt3Context = 2048;
 constexpr std::int64_t kResNetBatch = 256;  // He et al. 2016, section 3.4
 
 std::string millions(double tokens) {
@@ -36,9 +24,9 @@ DefaultBatch default_global_batch(const ModelSpec& model, double parameter_count
                                   std::int64_t world_size) {
   DefaultBatch batch;
   if (model.kind == ModelKind::transformer) {
-    const Gpt3Row* nearest = &kGpt3Table[0];
+    const Gpt3Size* nearest = &kGpt3Sizes[0];
     const double size = std::max(parameter_count, 1.0);
-    for (const Gpt3Row& row : kGpt3Table) {
+    for (const Gpt3Size& row : kGpt3Sizes) {
       if (std::abs(std::log(row.parameters / size)) < std::abs(std::log(nearest->parameters / size))) nearest = &row;
     }
     const double tokens = static_cast<double>(nearest->sequences_of_2048 * kGpt3Context);

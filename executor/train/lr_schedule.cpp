@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "model/gpt3_sizes.hpp"
 #include "model/text.hpp"
 
 namespace meshplan::exec {
@@ -25,23 +26,13 @@ double learning_rate_at(const LrSchedule& schedule, std::int64_t step) {
 
 namespace {
 
-// GPT-3's eight sizes and their peak learning rates (Table 2.1 of the paper lr_schedule.hpp names).
-struct PublishedRate {
-  const char* name;  // the paper's name of the size
-  double parameters;
-  double learning_rate;
-};
-constexpr PublishedRate kGpt3PeakRates[] = {{"125M", 125e6, 6.0e-4}, {"350M", 350e6, 3.0e-4}, {"760M", 760e6, 2.5e-4},
-                                            {"1.3B", 1.3e9, 2.0e-4}, {"2.7B", 2.7e9, 1.6e-4}, {"6.7B", 6.7e9, 1.2e-4},
-                                            {"13B", 13e9, 1.0e-4},   {"175B", 175e9, 0.6e-4}};
-
 // A model is of a size of the table from 0.9 x that size's parameters (lr_schedule.hpp).
 constexpr double kSizeTolerance = 0.9;
 
 // The table's row for a model of `parameters`: the largest size it is of; nullptr below the smallest.
-const PublishedRate* published_row(double parameters) {
-  const PublishedRate* row = nullptr;
-  for (const PublishedRate& r : kGpt3PeakRates)
+const Gpt3Size* published_row(double parameters) {
+  const Gpt3Size* row = nullptr;
+  for (const Gpt3Size& r : kGpt3Sizes)
     if (kSizeTolerance * r.parameters <= parameters) row = &r;
   return row;
 }
@@ -49,25 +40,25 @@ const PublishedRate* published_row(double parameters) {
 }  // namespace
 
 DefaultLearningRate default_learning_rate(double parameters, bool transformer) {
-  const PublishedRate* row = transformer ? published_row(parameters) : nullptr;
+  const Gpt3Size* row = transformer ? published_row(parameters) : nullptr;
   std::ostringstream why;
   if (row == nullptr) {
     why << (transformer ? "a transformer below GPT-3's smallest size (125M)" : "not a transformer")
         << ": nanoGPT's rate for small networks";
     return {1e-3, why.str()};
   }
-  why << "GPT-3's peak rate for its " << row->name << " size (Brown et al. 2020, Table 2.1); "
+  why << "GPT-3's peak rate for its " << row->size << " size (Brown et al. 2020, Table 2.1); "
       << "this model has " << human_count(parameters) << " parameters";
   return {row->learning_rate, why.str()};
 }
 
 Problems learning_rate_warnings(double parameters, bool transformer, double lr, std::int64_t warmup_steps) {
-  const PublishedRate* row = transformer ? published_row(parameters) : nullptr;
+  const Gpt3Size* row = transformer ? published_row(parameters) : nullptr;
   if (row == nullptr || !(lr > 2 * row->learning_rate)) return {};
   std::ostringstream text;
   text << lr << " is ";
   text.precision(2);
-  text << std::fixed << lr / row->learning_rate << "x the peak rate GPT-3's " << row->name
+  text << std::fixed << lr / row->learning_rate << "x the peak rate GPT-3's " << row->size
        << " model trained with (";
   text.precision(1);
   text << std::scientific << row->learning_rate << ", Brown et al. 2020, Table 2.1); this model has "
