@@ -69,7 +69,7 @@ void print_axis_links(std::ostream& out, const std::vector<AxisLink>& links, con
         << lpad(format("%.1f", l.bandwidth_bytes_per_s / 1e9), 8) << lpad(format("%.1f", l.latency_s * 1e6), 12) << "\n";
   }
   for (const auto& l : links) {  // the axes whose all-to-alls run slower than a ring would
-    if (!runs_all_to_all(l.axis, plan) || !(l.all_to_all_bandwidth_bytes_per_s < l.bandwidth_bytes_per_s)) continue;
+    if (!all_to_all_slower_than_ring(l, plan)) continue;
     out << "    " << to_string(l.axis) << ": an all-to-all runs at " << format("%.1f", l.all_to_all_bandwidth_bytes_per_s / 1e9)
         << " GB/s: each device's bytes for other nodes leave through its own share of the NICs (an all-to-all "
            "cannot aggregate them, nccl-tests issue 267)\n";

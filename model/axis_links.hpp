@@ -10,7 +10,7 @@
 // evaluating the plan under each, so its step time is the evaluator's, not a
 // rule of thumb.
 //
-// Defines: AxisLink, axis_links, runs_all_to_all, link_display_name, MeshReordering,
+// Defines: AxisLink, axis_links, runs_all_to_all, all_to_all_slower_than_ring, link_display_name, MeshReordering,
 // find_reordering, reordering_warning.
 #pragma once
 
@@ -48,6 +48,13 @@ std::vector<AxisLink> axis_links(const ClusterSpec& cluster, const std::vector<A
 // ep's dispatch and combine; cp's exchange when cp_comm is all-to-all (DeepSpeed-Ulysses).
 inline bool runs_all_to_all(Axis axis, const Plan& plan) {
   return axis == Axis::ep || (axis == Axis::cp && plan.cp_comm == CpComm::all_to_all);
+}
+
+// Whether `link`'s axis runs all-to-alls in `plan` at a rate below its ring's: across nodes, where each
+// device's bytes for other nodes leave through its own NIC share (AxisPlacement::all_to_all_bandwidth_bytes_per_s).
+// What explain and the studio show as the axis's all-to-all rate.
+inline bool all_to_all_slower_than_ring(const AxisLink& link, const Plan& plan) {
+  return runs_all_to_all(link.axis, plan) && link.all_to_all_bandwidth_bytes_per_s < link.bandwidth_bytes_per_s;
 }
 
 // "nvlink" -> "NVLink", "infiniband" -> "InfiniBand"; unknown kinds as written.

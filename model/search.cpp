@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <iterator>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -32,18 +33,33 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
   return out;
 }
 
+// The block costs read the plan's sizes and the links of tp, cp and ep
+// (evaluate.cpp, block_collectives), so the key holds where those axes sit:
+// the sizes of the axes inside each (enumerate_meshes may order them either way).
 struct CostKey {
   std::int64_t tp, cp, ep, micro_batch;
+  std::int64_t tp_stride, cp_stride, ep_stride;
   bool sequence_parallel;
   Recompute recompute;
   Precision precision;
   Attention attention;
   CpComm cp_comm;
   bool operator<(const CostKey& o) const {
-    return std::tie(tp, cp, ep, micro_batch, sequence_parallel, recompute, precision, attention, cp_comm) <
-           std::tie(o.tp, o.cp, o.ep, o.micro_batch, o.sequence_parallel, o.recompute, o.precision, o.attention, o.cp_comm);
+    return std::tie(tp, cp, ep, micro_batch, tp_stride, cp_stride, ep_stride, sequence_parallel, recompute, precision,
+                    attention, cp_comm) < std::tie(o.tp, o.cp, o.ep, o.micro_batch, o.tp_stride, o.cp_stride, o.ep_stride,
+                                                   o.sequence_parallel, o.recompute, o.precision, o.attention, o.cp_comm);
   }
 };
+
+// The product of the sizes of the axes after `axis` in `mesh` (1 when absent or last).
+std::int64_t stride_of(const Mesh& mesh, Axis axis) {
+  std::int64_t stride = 1;
+  for (auto it = mesh.axes.rbegin(); it != mesh.axes.rend(); ++it) {
+    if (it->axis == axis) return stride;
+    stride *= it->size;
+  }
+  return 1;
+}
 
 // Block costs shared by every plan with the same CostKey, and the balanced
 // stage splits (stage_partition.hpp) under them, by (pp, v); a split equal
@@ -137,6 +153,42 @@ std::string explain_rejection(Rejection rejection, const ModelSpec& model, doubl
   return "?";
 }
 
+namespace {
+
+bool latency_sensitive(Axis axis) { return axis == Axis::ep || axis == Axis::cp || axis == Axis::tp; }
+
+// `mesh` (canonical order), then, when its ep, cp and tp axes (the canonical
+// order's innermost) cannot all fit inside one node, every other order of
+// them: which one crosses the nodes is then a choice (an all-to-all across
+// nodes runs at each device's NIC share, a ring's traffic at the node's, a
+// tp collective on every layer), and the evaluator, not a fixed order, makes it.
+void add_inner_orders(std::vector<Mesh>& meshes, Mesh mesh, std::int64_t devices_per_node) {
+  auto first_inner = mesh.axes.end();
+  std::int64_t inner_devices = 1;
+  while (first_inner != mesh.axes.begin() && latency_sensitive(std::prev(first_inner)->axis)) {
+    --first_inner;
+    inner_devices *= first_inner->size;
+  }
+  const auto start = first_inner - mesh.axes.begin();
+  const bool choice = mesh.axes.size() - static_cast<std::size_t>(start) >= 2 && inner_devices > devices_per_node;
+  if (!choice) {
+    meshes.push_back(std::move(mesh));
+    return;
+  }
+  // Every permutation of the inner axes, the canonical one first.
+  std::vector<int> rank_of(mesh.axes.size() - static_cast<std::size_t>(start));
+  for (std::size_t i = 0; i < rank_of.size(); ++i) rank_of[i] = static_cast<int>(i);
+  const std::vector<MeshAxis> canonical(mesh.axes.begin() + start, mesh.axes.end());
+  do {
+    Mesh ordered = mesh;
+    for (std::size_t i = 0; i < rank_of.size(); ++i)
+      ordered.axes[static_cast<std::size_t>(start) + i] = canonical[static_cast<std::size_t>(rank_of[i])];
+    meshes.push_back(std::move(ordered));
+  } while (std::next_permutation(rank_of.begin(), rank_of.end()));
+}
+
+}  // namespace
+
 std::vector<Mesh> enumerate_meshes(std::int64_t world_size, const SearchSpace& space, std::int64_t devices_per_node) {
   std::vector<Axis> axes;
   for (Axis axis : kCanonicalOrder) {
@@ -161,7 +213,7 @@ std::vector<Mesh> enumerate_meshes(std::int64_t world_size, const SearchSpace& s
           if (a.size > 1) mesh.axes.push_back(a);
         }
         if (mesh.axes.empty()) mesh.axes.push_back({axes.empty() ? Axis::dp : axes.front(), 1});
-        meshes.push_back(std::move(mesh));
+        add_inner_orders(meshes, std::move(mesh), devices_per_node);
       }
       return;
     }
@@ -253,8 +305,10 @@ void evaluate_candidate(const SearchContext& ctx, const Mesh& mesh, const std::v
   const std::int64_t pp = mesh.size(Axis::pp);
   const std::int64_t v = plan.schedule.virtual_stages;
   if (!costs) {
-    const CostKey key{mesh.size(Axis::tp), mesh.size(Axis::cp), mesh.size(Axis::ep), plan.micro_batch,
-                      plan.sequence_parallel, plan.recompute, plan.precision, plan.attention, plan.cp_comm};
+    const CostKey key{mesh.size(Axis::tp),     mesh.size(Axis::cp),     mesh.size(Axis::ep),
+                      plan.micro_batch,        stride_of(mesh, Axis::tp), stride_of(mesh, Axis::cp),
+                      stride_of(mesh, Axis::ep), plan.sequence_parallel, plan.recompute,
+                      plan.precision,          plan.attention,          plan.cp_comm};
     auto it = cost_cache.find(key);
     if (it == cost_cache.end()) it = cost_cache.emplace(key, CostEntry{evaluator.block_costs(plan, placements), {}}).first;
     costs = &it->second;

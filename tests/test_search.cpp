@@ -111,6 +111,77 @@ TEST(Search, CancelKeepsWhatWasDone) {
   EXPECT_EQ(static_cast<std::int64_t>(r.ranked.size()), r.stats.feasible);
 }
 
+// Where ep, cp and tp (two or more) need more devices than a node holds,
+// each of their orders is a mesh of its own after the canonical one; where
+// they fit in a node, or only one of them is used, the canonical order alone.
+TEST(Search, InnerAxesCrossingNodesAreTriedInEveryOrder) {
+  SearchSpace space;
+  space.axes = {Axis::pp, Axis::dp, Axis::ep, Axis::cp, Axis::tp};
+  const std::vector<Mesh> meshes = enumerate_meshes(64, space, 8);
+  std::vector<std::string> texts;
+  for (const Mesh& m : meshes) texts.push_back(m.to_string());
+  auto count = [&](const std::string& text) { return std::count(texts.begin(), texts.end(), text); };
+  // ep x tp = 16 > 8: both orders, canonical first.
+  const auto canonical = std::find(texts.begin(), texts.end(), "dp=4,ep=8,tp=2");
+  const auto swapped = std::find(texts.begin(), texts.end(), "dp=4,tp=2,ep=8");
+  ASSERT_NE(canonical, texts.end());
+  ASSERT_NE(swapped, texts.end());
+  EXPECT_LT(canonical, swapped);
+  // Three inner axes over 32 devices: all six orders, pp and dp outside them.
+  for (const char* text : {"dp=2,ep=4,cp=4,tp=2", "dp=2,ep=4,tp=2,cp=4", "dp=2,cp=4,ep=4,tp=2", "dp=2,cp=4,tp=2,ep=4",
+                           "dp=2,tp=2,ep=4,cp=4", "dp=2,tp=2,cp=4,ep=4"})
+    EXPECT_EQ(count(text), 1) << text;
+  // Inside a node (ep x tp = 8), or one inner axis: the canonical order only.
+  EXPECT_EQ(count("pp=2,dp=4,ep=4,tp=2"), 1);
+  EXPECT_EQ(count("pp=2,dp=4,tp=2,ep=4"), 0);
+  EXPECT_EQ(count("dp=4,tp=16"), 0);  // over the default tp limit (a node)
+  EXPECT_EQ(count("dp=4,ep=16"), 1);
+  // No mesh twice.
+  std::vector<std::string> sorted = texts;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
+  // A dense space (no ep, no cp) gains no meshes: tp alone is always innermost.
+  SearchSpace dense;
+  for (const Mesh& m : enumerate_meshes(64, dense, 8))
+    EXPECT_TRUE(m.axes.back().axis == Axis::tp || m.size(Axis::tp) == 1) << m.to_string();
+}
+
+// Each order of a mesh is costed with its own links: the search shares block
+// costs between plans with the same sizes, and must not share them between
+// two orders that put ep (or tp) on different links. Every ranked plan's
+// step equals the evaluator's on that plan alone, and for the MoE below the
+// order that keeps ep inside a node, with cp across, is the faster one.
+TEST(Search, EachMeshOrderIsCostedOnItsOwnLinks) {
+  ModelSpec model = must(load_model("llama3-8b"));
+  model.transformer.experts = 16;
+  model.transformer.top_k = 2;
+  const ClusterSpec cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator{model, cluster, 32, 2048};
+  SearchSpace space;
+  space.axes = {Axis::pp, Axis::ep, Axis::cp};
+  space.micro_batches = {1};
+  space.zero_stages = {0};
+  space.recomputes = {Recompute::full};
+  space.schedules = {ScheduleKind::one_f_one_b};
+  SearchOptions options;
+  options.threads = 1;  // one cost cache sees every order
+  double ep_inside = 0, ep_across = 0;
+  int compared = 0;
+  options.on_candidate = [&](const Candidate& c) {  // fitting or not: both have a step time
+    if (c.rejection != Rejection::none && c.rejection != Rejection::out_of_memory) return;
+    const PlanEstimate alone = evaluator.evaluate(c.plan);
+    EXPECT_EQ(c.estimate.time.step_s, alone.time.step_s) << key(c);
+    ++compared;
+    if (c.plan.mesh.to_string() == "pp=2,cp=2,ep=8") ep_inside = c.estimate.time.step_s;
+    if (c.plan.mesh.to_string() == "pp=2,ep=8,cp=2") ep_across = c.estimate.time.step_s;
+  };
+  search(evaluator, 64, space, options);
+  EXPECT_GT(compared, 10);
+  ASSERT_GT(ep_inside, 0);
+  ASSERT_GT(ep_across, 0);
+  EXPECT_LT(ep_inside, ep_across);
+}
+
 // Llama 3 405B's 126 layers divide by no pp of 4 or more that is a power of
 // two. The search used to reject pp = 8, 16, 32, 64 outright (no plan of
 // this space fitted); it now evaluates them with a balanced uneven split.

@@ -75,7 +75,7 @@ std::vector<Figure> plan_figures(const ModelSpec& model, const Plan& plan, const
                                                             : std::string(" inside a node, ")) +
                                            std::to_string(l.members_per_node) + " per node"));
     out.push_back(number("link " + axis + " bandwidth", "GB/s", l.bandwidth_bytes_per_s / 1e9, 1));
-    if (runs_all_to_all(l.axis, plan) && l.all_to_all_bandwidth_bytes_per_s < l.bandwidth_bytes_per_s)
+    if (all_to_all_slower_than_ring(l, plan))
       out.push_back(number("link " + axis + " all-to-all bandwidth", "GB/s", l.all_to_all_bandwidth_bytes_per_s / 1e9, 1));
     out.push_back(number("link " + axis + " latency", "us", l.latency_s * 1e6, 1));
   }
