@@ -158,7 +158,8 @@ namespace {
 bool latency_sensitive(Axis axis) { return axis == Axis::ep || axis == Axis::cp || axis == Axis::tp; }
 
 // `mesh` (canonical order), then, when its ep, cp and tp axes (the canonical
-// order's innermost) cannot all fit inside one node, every other order of
+// order's innermost) do not all lie inside one node (their product does not
+// divide the node), every other order of
 // them: which one crosses the nodes is then a choice (an all-to-all across
 // nodes runs at each device's NIC share, a ring's traffic at the node's, a
 // tp collective on every layer), and the evaluator, not a fixed order, makes it.
@@ -170,19 +171,33 @@ void add_inner_orders(std::vector<Mesh>& meshes, Mesh mesh, std::int64_t devices
     inner_devices *= first_inner->size;
   }
   const auto start = first_inner - mesh.axes.begin();
-  const bool choice = mesh.axes.size() - static_cast<std::size_t>(start) >= 2 && inner_devices > devices_per_node;
+  const bool choice = mesh.axes.size() - static_cast<std::size_t>(start) >= 2 && devices_per_node % inner_devices != 0;
   if (!choice) {
     meshes.push_back(std::move(mesh));
     return;
   }
-  // Every permutation of the inner axes, the canonical one first.
-  std::vector<int> rank_of(mesh.axes.size() - static_cast<std::size_t>(start));
-  for (std::size_t i = 0; i < rank_of.size(); ++i) rank_of[i] = static_cast<int>(i);
+  // Every permutation of the inner axes, the canonical one first, less those
+  // that place every axis as one already kept: an axis whose groups each lie
+  // inside one node (stride x size divides the node) rides the node's links
+  // whatever its stride, and any other is placed by its stride and size
+  // (ep=4,cp=4,tp=2 and ep=4,tp=2,cp=4 on 8-device nodes are one placement).
+  const std::size_t inner = mesh.axes.size() - static_cast<std::size_t>(start);
+  std::vector<int> rank_of(inner);
+  for (std::size_t i = 0; i < inner; ++i) rank_of[i] = static_cast<int>(i);
   const std::vector<MeshAxis> canonical(mesh.axes.begin() + start, mesh.axes.end());
+  std::vector<std::vector<std::int64_t>> kept;  // each canonical inner axis's stride (0: inside a node), per order kept
   do {
     Mesh ordered = mesh;
-    for (std::size_t i = 0; i < rank_of.size(); ++i)
-      ordered.axes[static_cast<std::size_t>(start) + i] = canonical[static_cast<std::size_t>(rank_of[i])];
+    std::vector<std::int64_t> placed(inner);
+    std::int64_t stride = 1;
+    for (std::size_t i = inner; i-- > 0;) {
+      const auto c = static_cast<std::size_t>(rank_of[i]);
+      ordered.axes[static_cast<std::size_t>(start) + i] = canonical[c];
+      placed[c] = devices_per_node % (stride * canonical[c].size) == 0 ? 0 : stride;
+      stride *= canonical[c].size;
+    }
+    if (std::find(kept.begin(), kept.end(), placed) != kept.end()) continue;
+    kept.push_back(std::move(placed));
     meshes.push_back(std::move(ordered));
   } while (std::next_permutation(rank_of.begin(), rank_of.end()));
 }

@@ -103,9 +103,10 @@ struct SearchOptions {
 // The meshes the search enumerates: ordered factorisations of the world size
 // over `space.axes`, outermost first in the order pp, dp, fsdp, ep, cp, tp
 // (tp innermost, inside a node), within the space's size limits. Where the
-// ep, cp and tp axes of a factorisation (two or more of them) need more
-// devices than a node holds, every order of those axes follows the canonical
-// one, so that the search, not a fixed order, picks which one crosses nodes.
+// ep, cp and tp axes of a factorisation (two or more of them) do not lie
+// inside one node (their product does not divide it), each order of those
+// axes that places them differently follows the canonical one, so that the
+// search, not a fixed order, picks which one crosses nodes.
 std::vector<Mesh> enumerate_meshes(std::int64_t world_size, const SearchSpace& space, std::int64_t devices_per_node);
 
 // Structural rules of validate_plan, as a fast first-failure check (pp x v

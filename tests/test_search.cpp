@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "model/search.hpp"
+#include "model/topology.hpp"
 #include "test_support.hpp"
 
 namespace meshplan {
@@ -127,10 +128,31 @@ TEST(Search, InnerAxesCrossingNodesAreTriedInEveryOrder) {
   ASSERT_NE(canonical, texts.end());
   ASSERT_NE(swapped, texts.end());
   EXPECT_LT(canonical, swapped);
-  // Three inner axes over 32 devices: all six orders, pp and dp outside them.
-  for (const char* text : {"dp=2,ep=4,cp=4,tp=2", "dp=2,ep=4,tp=2,cp=4", "dp=2,cp=4,ep=4,tp=2", "dp=2,cp=4,tp=2,ep=4",
-                           "dp=2,tp=2,ep=4,cp=4", "dp=2,tp=2,cp=4,ep=4"})
+  // Three inner axes over 32 devices, pp and dp outside them. Where the two
+  // inner ones fill a node (ep=4 outside cp=4 x tp=2, or cp=4 outside
+  // ep=4 x tp=2), their order is one placement and is tried once; with tp
+  // outside, cp x ep = 16 spans two nodes and which of them has all its
+  // devices in a node is a choice again.
+  for (const char* text : {"dp=2,ep=4,cp=4,tp=2", "dp=2,cp=4,ep=4,tp=2", "dp=2,tp=2,ep=4,cp=4", "dp=2,tp=2,cp=4,ep=4"})
     EXPECT_EQ(count(text), 1) << text;
+  for (const char* text : {"dp=2,ep=4,tp=2,cp=4", "dp=2,cp=4,tp=2,ep=4"}) EXPECT_EQ(count(text), 0) << text;
+  // ... and the order left out is priced as the one kept, axis by axis, on a cluster of 8-GPU nodes.
+  const Topology topology = build_topology(must(load_cluster("dgx-h100")), 64);
+  for (const auto& [left_out, kept] : {std::pair{"dp=2,ep=4,tp=2,cp=4", "dp=2,ep=4,cp=4,tp=2"},
+                                       std::pair{"dp=2,cp=4,tp=2,ep=4", "dp=2,cp=4,ep=4,tp=2"}}) {
+    const auto a = place_axes(topology, must(parse_mesh(left_out, "mesh")));
+    const auto b = place_axes(topology, must(parse_mesh(kept, "mesh")));
+    for (const AxisPlacement& pa : a) {
+      const auto pb = std::find_if(b.begin(), b.end(), [&](const AxisPlacement& x) { return x.axis == pa.axis; });
+      ASSERT_NE(pb, b.end());
+      EXPECT_EQ(pa.bandwidth_bytes_per_s, pb->bandwidth_bytes_per_s) << left_out << " " << to_string(pa.axis);
+      EXPECT_EQ(pa.all_to_all_bandwidth_bytes_per_s, pb->all_to_all_bandwidth_bytes_per_s) << left_out;
+      EXPECT_EQ(pa.latency_s, pb->latency_s) << left_out;
+    }
+  }
+  // cp=2,ep=8 puts all of an ep group in a node, ep=8,cp=2 four of its devices to a node.
+  EXPECT_EQ(count("dp=4,ep=8,cp=2"), 1);
+  EXPECT_EQ(count("dp=4,cp=2,ep=8"), 1);
   // Inside a node (ep x tp = 8), or one inner axis: the canonical order only.
   EXPECT_EQ(count("pp=2,dp=4,ep=4,tp=2"), 1);
   EXPECT_EQ(count("pp=2,dp=4,tp=2,ep=4"), 0);
@@ -144,6 +166,53 @@ TEST(Search, InnerAxesCrossingNodesAreTriedInEveryOrder) {
   SearchSpace dense;
   for (const Mesh& m : enumerate_meshes(64, dense, 8))
     EXPECT_TRUE(m.axes.back().axis == Axis::tp || m.size(Axis::tp) == 1) << m.to_string();
+}
+
+// Every order the enumeration leaves out is placed, axis by axis, exactly as
+// an order it keeps (the same links, so the same plan to the evaluator), on
+// node sizes the axes divide and on ones they do not (12 nodes of 8 with
+// axes of 3 and 6), and on other clusters' nodes.
+TEST(Search, OrdersLeftOutArePlacedAsOnesKept) {
+  SearchSpace space;
+  space.axes = {Axis::dp, Axis::ep, Axis::cp, Axis::tp};
+  int checked = 0;
+  for (const auto& [cluster_name, world] : {std::pair{"dgx-h100", 64}, std::pair{"dgx-h100", 96},
+                                            std::pair{"pcie-a100", 64}, std::pair{"ethernet-10g", 48}}) {
+    const ClusterSpec cluster = must(load_cluster(cluster_name));
+    const Topology topology = build_topology(cluster, world);
+    const std::vector<Mesh> meshes = enumerate_meshes(world, space, cluster.devices_per_node);
+    auto same_links = [&](const Mesh& x, const Mesh& y) {
+      const auto a = place_axes(topology, x), b = place_axes(topology, y);
+      for (const AxisPlacement& pa : a) {
+        const auto pb = std::find_if(b.begin(), b.end(), [&](const AxisPlacement& q) { return q.axis == pa.axis; });
+        if (pb == b.end() || pa.bandwidth_bytes_per_s != pb->bandwidth_bytes_per_s ||
+            pa.all_to_all_bandwidth_bytes_per_s != pb->all_to_all_bandwidth_bytes_per_s || pa.latency_s != pb->latency_s)
+          return false;
+      }
+      return true;
+    };
+    for (const Mesh& mesh : meshes) {
+      std::size_t start = mesh.axes.size();
+      while (start > 0 && mesh.axes[start - 1].axis != Axis::dp) --start;
+      if (mesh.axes.size() - start < 2) continue;
+      Mesh other = mesh;
+      std::sort(other.axes.begin() + static_cast<std::ptrdiff_t>(start), other.axes.end(),
+                [](const MeshAxis& a, const MeshAxis& b) { return a.axis < b.axis; });
+      do {
+        const bool listed = std::any_of(meshes.begin(), meshes.end(), [&](const Mesh& m) { return m.to_string() == other.to_string(); });
+        if (listed) continue;
+        const bool placed_as_kept = std::any_of(meshes.begin(), meshes.end(), [&](const Mesh& m) {
+          return m.size(Axis::dp) == other.size(Axis::dp) && m.size(Axis::ep) == other.size(Axis::ep) &&
+                 m.size(Axis::cp) == other.size(Axis::cp) && m.size(Axis::tp) == other.size(Axis::tp) &&
+                 same_links(m, other);
+        });
+        EXPECT_TRUE(placed_as_kept) << other.to_string() << " on " << world << " of " << cluster_name;
+        ++checked;
+      } while (std::next_permutation(other.axes.begin() + static_cast<std::ptrdiff_t>(start), other.axes.end(),
+                                     [](const MeshAxis& a, const MeshAxis& b) { return a.axis < b.axis; }));
+    }
+  }
+  EXPECT_GT(checked, 20);
 }
 
 // Each order of a mesh is costed with its own links: the search shares block
