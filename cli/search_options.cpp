@@ -64,11 +64,14 @@ Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
     if (space.axes.empty() && !has_errors(problems)) problems.push_back({Severity::error, "--axes", "name at least one axis"});
   }
 
-  for (const auto& [flag, value] : {std::pair{"--max-tp", f.max_tp}, std::pair{"--max-pp", f.max_pp}}) {
+  for (const auto& [flag, value] : {std::pair{"--max-tp", f.max_tp}, std::pair{"--max-pp", f.max_pp},
+                                    std::pair{"--max-cp", f.max_cp}, std::pair{"--max-ep", f.max_ep}}) {
     if (value < 0) problems.push_back({Severity::error, flag, "must be 0 (no limit of its own) or more, got " + std::to_string(value)});
   }
   space.max_tp = f.max_tp;
   space.max_pp = f.max_pp;
+  space.max_cp = f.max_cp;
+  space.max_ep = f.max_ep;
 
   if (!trim(f.micro_batches).empty()) {
     auto sizes = parse_int_list(f.micro_batches, "--micro-batches", 1, std::int64_t{1} << 20);
@@ -192,6 +195,10 @@ void add_search_flags(CLI::App& command, SearchFlags& f) {
                      "a mixture-of-experts model)");
   command.add_option("--max-tp", f.max_tp, "Largest tp (0: the cluster's devices per node)")->capture_default_str();
   command.add_option("--max-pp", f.max_pp, "Largest pp (0: no limit but the layers)")->capture_default_str();
+  command.add_option("--max-cp", f.max_cp, "Largest cp, where --axes has cp (0: no limit but the device count)")
+      ->capture_default_str();
+  command.add_option("--max-ep", f.max_ep, "Largest ep, where ep is searched (0: no limit but the device count; ep must divide the experts)")
+      ->capture_default_str();
   command.add_option("--micro-batches", f.micro_batches,
                      "Micro-batch sizes to try, e.g. 1,2,4 (default: 1, 2, 4, ... 64 that fit the batch)");
   command.add_option("--zero", f.zero, "ZeRO stages on dp to try (0-3)")->capture_default_str();
@@ -341,6 +348,8 @@ std::string describe_space(const SearchSpace& space) {
   std::string limits;
   if (space.max_tp > 0) limits += ", tp <= " + std::to_string(space.max_tp);
   if (space.max_pp > 0) limits += ", pp <= " + std::to_string(space.max_pp);
+  if (space.max_cp > 0) limits += ", cp <= " + std::to_string(space.max_cp);
+  if (space.max_ep > 0) limits += ", ep <= " + std::to_string(space.max_ep);
   return "axes " + join(axes) + limits + "; micro-batch " + micro + "; zero " + join(zero) + "; recompute " +
          join(recompute) + "; attention " + join(attentions) + "; schedules " + join(schedules) + "; precision " +
          join(precisions) + (std::find(space.axes.begin(), space.axes.end(), Axis::cp) != space.axes.end()

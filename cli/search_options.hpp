@@ -39,6 +39,8 @@ struct SearchFlags {
   std::string axes;  // empty: default_search_axes (model/plan_defaults.hpp) for each job's model
   std::int64_t max_tp = 0;
   std::int64_t max_pp = 0;
+  std::int64_t max_cp = 0;
+  std::int64_t max_ep = 0;
   std::string micro_batches;  // empty: 1, 2, 4, ... 64 where they divide the batch
   std::string zero = "0,1,2,3";
   std::string recompute = "none,selective,full";

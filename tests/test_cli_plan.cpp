@@ -150,6 +150,12 @@ TEST(CliPlan, AMixtureOfExpertsIsSearchedOverEpByDefault) {
                             "64", "--seq", "2048"});
   ASSERT_EQ(dense.status, 0) << dense.err;
   EXPECT_NE(dense.out.find("search: axes dp,fsdp,tp,pp;"), std::string::npos) << dense.out;
+  // --max-ep bounds ep, and the search line says so.
+  const CliRun bounded = with({"plan"}, {"--max-ep", "4", "--top", "50"});
+  ASSERT_EQ(bounded.status, 0) << bounded.err;
+  EXPECT_NE(bounded.out.find("search: axes dp,fsdp,tp,pp,ep, ep <= 4;"), std::string::npos) << bounded.out;
+  for (const char* big : {"ep=8", "ep=16"}) EXPECT_EQ(bounded.out.find(big), std::string::npos) << big << bounded.out;
+  EXPECT_NE(bounded.out.find("ep=4"), std::string::npos) << bounded.out;
   // explain without --mesh ranks the same search: its plan is plan's first.
   const CliRun explain = with({"explain"}, {"--json"});
   ASSERT_LE(explain.status, 1) << explain.err;
@@ -932,6 +938,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"micro_batches", {"plan", "--micro-batches", "0,1"}, {"--micro-batches", "'0'"}},
         BadInput{"max_tp", {"plan", "--max-tp", "-2"}, {"--max-tp"}},
         BadInput{"max_pp_text", {"plan", "--max-pp", "abc"}, {"--max-pp"}},
+        BadInput{"max_cp", {"plan", "--max-cp", "-1"}, {"--max-cp", "0 (no limit of its own) or more"}},
+        BadInput{"max_ep", {"sweep", "--max-ep", "-4"}, {"--max-ep", "0 (no limit of its own) or more"}},
         BadInput{"headroom", {"plan", "--headroom", "1.5"}, {"--headroom", "[0, 1)"}},
         BadInput{"threads", {"plan", "--threads", "-1"}, {"--threads"}},
         BadInput{"top", {"plan", "--top", "0"}, {"--top", "at least 1"}},

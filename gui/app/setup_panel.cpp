@@ -89,6 +89,10 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   max_pp_ = spin(0, 1 << 16, tr("no limit"));
   addField("max_tp", tr("Max tp"), max_tp_, tr("Largest tensor-parallel degree"));
   addField("max_pp", tr("Max pp"), max_pp_, tr("Largest pipeline degree"));
+  max_cp_ = spin(0, 1 << 16, tr("no limit"));
+  max_ep_ = spin(0, 1 << 16, tr("no limit"));
+  addField("max_cp", tr("Max cp"), max_cp_, tr("Largest context-parallel degree (where Axes has cp)"));
+  addField("max_ep", tr("Max ep"), max_ep_, tr("Largest expert-parallel degree (where ep is searched)"));
   headroom_ = new QDoubleSpinBox;
   headroom_->setRange(0, 0.99);
   headroom_->setSingleStep(0.01);
@@ -213,6 +217,8 @@ SetupInputs SetupPanel::inputs() const {
   in.axes = axes_->text().toStdString();
   in.max_tp = max_tp_->value();
   in.max_pp = max_pp_->value();
+  in.max_cp = max_cp_->value();
+  in.max_ep = max_ep_->value();
   in.headroom = headroom_->value();
   in.schedules = schedules_->text().toStdString();
   in.zero = zero_->text().toStdString();
@@ -238,6 +244,8 @@ void SetupPanel::setInputs(const SetupInputs& in) {
   axes_->setText(QString::fromStdString(in.axes));
   max_tp_->setValue(static_cast<int>(in.max_tp));
   max_pp_->setValue(static_cast<int>(in.max_pp));
+  max_cp_->setValue(static_cast<int>(in.max_cp));
+  max_ep_->setValue(static_cast<int>(in.max_ep));
   headroom_->setValue(in.headroom);
   schedules_->setText(QString::fromStdString(in.schedules));
   zero_->setText(QString::fromStdString(in.zero));
@@ -320,6 +328,8 @@ void SetupPanel::save(QSettings& s) const {
   s.setValue("setup/axes", QString::fromStdString(in.axes));
   s.setValue("setup/max_tp", static_cast<qlonglong>(in.max_tp));
   s.setValue("setup/max_pp", static_cast<qlonglong>(in.max_pp));
+  s.setValue("setup/max_cp", static_cast<qlonglong>(in.max_cp));
+  s.setValue("setup/max_ep", static_cast<qlonglong>(in.max_ep));
   s.setValue("setup/headroom", in.headroom);
   s.setValue("setup/schedules", QString::fromStdString(in.schedules));
   s.setValue("setup/zero", QString::fromStdString(in.zero));
@@ -351,6 +361,8 @@ void SetupPanel::restore(const QSettings& s) {
   text("setup/axes", in.axes);
   number("setup/max_tp", in.max_tp);
   number("setup/max_pp", in.max_pp);
+  number("setup/max_cp", in.max_cp);
+  number("setup/max_ep", in.max_ep);
   if (s.contains("setup/headroom")) in.headroom = s.value("setup/headroom").toDouble();
   text("setup/schedules", in.schedules);
   text("setup/zero", in.zero);

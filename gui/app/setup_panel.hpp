@@ -62,6 +62,8 @@ class SetupPanel : public QWidget {
   QLineEdit* axes_ = nullptr;
   QSpinBox* max_tp_ = nullptr;
   QSpinBox* max_pp_ = nullptr;
+  QSpinBox* max_cp_ = nullptr;
+  QSpinBox* max_ep_ = nullptr;
   QDoubleSpinBox* headroom_ = nullptr;
   QLineEdit* schedules_ = nullptr;
   QLineEdit* zero_ = nullptr;

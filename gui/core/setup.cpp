@@ -48,8 +48,12 @@ void resolve_space(const SetupInputs& in, SearchSpace& space, Problems& problems
   }
   if (in.max_tp < 0) error(problems, "max_tp", "must be 0 (the devices per node) or more");
   if (in.max_pp < 0) error(problems, "max_pp", "must be 0 (no limit but the layers) or more");
+  if (in.max_cp < 0) error(problems, "max_cp", "must be 0 (no limit but the device count) or more");
+  if (in.max_ep < 0) error(problems, "max_ep", "must be 0 (no limit but the device count) or more");
   space.max_tp = in.max_tp;
   space.max_pp = in.max_pp;
+  space.max_cp = in.max_cp;
+  space.max_ep = in.max_ep;
   if (!(in.headroom >= 0 && in.headroom < 1)) error(problems, "headroom", "must be a fraction in [0, 1)");
   space.memory_headroom = in.headroom;
 

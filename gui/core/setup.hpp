@@ -6,7 +6,7 @@
 // the message beside that field instead of failing somewhere later.
 //
 // Field keys: model, cluster, layers, hidden, heads, seq, devices_per_node,
-// nodes, global_batch, axes, max_tp, max_pp, headroom, schedules, zero,
+// nodes, global_batch, axes, max_tp, max_pp, max_cp, max_ep, headroom, schedules, zero,
 // recompute, threads.
 //
 // Defines: SetupInputs, PlanningJob, resolve_setup, describe_job.
@@ -38,6 +38,8 @@ struct SetupInputs {
   std::string axes;  // empty: dp,fsdp,tp,pp, and ep for a mixture-of-experts model (default_search_axes)
   std::int64_t max_tp = 0;          // 0: devices per node
   std::int64_t max_pp = 0;          // 0: the layers
+  std::int64_t max_cp = 0;          // 0: the device count
+  std::int64_t max_ep = 0;          // 0: the device count
   double headroom = 0.05;
   std::string schedules = "gpipe,1f1b,interleaved,zb-h1";
   std::string zero = "0,1,2,3";

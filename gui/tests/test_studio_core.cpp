@@ -126,6 +126,21 @@ class StudioCoreTest : public QObject {
     QCOMPARE(job.value.space.axes, (std::vector<Axis>{Axis::dp, Axis::fsdp, Axis::tp, Axis::pp, Axis::ep}));
     in.axes = "dp,tp";
     QCOMPARE(resolve_setup(in).value.space.axes, (std::vector<Axis>{Axis::dp, Axis::tp}));
+    // Max cp and Max ep bound the search as the CLI's --max-cp and --max-ep; below 0 is an error at its field.
+    in.axes = "";
+    in.max_cp = 2;
+    in.max_ep = 2;
+    auto bounded = resolve_setup(in);
+    QVERIFY(bounded.ok());
+    QCOMPARE(bounded.value.space.max_cp, std::int64_t{2});
+    QCOMPARE(bounded.value.space.max_ep, std::int64_t{2});
+    for (const Mesh& m : enumerate_meshes(bounded.value.world_size, bounded.value.space, bounded.value.cluster.devices_per_node))
+      QVERIFY(m.size(Axis::ep) <= 2);
+    in.max_cp = -1;
+    in.max_ep = -2;
+    auto negative = resolve_setup(in);
+    QVERIFY(has_problem_at(negative.problems, "max_cp"));
+    QVERIFY(has_problem_at(negative.problems, "max_ep"));
   }
 
   void setupProblemsNameTheirField() {
