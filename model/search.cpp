@@ -179,13 +179,16 @@ void add_inner_orders(std::vector<Mesh>& meshes, Mesh mesh, std::int64_t devices
   // Every permutation of the inner axes, the canonical one first, less those
   // that place every axis as one already kept: an axis whose groups each lie
   // inside one node (stride x size divides the node) rides the node's links
-  // whatever its stride, and any other is placed by its stride and size
-  // (ep=4,cp=4,tp=2 and ep=4,tp=2,cp=4 on 8-device nodes are one placement).
+  // whatever its stride, one whose stride is a whole number of nodes has one
+  // device on each of `size` nodes whatever its stride, and any other is
+  // placed by its stride and size (ep=4,cp=4,tp=2 and ep=4,tp=2,cp=4 on
+  // 8-device nodes are one placement).
   const std::size_t inner = mesh.axes.size() - static_cast<std::size_t>(start);
   std::vector<int> rank_of(inner);
   for (std::size_t i = 0; i < inner; ++i) rank_of[i] = static_cast<int>(i);
   const std::vector<MeshAxis> canonical(mesh.axes.begin() + start, mesh.axes.end());
-  std::vector<std::vector<std::int64_t>> kept;  // each canonical inner axis's stride (0: inside a node), per order kept
+  // Each canonical inner axis's stride (0: inside a node; -1: one device a node), per order kept.
+  std::vector<std::vector<std::int64_t>> kept;
   do {
     Mesh ordered = mesh;
     std::vector<std::int64_t> placed(inner);
@@ -193,7 +196,7 @@ void add_inner_orders(std::vector<Mesh>& meshes, Mesh mesh, std::int64_t devices
     for (std::size_t i = inner; i-- > 0;) {
       const auto c = static_cast<std::size_t>(rank_of[i]);
       ordered.axes[static_cast<std::size_t>(start) + i] = canonical[c];
-      placed[c] = devices_per_node % (stride * canonical[c].size) == 0 ? 0 : stride;
+      placed[c] = devices_per_node % (stride * canonical[c].size) == 0 ? 0 : stride % devices_per_node == 0 ? -1 : stride;
       stride *= canonical[c].size;
     }
     if (std::find(kept.begin(), kept.end(), placed) != kept.end()) continue;

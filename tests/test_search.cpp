@@ -171,14 +171,21 @@ TEST(Search, InnerAxesCrossingNodesAreTriedInEveryOrder) {
 // Every order the enumeration leaves out is placed, axis by axis, exactly as
 // an order it keeps (the same links, so the same plan to the evaluator), on
 // node sizes the axes divide and on ones they do not (12 nodes of 8 with
-// axes of 3 and 6), and on other clusters' nodes.
+// axes of 3 and 6), on other clusters' nodes, and on nodes of one and of
+// four devices.
 TEST(Search, OrdersLeftOutArePlacedAsOnesKept) {
   SearchSpace space;
   space.axes = {Axis::dp, Axis::ep, Axis::cp, Axis::tp};
   int checked = 0;
-  for (const auto& [cluster_name, world] : {std::pair{"dgx-h100", 64}, std::pair{"dgx-h100", 96},
-                                            std::pair{"pcie-a100", 64}, std::pair{"ethernet-10g", 48}}) {
-    const ClusterSpec cluster = must(load_cluster(cluster_name));
+  struct Case {
+    const char* cluster;
+    std::int64_t world, devices_per_node;  // 0: the preset's
+  };
+  for (const auto& [cluster_name, world, per_node] :
+       {Case{"dgx-h100", 64, 0}, Case{"dgx-h100", 96, 0}, Case{"pcie-a100", 64, 0}, Case{"ethernet-10g", 48, 0},
+        Case{"dgx-h100", 64, 1}, Case{"dgx-h100", 48, 4}}) {
+    ClusterSpec cluster = must(load_cluster(cluster_name));
+    if (per_node > 0) cluster.devices_per_node = per_node;
     const Topology topology = build_topology(cluster, world);
     const std::vector<Mesh> meshes = enumerate_meshes(world, space, cluster.devices_per_node);
     auto same_links = [&](const Mesh& x, const Mesh& y) {

@@ -155,8 +155,8 @@ TEST(Validation, KeyValueHeadsTpDoesNotDivideAreReplicatedWithAWarning) {
   EXPECT_TRUE(warned) << messages(ex.problems);
 }
 
-TEST(Validation, ValidPlansOfTheSeedGuides) {
-  // tp x pp <= world size, tp inside a node, the seeds' 2-D FSDP x TP mesh.
+TEST(Validation, ValidPlansOfTheScalingGuides) {
+  // tp x pp <= world size, tp inside a node, the 2-D FSDP x TP mesh of "How to Scale Your Model".
   const auto model = must(load_model("llama3-70b"));
   const auto cluster = must(load_cluster("dgx-h100"));
   const Plan plan = plan_with("fsdp=8,tp=8", 1, 64);
