@@ -37,6 +37,7 @@ class TransformerBuilder {
         moe(dims.experts > 0),
         experts(moe ? static_cast<double>(dims.experts) : 1.0),
         routed(moe ? static_cast<double>(dims.top_k) : 1.0),
+        expert_slots(dims.expert_slots_per_token()),
         norm_parameters(dims.norm == Norm::layernorm ? 2 * h : h),
         norm_flops_per_element(dims.norm == Norm::layernorm ? 8 : 4),
         mlp_in_width(gated ? 2 * f : f) {
@@ -236,7 +237,7 @@ class TransformerBuilder {
       Op router = make_op(p + "mlp.router", OpKind::gemm, block);
       router.replicated_parameters = h * experts;
       router.forward_flops_per_sample = 2 * s * h * experts;
-      router.output_elements_per_sample = s * h * routed;  // tokens dispatched to their experts
+      router.output_elements_per_sample = s * h * expert_slots;  // tokens dispatched to their experts, padded to capacity
       router.saved = {{"router probabilities", s * experts, 4, false, false}};
       router.gemm = {s, t.experts, t.hidden, 1};
       router.memory_fixed_bytes_per_sample = 2 * s * experts * 4;  // fp32 softmax over experts
@@ -250,9 +251,9 @@ class TransformerBuilder {
     Op w_in = make_op(p + "mlp.w_in", OpKind::gemm, block, moe);
     w_in.tp_split_parameters = experts * (h * mlp_in_width + bias(mlp_in_width));
     w_in.forward_flops_per_sample = routed * 2 * s * h * mlp_in_width;
-    w_in.output_elements_per_sample = routed * s * mlp_in_width;
-    w_in.saved = {{"mlp input", routed * s * h, 0, false, false}};
-    w_in.gemm = {routed * s, gated ? 2 * t.ffn : t.ffn, t.hidden, 1};
+    w_in.output_elements_per_sample = expert_slots * s * mlp_in_width;
+    w_in.saved = {{"mlp input", expert_slots * s * h, 0, false, false}};
+    w_in.gemm = {expert_slots * s, gated ? 2 * t.ffn : t.ffn, t.hidden, 1};  // padded rows run; model FLOPs count routed
     w_in.tp_split = TpSplit::columns;
     if (!moe) {  // matmul 5 (gate or in) kept; 6 (up) repeated
       w_in.op_sac_kept = {{gated ? "gate projection" : "mlp hidden", s * f, 0, true, false}};
@@ -262,14 +263,14 @@ class TransformerBuilder {
     g.connect(mlp_input_id, w_in_id);
 
     Op act = make_op(p + "mlp.act", OpKind::activation, block);
-    act.forward_flops_per_sample = routed * (gated ? 10 : 8) * s * f;
-    act.output_elements_per_sample = routed * s * f;
+    act.forward_flops_per_sample = expert_slots * (gated ? 10 : 8) * s * f;
+    act.output_elements_per_sample = expert_slots * s * f;
     if (gated) {
-      act.saved = {{"gate projection", routed * s * f, 0, true, false}, {"up projection", routed * s * f, 0, true, false}};
+      act.saved = {{"gate projection", expert_slots * s * f, 0, true, false}, {"up projection", expert_slots * s * f, 0, true, false}};
     } else {
-      act.saved = {{"gelu input", routed * s * f, 0, true, false}};
+      act.saved = {{"gelu input", expert_slots * s * f, 0, true, false}};
     }
-    act.memory_elements_per_sample = routed * (gated ? 3 : 2) * s * f;  // fused bias + activation (x gate)
+    act.memory_elements_per_sample = expert_slots * (gated ? 3 : 2) * s * f;  // fused bias + activation (x gate)
     act.tensor_parallel_region = true;
     const OpId act_id = g.add_op(act);
     g.connect(w_in_id, act_id);
@@ -279,8 +280,8 @@ class TransformerBuilder {
     w_out.replicated_parameters = experts * bias(h);
     w_out.forward_flops_per_sample = routed * 2 * s * f * h;
     w_out.output_elements_per_sample = s * h;
-    w_out.saved = {{"mlp projection input", routed * s * f, 0, true, false}};
-    w_out.gemm = {routed * s, t.hidden, t.ffn, 1};
+    w_out.saved = {{"mlp projection input", expert_slots * s * f, 0, true, false}};
+    w_out.gemm = {expert_slots * s, t.hidden, t.ffn, 1};
     w_out.tp_split = TpSplit::rows;
     if (!moe && gated) {  // matmul 7 kept; 6 of a plain MLP repeated
       // Without sequence parallelism the matmul's output (partial sums over
@@ -345,6 +346,7 @@ class TransformerBuilder {
   double s, h, a, q, kv, f, vocab;  // q: query width; kv: key (= value) width
   bool gated, dropout, moe;
   double experts, routed;  // routed: copies of each token through the MLP
+  double expert_slots;            // routed, with the capacity's padding (expert_slots_per_token): what the experts compute and hold
   double norm_parameters, norm_flops_per_element, mlp_in_width;
   LayerGraph g;
 };

@@ -336,7 +336,7 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
   }
   // Expert parallelism: dispatch and combine all-to-all, forward and backward (Lepikhin et al. 2021).
   if (ps.ep > 1 && bp.expert_tp_split_parameters > 0) {
-    const double routed_bytes = (seq * b / cp) * static_cast<double>(prof.top_k * prof.hidden) * act;
+    const double routed_bytes = (seq * b / cp) * prof.expert_slots * static_cast<double>(prof.hidden) * act;
     const double one = cost(Collective::all_to_all, routed_bytes, ep_link);
     c.ep_s = 4 * one;
     c.collectives.push_back({Axis::ep, Collective::all_to_all, Pass::forward, HiddenUnder::nothing, routed_bytes, 2,
@@ -569,7 +569,7 @@ struct StageMemoryInputs {
       buffers += context_parallel_buffer_elements(plan.cp_comm, tokens, cp, static_cast<double>(prof.q_width) / tp,
                                                   static_cast<double>(prof.kv_width) / in.ps.kv_tp) * act;
     }
-    if (ep > 1) buffers += 2 * tokens * static_cast<double>(prof.top_k * prof.hidden) * act;
+    if (ep > 1) buffers += expert_dispatch_buffer_elements(tokens, prof.expert_slots, static_cast<double>(prof.hidden)) * act;
   }
   mem.buffers_bytes = buffers;
   add_peak_memory(mem, s.loss_logits, s.layers > 0 ? s.gradient_elements : 0.0, act, in.device, plan.loss);

@@ -146,6 +146,10 @@ std::string megatron(Writer& w) {
   if (t.experts > 0) {
     arg("--num-experts", count(t.experts));
     arg("--moe-router-topk", count(t.top_k));
+    if (t.capacity_factor > 0) {  // drop and pad (Megatron-Core MoE README, "Token Dispatch Mechanism")
+      arg("--moe-expert-capacity-factor", number_text(t.capacity_factor));
+      arg("--moe-pad-expert-input-to-capacity");
+    }
   }
   std::string out = w.header("#", "Megatron-LM arguments (pretrain_gpt.py)");
   out += "# world size " + std::to_string(w.mesh().world_size()) + " = tp x pp x cp x data-parallel " +

@@ -113,7 +113,8 @@ double communication_buffers(const ModelSpec& model, const LayerGraph& graph, co
     }
     if (ep > 1) {
       // All-to-all dispatch and combine of the routed tokens.
-      buffers += 2 * tokens * static_cast<double>(t.top_k * t.hidden) * bytes.activation_bytes_per_element;
+      buffers += expert_dispatch_buffer_elements(tokens, t.expert_slots_per_token(), static_cast<double>(t.hidden)) *
+                 bytes.activation_bytes_per_element;
     }
   }
   return buffers;

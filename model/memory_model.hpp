@@ -106,6 +106,13 @@ inline double context_parallel_buffer_elements(CpComm comm, double tokens, doubl
   return 0;
 }
 
+// Elements one device buffers for expert parallelism's all-to-all dispatch and
+// combine: each of its `tokens` in `copies` copies (TransformerDims::expert_slots_per_token)
+// of `hidden` elements, sent and received.
+inline double expert_dispatch_buffer_elements(double tokens, double copies, double hidden) {
+  return 2 * tokens * copies * hidden;
+}
+
 // Bytes per sample on one device of what `op` keeps under op-level
 // checkpointing (Recompute::selective_op; Op::op_sac_kept), in a layer block.
 double op_sac_kept_bytes_per_sample(const Op& op, const ActivationSharding& sharding);

@@ -2,6 +2,7 @@
 
 #include "model/hf_config.hpp"
 #include "model/presets.hpp"
+#include "model/text.hpp"
 #include "model/yaml_reader.hpp"
 
 namespace meshplan {
@@ -54,6 +55,17 @@ void read_transformer(YamlMap& root, TransformerDims& t) {
   if (t.experts > 0 && t.top_k > t.experts) {
     root.add_problem("top_k", "top_k (" + std::to_string(t.top_k) + ") exceeds experts (" +
                                   std::to_string(t.experts) + ")");
+  }
+  if (const auto cf = root.number("capacity_factor", Need::optional, 1.0, 1e6)) {
+    t.capacity_factor = *cf;
+    if (t.experts == 0) {
+      root.add_problem("capacity_factor", "a capacity factor needs experts (this model's MLP is dense)");
+    } else if (t.top_k <= t.experts && *cf * static_cast<double>(t.top_k) > static_cast<double>(t.experts)) {
+      // Past experts / top_k every expert could take every token: more padding than tokens.
+      root.add_problem("capacity_factor", "capacity_factor x top_k (" + format("%g", *cf * static_cast<double>(t.top_k)) +
+                                              ") exceeds experts (" + std::to_string(t.experts) +
+                                              "): an expert never holds more than every token");
+    }
   }
 }
 

@@ -43,11 +43,23 @@ struct TransformerDims {
   double norm_eps = 1e-5;       // added to the variance (layernorm) or mean square (rmsnorm) under the root
   std::int64_t experts = 0;     // 0 = dense; otherwise every layer's MLP is a mixture of experts
   std::int64_t top_k = 1;
+  // Drop-and-pad expert capacity (Switch Transformer, Fedus et al. 2021, Sec. 2.1; GShard; Megatron-Core's
+  // --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity, whose README gives
+  // capacity = tokens x top_k x capacity_factor / experts): every expert takes that many tokens, padded
+  // where fewer are routed to it, the rest dropped before the all-to-all. 0: dropless, with every expert
+  // equally loaded (the ideal a load-balancing loss aims at).
+  double capacity_factor = 0;
 
   // The counts as every reader uses them (0 in the fields above means the default).
   std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
   std::int64_t head_size() const { return head_dim > 0 ? head_dim : hidden / (heads > 0 ? heads : 1); }
   bool gated() const { return feed_forward != FeedForward::gelu; }
+  // Copies of each token the experts compute and the dispatch moves, padding included: top_k x
+  // capacity_factor (top_k when dropless); 1 for a dense MLP. Model FLOPs count top_k only.
+  double expert_slots_per_token() const {
+    if (experts == 0) return 1.0;
+    return static_cast<double>(top_k) * (capacity_factor > 0 ? capacity_factor : 1.0);
+  }
   std::int64_t kv_tp_split(std::int64_t tp) const { return meshplan::kv_tp_split(key_value_heads(), tp); }
 };
 

@@ -598,6 +598,7 @@ nlohmann::ordered_json model_to_json(const ModelSpec& model) {
       j["norm_eps"] = t.norm_eps;
       j["experts"] = t.experts;
       j["top_k"] = t.top_k;
+      if (t.capacity_factor > 0) j["capacity_factor"] = t.capacity_factor;
       break;
     }
     case ModelKind::mlp:

@@ -208,7 +208,7 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
     profile.kv_width = t.key_value_heads() * t.head_size();
     profile.q_width = t.heads * t.head_size();
     profile.kv_heads = t.key_value_heads();
-    profile.top_k = t.experts > 0 ? t.top_k : 1;
+    profile.expert_slots = t.expert_slots_per_token();
     profile.experts = t.experts;
   }
   profile.residual_elements_per_sample = graph.largest_stage_boundary_elements_per_sample();

@@ -8,6 +8,7 @@
 #include "model/evaluate.hpp"
 #include "model/pipeline_time.hpp"
 #include "model/search.hpp"
+#include "model/stage_cost.hpp"
 #include "model/stage_partition.hpp"
 #include "model/topology.hpp"
 #include "model/validate.hpp"
@@ -290,6 +291,38 @@ TEST(Evaluator, Fp32GradientsDoubleTheGradientBytesInMemoryAndOnTheWire) {
   EXPECT_NEAR(sharded_full.worst_memory.gradients_bytes, full.worst_memory.gradients_bytes / 8, 1e-9 * full.worst_memory.gradients_bytes);
   const std::size_t fsdp = static_cast<std::size_t>(Axis::fsdp);
   EXPECT_GT(sharded_full.time.axis_communication_s[fsdp], sharded_half.time.axis_communication_s[fsdp]);
+}
+
+// Drop-and-pad expert capacity: the all-to-alls move, and the experts run,
+// capacity_factor x top_k copies of each token; the model FLOPs stay the
+// routed top_k copies, so the step is longer and the MFU lower. The memory
+// model and the evaluator agree on the padded activations and buffers.
+TEST(Evaluator, ExpertCapacityPadsTheDispatchAndTheExperts) {
+  ModelSpec model = must(load_model("llama3-8b"));
+  model.transformer.experts = 16;
+  model.transformer.top_k = 2;
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Plan plan = plan_with("dp=2,ep=8", 1, 16);
+  auto ep_bytes = [&](const Evaluator& e) {
+    double bytes = 0;
+    for (const BlockCost& c : e.block_costs(plan, place_axes(e.topology(), plan.mesh)))
+      for (const BlockCollective& x : c.collectives)
+        if (x.axis == Axis::ep) bytes += x.bytes * x.count;
+    return bytes;
+  };
+  const Evaluator dropless(model, cluster, 16, 2048);
+  model.transformer.capacity_factor = 1.25;
+  const Evaluator padded(model, cluster, 16, 2048);
+  const PlanEstimate a = dropless.evaluate(plan), b = padded.evaluate(plan);
+  ASSERT_GT(ep_bytes(dropless), 0);
+  EXPECT_DOUBLE_EQ(ep_bytes(padded), 1.25 * ep_bytes(dropless));
+  EXPECT_DOUBLE_EQ(b.time.model_flops_per_step, a.time.model_flops_per_step);
+  EXPECT_GT(b.time.step_s, a.time.step_s);
+  EXPECT_LT(b.time.mfu, a.time.mfu);
+  EXPECT_GT(b.worst_memory.activations_bytes, a.worst_memory.activations_bytes);
+  EXPECT_GT(b.worst_memory.buffers_bytes, a.worst_memory.buffers_bytes);
+  const std::size_t ep = static_cast<std::size_t>(Axis::ep);
+  EXPECT_GT(b.time.axis_communication_s[ep], a.time.axis_communication_s[ep]);
 }
 
 TEST(Evaluator, MoreBandwidthIsNeverSlower) {

@@ -54,6 +54,24 @@ TEST(Export, MegatronArgumentsForALlamaPlan) {
   EXPECT_EQ(out.value.find("--context-parallel-size"), std::string::npos) << "cp = 1 is Megatron's default";
 }
 
+// A mixture of experts: its expert counts, and a drop-and-pad capacity as
+// Megatron-Core's capacity factor with padding; dropless writes neither.
+TEST(Export, MegatronExpertCapacityIsDropAndPad) {
+  PlanFile file = plan_file("llama3-8b", "dp=2,ep=8", 1, 64);
+  file.model.transformer.experts = 16;
+  file.model.transformer.top_k = 2;
+  const Loaded<std::string> dropless = export_plan(file, ExportTarget::megatron);
+  ASSERT_TRUE(dropless.ok()) << messages(dropless.problems);
+  for (const char* line : {"--expert-model-parallel-size 8", "--num-experts 16", "--moe-router-topk 2"})
+    EXPECT_TRUE(has_line(dropless.value, line)) << line << "\n" << dropless.value;
+  EXPECT_EQ(dropless.value.find("capacity"), std::string::npos) << dropless.value;
+  file.model.transformer.capacity_factor = 1.25;
+  const Loaded<std::string> padded = export_plan(file, ExportTarget::megatron);
+  ASSERT_TRUE(padded.ok()) << messages(padded.problems);
+  for (const char* line : {"--moe-expert-capacity-factor 1.25", "--moe-pad-expert-input-to-capacity"})
+    EXPECT_TRUE(has_line(padded.value, line)) << line << "\n" << padded.value;
+}
+
 TEST(Export, MegatronRefusesWhatItCannotRun) {
   PlanFile gpipe = plan_file("llama3-8b", "pp=4", 1, 16);
   gpipe.plan.schedule = Schedule{ScheduleKind::gpipe, 1};

@@ -190,6 +190,39 @@ TEST(LayerGraph, MixtureOfExpertsMultipliesMlpWeights) {
   EXPECT_DOUBLE_EQ(moe - dense, 7 * mlp + 512.0 * 8);  // seven more experts + the router
 }
 
+// Drop-and-pad capacity (TransformerDims::capacity_factor): the experts run
+// and keep capacity_factor x top_k copies of each token, and the dispatch
+// moves that many; the parameters and the model FLOPs (top_k copies, the
+// useful work, as MFU counts it) do not change.
+TEST(LayerGraph, ExpertCapacityPadsWhatTheExpertsRunAndKeep) {
+  auto dims = gpt_dims(2, 512, 8, 128);
+  dims.experts = 8;
+  dims.top_k = 2;
+  const LayerGraph dropless = build_transformer_graph(dims, 128);
+  dims.capacity_factor = 1.5;
+  const LayerGraph padded = build_transformer_graph(dims, 128);
+  EXPECT_DOUBLE_EQ(padded.parameter_count(), dropless.parameter_count());
+  double flops[2] = {}, expert_rows[2] = {}, dispatched[2] = {}, saved[2] = {};
+  int i = 0;
+  for (const LayerGraph* g : {&dropless, &padded}) {
+    for (auto v : boost::make_iterator_range(boost::vertices(g->graph))) {
+      const Op& op = g->op(v);
+      flops[i] += op.forward_flops_per_sample * (op.kind == OpKind::gemm ? 1 : 0);
+      if (op.name == "layer0.mlp.w_in") expert_rows[i] = op.gemm.rows_per_sample;
+      if (op.name == "layer0.mlp.router") dispatched[i] = op.output_elements_per_sample;
+      if (op.name == "layer0.mlp.act") for (const auto& t : op.saved) saved[i] += t.elements_per_sample;
+    }
+    ++i;
+  }
+  EXPECT_DOUBLE_EQ(flops[1], flops[0]);
+  EXPECT_DOUBLE_EQ(expert_rows[0], 2.0 * 128);
+  EXPECT_DOUBLE_EQ(expert_rows[1], 1.5 * 2 * 128);
+  EXPECT_DOUBLE_EQ(dispatched[1], 1.5 * dispatched[0]);
+  EXPECT_GT(saved[0], 0);
+  EXPECT_DOUBLE_EQ(saved[1], 1.5 * saved[0]);
+  EXPECT_DOUBLE_EQ(dims.expert_slots_per_token(), 3.0);
+}
+
 TEST(LayerGraph, ResNet50ForwardFlopsMatchPublished) {
   CnnDims cnn;
   cnn.stage_blocks = {3, 4, 6, 3};

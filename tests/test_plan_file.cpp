@@ -41,6 +41,7 @@ void expect_same_model(const ModelSpec& a, const ModelSpec& b) {
     EXPECT_EQ(t.dropout, u.dropout);
     EXPECT_EQ(t.experts, u.experts);
     EXPECT_EQ(t.top_k, u.top_k);
+    EXPECT_EQ(t.capacity_factor, u.capacity_factor);
   }
   EXPECT_EQ(a.mlp.layer_sizes, b.mlp.layer_sizes);
   if (a.kind == ModelKind::mlp) {
@@ -214,6 +215,22 @@ TEST(PlanFile, RoundTripOtherModelKindsAndKnobs) {
                       p.schedule = {ScheduleKind::gpipe, 1};
                       p.precision = Precision::fp32;
                     }).file);
+}
+
+// A mixture of experts with a drop-and-pad capacity keeps it through a plan
+// file (the prediction depends on it); one without writes no field.
+TEST(PlanFile, ExpertCapacityRoundTrips) {
+  Made made = make({"llama3-8b", "dgx-h100", "dp=8", 8, 1, 8});  // made dense, then given experts
+  made.file.model.transformer.experts = 8;
+  made.file.model.transformer.top_k = 2;
+  made.file.plan.mesh = must(parse_mesh("ep=8", "mesh"));
+  const auto dropless = plan_file_to_json(made.file).dump();
+  EXPECT_EQ(dropless.find("capacity_factor"), std::string::npos);
+  made.file.model.transformer.capacity_factor = 1.25;
+  made.explanation = explain_plan(made.file.model, made.file.cluster, Deployment{8, 0}, made.file.plan);
+  ASSERT_TRUE(made.explanation.valid) << messages(made.explanation.problems);
+  made.file.prediction = prediction_from(made.explanation);
+  expect_round_trip(made.file);
 }
 
 // Attention is part of the plan; a file from before it was reads as the

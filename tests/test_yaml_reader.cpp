@@ -14,6 +14,8 @@ std::string all_messages(const Problems& problems) {
   return text;
 }
 
+double must_ok_slots(const char* yaml);
+
 const char* kGood = R"(name: tiny
 kind: transformer
 source: test
@@ -26,6 +28,9 @@ seq_len: 32
 mlp: gelu
 tied_embeddings: true
 )";
+
+// A dense model's MLP runs each token once.
+double must_ok_slots(const char* yaml) { return load_model_text(yaml, "dense.yaml").value.transformer.expert_slots_per_token(); }
 
 TEST(YamlReader, GoodModelLoads) {
   auto model = load_model_text(kGood, "tiny.yaml");
@@ -93,6 +98,26 @@ TEST(YamlReader, OutOfRangeAndInconsistentDimensions) {
   const std::string text = all_messages(model.problems);
   EXPECT_NE(text.find("key 'layers': must be between 1"), std::string::npos) << text;
   EXPECT_NE(text.find("key 'kv_heads': heads (4) must be a multiple of kv_heads (3)"), std::string::npos) << text;
+}
+
+// capacity_factor: drop-and-pad expert capacity, only for a mixture of
+// experts, from 1 (no slack) to experts / top_k (every token fits anywhere).
+TEST(YamlReader, ExpertCapacityIsCheckedAgainstTheExperts) {
+  auto moe = load_model_text(std::string(kGood) + "experts: 8\ntop_k: 2\ncapacity_factor: 1.25\n", "moe.yaml");
+  ASSERT_TRUE(moe.ok()) << all_messages(moe.problems);
+  EXPECT_EQ(moe.value.transformer.capacity_factor, 1.25);
+  EXPECT_EQ(moe.value.transformer.expert_slots_per_token(), 2.5);
+  EXPECT_EQ(must_ok_slots(kGood), 1.0);
+  const std::pair<std::string, std::string> bad[] = {
+      {"capacity_factor: 1.25\n", "key 'capacity_factor': a capacity factor needs experts"},
+      {"experts: 8\ntop_k: 2\ncapacity_factor: 0.5\n", "key 'capacity_factor': must be between 1"},
+      {"experts: 8\ntop_k: 2\ncapacity_factor: 5\n", "capacity_factor x top_k (10) exceeds experts (8)"},
+  };
+  for (const auto& [tail, message] : bad) {
+    auto model = load_model_text(std::string(kGood) + tail, "moe.yaml");
+    EXPECT_FALSE(model.ok()) << tail;
+    EXPECT_NE(all_messages(model.problems).find(message), std::string::npos) << all_messages(model.problems);
+  }
 }
 
 // A depth the layer graph cannot build in reasonable time is refused when
