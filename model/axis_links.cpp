@@ -10,7 +10,6 @@
 namespace meshplan {
 namespace {
 
-bool latency_sensitive(Axis axis) { return axis == Axis::tp || axis == Axis::cp || axis == Axis::ep; }
 
 std::vector<Axis> crossing_sensitive_axes(const std::vector<AxisPlacement>& placements) {
   std::vector<Axis> out;

@@ -22,7 +22,11 @@ enum class Axis { dp, fsdp, tp, pp, cp, ep };
 inline constexpr std::array<Axis, 6> all_axes = {Axis::dp, Axis::fsdp, Axis::tp, Axis::pp, Axis::cp, Axis::ep};
 
 std::string to_string(Axis axis);
-std::optional<Axis> parse_axis(std::string_view name);  // canonical names and aliases
+std::optional<Axis> parse_axis(std::string_view name);
+// tp, cp and ep: the axes whose collectives run on every layer, on the critical
+// path, so a mesh order that keeps them inside a node matters (axis_links.hpp
+// warns when it does not; the search tries their orders).
+inline bool latency_sensitive(Axis axis) { return axis == Axis::tp || axis == Axis::cp || axis == Axis::ep; }  // canonical names and aliases
 
 // The most devices a job may have: a mesh's product of axis sizes, a plan
 // file's world_size, --gpus. meshplan holds every device of the job in its

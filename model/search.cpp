@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <iterator>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -35,7 +36,7 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
 
 // The block costs read the plan's sizes and the links of tp, cp and ep
 // (evaluate.cpp, block_collectives), so the key holds where those axes sit:
-// the sizes of the axes inside each (enumerate_meshes may order them either way).
+// their strides (enumerate_meshes may order them either way).
 struct CostKey {
   std::int64_t tp, cp, ep, micro_batch;
   std::int64_t tp_stride, cp_stride, ep_stride;
@@ -51,13 +52,10 @@ struct CostKey {
   }
 };
 
-// The product of the sizes of the axes after `axis` in `mesh` (1 when absent or last).
-std::int64_t stride_of(const Mesh& mesh, Axis axis) {
-  std::int64_t stride = 1;
-  for (auto it = mesh.axes.rbegin(); it != mesh.axes.rend(); ++it) {
-    if (it->axis == axis) return stride;
-    stride *= it->size;
-  }
+// The stride place_axes gave `axis` (1 when the mesh has no such axis).
+std::int64_t stride_of(const std::vector<AxisPlacement>& placements, Axis axis) {
+  for (const AxisPlacement& p : placements)
+    if (p.axis == axis) return p.stride;
   return 1;
 }
 
@@ -155,12 +153,10 @@ std::string explain_rejection(Rejection rejection, const ModelSpec& model, doubl
 
 namespace {
 
-bool latency_sensitive(Axis axis) { return axis == Axis::ep || axis == Axis::cp || axis == Axis::tp; }
-
 // `mesh` (canonical order), then, when its ep, cp and tp axes (the canonical
 // order's innermost) do not all lie inside one node (their product does not
-// divide the node), every other order of
-// them: which one crosses the nodes is then a choice (an all-to-all across
+// divide the node), every other order of them: which one crosses the nodes
+// is then a choice (an all-to-all across
 // nodes runs at each device's NIC share, a ring's traffic at the node's, a
 // tp collective on every layer), and the evaluator, not a fixed order, makes it.
 void add_inner_orders(std::vector<Mesh>& meshes, Mesh mesh, std::int64_t devices_per_node) {
@@ -171,32 +167,33 @@ void add_inner_orders(std::vector<Mesh>& meshes, Mesh mesh, std::int64_t devices
     inner_devices *= first_inner->size;
   }
   const auto start = first_inner - mesh.axes.begin();
-  const bool choice = mesh.axes.size() - static_cast<std::size_t>(start) >= 2 && devices_per_node % inner_devices != 0;
+  const std::optional<EvenGroupLayout> block = even_group_layout(inner_devices, 1, devices_per_node);
+  const bool inside_a_node = block && block->nodes == 1;
+  const bool choice = mesh.axes.size() - static_cast<std::size_t>(start) >= 2 && !inside_a_node;
   if (!choice) {
     meshes.push_back(std::move(mesh));
     return;
   }
   // Every permutation of the inner axes, the canonical one first, less those
-  // that place every axis as one already kept: an axis whose groups each lie
-  // inside one node (stride x size divides the node) rides the node's links
-  // whatever its stride, one whose stride is a whole number of nodes has one
-  // device on each of `size` nodes whatever its stride, and any other is
-  // placed by its stride and size (ep=4,cp=4,tp=2 and ep=4,tp=2,cp=4 on
-  // 8-device nodes are one placement).
+  // that place every axis as one already kept: an axis whose groups tile the
+  // nodes evenly is placed by its layout (members per node, nodes;
+  // even_group_layout, as place_axes's closed forms), whatever its stride, and
+  // any other by its stride (ep=4,cp=4,tp=2 and ep=4,tp=2,cp=4 on 8-device
+  // nodes are one placement).
   const std::size_t inner = mesh.axes.size() - static_cast<std::size_t>(start);
   std::vector<int> rank_of(inner);
   for (std::size_t i = 0; i < inner; ++i) rank_of[i] = static_cast<int>(i);
   const std::vector<MeshAxis> canonical(mesh.axes.begin() + start, mesh.axes.end());
-  // Each canonical inner axis's stride (0: inside a node; -1: one device a node), per order kept.
-  std::vector<std::vector<std::int64_t>> kept;
+  // Each canonical inner axis's even layout (members per node, nodes), or {0, stride}, per order kept.
+  std::vector<std::vector<EvenGroupLayout>> kept;
   do {
     Mesh ordered = mesh;
-    std::vector<std::int64_t> placed(inner);
+    std::vector<EvenGroupLayout> placed(inner);
     std::int64_t stride = 1;
     for (std::size_t i = inner; i-- > 0;) {
       const auto c = static_cast<std::size_t>(rank_of[i]);
       ordered.axes[static_cast<std::size_t>(start) + i] = canonical[c];
-      placed[c] = devices_per_node % (stride * canonical[c].size) == 0 ? 0 : stride % devices_per_node == 0 ? -1 : stride;
+      placed[c] = even_group_layout(canonical[c].size, stride, devices_per_node).value_or(EvenGroupLayout{0, stride});
       stride *= canonical[c].size;
     }
     if (std::find(kept.begin(), kept.end(), placed) != kept.end()) continue;
@@ -324,8 +321,8 @@ void evaluate_candidate(const SearchContext& ctx, const Mesh& mesh, const std::v
   const std::int64_t v = plan.schedule.virtual_stages;
   if (!costs) {
     const CostKey key{mesh.size(Axis::tp),     mesh.size(Axis::cp),     mesh.size(Axis::ep),
-                      plan.micro_batch,        stride_of(mesh, Axis::tp), stride_of(mesh, Axis::cp),
-                      stride_of(mesh, Axis::ep), plan.sequence_parallel, plan.recompute,
+                      plan.micro_batch,        stride_of(placements, Axis::tp), stride_of(placements, Axis::cp),
+                      stride_of(placements, Axis::ep), plan.sequence_parallel, plan.recompute,
                       plan.precision,          plan.attention,          plan.cp_comm};
     auto it = cost_cache.find(key);
     if (it == cost_cache.end()) it = cost_cache.emplace(key, CostEntry{evaluator.block_costs(plan, placements), {}}).first;

@@ -125,17 +125,18 @@ GroupScan scan_groups(const Topology& topology, std::int64_t size, std::int64_t 
   // with power-of-two-like sizes) have closed forms; the walk below is for the rest.
   const std::int64_t block = size * stride;
   if (closed_forms && topology.world_size % d == 0) {
-    if (block <= d && d % block == 0) {  // every group inside one node
+    const std::optional<EvenGroupLayout> even = even_group_layout(size, stride, d);
+    if (even && even->nodes == 1) {  // every group inside one node
       scan.fewest_on_a_node = scan.most_on_a_node = size;
       scan.most_nodes = 1;
       scan.intra_from = 0;
       scan.intra_to = stride;
       return scan;
     }
-    if (stride % d == 0 || (d % stride == 0 && block % d == 0)) {  // m members on each of block / d nodes
-      const std::int64_t m = stride % d == 0 ? 1 : d / stride;
+    if (even) {  // m members on each of block / d nodes
+      const std::int64_t m = even->members_per_node;
       scan.fewest_on_a_node = scan.most_on_a_node = m;
-      scan.most_nodes = size / m;
+      scan.most_nodes = even->nodes;
       if (m > 1) {
         scan.intra_from = 0;
         scan.intra_to = stride;
@@ -170,6 +171,14 @@ GroupScan scan_groups(const Topology& topology, std::int64_t size, std::int64_t 
 }
 
 }  // namespace
+
+std::optional<EvenGroupLayout> even_group_layout(std::int64_t size, std::int64_t stride, std::int64_t devices_per_node) {
+  const std::int64_t d = devices_per_node, block = size * stride;
+  if (block <= d && d % block == 0) return EvenGroupLayout{size, 1};  // every group inside one node
+  if (stride % d == 0) return EvenGroupLayout{1, size};               // one member on each of `size` nodes
+  if (d % stride == 0 && block % d == 0) return EvenGroupLayout{d / stride, size / (d / stride)};
+  return std::nullopt;
+}
 
 std::string to_string(TopologyVertexKind kind) {
   switch (kind) {

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,19 @@ TopologyPath path_between(const Topology& topology, std::int64_t from_rank, std:
 // B_node: the node's NIC bandwidth, read from the graph as the sum over the
 // NICs attached to the node's switch of each NIC's narrowest edge.
 double node_nic_bandwidth_bytes_per_s(const Topology& topology, std::int64_t node);
+
+// How the groups of an axis (`size` ranks, `stride` apart) lie on nodes of
+// `devices_per_node` devices when they tile the nodes evenly: `members_per_node`
+// members of each group on each of `nodes` nodes (nodes = 1: inside one node).
+// Nothing when they do not tile evenly (a size or stride that does not divide
+// the node, or straddles it). On a world of whole nodes, two axes with the same
+// layout are placed alike whatever their strides: place_axes's closed forms.
+struct EvenGroupLayout {
+  std::int64_t members_per_node = 1;
+  std::int64_t nodes = 1;
+  bool operator==(const EvenGroupLayout&) const = default;
+};
+std::optional<EvenGroupLayout> even_group_layout(std::int64_t size, std::int64_t stride, std::int64_t devices_per_node);
 
 // How one mesh axis lands on the topology. Axis i has stride = product of the
 // sizes of the axes after it (the last axis varies fastest); a group of axis
