@@ -70,14 +70,18 @@ std::optional<MeshReordering> find_reordering(const Evaluator& evaluator, const 
     for (std::size_t i = 0; i < order.size(); ++i) reordered.mesh.axes[i] = plan.mesh.axes[order[i]];
     const auto placements = place_axes(topology, reordered.mesh);
     const std::vector<Axis> crossing = crossing_sensitive_axes(placements);
-    if (crossing.size() >= crossing_now.size()) continue;  // brings none inside
+    const auto inside_after = [&](Axis axis) { return std::find(crossing.begin(), crossing.end(), axis) == crossing.end(); };
+    if (std::none_of(crossing_now.begin(), crossing_now.end(), inside_after)) continue;  // brings none inside
     const double reordered_step_s = evaluator.evaluate(reordered, placements).time.step_s;
     if (!(reordered_step_s < step_s)) continue;
     if (best && !(reordered_step_s < best->reordered_step_s)) continue;  // ties: the first order tried
     MeshReordering found;
     found.mesh = reordered.mesh;
     for (Axis axis : crossing_now) {
-      if (std::find(crossing.begin(), crossing.end(), axis) == crossing.end()) found.brought_inside.push_back(axis);
+      if (inside_after(axis)) found.brought_inside.push_back(axis);
+    }
+    for (Axis axis : crossing) {
+      if (std::find(crossing_now.begin(), crossing_now.end(), axis) == crossing_now.end()) found.moved_across.push_back(axis);
     }
     found.step_s = step_s;
     found.reordered_step_s = reordered_step_s;
@@ -100,9 +104,14 @@ Problem reordering_warning(const ClusterSpec& cluster, const std::vector<AxisLin
                   link_display_name(cluster.intra_node.kind) + " inside a node";
     }
   }
+  std::string instead;  // the axes the reordered mesh sends across nodes in their place
+  for (Axis axis : reordering.moved_across) {
+    instead += (instead.empty() ? "" : ", ") + to_string(axis) + "=" + std::to_string(reordering.mesh.size(axis));
+  }
+  if (!instead.empty()) instead = " (" + instead + " crosses nodes instead)";
   const double ratio = reordering.reordered_step_s > 0 ? reordering.step_s / reordering.reordered_step_s : 0;
   return {Severity::warning, "mesh",
-          crossing + ". Use --mesh " + reordering.mesh.to_string() + " to keep it inside a node: predicted step " +
+          crossing + ". Use --mesh " + reordering.mesh.to_string() + " to keep it inside a node" + instead + ": predicted step " +
               printf_text("%.4g", reordering.reordered_step_s) + " s instead of " +
               printf_text("%.4g", reordering.step_s) + " s (" + printf_text("%.2f", ratio) + "x faster)"};
 }

@@ -1,5 +1,6 @@
 // Which link each mesh axis rides, and whether reordering the mesh would keep
-// a latency-sensitive axis (tp, cp, ep) inside a node.
+// a latency-sensitive axis (tp, cp, ep) inside a node, or trade which of them
+// crosses nodes.
 //
 // Why: axis order decides placement (the last axis varies fastest and lands
 // inside a node, mesh.hpp), and an order that pushes tp across nodes prices
@@ -60,18 +61,21 @@ inline bool all_to_all_slower_than_ring(const AxisLink& link, const Plan& plan) 
 // "nvlink" -> "NVLink", "infiniband" -> "InfiniBand"; unknown kinds as written.
 std::string link_display_name(const std::string& kind);
 
-// A reordering of the same axes that keeps more of tp, cp and ep inside a
-// node, and is predicted faster.
+// A reordering of the same axes that brings a tp, cp or ep axis that crosses
+// nodes inside a node, and is predicted faster. It may send another of them
+// across instead (ep inside on NVLink, cp across: an MoE's all-to-alls
+// weigh more than ring attention's hidden transfers).
 struct MeshReordering {
   Mesh mesh;                            // the reordered mesh
   std::vector<Axis> brought_inside;     // tp / cp / ep axes that cross nodes now and not after
+  std::vector<Axis> moved_across;       // tp / cp / ep axes inside a node now that cross after
   double step_s = 0;                    // the current plan's predicted step time
   double reordered_step_s = 0;          // the reordered plan's
 };
 
 // Tries every order of `plan.mesh`'s axes; among the orders that bring at
-// least one tp / cp / ep axis that crosses nodes now inside a node, the one
-// the evaluator predicts fastest. Nothing when no order brings one inside or
+// least one tp / cp / ep axis that crosses nodes now inside a node (whether
+// or not they send another across), the one the evaluator predicts fastest. Nothing when no order brings one inside or
 // none is faster than now.
 // `plan` must be valid (the evaluator's precondition); `step_s` is its step time.
 std::optional<MeshReordering> find_reordering(const Evaluator& evaluator, const Plan& plan, double step_s);

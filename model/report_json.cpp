@@ -159,8 +159,10 @@ nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const Cluster
     j["axis_links"] = links;
     if (ex.reordering) {
       nlohmann::ordered_json brought = nlohmann::ordered_json::array();
+      nlohmann::ordered_json across = nlohmann::ordered_json::array();
       for (Axis axis : ex.reordering->brought_inside) brought.push_back(to_string(axis));
-      j["mesh_reordering"] = {{"mesh", ex.reordering->mesh.to_string()}, {"brings_inside", brought},
+      for (Axis axis : ex.reordering->moved_across) across.push_back(to_string(axis));
+      j["mesh_reordering"] = {{"mesh", ex.reordering->mesh.to_string()}, {"brings_inside", brought}, {"moves_across", across},
                               {"step_s", ex.reordering->step_s}, {"reordered_step_s", ex.reordering->reordered_step_s}};
     } else {
       j["mesh_reordering"] = nullptr;

@@ -542,6 +542,44 @@ TEST(CliExplain, WarnsWhenTensorParallelismLeavesTheNode) {
   EXPECT_EQ(i["warnings"].size(), 0u);
 }
 
+// A reordering may trade which axis crosses nodes: an MoE whose ep=4 crosses
+// nodes while cp=4 stays inside is told to put ep inside and cp across (ring
+// attention hides its transfers; the experts' all-to-alls do not), where the
+// old rule (fewer axes crossing) had no order to offer. The advice's step
+// times are the two plans' own.
+TEST(CliExplain, SuggestsTradingWhichAxisCrossesNodes) {
+  const auto moe = temp_path("moe-8b-order.yaml");
+  {
+    std::ifstream in(std::string(MESHPLAN_SOURCE_DIR) + "/presets/models/llama3-8b.yaml");
+    std::ofstream out(moe);
+    for (std::string line; std::getline(in, line);) out << (line.rfind("name:", 0) == 0 ? "name: moe-8b" : line) << "\n";
+    out << "experts: 16\ntop_k: 2\n";
+  }
+  const std::vector<std::string> job = {"explain", "--model", moe.string(), "--cluster", "dgx-h100", "--gpus", "32",
+                                        "--global-batch", "64", "--seq", "2048", "--json"};
+  const CliRun slow = run_joined({job, {"--mesh", "ep=4,cp=4,tp=2"}});
+  const CliRun fast = run_joined({job, {"--mesh", "cp=4,ep=4,tp=2"}});
+  ASSERT_LE(slow.status, 1) << slow.err;
+  ASSERT_LE(fast.status, 1) << fast.err;
+  const auto s = nlohmann::json::parse(slow.out), f = nlohmann::json::parse(fast.out);
+  ASSERT_TRUE(s["mesh_reordering"].is_object()) << slow.out;
+  EXPECT_EQ(s["mesh_reordering"]["mesh"], "cp=4,ep=4,tp=2");
+  EXPECT_EQ(s["mesh_reordering"]["brings_inside"], nlohmann::json::array({"ep"}));
+  EXPECT_EQ(s["mesh_reordering"]["moves_across"], nlohmann::json::array({"cp"}));
+  EXPECT_DOUBLE_EQ(s["mesh_reordering"]["reordered_step_s"].get<double>(), f["time_s"]["step"].get<double>());
+  EXPECT_LT(f["time_s"]["step"].get<double>(), 0.8 * s["time_s"]["step"].get<double>());
+  bool warned = false;
+  for (const auto& w : s["warnings"]) {
+    const std::string text = w.get<std::string>();
+    warned = warned || (text.find("ep=4 crosses nodes") != std::string::npos &&
+                        text.find("Use --mesh cp=4,ep=4,tp=2 to keep it inside a node (cp=4 crosses nodes instead)") !=
+                            std::string::npos);
+  }
+  EXPECT_TRUE(warned) << s["warnings"].dump();
+  // The faster order has no better order to offer: trading back is slower.
+  EXPECT_TRUE(f["mesh_reordering"].is_null()) << fast.out;
+}
+
 // Issue 13, item 5: without --mesh, explain (and simulate) use the plan the
 // search ranks first for this model, cluster and device count, and say so;
 // without --global-batch, a stated rule instead of GPT-3's 1536 for all.
