@@ -24,11 +24,7 @@ DefaultBatch default_global_batch(const ModelSpec& model, double parameter_count
                                   std::int64_t world_size) {
   DefaultBatch batch;
   if (model.kind == ModelKind::transformer) {
-    const Gpt3Size* nearest = &kGpt3Sizes[0];
-    const double size = std::max(parameter_count, 1.0);
-    for (const Gpt3Size& row : kGpt3Sizes) {
-      if (std::abs(std::log(row.parameters / size)) < std::abs(std::log(nearest->parameters / size))) nearest = &row;
-    }
+    const Gpt3Size* nearest = &nearest_gpt3_size(parameter_count);
     const double tokens = static_cast<double>(nearest->sequences_of_2048 * kGpt3Context);
     const std::int64_t length = std::max<std::int64_t>(seq_len, 1);
     batch.sequences = std::max<std::int64_t>(1, std::llround(tokens / static_cast<double>(length)));

@@ -30,6 +30,8 @@
 #include "executor/parallel/parallel_trainer.hpp"
 #include "executor/train/lr_schedule.hpp"
 #include "executor/train/trainer.hpp"
+#include "model/default_batch.hpp"
+#include "model/gpt3_sizes.hpp"
 #include "reference/reference_gpt.hpp"
 #include "tiny_gpt.hpp"
 #include "test_support.hpp"
@@ -297,8 +299,8 @@ TEST(ExecutorTrainer, LearningRateScheduleWarmsUpThenDecaysToTenPercent) {
   EXPECT_DOUBLE_EQ(learning_rate_at({1e-3, 0, 1, 0.1}, 0), 1e-3);  // a single step, no warmup
 }
 
-// GPT-3's published peak rates (Table 2.1) as the yardstick: a rate more than twice that of the largest
-// published size at or below the model's is warned about (naming the row and whether warm-up is off);
+// GPT-3's published peak rates (Table 2.1) as the yardstick: a rate more than twice that of the
+// published size nearest the model's is warned about (naming the row and whether warm-up is off);
 // at or under twice, or below the table's smallest size, nothing.
 TEST(ExecutorTrainer, LearningRateFarAbovePublishedForTheModelSizeIsWarnedAbout) {
   const Problems big = learning_rate_warnings(1.56e9, true, 1e-3, 0);  // gpt2-1.5b at train's default rate
@@ -317,16 +319,16 @@ TEST(ExecutorTrainer, LearningRateFarAbovePublishedForTheModelSizeIsWarnedAbout)
   EXPECT_TRUE(learning_rate_warnings(200e9, true, 1e-4, 0).empty());
 }
 
-// Without --lr, a transformer trains at the published peak rate of its size in GPT-3's table (a size from
-// 0.9 x its parameters, so GPT-2 small's 124.4M is the 125M row); smaller transformers and every MLP at
-// 1e-3. The reason is worded for the run's log.
+// Without --lr, a transformer trains at the published peak rate of the size nearest it in GPT-3's table
+// (from 0.9 x the smallest size, so GPT-2 small's 124.4M is the 125M row); smaller transformers and every
+// MLP at 1e-3. The reason is worded for the run's log.
 TEST(ExecutorTrainer, DefaultLearningRateIsThePublishedRateOfTheModelsSize) {
   const struct {
     double parameters;
     bool transformer;
     double rate;
   } cases[] = {{10.7e6, true, 1e-3},     {112e6, true, 1e-3},   {124.4e6, true, 6e-4}, {354.8e6, true, 3e-4},
-               {774e6, true, 2.5e-4},    {1.557e9, true, 2e-4}, {8.03e9, true, 1.2e-4}, {70.6e9, true, 1e-4},
+               {774e6, true, 2.5e-4},    {1.557e9, true, 2e-4}, {8.03e9, true, 1.2e-4}, {10e9, true, 1e-4}, {70.6e9, true, 0.6e-4},
                {405e9, true, 0.6e-4},    {124.4e6, false, 1e-3}, {2e9, false, 1e-3}};
   for (const auto& c : cases) {
     const DefaultLearningRate rate = default_learning_rate(c.parameters, c.transformer);
@@ -339,6 +341,29 @@ TEST(ExecutorTrainer, DefaultLearningRateIsThePublishedRateOfTheModelsSize) {
   EXPECT_NE(gpt2_xl.why.find("1.56 B parameters"), std::string::npos) << gpt2_xl.why;
   EXPECT_NE(default_learning_rate(10.7e6, true).why.find("below GPT-3's smallest size"), std::string::npos);
   EXPECT_NE(default_learning_rate(2e9, false).why.find("not a transformer"), std::string::npos);
+}
+
+// The default rate and the default batch read one row of GPT-3's table for a model: the size nearest
+// it. (They once had two rules, which split between sizes: a 10B model took GPT-3 13B's batch and
+// 6.7B's rate, a 70B model 175B's batch and 13B's rate.)
+TEST(ExecutorTrainer, DefaultRateAndDefaultBatchReadTheSameRow) {
+  ModelSpec transformer;
+  transformer.kind = ModelKind::transformer;
+  const struct {
+    double parameters;
+    const char* size;
+    std::int64_t sequences_of_2048;
+    double rate;
+  } cases[] = {{124.4e6, "125M", 256, 6e-4},   {2e9, "2.7B", 512, 1.6e-4},      {8.03e9, "6.7B", 1024, 1.2e-4},
+               {10e9, "13B", 1024, 1.0e-4},    {70.6e9, "175B", 1536, 0.6e-4},  {1.557e9, "1.3B", 512, 2e-4}};
+  for (const auto& c : cases) {
+    const DefaultBatch batch = default_global_batch(transformer, c.parameters, 2048, 1);
+    EXPECT_EQ(batch.sequences, c.sequences_of_2048) << c.parameters << ": " << batch.rule;
+    const DefaultLearningRate rate = default_learning_rate(c.parameters, true);
+    EXPECT_DOUBLE_EQ(rate.learning_rate, c.rate) << c.parameters;
+    EXPECT_NE(rate.why.find(std::string("for its ") + c.size + " size"), std::string::npos) << rate.why;
+    EXPECT_STREQ(nearest_gpt3_size(c.parameters).size, c.size);
+  }
 }
 
 // Passes batches through, but poisons the inputs of the batch with index `poisoned`.

@@ -26,15 +26,9 @@ double learning_rate_at(const LrSchedule& schedule, std::int64_t step) {
 
 namespace {
 
-// A model is of a size of the table from 0.9 x that size's parameters (lr_schedule.hpp).
-constexpr double kSizeTolerance = 0.9;
-
-// The table's row for a model of `parameters`: the largest size it is of; nullptr below the smallest.
+// The table's row for a model of `parameters` (model/gpt3_sizes.hpp); nullptr below the table.
 const Gpt3Size* published_row(double parameters) {
-  const Gpt3Size* row = nullptr;
-  for (const Gpt3Size& r : kGpt3Sizes)
-    if (kSizeTolerance * r.parameters <= parameters) row = &r;
-  return row;
+  return within_gpt3_sizes(parameters) ? &nearest_gpt3_size(parameters) : nullptr;
 }
 
 }  // namespace

@@ -33,8 +33,9 @@ double learning_rate_at(const LrSchedule& schedule, std::int64_t step);
 
 // GPT-3's peak learning rates by model size (Brown et al. 2020, "Language Models are Few-Shot
 // Learners", arXiv 2005.14165, Table 2.1; AdamW with linear warm-up and cosine decay) are the yardstick
-// for transformers. A model is of a size of the table when it has at least 0.9 x that size's parameters:
-// the table names rounded sizes ("125M"), and GPT-2 small, the same shape as GPT-3 Small, has 124.4M.
+// for transformers. A model is of the size nearest its parameter count by ratio, the rule the default
+// batch reads too (nearest_gpt3_size, model/gpt3_sizes.hpp), from 0.9 x the smallest size up (the table
+// names rounded sizes, "125M", and GPT-2 small, the same shape as GPT-3 Small, has 124.4M).
 
 // The peak rate `train` uses when --lr is not given, and why, in words for the run's log.
 struct DefaultLearningRate {
