@@ -842,7 +842,8 @@ void add_flops(TimeEstimate& time, const ModelProfile& prof, const Plan& plan, d
   time.model_flops_per_step = prof.model_flops_per_sample * global;
   const double recompute_flops_per_sample =
       prof.recompute_flops[static_cast<int>(plan.recompute)][attention_index(plan.attention)];
-  time.hardware_flops_per_step = time.model_flops_per_step + recompute_flops_per_sample * global;
+  time.hardware_flops_per_step =
+      time.model_flops_per_step + (prof.padding_flops_per_sample + recompute_flops_per_sample) * global;
   if (time.step_s > 0) {
     time.tokens_per_s = global * seq / time.step_s;
     if (world_peak > 0) {

@@ -31,7 +31,7 @@ struct TimeEstimate {
   std::array<double, 6> axis_communication_s{};  // indexed by Axis
   std::array<double, 6> axis_exposed_s{};
   double model_flops_per_step = 0;      // 6 N D-style model FLOPs (matmuls, forward + backward)
-  double hardware_flops_per_step = 0;   // plus recomputation
+  double hardware_flops_per_step = 0;   // plus recomputation and the experts' capacity padding
   double tokens_per_s = 0;
   double mfu = 0;
   double hfu = 0;

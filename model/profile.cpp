@@ -68,6 +68,7 @@ bool BlockProfile::same_as(const BlockProfile& o) const {
          op_sac_key_value_elements[1] == o.op_sac_key_value_elements[1] &&
          same_2x2xk(memory_elements, o.memory_elements) && same_2x2xk(memory_fixed_bytes, o.memory_fixed_bytes) &&
          matmul_forward_flops_per_sample == o.matmul_forward_flops_per_sample &&
+         padding_forward_flops_per_sample == o.padding_forward_flops_per_sample &&
          core_attention_flops_per_sample == o.core_attention_flops_per_sample &&
          attention_scores_flops_per_sample == o.attention_scores_flops_per_sample &&
          fused_attention_flops_per_sample == o.fused_attention_flops_per_sample &&
@@ -160,6 +161,10 @@ void add_gemm(BlockProfile& bp, const Op& op, bool needs_input_gradient, double 
   }
   bp.gemms.push_back(work);
   bp.matmul_forward_flops_per_sample += op.forward_flops_per_sample;
+  if (op.expert) {  // the GEMM runs every slot of its capacity; the model FLOPs count routed tokens
+    const double executed = 2 * op.gemm.rows_per_sample * work.n * work.k * work.batch;
+    bp.padding_forward_flops_per_sample += std::max(0.0, executed - op.forward_flops_per_sample);
+  }
   if (op.core_attention) {
     bp.core_attention_flops_per_sample += op.forward_flops_per_sample;
     bp.fused_attention_flops_per_sample += op.forward_flops_per_sample / 2;  // causal: half the score matrix
@@ -229,6 +234,7 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
       }
     }
     profile.model_flops_per_sample += 3 * bp.matmul_forward_flops_per_sample;
+    profile.padding_flops_per_sample += 3 * bp.padding_forward_flops_per_sample;
     profile.block_role.push_back(block.kind);
     if (block.kind == BlockKind::embedding) profile.embedding_block = static_cast<int>(b);
     if (block.kind == BlockKind::head) profile.head_block = static_cast<int>(b);
@@ -258,7 +264,7 @@ double recompute_flops_per_sample(const ModelProfile& profile, Recompute recompu
     const BlockProfile& bp = profile.kinds[static_cast<std::size_t>(profile.block_kind[block])];
     if (recompute == Recompute::selective && !fused) flops += bp.core_attention_flops_per_sample;
     if (fused) flops += bp.attention_scores_flops_per_sample;  // the backward recomputes Q K^T
-    if (recompute == Recompute::full) flops += bp.matmul_forward_flops_per_sample;
+    if (recompute == Recompute::full) flops += bp.matmul_forward_flops_per_sample + bp.padding_forward_flops_per_sample;
     if (recompute == Recompute::selective_op) {
       for (const GemmWork& g : bp.gemms) {
         if (!(fused && g.core_attention)) flops += 2 * g.rows_per_sample * g.n * g.k * g.batch * g.op_sac_recomputed;

@@ -57,6 +57,10 @@ struct BlockProfile {
   double memory_elements[2][2][kStreamOps] = {};
   double memory_fixed_bytes[2][2][kStreamOps] = {};
   double matmul_forward_flops_per_sample = 0;  // GEMM-like ops: what "model FLOPs" count
+  // Forward FLOPs the experts run on the rows that pad each expert to its
+  // capacity (capacity_factor): executed, but not model FLOPs (0 without a
+  // capacity factor, and for dense blocks).
+  double padding_forward_flops_per_sample = 0;
   double core_attention_flops_per_sample = 0;
   // Q K^T's forward FLOPs (fused attention's backward recomputes them).
   double attention_scores_flops_per_sample = 0;
@@ -100,6 +104,9 @@ struct ModelProfile {
   int head_block = -1;
   double parameter_count = 0;
   double model_flops_per_sample = 0;  // forward + backward matmul FLOPs (3x forward)
+  // Forward + backward FLOPs on the experts' capacity padding (3x
+  // BlockProfile::padding_forward_flops_per_sample): hardware FLOPs, not model FLOPs.
+  double padding_flops_per_sample = 0;
   // FLOPs a step does beyond the model FLOPs, per sample, by
   // [Recompute][attention_index]: recompute_flops_per_sample's sum, taken
   // once per profile instead of once per plan.
@@ -119,8 +126,9 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph);
 
 // Of the profile's layers, the forward FLOPs per sample that a step runs
 // again: selective recompute's core attention (unfused), fused attention's
-// Q K^T (its backward recomputes the scores), full recompute's whole forward,
-// op-level checkpointing's repeated matmuls (Op::op_sac_recomputed).
+// Q K^T (its backward recomputes the scores), full recompute's whole forward
+// (with the experts' capacity padding), op-level checkpointing's repeated
+// matmuls (Op::op_sac_recomputed, at their executed shapes).
 double recompute_flops_per_sample(const ModelProfile& profile, Recompute recompute, Attention attention);
 
 }  // namespace meshplan

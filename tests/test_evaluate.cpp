@@ -323,6 +323,19 @@ TEST(Evaluator, ExpertCapacityPadsTheDispatchAndTheExperts) {
   EXPECT_GT(b.worst_memory.buffers_bytes, a.worst_memory.buffers_bytes);
   const std::size_t ep = static_cast<std::size_t>(Axis::ep);
   EXPECT_GT(b.time.axis_communication_s[ep], a.time.axis_communication_s[ep]);
+  // Hardware FLOPs count the padding rows the experts run: per token and layer, (k C - k) copies of the
+  // SwiGLU expert's 2 h 2f + 2 f h forward FLOPs, times 3 (forward and two backward GEMMs), times 4
+  // when full recomputation repeats the forward.
+  const double h = 4096, f = 14336, layers = 32, tokens = 2048.0 * 16;
+  const double padding_forward = (2 * 1.25 - 2) * 6 * h * f * layers * tokens;
+  for (const auto& [recompute, passes] : {std::pair{Recompute::none, 3.0}, std::pair{Recompute::full, 4.0}}) {
+    Plan p = plan;
+    p.recompute = recompute;
+    const PlanEstimate x = dropless.evaluate(p), y = padded.evaluate(p);
+    EXPECT_NEAR(y.time.hardware_flops_per_step - x.time.hardware_flops_per_step, passes * padding_forward,
+                1e-9 * padding_forward) << to_string(recompute);
+    EXPECT_GT(y.time.hfu / y.time.mfu, x.time.hfu / x.time.mfu) << to_string(recompute);
+  }
 }
 
 TEST(Evaluator, MoreBandwidthIsNeverSlower) {
