@@ -43,6 +43,7 @@ std::string describe_model(const ModelSpec& model, std::int64_t seq_len) {
       text += ", ffn " + std::to_string(t.ffn) + ", vocab " + std::to_string(t.vocab) + ", seq " + std::to_string(seq_len);
       if (t.experts > 0) text += ", " + std::to_string(t.experts) + " experts top-" + std::to_string(t.top_k);
       if (t.capacity_factor > 0) text += " capacity " + format("%g", t.capacity_factor) + " (padded)";
+      if (t.shared_expert_ffn > 0) text += ", shared experts ffn " + std::to_string(t.shared_expert_ffn);
       return text;
     }
     case ModelKind::mlp: {

@@ -30,7 +30,6 @@ class TransformerBuilder {
         a(static_cast<double>(dims.heads)),
         q(static_cast<double>(dims.heads * dims.head_dim)),
         kv(static_cast<double>(dims.key_value_heads() * dims.head_size())),
-        f(static_cast<double>(dims.ffn)),
         vocab(static_cast<double>(dims.vocab)),
         gated(dims.feed_forward != FeedForward::gelu),
         dropout(dims.dropout > 0),
@@ -39,8 +38,7 @@ class TransformerBuilder {
         routed(moe ? static_cast<double>(dims.top_k) : 1.0),
         expert_slots(dims.expert_slots_per_token()),
         norm_parameters(dims.norm == Norm::layernorm ? 2 * h : h),
-        norm_flops_per_element(dims.norm == Norm::layernorm ? 8 : 4),
-        mlp_in_width(gated ? 2 * f : f) {
+        norm_flops_per_element(dims.norm == Norm::layernorm ? 8 : 4) {
     g.seq_len = sequence;
     g.kv_heads = dims.key_value_heads();
   }
@@ -228,11 +226,13 @@ class TransformerBuilder {
     return attn_residual_id;
   }
 
-  // ---- a layer's MLP half (with the router of a mixture of experts), through the residual add
+  // ---- a layer's MLP half (with the router of a mixture of experts, and its
+  // shared experts), through the residual add
   OpId mlp(int block, const std::string& p, OpId attn_residual_id) {
-    OpId mlp_input_id = g.add_op(pre_norm(p, "ln2", block));
-    g.connect(attn_residual_id, mlp_input_id);
+    const OpId norm_id = g.add_op(pre_norm(p, "ln2", block));
+    g.connect(attn_residual_id, norm_id);
 
+    OpId mlp_input_id = norm_id;
     if (moe) {
       Op router = make_op(p + "mlp.router", OpKind::gemm, block);
       router.replicated_parameters = h * experts;
@@ -244,62 +244,98 @@ class TransformerBuilder {
       router.op_sac_kept = {{"router logits", s * experts, 0, false, false}};  // matmul 5 (the experts' grouped matmuls are repeated)
       router.op_sac_recomputed = 0;
       const OpId id = g.add_op(router);
-      g.connect(mlp_input_id, id);
+      g.connect(norm_id, id);
       mlp_input_id = id;
     }
+    const MlpBranch main = moe ? MlpBranch{"mlp.", "mlp ", "", t.ffn, experts, routed, expert_slots, true}
+                               : MlpBranch{"mlp.", "mlp ", "", t.ffn, 1, 1, 1, false};
+    OpId mlp_output_id = mlp_branch(block, p, mlp_input_id, main);
+    if (t.shared_expert_ffn > 0) {
+      // Shared experts (Qwen2-MoE's shared_expert_intermediate_size, DeepSeekMoE's
+      // always-on experts, Megatron-Core's --moe-shared-expert-intermediate-size):
+      // a dense MLP beside the routed experts on every token, split over tp
+      // like any dense MLP, its output added to theirs.
+      const OpId shared_id = mlp_branch(block, p, norm_id, {"mlp.shared.", "shared expert ", "shared expert ", t.shared_expert_ffn, 1, 1, 1, false});
+      Op add = make_op(p + "mlp.shared.add", OpKind::elementwise, block);
+      add.forward_flops_per_sample = s * h;
+      add.output_elements_per_sample = s * h;
+      add.memory_elements_per_sample = 3 * s * h;
+      const OpId add_id = g.add_op(add);
+      g.connect(mlp_output_id, add_id);
+      g.connect(shared_id, add_id);
+      mlp_output_id = add_id;
+    }
 
-    Op w_in = make_op(p + "mlp.w_in", OpKind::gemm, block, moe);
-    w_in.tp_split_parameters = experts * (h * mlp_in_width + bias(mlp_in_width));
-    w_in.forward_flops_per_sample = routed * 2 * s * h * mlp_in_width;
-    w_in.output_elements_per_sample = expert_slots * s * mlp_in_width;
-    w_in.saved = {{"mlp input", expert_slots * s * h, 0, false, false}};
-    w_in.gemm = {expert_slots * s, gated ? 2 * t.ffn : t.ffn, t.hidden, 1};  // padded rows run; model FLOPs count routed
+    const OpId mlp_residual_id = g.add_op(residual_add(p + "mlp.residual", "mlp output dropout mask", block));
+    g.connect(mlp_output_id, mlp_residual_id);
+    g.connect(attn_residual_id, mlp_residual_id);
+    return mlp_residual_id;
+  }
+
+  // One MLP's in-projection, activation and out-projection: the dense MLP,
+  // the routed experts (`expert`: `experts` copies of the weights, each token
+  // through `routed` of them, `slots` copies run with the capacity's padding)
+  // or the shared experts.
+  struct MlpBranch {
+    const char* op_prefix;    // after the layer's: "mlp." or "mlp.shared."
+    const char* tensor_name;  // its saved tensors' names start so ("mlp input")
+    const char* hidden_name;  // and those of the hidden width ("gate projection"), so
+    std::int64_t width;       // the hidden width (ffn)
+    double experts, routed, slots;
+    bool expert;
+  };
+  OpId mlp_branch(int block, const std::string& p, OpId input_id, const MlpBranch& b) {
+    const double width = static_cast<double>(b.width), in_width = gated ? 2 * width : width;
+    const std::string name = p + b.op_prefix, tensor = b.tensor_name, hidden = b.hidden_name;
+    Op w_in = make_op(name + "w_in", OpKind::gemm, block, b.expert);
+    w_in.tp_split_parameters = b.experts * (h * in_width + bias(in_width));
+    w_in.forward_flops_per_sample = b.routed * 2 * s * h * in_width;
+    w_in.output_elements_per_sample = b.slots * s * in_width;
+    w_in.saved = {{tensor + "input", b.slots * s * h, 0, false, false}};
+    w_in.gemm = {b.slots * s, gated ? 2 * b.width : b.width, t.hidden, 1};  // padded rows run; model FLOPs count routed
     w_in.tp_split = TpSplit::columns;
-    if (!moe) {  // matmul 5 (gate or in) kept; 6 (up) repeated
-      w_in.op_sac_kept = {{gated ? "gate projection" : "mlp hidden", s * f, 0, true, false}};
+    if (!b.expert) {  // matmul 5 (gate or in) kept; 6 (up) repeated
+      w_in.op_sac_kept = {{gated ? hidden + "gate projection" : tensor + "hidden", s * width, 0, true, false}};
       w_in.op_sac_recomputed = gated ? 0.5 : 0.0;
     }
     const OpId w_in_id = g.add_op(w_in);
-    g.connect(mlp_input_id, w_in_id);
+    g.connect(input_id, w_in_id);
 
-    Op act = make_op(p + "mlp.act", OpKind::activation, block);
-    act.forward_flops_per_sample = expert_slots * (gated ? 10 : 8) * s * f;
-    act.output_elements_per_sample = expert_slots * s * f;
+    Op act = make_op(name + "act", OpKind::activation, block);
+    act.forward_flops_per_sample = b.slots * (gated ? 10 : 8) * s * width;
+    act.output_elements_per_sample = b.slots * s * width;
     if (gated) {
-      act.saved = {{"gate projection", expert_slots * s * f, 0, true, false}, {"up projection", expert_slots * s * f, 0, true, false}};
+      act.saved = {{hidden + "gate projection", b.slots * s * width, 0, true, false},
+                   {hidden + "up projection", b.slots * s * width, 0, true, false}};
     } else {
-      act.saved = {{"gelu input", expert_slots * s * f, 0, true, false}};
+      act.saved = {{hidden + "gelu input", b.slots * s * width, 0, true, false}};
     }
-    act.memory_elements_per_sample = expert_slots * (gated ? 3 : 2) * s * f;  // fused bias + activation (x gate)
+    act.memory_elements_per_sample = b.slots * (gated ? 3 : 2) * s * width;  // fused bias + activation (x gate)
     act.tensor_parallel_region = true;
     const OpId act_id = g.add_op(act);
     g.connect(w_in_id, act_id);
 
-    Op w_out = make_op(p + "mlp.w_out", OpKind::gemm, block, moe);
-    w_out.tp_split_parameters = experts * f * h;
-    w_out.replicated_parameters = experts * bias(h);
-    w_out.forward_flops_per_sample = routed * 2 * s * f * h;
+    Op w_out = make_op(name + "w_out", OpKind::gemm, block, b.expert);
+    w_out.tp_split_parameters = b.experts * width * h;
+    w_out.replicated_parameters = b.experts * bias(h);
+    w_out.forward_flops_per_sample = b.routed * 2 * s * width * h;
     w_out.output_elements_per_sample = s * h;
-    w_out.saved = {{"mlp projection input", expert_slots * s * f, 0, true, false}};
-    w_out.gemm = {expert_slots * s, t.hidden, t.ffn, 1};
+    w_out.saved = {{tensor + "projection input", b.slots * s * width, 0, true, false}};
+    w_out.gemm = {b.slots * s, t.hidden, b.width, 1};
     w_out.tp_split = TpSplit::rows;
-    if (!moe && gated) {  // matmul 7 kept; 6 of a plain MLP repeated
+    if (!b.expert && gated) {  // matmul 7 kept; 6 of a plain MLP repeated
       // Without sequence parallelism the matmul's output (partial sums over
       // tp, all-reduced after); with it, the partial sums and the reduce-
       // scatter's output, both on the save list.
-      w_out.op_sac_kept = {{"mlp output", s * h, 0, false, false},
-                           {"mlp partial sums before the reduce-scatter", s * h, 0, false, false, KeptBy::both, false, true, true}};
+      w_out.op_sac_kept = {{tensor + "output", s * h, 0, false, false},
+                           {tensor + "partial sums before the reduce-scatter", s * h, 0, false, false, KeptBy::both, false, true, true}};
       w_out.op_sac_recomputed = 0;
-    } else if (!moe) {  // the reduce-scatter's output is on the save list whether the matmul is kept or not
-      w_out.op_sac_kept = {{"mlp output after its reduce-scatter", s * h, 0, false, false, KeptBy::both, false, true}};
+    } else if (!b.expert) {  // the reduce-scatter's output is on the save list whether the matmul is kept or not
+      w_out.op_sac_kept = {{tensor + "output after its reduce-scatter", s * h, 0, false, false, KeptBy::both, false, true}};
     }
     const OpId w_out_id = g.add_op(w_out);
     g.connect(act_id, w_out_id);
-
-    const OpId mlp_residual_id = g.add_op(residual_add(p + "mlp.residual", "mlp output dropout mask", block));
-    g.connect(w_out_id, mlp_residual_id);
-    g.connect(attn_residual_id, mlp_residual_id);
-    return mlp_residual_id;
+    return w_out_id;
   }
 
   // ---- head: final norm, output layer, loss
@@ -343,11 +379,11 @@ class TransformerBuilder {
 
   const TransformerDims& t;
   std::int64_t seq_len;
-  double s, h, a, q, kv, f, vocab;  // q: query width; kv: key (= value) width
+  double s, h, a, q, kv, vocab;  // q: query width; kv: key (= value) width
   bool gated, dropout, moe;
   double experts, routed;  // routed: copies of each token through the MLP
   double expert_slots;            // routed, with the capacity's padding (expert_slots_per_token): what the experts compute and hold
-  double norm_parameters, norm_flops_per_element, mlp_in_width;
+  double norm_parameters, norm_flops_per_element;
   LayerGraph g;
 };
 

@@ -150,6 +150,7 @@ std::string megatron(Writer& w) {
       arg("--moe-expert-capacity-factor", number_text(t.capacity_factor));
       arg("--moe-pad-expert-input-to-capacity");
     }
+    if (t.shared_expert_ffn > 0) arg("--moe-shared-expert-intermediate-size", count(t.shared_expert_ffn));
   }
   std::string out = w.header("#", "Megatron-LM arguments (pretrain_gpt.py)");
   out += "# world size " + std::to_string(w.mesh().world_size()) + " = tp x pp x cp x data-parallel " +

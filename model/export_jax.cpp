@@ -29,7 +29,7 @@ Parts exported_parts(const ModelSpec& model, const std::string& name, const Shar
     const ShardedDim& dim = spec.dims[d];
     const int fused = static_cast<int>(d);
     if (dim.name == "2kv") return {fused, {stem + "k", stem + "v"}};
-    if (dim.name == "ffn" && t.gated() && dim.size == 2 * t.ffn && name.ends_with("mlp.w_in")) {
+    if (dim.name == "ffn" && t.gated() && name.ends_with(".w_in")) {  // the MLP's, the experts' or the shared experts'
       return {fused, {stem + "w_gate", stem + "w_up"}};
     }
     if (dim.name == "norm") {

@@ -118,7 +118,8 @@ class Mapper {
     if (const auto eps = r_.number("layer_norm_epsilon")) set("norm_eps", number_text(*eps), "layer_norm_epsilon");
   }
 
-  // Llama and the decoders built like it (LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, GemmaConfig).
+  // Llama and the decoders built like it (LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config,
+  // Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, OlmoeConfig, GemmaConfig).
   void llama_like(const std::string& type) {
     count("layers", "num_hidden_layers");
     count("hidden", "hidden_size");
@@ -127,7 +128,9 @@ class Mapper {
       count("kv_heads", "num_key_value_heads");
     }
     if (r_.has("head_dim")) count("head_dim", "head_dim");
-    count("ffn", "intermediate_size");
+    // The MoE types whose experts have their own width keep it in moe_intermediate_size
+    // (intermediate_size is then the width of dense layers, which these configs do not use).
+    count("ffn", type == "qwen2_moe" || type == "qwen3_moe" ? "moe_intermediate_size" : "intermediate_size");
     count("vocab", "vocab_size");
     count("seq_len", "max_position_embeddings");
     activation(type);
@@ -143,6 +146,21 @@ class Mapper {
     if (type == "mixtral") {
       count("experts", "num_local_experts");
       count("top_k", "num_experts_per_tok");
+    } else if (type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe") {
+      count("experts", "num_experts");
+      count("top_k", "num_experts_per_tok");
+      every_layer_sparse();
+    }
+    if (type == "qwen2_moe") {
+      // Qwen2-MoE's shared expert, gated per token by a sigmoid over one output (h weights per layer, not counted).
+      if (const auto shared = r_.count("shared_expert_intermediate_size")) {
+        set("shared_expert_ffn", std::to_string(*shared),
+            "shared_expert_intermediate_size (its sigmoid gate's hidden_size weights per layer not counted)");
+      }
+    }
+    if (type == "qwen3" || type == "qwen3_moe" || type == "olmoe") {
+      r_.warning("model_type", "'" + type + "' normalises queries and keys (QK-norm); that norm's few weights and its "
+                                            "memory-bound passes are not modelled");
     }
     not_modelled(type);
   }
@@ -169,7 +187,7 @@ class Mapper {
                                        (mlp ? "true" : "false") + ": the schema's bias is every linear's or none; "
                                        "set from attention_bias");
     }
-    if (type == "qwen2" && !attention) {
+    if ((type == "qwen2" || type == "qwen2_moe") && !attention) {
       const auto hidden = r_.count("hidden_size"), heads = r_.count("num_attention_heads");
       const auto kv = r_.has("num_key_value_heads") ? r_.count("num_key_value_heads") : heads;
       const auto layers = r_.count("num_hidden_layers");
@@ -181,6 +199,24 @@ class Mapper {
       }
     }
     set("bias", attention ? "true" : "false", "attention_bias (default false)");
+  }
+
+  // Every layer a mixture of experts: meshplan's MoE models have no dense layers among them.
+  void every_layer_sparse() {
+    if (const auto step = r_.count("decoder_sparse_step"); step && *step != 1) {
+      r_.error("decoder_sparse_step", "is " + std::to_string(*step) + ": one layer in " + std::to_string(*step) +
+                                          " is a mixture of experts, and meshplan's MoE models have experts in "
+                                          "every layer");
+    }
+    if (r_.has("mlp_only_layers")) {
+      const Json& dense = r_.raw("mlp_only_layers");
+      if (!dense.is_array()) {
+        r_.error("mlp_only_layers", "must be a list of layer indices, got " + dense.dump());
+      } else if (!dense.empty()) {
+        r_.error("mlp_only_layers", "names " + std::to_string(dense.size()) + " dense layers among the experts' ones; "
+                                    "meshplan's MoE models have experts in every layer");
+      }
+    }
   }
 
   // Keys that change the attention or the frequencies but not the shapes.
@@ -253,11 +289,12 @@ Loaded<HfModel> read_hf_config_text(const std::string& json_text, const std::str
   Mapper mapper(hf, reader);
   if (*type == "gpt2") {
     mapper.gpt2();
-  } else if (*type == "llama" || *type == "mistral" || *type == "mixtral" || *type == "qwen2" || *type == "gemma") {
+  } else if (*type == "llama" || *type == "mistral" || *type == "mixtral" || *type == "qwen2" || *type == "qwen2_moe" ||
+             *type == "qwen3" || *type == "qwen3_moe" || *type == "olmoe" || *type == "gemma") {
     mapper.llama_like(*type);
   } else {
     reader.error("model_type", "'" + *type + "' is not an architecture meshplan maps (gpt2, llama, mistral, mixtral, qwen2, "
-                               "gemma); write a preset file instead (docs/presets.md)");
+                               "qwen2_moe, qwen3, qwen3_moe, olmoe, gemma); write a preset file instead (docs/presets.md)");
     return result;
   }
   if (has_errors(result.problems)) return result;

@@ -67,6 +67,10 @@ void read_transformer(YamlMap& root, TransformerDims& t) {
                                               "): an expert never holds more than every token");
     }
   }
+  if (const auto shared = root.integer("shared_expert_ffn", Need::optional, 1, kMaxDim)) {
+    t.shared_expert_ffn = *shared;
+    if (t.experts == 0) root.add_problem("shared_expert_ffn", "shared experts need routed experts (this model's MLP is dense)");
+  }
 }
 
 void read_mlp(YamlMap& root, MlpDims& m) {

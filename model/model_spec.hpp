@@ -49,6 +49,11 @@ struct TransformerDims {
   // where fewer are routed to it, the rest dropped before the all-to-all. 0: dropless, with every expert
   // equally loaded (the ideal a load-balancing loss aims at).
   double capacity_factor = 0;
+  // Shared experts: a dense MLP of this hidden width (the activation's, ffn's kind) beside the routed
+  // experts, run on every token and split over tp like a dense MLP (Qwen2-MoE's
+  // shared_expert_intermediate_size; DeepSeekMoE's shared experts, Dai et al. 2024, Sec. 3.2, as their
+  // number x the expert width; Megatron-Core's --moe-shared-expert-intermediate-size). 0: none.
+  std::int64_t shared_expert_ffn = 0;
 
   // The counts as every reader uses them (0 in the fields above means the default).
   std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }

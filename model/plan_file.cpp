@@ -599,6 +599,7 @@ nlohmann::ordered_json model_to_json(const ModelSpec& model) {
       j["experts"] = t.experts;
       j["top_k"] = t.top_k;
       if (t.capacity_factor > 0) j["capacity_factor"] = t.capacity_factor;
+      if (t.shared_expert_ffn > 0) j["shared_expert_ffn"] = t.shared_expert_ffn;
       break;
     }
     case ModelKind::mlp:

@@ -117,6 +117,17 @@ Loaded<Located> transformer_layer_tensor(const TransformerDims& t, const Transfo
     }
     l.rule = in ? "column-parallel: ffn columns split over tp" : "row-parallel: ffn rows split over tp";
     if (s.moe) l.rule += "; experts split over ep";
+  } else if (rest == "mlp.router" && s.moe) {
+    l.dims = {{"hidden", t.hidden, {}}, {"expert", t.experts, {}}};
+    l.rule = "router: whole on every tp and ep rank (every rank routes its own tokens)";
+  } else if ((rest == "mlp.shared.w_in" || rest == "mlp.shared.w_out") && t.shared_expert_ffn > 0) {
+    const bool in = rest == "mlp.shared.w_in";
+    const std::int64_t width = t.shared_expert_ffn, in_width = t.gated() ? 2 * width : width;
+    l.dims = in ? std::vector<ShardedDim>{{"hidden", t.hidden, {}}, {"ffn", in_width, {}}}
+                : std::vector<ShardedDim>{{"ffn", width, {}}, {"hidden", t.hidden, {}}};
+    l.tp_dim = in ? 1 : 0;
+    l.rule = std::string(in ? "column-parallel: ffn columns split over tp" : "row-parallel: ffn rows split over tp") +
+             "; shared experts: whole on every ep rank";
   } else if (rest == "input") {
     l.dims = {{"batch", s.batch, {}}, {"seq", s.seq, {}}, {"hidden", t.hidden, {}}};
     l.activation = true;
@@ -356,7 +367,12 @@ std::vector<TensorChoice> sharding_tensors(const ModelSpec& model, std::int64_t 
     case ModelKind::transformer: {
       std::vector<TensorChoice> out = {{"embedding.tokens", false}};
       if (model.transformer.positions == Positions::learned) out.push_back({"embedding.positions", false});
-      for (const char* p : {"ln1", "attn.q", "attn.kv", "attn.out", "ln2", "mlp.w_in", "mlp.w_out"}) out.push_back({"layer" + l + "." + p, false});
+      for (const char* p : {"ln1", "attn.q", "attn.kv", "attn.out", "ln2"}) out.push_back({"layer" + l + "." + p, false});
+      if (model.transformer.experts > 0) out.push_back({"layer" + l + ".mlp.router", false});
+      for (const char* p : {"mlp.w_in", "mlp.w_out"}) out.push_back({"layer" + l + "." + p, false});
+      if (model.transformer.shared_expert_ffn > 0) {
+        for (const char* p : {"mlp.shared.w_in", "mlp.shared.w_out"}) out.push_back({"layer" + l + "." + p, false});
+      }
       out.push_back({"head.norm", false});
       if (!model.transformer.tied_embeddings) out.push_back({"head.output", false});
       out.push_back({"layer" + l + ".input", true});

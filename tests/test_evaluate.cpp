@@ -338,6 +338,33 @@ TEST(Evaluator, ExpertCapacityPadsTheDispatchAndTheExperts) {
   }
 }
 
+// Shared experts are dense weights: every ep rank holds all of them (tp splits them), where ep divides the
+// routed experts; so what they add per device is the same with ep=8 as without ep. They add work to every
+// token, so the step grows.
+TEST(Evaluator, SharedExpertsAreHeldWholeOnEveryExpertRank) {
+  ModelSpec model = must(load_model("llama3-8b"));
+  model.transformer.experts = 16;
+  model.transformer.top_k = 2;
+  const auto cluster = must(load_cluster("dgx-h100"));
+  auto per_device = [&](const ModelSpec& m, const std::string& mesh) {
+    const PlanEstimate e = Evaluator(m, cluster, 16, 2048).evaluate(plan_with(mesh, 1, 16));
+    return std::pair{e.worst_memory.parameters_bytes, e.time.step_s};
+  };
+  ModelSpec shared = model;
+  shared.transformer.shared_expert_ffn = 4096;
+  const double layers = 32, h = 4096, fs = 4096, bytes = 2;  // bf16 weights
+  for (const char* mesh : {"dp=16", "dp=2,ep=8"}) {
+    const auto [without_bytes, without_step] = per_device(model, mesh);
+    const auto [with_bytes, with_step] = per_device(shared, mesh);
+    EXPECT_DOUBLE_EQ(with_bytes - without_bytes, layers * 3 * h * fs * bytes) << mesh;
+    EXPECT_GT(with_step, without_step) << mesh;
+  }
+  // tp splits them as a dense MLP.
+  const auto [without_tp, a] = per_device(model, "dp=8,tp=2");
+  const auto [with_tp, b] = per_device(shared, "dp=8,tp=2");
+  EXPECT_DOUBLE_EQ(with_tp - without_tp, layers * 3 * h * fs * bytes / 2);
+}
+
 TEST(Evaluator, MoreBandwidthIsNeverSlower) {
   const auto model = must(load_model("llama2-70b"));
   auto cluster = must(load_cluster("dgx-a100"));

@@ -70,6 +70,11 @@ TEST(Export, MegatronExpertCapacityIsDropAndPad) {
   ASSERT_TRUE(padded.ok()) << messages(padded.problems);
   for (const char* line : {"--moe-expert-capacity-factor 1.25", "--moe-pad-expert-input-to-capacity"})
     EXPECT_TRUE(has_line(padded.value, line)) << line << "\n" << padded.value;
+  EXPECT_EQ(padded.value.find("shared-expert"), std::string::npos) << padded.value;
+  file.model.transformer.shared_expert_ffn = 2048;  // Megatron-Core's SharedExpertMLP
+  const Loaded<std::string> shared = export_plan(file, ExportTarget::megatron);
+  ASSERT_TRUE(shared.ok()) << messages(shared.problems);
+  EXPECT_TRUE(has_line(shared.value, "--moe-shared-expert-intermediate-size 2048")) << shared.value;
 }
 
 TEST(Export, MegatronRefusesWhatItCannotRun) {

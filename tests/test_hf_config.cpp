@@ -1,5 +1,5 @@
 // Hugging Face config.json files as models (model/hf_config.hpp): the
-// published configs of seven checkpoints (tests/data/hf/, each the
+// published configs of nine checkpoints (tests/data/hf/, each the
 // checkpoint's config.json on the Hugging Face Hub as its _name_or_path
 // names it) map to the dimensions their model cards give, and to the
 // parameter counts their authors report; what the schema cannot state is
@@ -44,6 +44,7 @@ struct Published {
   std::int64_t experts, top_k;
   double parameters;  // as the authors report it
   int warnings;       // what the mapping names but cannot state
+  std::int64_t shared_expert_ffn = 0;
 };
 
 // Parameter counts: GPT-2 124,439,808 (Hugging Face's count of gpt2); Llama 2
@@ -61,6 +62,15 @@ constexpr Published kPublished[] = {
      7615616512.0 - 28 * 4608.0, 1},
     {"gemma-2b", 18, 2048, 8, 1, 256, 16384, 256000, 8192, FeedForward::geglu, true, 10000, 0, 1, 2506172416.0, 0},
     {"mixtral-8x7b", 32, 4096, 32, 8, 128, 14336, 32000, 32768, FeedForward::swiglu, false, 1e6, 8, 2, 46702792704.0, 0},
+    // Fine-grained experts (ffn is moe_intermediate_size) and a shared expert: the count is the config's
+    // arithmetic less what the schema cannot hold (Qwen 2's q, k, v biases and the shared expert's gate,
+    // 4 x 2048 per layer), and rounds to the model card's 14.3B (HfConfig.MixturesOfExpertsMatchTheirCards).
+    {"qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 128, 1408, 151936, 8192, FeedForward::swiglu, false, 1e6, 60, 4,
+     2 * 151936.0 * 2048 + 2048 + 24 * (4 * 2048.0 * 2048 + 60 * 3 * 2048.0 * 1408 + 3 * 2048.0 * 5632 + 2048 * 60 + 2 * 2048), 1,
+     5632},
+    // 128 experts of width 768, no shared expert; less its QK-norm weights (2 x 128 per layer).
+    {"qwen3-30b-a3b", 48, 2048, 32, 4, 128, 768, 151936, 40960, FeedForward::swiglu, false, 1e6, 128, 8,
+     2 * 151936.0 * 2048 + 2048 + 48 * (2 * 2048.0 * 4096 + 2 * 2048.0 * 512 + 128 * 3 * 2048.0 * 768 + 2048 * 128 + 2 * 2048), 1},
 };
 
 TEST(HfConfig, PublishedConfigsMapToTheirModelsAndParameterCounts) {
@@ -82,11 +92,34 @@ TEST(HfConfig, PublishedConfigsMapToTheirModelsAndParameterCounts) {
     EXPECT_DOUBLE_EQ(t.rope_theta, p.rope_theta) << p.file;
     EXPECT_EQ(t.experts, p.experts) << p.file;
     EXPECT_EQ(t.top_k, p.top_k) << p.file;
+    EXPECT_EQ(t.shared_expert_ffn, p.shared_expert_ffn) << p.file;
     const double parameters = build_layer_graph(loaded.value, t.seq_len).parameter_count();
     EXPECT_DOUBLE_EQ(parameters, p.parameters) << p.file;
     // A null rope_scaling and a sliding window turned off are no warnings.
     EXPECT_EQ(warnings(loaded.problems), p.warnings) << p.file << "\n" << messages(loaded.problems);
   }
+}
+
+// The model cards' totals: Qwen1.5-MoE-A2.7B "14.3B parameters in total" (Qwen blog, Qwen1.5-MoE, March
+// 2024), Qwen3-30B-A3B "30.5B in total" (its Hugging Face model card); rounded, so within 0.05B. The
+// shared expert is a dense MLP beside the experts: held on every ep rank, split over tp.
+TEST(HfConfig, MixturesOfExpertsMatchTheirCards) {
+  const struct {
+    const char* file;
+    double billions;
+  } cards[] = {{"qwen1.5-moe-a2.7b", 14.3}, {"qwen3-30b-a3b", 30.5}};
+  for (const auto& card : cards) {
+    const Loaded<ModelSpec> loaded = load_model("hf:" + fixture(card.file));
+    ASSERT_TRUE(loaded.ok()) << card.file << "\n" << messages(loaded.problems);
+    const double parameters = build_layer_graph(loaded.value, 2048).parameter_count();
+    EXPECT_NEAR(parameters / 1e9, card.billions, 0.05) << card.file;
+  }
+  const Loaded<HfModel> qwen3 = read_hf_config(fixture("qwen3-30b-a3b"));
+  EXPECT_TRUE(mentions(qwen3.problems, Severity::warning, "QK-norm")) << messages(qwen3.problems);
+  EXPECT_NE(hf_model_yaml(qwen3.value).find("ffn: 768   # moe_intermediate_size"), std::string::npos);
+  const Loaded<HfModel> qwen2 = read_hf_config(fixture("qwen1.5-moe-a2.7b"));
+  EXPECT_NE(hf_model_yaml(qwen2.value).find("shared_expert_ffn: 5632   # shared_expert_intermediate_size"), std::string::npos)
+      << hf_model_yaml(qwen2.value);
 }
 
 TEST(HfConfig, Gpt2KeepsItsArchitecture) {
@@ -157,6 +190,19 @@ TEST(HfConfig, RefusesWhatItCannotModel) {
       {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
            "num_key_value_heads": 3, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16})",
        "must be a multiple of kv_heads (3)"},
+      // Dense layers among the experts' are not a model meshplan states.
+      {R"({"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+           "moe_intermediate_size": 32, "vocab_size": 100, "max_position_embeddings": 16, "num_experts": 8,
+           "num_experts_per_tok": 2, "decoder_sparse_step": 2})",
+       "key 'decoder_sparse_step': is 2: one layer in 2 is a mixture of experts"},
+      {R"({"model_type": "qwen2_moe", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+           "moe_intermediate_size": 32, "vocab_size": 100, "max_position_embeddings": 16, "num_experts": 8,
+           "num_experts_per_tok": 2, "mlp_only_layers": [0, 3]})",
+       "key 'mlp_only_layers': names 2 dense layers among the experts' ones"},
+      {R"({"model_type": "olmoe", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 32, "vocab_size": 100, "max_position_embeddings": 16, "num_experts": 8,
+           "num_experts_per_tok": 9})",
+       "top_k (9) exceeds experts (8)"},
   };
   for (const Bad& b : bad) {
     const Loaded<HfModel> hf = read_hf_config_text(b.json, "config.json");

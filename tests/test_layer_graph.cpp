@@ -93,10 +93,63 @@ TEST(LayerGraph, VerticesAreInTopologicalOrderAndBlocksPartitionOps) {
 
 TEST(LayerGraph, StageBoundaryCarriesTheResidualStreamOnce) {
   // Between two layers only the residual stream (s x h) crosses, even though
-  // two ops of the next layer read it.
-  const LayerGraph g = build_transformer_graph(gpt_dims(3, 256, 8, 128), 128);
-  const int first_layer = g.layer_blocks().front();
-  EXPECT_DOUBLE_EQ(g.boundary_elements_per_sample(first_layer), 128.0 * 256);
+  // two ops of the next layer read it; so too with shared experts, whose
+  // branch reads the layer's norm beside the router.
+  auto shared = gpt_dims(3, 256, 8, 128);
+  shared.experts = 8;
+  shared.top_k = 2;
+  shared.shared_expert_ffn = 384;
+  for (const LayerGraph& g : {build_transformer_graph(gpt_dims(3, 256, 8, 128), 128), build_transformer_graph(shared, 128)}) {
+    const int first_layer = g.layer_blocks().front();
+    EXPECT_DOUBLE_EQ(g.boundary_elements_per_sample(first_layer), 128.0 * 256);
+    for (auto e : boost::make_iterator_range(boost::edges(g.graph))) EXPECT_LT(boost::source(e, g.graph), boost::target(e, g.graph));
+  }
+}
+
+// Shared experts (TransformerDims::shared_expert_ffn): a dense MLP of that
+// width beside the routed experts, on every token. Its weights are dense
+// (split over tp, not ep), its FLOPs are model FLOPs of every token, and its
+// output joins the experts' before the residual add.
+TEST(LayerGraph, SharedExpertsAreADenseMlpBesideTheExperts) {
+  auto dims = gpt_dims(2, 512, 8, 128);
+  dims.feed_forward = FeedForward::swiglu;
+  dims.bias = false;
+  dims.experts = 8;
+  dims.top_k = 2;
+  const LayerGraph routed_only = build_transformer_graph(dims, 128);
+  dims.shared_expert_ffn = 768;
+  const LayerGraph with_shared = build_transformer_graph(dims, 128);
+  const double h = 512, fs = 768, s = 128, layers = 2;
+  EXPECT_DOUBLE_EQ(with_shared.parameter_count() - routed_only.parameter_count(), layers * 3 * h * fs);
+  double flops[2] = {}, expert_parameters[2] = {}, dense_tp_parameters[2] = {};
+  int i = 0;
+  for (const LayerGraph* g : {&routed_only, &with_shared}) {
+    for (auto v : boost::make_iterator_range(boost::vertices(g->graph))) {
+      const Op& op = g->op(v);
+      if (op.kind == OpKind::gemm) flops[i] += op.forward_flops_per_sample;
+      (op.expert ? expert_parameters[i] : dense_tp_parameters[i]) += op.tp_split_parameters;
+    }
+    ++i;
+  }
+  EXPECT_DOUBLE_EQ(flops[1] - flops[0], layers * (2 * s * h * 2 * fs + 2 * s * fs * h));
+  EXPECT_DOUBLE_EQ(expert_parameters[1], expert_parameters[0]);
+  EXPECT_DOUBLE_EQ(dense_tp_parameters[1] - dense_tp_parameters[0], layers * 3 * h * fs);
+  // The branch: the layer's second norm feeds the router and the shared w_in; the add joins both
+  // MLPs' outputs and feeds the residual.
+  auto id_of = [&](const std::string& name) {
+    for (auto v : boost::make_iterator_range(boost::vertices(with_shared.graph)))
+      if (with_shared.op(v).name == name) return static_cast<long>(v);
+    return -1L;
+  };
+  auto edge = [&](const std::string& from, const std::string& to) {
+    return boost::edge(id_of(from), id_of(to), with_shared.graph).second;
+  };
+  EXPECT_TRUE(edge("layer0.ln2", "layer0.mlp.router"));
+  EXPECT_TRUE(edge("layer0.ln2", "layer0.mlp.shared.w_in"));
+  EXPECT_TRUE(edge("layer0.mlp.w_out", "layer0.mlp.shared.add"));
+  EXPECT_TRUE(edge("layer0.mlp.shared.w_out", "layer0.mlp.shared.add"));
+  EXPECT_TRUE(edge("layer0.mlp.shared.add", "layer0.mlp.residual"));
+  EXPECT_FALSE(edge("layer0.mlp.w_out", "layer0.mlp.residual"));
 }
 
 // The index the builders leave (index_boundaries) answers as the walk over
@@ -106,13 +159,16 @@ TEST(LayerGraph, IndexedBoundariesEqualTheWalk) {
   auto moe = gpt_dims(4, 256, 8, 128);
   moe.experts = 8;
   moe.top_k = 2;
+  auto shared = moe;
+  shared.shared_expert_ffn = 512;
   MlpDims mlp;
   mlp.layer_sizes = {784, 512, 256, 10};
   CnnDims cnn;
   cnn.stage_blocks = {2, 2};
   cnn.stage_channels = {64, 128};
   const std::vector<LayerGraph> graphs = {build_transformer_graph(gpt_dims(5, 256, 8, 128), 128),
-                                          build_transformer_graph(moe, 128), build_mlp_graph(mlp), build_cnn_graph(cnn)};
+                                          build_transformer_graph(moe, 128), build_transformer_graph(shared, 128),
+                                          build_mlp_graph(mlp), build_cnn_graph(cnn)};
   for (const LayerGraph& indexed : graphs) {
     ASSERT_EQ(indexed.boundary_index.size(), indexed.blocks.size());
     LayerGraph walked = indexed;

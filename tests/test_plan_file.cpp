@@ -42,6 +42,7 @@ void expect_same_model(const ModelSpec& a, const ModelSpec& b) {
     EXPECT_EQ(t.experts, u.experts);
     EXPECT_EQ(t.top_k, u.top_k);
     EXPECT_EQ(t.capacity_factor, u.capacity_factor);
+    EXPECT_EQ(t.shared_expert_ffn, u.shared_expert_ffn);
   }
   EXPECT_EQ(a.mlp.layer_sizes, b.mlp.layer_sizes);
   if (a.kind == ModelKind::mlp) {
@@ -217,8 +218,9 @@ TEST(PlanFile, RoundTripOtherModelKindsAndKnobs) {
                     }).file);
 }
 
-// A mixture of experts with a drop-and-pad capacity keeps it through a plan
-// file (the prediction depends on it); one without writes no field.
+// A mixture of experts with a drop-and-pad capacity and shared experts keeps
+// them through a plan file (the prediction depends on them); one without
+// writes no field.
 TEST(PlanFile, ExpertCapacityRoundTrips) {
   Made made = make({"llama3-8b", "dgx-h100", "dp=8", 8, 1, 8});  // made dense, then given experts
   made.file.model.transformer.experts = 8;
@@ -226,7 +228,9 @@ TEST(PlanFile, ExpertCapacityRoundTrips) {
   made.file.plan.mesh = must(parse_mesh("ep=8", "mesh"));
   const auto dropless = plan_file_to_json(made.file).dump();
   EXPECT_EQ(dropless.find("capacity_factor"), std::string::npos);
+  EXPECT_EQ(dropless.find("shared_expert_ffn"), std::string::npos);
   made.file.model.transformer.capacity_factor = 1.25;
+  made.file.model.transformer.shared_expert_ffn = 2048;
   made.explanation = explain_plan(made.file.model, made.file.cluster, Deployment{8, 0}, made.file.plan);
   ASSERT_TRUE(made.explanation.valid) << messages(made.explanation.problems);
   made.file.prediction = prediction_from(made.explanation);

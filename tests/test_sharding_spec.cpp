@@ -145,5 +145,50 @@ TEST(ShardingSpec, KeyValueHeadsSplitOverTpOnlyWhenTpDividesThem) {
   }
 }
 
+// A mixture of experts with shared experts: the layer's weights the spec
+// lists (router, experts, shared experts and the rest) hold every weight the
+// cost model counts for the layer, biases aside; the router and the shared
+// experts are whole on every ep rank, the experts split over it.
+TEST(ShardingSpec, EveryWeightOfAnExpertLayerIsListed) {
+  ModelSpec model = small_gpt(2);
+  TransformerDims& t = model.transformer;
+  t.bias = false;
+  t.feed_forward = FeedForward::swiglu;
+  t.norm = Norm::rmsnorm;
+  t.experts = 4;
+  t.top_k = 2;
+  t.shared_expert_ffn = 6;
+  t.head_dim = 2;  // as load_model states it (the graph reads head_dim)
+  const Plan plan = plan_on("ep=4,tp=2", 0);
+  double listed = 0;
+  for (const TensorChoice& c : sharding_tensors(model, 1)) {
+    if (c.activation || c.name.rfind("layer1.", 0) != 0) continue;
+    const Loaded<ShardingSpec> spec = sharding_spec(model, plan, c.name, TensorRole::parameters);
+    ASSERT_TRUE(spec.ok()) << c.name;
+    double elements = 1;
+    for (const ShardedDim& d : spec.value.dims) elements *= static_cast<double>(d.size);
+    listed += elements;
+  }
+  const LayerGraph g = build_layer_graph(model, t.seq_len);
+  double layer1 = 0;
+  for (OpId id : g.blocks[static_cast<std::size_t>(g.layer_blocks()[1])].ops) {
+    const Op& op = g.op(id);
+    layer1 += op.tp_split_parameters + op.kv_parameters + op.replicated_parameters + op.tied_parameters;
+  }
+  EXPECT_DOUBLE_EQ(listed, layer1);
+  const auto router = sharding_spec(model, plan, "layer1.mlp.router", TensorRole::parameters);
+  const auto shared = sharding_spec(model, plan, "layer1.mlp.shared.w_in", TensorRole::parameters);
+  const auto experts = sharding_spec(model, plan, "layer1.mlp.w_in", TensorRole::parameters);
+  ASSERT_TRUE(router.ok() && shared.ok() && experts.ok());
+  EXPECT_EQ(router.value.partition_text(), "P(None, None)");
+  EXPECT_EQ(shared.value.partition_text(), "P(None, 'tp')");
+  EXPECT_EQ(*block_shape(shared.value, plan.mesh, 7), (std::vector<std::int64_t>{8, 6}));  // gate and up, 12 over tp=2
+  EXPECT_EQ(experts.value.partition_text(), "P('ep', None, 'tp')");
+  // Without shared experts they are not listed, and asking for them is an error.
+  t.shared_expert_ffn = 0;
+  for (const TensorChoice& c : sharding_tensors(model, 1)) EXPECT_EQ(c.name.find("shared"), std::string::npos) << c.name;
+  EXPECT_FALSE(sharding_spec(model, plan, "layer1.mlp.shared.w_in", TensorRole::parameters).ok());
+}
+
 }  // namespace
 }  // namespace meshplan

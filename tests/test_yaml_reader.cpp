@@ -101,17 +101,23 @@ TEST(YamlReader, OutOfRangeAndInconsistentDimensions) {
 }
 
 // capacity_factor: drop-and-pad expert capacity, only for a mixture of
-// experts, from 1 (no slack) to experts / top_k (every token fits anywhere).
+// experts, from 1 (no slack) to experts / top_k (every token fits anywhere);
+// shared_expert_ffn, a width, only beside routed experts.
 TEST(YamlReader, ExpertCapacityIsCheckedAgainstTheExperts) {
   auto moe = load_model_text(std::string(kGood) + "experts: 8\ntop_k: 2\ncapacity_factor: 1.25\n", "moe.yaml");
   ASSERT_TRUE(moe.ok()) << all_messages(moe.problems);
   EXPECT_EQ(moe.value.transformer.capacity_factor, 1.25);
   EXPECT_EQ(moe.value.transformer.expert_slots_per_token(), 2.5);
   EXPECT_EQ(must_ok_slots(kGood), 1.0);
+  auto shared = load_model_text(std::string(kGood) + "experts: 8\ntop_k: 2\nshared_expert_ffn: 1024\n", "moe.yaml");
+  ASSERT_TRUE(shared.ok()) << all_messages(shared.problems);
+  EXPECT_EQ(shared.value.transformer.shared_expert_ffn, 1024);
   const std::pair<std::string, std::string> bad[] = {
       {"capacity_factor: 1.25\n", "key 'capacity_factor': a capacity factor needs experts"},
       {"experts: 8\ntop_k: 2\ncapacity_factor: 0.5\n", "key 'capacity_factor': must be between 1"},
       {"experts: 8\ntop_k: 2\ncapacity_factor: 5\n", "capacity_factor x top_k (10) exceeds experts (8)"},
+      {"shared_expert_ffn: 1024\n", "key 'shared_expert_ffn': shared experts need routed experts"},
+      {"experts: 8\ntop_k: 2\nshared_expert_ffn: 0\n", "key 'shared_expert_ffn': must be between 1"},
   };
   for (const auto& [tail, message] : bad) {
     auto model = load_model_text(std::string(kGood) + tail, "moe.yaml");
