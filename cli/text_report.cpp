@@ -44,6 +44,10 @@ std::string describe_model(const ModelSpec& model, std::int64_t seq_len) {
       if (t.experts > 0) text += ", " + std::to_string(t.experts) + " experts top-" + std::to_string(t.top_k);
       if (t.capacity_factor > 0) text += " capacity " + format("%g", t.capacity_factor) + " (padded)";
       if (t.shared_expert_ffn > 0) text += ", shared experts ffn " + std::to_string(t.shared_expert_ffn);
+      if (!t.dense_layers.empty()) {
+        text += ", " + std::to_string(t.dense_layers.size()) + " dense layer" + (t.dense_layers.size() == 1 ? "" : "s") +
+                " (ffn " + std::to_string(t.dense_width()) + ")";
+      }
       return text;
     }
     case ModelKind::mlp: {

@@ -33,9 +33,8 @@ class TransformerBuilder {
         vocab(static_cast<double>(dims.vocab)),
         gated(dims.feed_forward != FeedForward::gelu),
         dropout(dims.dropout > 0),
-        moe(dims.experts > 0),
-        experts(moe ? static_cast<double>(dims.experts) : 1.0),
-        routed(moe ? static_cast<double>(dims.top_k) : 1.0),
+        experts(dims.experts > 0 ? static_cast<double>(dims.experts) : 1.0),
+        routed(dims.experts > 0 ? static_cast<double>(dims.top_k) : 1.0),
         expert_slots(dims.expert_slots_per_token()),
         norm_parameters(dims.norm == Norm::layernorm ? 2 * h : h),
         norm_flops_per_element(dims.norm == Norm::layernorm ? 8 : 4) {
@@ -50,7 +49,7 @@ class TransformerBuilder {
       const std::string p = "layer" + std::to_string(layer) + ".";
       g.blocks.push_back({"layer" + std::to_string(layer), BlockKind::layer, {}});
       const OpId attn_residual_id = attention(block, p, prev);
-      prev = mlp(block, p, attn_residual_id);
+      prev = mlp(block, p, attn_residual_id, t.expert_layer(layer));
     }
     head(prev);
     return std::move(g);
@@ -228,7 +227,7 @@ class TransformerBuilder {
 
   // ---- a layer's MLP half (with the router of a mixture of experts, and its
   // shared experts), through the residual add
-  OpId mlp(int block, const std::string& p, OpId attn_residual_id) {
+  OpId mlp(int block, const std::string& p, OpId attn_residual_id, bool moe) {
     const OpId norm_id = g.add_op(pre_norm(p, "ln2", block));
     g.connect(attn_residual_id, norm_id);
 
@@ -248,9 +247,9 @@ class TransformerBuilder {
       mlp_input_id = id;
     }
     const MlpBranch main = moe ? MlpBranch{"mlp.", "mlp ", "", t.ffn, experts, routed, expert_slots, true}
-                               : MlpBranch{"mlp.", "mlp ", "", t.ffn, 1, 1, 1, false};
+                               : MlpBranch{"mlp.", "mlp ", "", t.dense_width(), 1, 1, 1, false};
     OpId mlp_output_id = mlp_branch(block, p, mlp_input_id, main);
-    if (t.shared_expert_ffn > 0) {
+    if (moe && t.shared_expert_ffn > 0) {
       // Shared experts (Qwen2-MoE's shared_expert_intermediate_size, DeepSeekMoE's
       // always-on experts, Megatron-Core's --moe-shared-expert-intermediate-size):
       // a dense MLP beside the routed experts on every token, split over tp
@@ -380,7 +379,7 @@ class TransformerBuilder {
   const TransformerDims& t;
   std::int64_t seq_len;
   double s, h, a, q, kv, vocab;  // q: query width; kv: key (= value) width
-  bool gated, dropout, moe;
+  bool gated, dropout;
   double experts, routed;  // routed: copies of each token through the MLP
   double expert_slots;            // routed, with the capacity's padding (expert_slots_per_token): what the experts compute and hold
   double norm_parameters, norm_flops_per_element;

@@ -129,7 +129,7 @@ std::string megatron(Writer& w) {
     arg("--group-query-attention");
     arg("--num-query-groups", count(t.key_value_heads()));
   }
-  arg("--ffn-hidden-size", count(t.ffn));
+  arg("--ffn-hidden-size", count(t.dense_width()));  // the experts' width too, unless dense layers name their own (below)
   if (t.feed_forward == FeedForward::swiglu) arg("--swiglu");
   arg("--seq-length", count(w.seq_len()));
   arg("--max-position-embeddings", count(t.seq_len));
@@ -151,6 +151,14 @@ std::string megatron(Writer& w) {
       arg("--moe-pad-expert-input-to-capacity");
     }
     if (t.shared_expert_ffn > 0) arg("--moe-shared-expert-intermediate-size", count(t.shared_expert_ffn));
+    if (!t.dense_layers.empty()) {
+      // --ffn-hidden-size is then the dense layers' width; the experts' is --moe-ffn-hidden-size, and which
+      // layers have experts a list of 0 (dense) and 1 (experts), one per layer (arguments.py, --moe-layer-freq).
+      arg("--moe-ffn-hidden-size", count(t.ffn));
+      std::string pattern = "[";
+      for (std::int64_t layer = 0; layer < t.layers; ++layer) pattern += std::string(layer > 0 ? "," : "") + (t.expert_layer(layer) ? "1" : "0");
+      arg("--moe-layer-freq", "\"" + pattern + "]\"");
+    }
   }
   std::string out = w.header("#", "Megatron-LM arguments (pretrain_gpt.py)");
   out += "# world size " + std::to_string(w.mesh().world_size()) + " = tp x pp x cp x data-parallel " +

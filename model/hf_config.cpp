@@ -149,7 +149,7 @@ class Mapper {
     } else if (type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe") {
       count("experts", "num_experts");
       count("top_k", "num_experts_per_tok");
-      every_layer_sparse();
+      if (type != "olmoe") dense_layers_among_experts();
     }
     if (type == "qwen2_moe") {
       // Qwen2-MoE's shared expert, gated per token by a sigmoid over one output (h weights per layer, not counted).
@@ -201,22 +201,36 @@ class Mapper {
     set("bias", attention ? "true" : "false", "attention_bias (default false)");
   }
 
-  // Every layer a mixture of experts: meshplan's MoE models have no dense layers among them.
-  void every_layer_sparse() {
-    if (const auto step = r_.count("decoder_sparse_step"); step && *step != 1) {
-      r_.error("decoder_sparse_step", "is " + std::to_string(*step) + ": one layer in " + std::to_string(*step) +
-                                          " is a mixture of experts, and meshplan's MoE models have experts in "
-                                          "every layer");
-    }
+  // Which layers are dense among the experts' (Qwen-MoE: layer i has experts when (i + 1) % decoder_sparse_step
+  // == 0 and i is not in mlp_only_layers, transformers' Qwen2MoeDecoderLayer): dense_layers, and their
+  // MLP's width, intermediate_size, as dense_ffn.
+  void dense_layers_among_experts() {
+    const auto layers = r_.count("num_hidden_layers");
+    if (!layers) return;
+    const std::int64_t step = r_.count("decoder_sparse_step").value_or(1);
+    std::vector<bool> dense(static_cast<std::size_t>(*layers), false);
+    for (std::int64_t i = 0; i < *layers; ++i) dense[static_cast<std::size_t>(i)] = (i + 1) % step != 0;
     if (r_.has("mlp_only_layers")) {
-      const Json& dense = r_.raw("mlp_only_layers");
-      if (!dense.is_array()) {
-        r_.error("mlp_only_layers", "must be a list of layer indices, got " + dense.dump());
-      } else if (!dense.empty()) {
-        r_.error("mlp_only_layers", "names " + std::to_string(dense.size()) + " dense layers among the experts' ones; "
-                                    "meshplan's MoE models have experts in every layer");
+      const Json& listed = r_.raw("mlp_only_layers");
+      if (!listed.is_array()) {
+        r_.error("mlp_only_layers", "must be a list of layer indices, got " + listed.dump());
+        return;
+      }
+      for (const Json& v : listed) {
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= *layers) {
+          r_.error("mlp_only_layers", "must list layers 0 to " + std::to_string(*layers - 1) + ", got " + v.dump());
+          return;
+        }
+        dense[static_cast<std::size_t>(v.get<std::int64_t>())] = true;
       }
     }
+    std::string list;
+    for (std::int64_t i = 0; i < *layers; ++i) {
+      if (dense[static_cast<std::size_t>(i)]) list += (list.empty() ? "" : ", ") + std::to_string(i);
+    }
+    if (list.empty()) return;
+    set("dense_layers", "[" + list + "]", "decoder_sparse_step, mlp_only_layers");
+    count("dense_ffn", "intermediate_size");
   }
 
   // Keys that change the attention or the frequencies but not the shapes.

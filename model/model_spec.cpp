@@ -1,5 +1,7 @@
 #include "model/model_spec.hpp"
 
+#include <algorithm>
+
 #include "model/hf_config.hpp"
 #include "model/presets.hpp"
 #include "model/text.hpp"
@@ -70,6 +72,24 @@ void read_transformer(YamlMap& root, TransformerDims& t) {
   if (const auto shared = root.integer("shared_expert_ffn", Need::optional, 1, kMaxDim)) {
     t.shared_expert_ffn = *shared;
     if (t.experts == 0) root.add_problem("shared_expert_ffn", "shared experts need routed experts (this model's MLP is dense)");
+  }
+  if (const auto dense = root.integer_list("dense_layers", Need::optional, 0, kMaxDim)) {
+    t.dense_layers = *dense;
+    std::sort(t.dense_layers.begin(), t.dense_layers.end());
+    if (t.experts == 0) {
+      root.add_problem("dense_layers", "names dense layers among experts' ones, but this model has no experts");
+    } else if (std::adjacent_find(t.dense_layers.begin(), t.dense_layers.end()) != t.dense_layers.end()) {
+      root.add_problem("dense_layers", "names a layer twice");
+    } else if (!t.dense_layers.empty() && t.layers > 0 && t.dense_layers.back() >= t.layers) {
+      root.add_problem("dense_layers", "names layer " + std::to_string(t.dense_layers.back()) + "; the layers are 0 to " +
+                                           std::to_string(t.layers - 1));
+    } else if (t.layers > 0 && static_cast<std::int64_t>(t.dense_layers.size()) == t.layers) {
+      root.add_problem("dense_layers", "names every layer: a model without experts states no experts");
+    }
+  }
+  if (const auto dense_ffn = root.integer("dense_ffn", Need::optional, 1, kMaxDim)) {
+    t.dense_ffn = *dense_ffn;
+    if (t.dense_layers.empty()) root.add_problem("dense_ffn", "is the width of dense_layers' MLP, and no dense_layers are named");
   }
 }
 

@@ -4,6 +4,7 @@
 // activations; nothing else should need the raw dimensions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -54,6 +55,11 @@ struct TransformerDims {
   // shared_expert_intermediate_size; DeepSeekMoE's shared experts, Dai et al. 2024, Sec. 3.2, as their
   // number x the expert width; Megatron-Core's --moe-shared-expert-intermediate-size). 0: none.
   std::int64_t shared_expert_ffn = 0;
+  // Layers whose MLP is dense among a mixture of experts' (0-based, ascending): DeepSeek's first
+  // first_k_dense_replace layers, Qwen-MoE's decoder_sparse_step and mlp_only_layers, Megatron-Core's
+  // --moe-layer-freq. Their MLP is one of width dense_ffn (0: ffn), with no router and no shared experts.
+  std::vector<std::int64_t> dense_layers;
+  std::int64_t dense_ffn = 0;
 
   // The counts as every reader uses them (0 in the fields above means the default).
   std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -66,6 +72,12 @@ struct TransformerDims {
     return static_cast<double>(top_k) * (capacity_factor > 0 ? capacity_factor : 1.0);
   }
   std::int64_t kv_tp_split(std::int64_t tp) const { return meshplan::kv_tp_split(key_value_heads(), tp); }
+  // Whether layer `layer`'s MLP is a mixture of experts.
+  bool expert_layer(std::int64_t layer) const {
+    return experts > 0 && !std::binary_search(dense_layers.begin(), dense_layers.end(), layer);
+  }
+  // The width of a dense layer's MLP (the model's MLP when it has no experts).
+  std::int64_t dense_width() const { return dense_ffn > 0 ? dense_ffn : ffn; }
 };
 
 struct MlpDims {

@@ -78,8 +78,13 @@ TransformerSizes transformer_sizes(const TransformerDims& t, const Plan& plan) {
 }
 
 // A tensor of layer block `layer` ("ln1", "attn.q", ..., "mlp.hidden").
-Loaded<Located> transformer_layer_tensor(const TransformerDims& t, const TransformerSizes& s, const std::string& rest,
-                                         const std::string& tensor, std::int64_t tp) {
+Loaded<Located> transformer_layer_tensor(const TransformerDims& t, TransformerSizes s, const std::string& rest,
+                                         const std::string& tensor, std::int64_t tp, std::int64_t layer) {
+  if (!t.expert_layer(layer)) {  // a dense layer among the experts' (or a dense model): its own MLP width
+    s.moe = false;
+    s.f_in = t.gated() ? 2 * t.dense_width() : t.dense_width();
+  }
+  const std::int64_t ffn = s.moe ? t.ffn : t.dense_width();
   Loaded<Located> result;
   Located& l = result.value;
   if (rest == "ln1" || rest == "ln2") {
@@ -106,13 +111,13 @@ Loaded<Located> transformer_layer_tensor(const TransformerDims& t, const Transfo
     const bool in = rest == "mlp.w_in";
     if (s.moe) {
       l.dims = in ? std::vector<ShardedDim>{{"expert", t.experts, {}}, {"hidden", t.hidden, {}}, {"ffn", s.f_in, {}}}
-                  : std::vector<ShardedDim>{{"expert", t.experts, {}}, {"ffn", t.ffn, {}}, {"hidden", t.hidden, {}}};
+                  : std::vector<ShardedDim>{{"expert", t.experts, {}}, {"ffn", ffn, {}}, {"hidden", t.hidden, {}}};
       l.ep_dim = 0;
       l.tp_dim = in ? 2 : 1;
       l.expert = true;
     } else {
       l.dims = in ? std::vector<ShardedDim>{{"hidden", t.hidden, {}}, {"ffn", s.f_in, {}}}
-                  : std::vector<ShardedDim>{{"ffn", t.ffn, {}}, {"hidden", t.hidden, {}}};
+                  : std::vector<ShardedDim>{{"ffn", ffn, {}}, {"hidden", t.hidden, {}}};
       l.tp_dim = in ? 1 : 0;
     }
     l.rule = in ? "column-parallel: ffn columns split over tp" : "row-parallel: ffn rows split over tp";
@@ -120,7 +125,7 @@ Loaded<Located> transformer_layer_tensor(const TransformerDims& t, const Transfo
   } else if (rest == "mlp.router" && s.moe) {
     l.dims = {{"hidden", t.hidden, {}}, {"expert", t.experts, {}}};
     l.rule = "router: whole on every tp and ep rank (every rank routes its own tokens)";
-  } else if ((rest == "mlp.shared.w_in" || rest == "mlp.shared.w_out") && t.shared_expert_ffn > 0) {
+  } else if ((rest == "mlp.shared.w_in" || rest == "mlp.shared.w_out") && s.moe && t.shared_expert_ffn > 0) {
     const bool in = rest == "mlp.shared.w_in";
     const std::int64_t width = t.shared_expert_ffn, in_width = t.gated() ? 2 * width : width;
     l.dims = in ? std::vector<ShardedDim>{{"hidden", t.hidden, {}}, {"ffn", in_width, {}}}
@@ -138,7 +143,7 @@ Loaded<Located> transformer_layer_tensor(const TransformerDims& t, const Transfo
     l.activation = true;
     l.rule = "attention scores: heads split over tp, query rows over cp";
   } else if (rest == "mlp.hidden") {
-    l.dims = {{"batch", s.batch, {}}, {"seq", s.seq, {}}, {"ffn", t.ffn, {}}};
+    l.dims = {{"batch", s.batch, {}}, {"seq", s.seq, {}}, {"ffn", ffn, {}}};
     l.tp_dim = 2;
     l.activation = true;
     l.rule = "MLP inner activation: ffn split over tp (inside Megatron's f/g region)";
@@ -157,7 +162,7 @@ Loaded<Located> transformer_tensor(const ModelSpec& model, const Plan& plan, con
   if (parse_layer(tensor, "layer", layer, rest)) {
     const std::int64_t layers = sharding_layer_count(model);
     if (layer < 0 || layer >= layers) return failed("layer " + std::to_string(layer) + " is out of range 0.." + std::to_string(layers - 1));
-    Loaded<Located> result = transformer_layer_tensor(t, s, rest, tensor, plan.mesh.size(Axis::tp));
+    Loaded<Located> result = transformer_layer_tensor(t, s, rest, tensor, plan.mesh.size(Axis::tp), layer);
     result.value.stage = stage_of_layer(layers, plan, layer);
     if (rest == "input" && plan.sequence_parallel) result.value.rule = "residual stream: sequence split over cp and tp (sequence parallelism)";
     return result;
@@ -368,9 +373,10 @@ std::vector<TensorChoice> sharding_tensors(const ModelSpec& model, std::int64_t 
       std::vector<TensorChoice> out = {{"embedding.tokens", false}};
       if (model.transformer.positions == Positions::learned) out.push_back({"embedding.positions", false});
       for (const char* p : {"ln1", "attn.q", "attn.kv", "attn.out", "ln2"}) out.push_back({"layer" + l + "." + p, false});
-      if (model.transformer.experts > 0) out.push_back({"layer" + l + ".mlp.router", false});
+      const bool experts = model.transformer.expert_layer(layer);
+      if (experts) out.push_back({"layer" + l + ".mlp.router", false});
       for (const char* p : {"mlp.w_in", "mlp.w_out"}) out.push_back({"layer" + l + "." + p, false});
-      if (model.transformer.shared_expert_ffn > 0) {
+      if (experts && model.transformer.shared_expert_ffn > 0) {
         for (const char* p : {"mlp.shared.w_in", "mlp.shared.w_out"}) out.push_back({"layer" + l + "." + p, false});
       }
       out.push_back({"head.norm", false});

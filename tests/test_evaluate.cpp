@@ -365,6 +365,26 @@ TEST(Evaluator, SharedExpertsAreHeldWholeOnEveryExpertRank) {
   EXPECT_DOUBLE_EQ(with_tp - without_tp, layers * 3 * h * fs * bytes / 2);
 }
 
+// Dense layers among the experts': only the expert layers dispatch over ep, so one dense layer of 32 takes
+// 1/32 of the all-to-all time away; the dense layer's MLP weights are split over tp but not ep.
+TEST(Evaluator, DenseLayersAmongExpertsDispatchNothing) {
+  ModelSpec model = must(load_model("llama3-8b"));
+  model.transformer.experts = 16;
+  model.transformer.top_k = 2;
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Plan plan = plan_with("dp=2,ep=8", 1, 16);
+  ModelSpec first_dense = model;
+  first_dense.transformer.dense_layers = {0};
+  const PlanEstimate a = Evaluator(model, cluster, 16, 2048).evaluate(plan);
+  const PlanEstimate b = Evaluator(first_dense, cluster, 16, 2048).evaluate(plan);
+  const std::size_t ep = static_cast<std::size_t>(Axis::ep);
+  ASSERT_GT(a.time.axis_communication_s[ep], 0);
+  EXPECT_NEAR(b.time.axis_communication_s[ep], a.time.axis_communication_s[ep] * 31 / 32, 1e-12);
+  // Per device: 16 experts / ep 8 = 2 experts' MLPs of layer 0 and its router traded for one dense MLP.
+  const double h = 4096, f = 14336, bytes = 2;
+  EXPECT_DOUBLE_EQ(a.worst_memory.parameters_bytes - b.worst_memory.parameters_bytes, (2 * 3 * h * f + h * 16 - 3 * h * f) * bytes);
+}
+
 TEST(Evaluator, MoreBandwidthIsNeverSlower) {
   const auto model = must(load_model("llama2-70b"));
   auto cluster = must(load_cluster("dgx-a100"));

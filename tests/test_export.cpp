@@ -75,6 +75,19 @@ TEST(Export, MegatronExpertCapacityIsDropAndPad) {
   const Loaded<std::string> shared = export_plan(file, ExportTarget::megatron);
   ASSERT_TRUE(shared.ok()) << messages(shared.problems);
   EXPECT_TRUE(has_line(shared.value, "--moe-shared-expert-intermediate-size 2048")) << shared.value;
+  EXPECT_TRUE(has_line(shared.value, "--ffn-hidden-size 14336")) << shared.value;
+  EXPECT_EQ(shared.value.find("moe-layer-freq"), std::string::npos) << shared.value;
+  // Dense first layers: the dense width as --ffn-hidden-size, the experts' as --moe-ffn-hidden-size, and a
+  // 0/1 list a layer.
+  file.model.transformer.dense_layers = {0, 1};
+  file.model.transformer.dense_ffn = 8192;
+  const Loaded<std::string> first_dense = export_plan(file, ExportTarget::megatron);
+  ASSERT_TRUE(first_dense.ok()) << messages(first_dense.problems);
+  EXPECT_TRUE(has_line(first_dense.value, "--ffn-hidden-size 8192")) << first_dense.value;
+  EXPECT_TRUE(has_line(first_dense.value, "--moe-ffn-hidden-size 14336")) << first_dense.value;
+  std::string pattern = "--moe-layer-freq \"[0,0";
+  for (int layer = 2; layer < 32; ++layer) pattern += ",1";
+  EXPECT_TRUE(has_line(first_dense.value, pattern + "]\"")) << first_dense.value;
 }
 
 TEST(Export, MegatronRefusesWhatItCannotRun) {

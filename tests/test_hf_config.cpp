@@ -122,6 +122,27 @@ TEST(HfConfig, MixturesOfExpertsMatchTheirCards) {
       << hf_model_yaml(qwen2.value);
 }
 
+// Qwen-MoE's dense layers (transformers' Qwen2MoeDecoderLayer: experts where (i + 1) % decoder_sparse_step
+// == 0 and i is not in mlp_only_layers) become dense_layers, with intermediate_size as their width.
+TEST(HfConfig, QwenMoeDenseLayersAreMapped) {
+  const std::string config = R"({"model_type": "qwen3_moe", "num_hidden_layers": 6, "hidden_size": 64,
+      "num_attention_heads": 4, "moe_intermediate_size": 32, "intermediate_size": 96, "vocab_size": 100,
+      "max_position_embeddings": 16, "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 2,
+      "mlp_only_layers": [1]})";
+  const Loaded<HfModel> hf = read_hf_config_text(config, "sparse.json");
+  ASSERT_TRUE(hf.ok()) << messages(hf.problems);
+  const TransformerDims& t = hf.value.model.transformer;
+  EXPECT_EQ(t.dense_layers, (std::vector<std::int64_t>{0, 1, 2, 4}));  // 0, 2, 4 by the step; 1 by the list
+  EXPECT_EQ(t.dense_ffn, 96);
+  EXPECT_EQ(t.ffn, 32);
+  EXPECT_NE(hf_model_yaml(hf.value).find("dense_layers: [0, 1, 2, 4]   # decoder_sparse_step, mlp_only_layers"),
+            std::string::npos) << hf_model_yaml(hf.value);
+  // Every layer sparse: no dense_layers, no dense_ffn.
+  const Loaded<HfModel> all = read_hf_config(fixture("qwen3-30b-a3b"));
+  EXPECT_TRUE(all.value.model.transformer.dense_layers.empty());
+  EXPECT_EQ(all.value.model.transformer.dense_ffn, 0);
+}
+
 TEST(HfConfig, Gpt2KeepsItsArchitecture) {
   const Loaded<HfModel> hf = read_hf_config(fixture("gpt2"));
   ASSERT_TRUE(hf.ok()) << messages(hf.problems);
@@ -190,15 +211,10 @@ TEST(HfConfig, RefusesWhatItCannotModel) {
       {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
            "num_key_value_heads": 3, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16})",
        "must be a multiple of kv_heads (3)"},
-      // Dense layers among the experts' are not a model meshplan states.
-      {R"({"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
-           "moe_intermediate_size": 32, "vocab_size": 100, "max_position_embeddings": 16, "num_experts": 8,
-           "num_experts_per_tok": 2, "decoder_sparse_step": 2})",
-       "key 'decoder_sparse_step': is 2: one layer in 2 is a mixture of experts"},
       {R"({"model_type": "qwen2_moe", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
-           "moe_intermediate_size": 32, "vocab_size": 100, "max_position_embeddings": 16, "num_experts": 8,
-           "num_experts_per_tok": 2, "mlp_only_layers": [0, 3]})",
-       "key 'mlp_only_layers': names 2 dense layers among the experts' ones"},
+           "moe_intermediate_size": 32, "intermediate_size": 96, "vocab_size": 100, "max_position_embeddings": 16,
+           "num_experts": 8, "num_experts_per_tok": 2, "mlp_only_layers": [0, 4]})",
+       "key 'mlp_only_layers': must list layers 0 to 3, got 4"},
       {R"({"model_type": "olmoe", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
            "intermediate_size": 32, "vocab_size": 100, "max_position_embeddings": 16, "num_experts": 8,
            "num_experts_per_tok": 9})",

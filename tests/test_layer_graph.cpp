@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <boost/graph/topological_sort.hpp>
+#include <map>
 
 #include "model/layer_graph.hpp"
 #include "model/memory_model.hpp"
+#include "model/profile.hpp"
 
 namespace meshplan {
 namespace {
@@ -277,6 +279,41 @@ TEST(LayerGraph, ExpertCapacityPadsWhatTheExpertsRunAndKeep) {
   EXPECT_GT(saved[0], 0);
   EXPECT_DOUBLE_EQ(saved[1], 1.5 * saved[0]);
   EXPECT_DOUBLE_EQ(dims.expert_slots_per_token(), 3.0);
+}
+
+// Dense layers among the experts' (TransformerDims::dense_layers): a plain
+// MLP of dense_ffn, no router, no shared experts, no expert weights; the
+// other layers as before.
+TEST(LayerGraph, DenseLayersAmongExpertsHaveTheirOwnMlp) {
+  auto dims = gpt_dims(3, 512, 8, 128);
+  dims.feed_forward = FeedForward::swiglu;
+  dims.bias = false;
+  dims.experts = 8;
+  dims.top_k = 2;
+  dims.shared_expert_ffn = 256;
+  const LayerGraph all_moe = build_transformer_graph(dims, 128);
+  dims.dense_layers = {0};
+  dims.dense_ffn = 1536;
+  const LayerGraph first_dense = build_transformer_graph(dims, 128);
+  const double h = 512, f = 2048, fd = 1536, fs = 256, e = 8;
+  // Layer 0 trades 8 experts, the router and the shared experts for one MLP of width 1536.
+  EXPECT_DOUBLE_EQ(all_moe.parameter_count() - first_dense.parameter_count(),
+                   e * 3 * h * f + h * e + 3 * h * fs - 3 * h * fd);
+  std::map<std::string, const Op*> ops;
+  for (auto v : boost::make_iterator_range(boost::vertices(first_dense.graph))) ops[first_dense.op(v).name] = &first_dense.op(v);
+  for (const char* name : {"layer0.mlp.router", "layer0.mlp.shared.w_in", "layer0.mlp.shared.add"}) EXPECT_EQ(ops.count(name), 0u) << name;
+  for (const char* name : {"layer1.mlp.router", "layer1.mlp.shared.w_in", "layer2.mlp.router"}) EXPECT_EQ(ops.count(name), 1u) << name;
+  ASSERT_EQ(ops.count("layer0.mlp.w_in"), 1u);
+  EXPECT_FALSE(ops["layer0.mlp.w_in"]->expert);
+  EXPECT_EQ(ops["layer0.mlp.w_in"]->gemm.n, 2 * 1536);
+  EXPECT_DOUBLE_EQ(ops["layer0.mlp.w_in"]->gemm.rows_per_sample, 128);
+  EXPECT_TRUE(ops["layer1.mlp.w_in"]->expert);
+  EXPECT_EQ(ops["layer1.mlp.w_in"]->gemm.n, 2 * 2048);
+  // A dense layer and an expert layer are two block kinds.
+  ModelSpec spec;
+  spec.transformer = dims;
+  const ModelProfile profile = build_profile(spec, first_dense);
+  EXPECT_EQ(profile.uniform_layer_kind, -1);
 }
 
 TEST(LayerGraph, ResNet50ForwardFlopsMatchPublished) {

@@ -43,6 +43,8 @@ void expect_same_model(const ModelSpec& a, const ModelSpec& b) {
     EXPECT_EQ(t.top_k, u.top_k);
     EXPECT_EQ(t.capacity_factor, u.capacity_factor);
     EXPECT_EQ(t.shared_expert_ffn, u.shared_expert_ffn);
+    EXPECT_EQ(t.dense_layers, u.dense_layers);
+    EXPECT_EQ(t.dense_ffn, u.dense_ffn);
   }
   EXPECT_EQ(a.mlp.layer_sizes, b.mlp.layer_sizes);
   if (a.kind == ModelKind::mlp) {
@@ -229,8 +231,11 @@ TEST(PlanFile, ExpertCapacityRoundTrips) {
   const auto dropless = plan_file_to_json(made.file).dump();
   EXPECT_EQ(dropless.find("capacity_factor"), std::string::npos);
   EXPECT_EQ(dropless.find("shared_expert_ffn"), std::string::npos);
+  EXPECT_EQ(dropless.find("dense_layers"), std::string::npos);
   made.file.model.transformer.capacity_factor = 1.25;
   made.file.model.transformer.shared_expert_ffn = 2048;
+  made.file.model.transformer.dense_layers = {0, 5};
+  made.file.model.transformer.dense_ffn = 8192;
   made.explanation = explain_plan(made.file.model, made.file.cluster, Deployment{8, 0}, made.file.plan);
   ASSERT_TRUE(made.explanation.valid) << messages(made.explanation.problems);
   made.file.prediction = prediction_from(made.explanation);

@@ -184,6 +184,20 @@ TEST(ShardingSpec, EveryWeightOfAnExpertLayerIsListed) {
   EXPECT_EQ(shared.value.partition_text(), "P(None, 'tp')");
   EXPECT_EQ(*block_shape(shared.value, plan.mesh, 7), (std::vector<std::int64_t>{8, 6}));  // gate and up, 12 over tp=2
   EXPECT_EQ(experts.value.partition_text(), "P('ep', None, 'tp')");
+  // A dense layer among them: its own MLP, no router, no shared experts.
+  t.dense_layers = {0};
+  t.dense_ffn = 10;
+  for (const TensorChoice& c : sharding_tensors(model, 0)) {
+    EXPECT_EQ(c.name.find("router"), std::string::npos) << c.name;
+    EXPECT_EQ(c.name.find("shared"), std::string::npos) << c.name;
+  }
+  const auto dense = sharding_spec(model, plan, "layer0.mlp.w_in", TensorRole::parameters);
+  ASSERT_TRUE(dense.ok());
+  EXPECT_EQ(dense.value.partition_text(), "P(None, 'tp')");
+  EXPECT_EQ(dense.value.dims[1].size, 20);  // gate and up of width 10
+  EXPECT_FALSE(sharding_spec(model, plan, "layer0.mlp.router", TensorRole::parameters).ok());
+  t.dense_layers.clear();
+  t.dense_ffn = 0;
   // Without shared experts they are not listed, and asking for them is an error.
   t.shared_expert_ffn = 0;
   for (const TensorChoice& c : sharding_tensors(model, 1)) EXPECT_EQ(c.name.find("shared"), std::string::npos) << c.name;

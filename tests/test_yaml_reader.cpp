@@ -112,12 +112,22 @@ TEST(YamlReader, ExpertCapacityIsCheckedAgainstTheExperts) {
   auto shared = load_model_text(std::string(kGood) + "experts: 8\ntop_k: 2\nshared_expert_ffn: 1024\n", "moe.yaml");
   ASSERT_TRUE(shared.ok()) << all_messages(shared.problems);
   EXPECT_EQ(shared.value.transformer.shared_expert_ffn, 1024);
+  auto first_dense = load_model_text(std::string(kGood) + "experts: 8\ntop_k: 2\ndense_layers: [0]\ndense_ffn: 512\n", "moe.yaml");
+  ASSERT_TRUE(first_dense.ok()) << all_messages(first_dense.problems);
+  EXPECT_FALSE(first_dense.value.transformer.expert_layer(0));
+  EXPECT_TRUE(first_dense.value.transformer.expert_layer(1));
+  EXPECT_EQ(first_dense.value.transformer.dense_width(), 512);
   const std::pair<std::string, std::string> bad[] = {
       {"capacity_factor: 1.25\n", "key 'capacity_factor': a capacity factor needs experts"},
       {"experts: 8\ntop_k: 2\ncapacity_factor: 0.5\n", "key 'capacity_factor': must be between 1"},
       {"experts: 8\ntop_k: 2\ncapacity_factor: 5\n", "capacity_factor x top_k (10) exceeds experts (8)"},
       {"shared_expert_ffn: 1024\n", "key 'shared_expert_ffn': shared experts need routed experts"},
       {"experts: 8\ntop_k: 2\nshared_expert_ffn: 0\n", "key 'shared_expert_ffn': must be between 1"},
+      {"dense_layers: [0]\n", "key 'dense_layers': names dense layers among experts' ones, but this model has no experts"},
+      {"experts: 8\ntop_k: 2\ndense_layers: [0, 0]\n", "key 'dense_layers': names a layer twice"},
+      {"experts: 8\ntop_k: 2\ndense_layers: [2]\n", "key 'dense_layers': names layer 2; the layers are 0 to 1"},
+      {"experts: 8\ntop_k: 2\ndense_layers: [1, 0]\n", "key 'dense_layers': names every layer"},
+      {"experts: 8\ntop_k: 2\ndense_ffn: 512\n", "key 'dense_ffn': is the width of dense_layers' MLP"},
   };
   for (const auto& [tail, message] : bad) {
     auto model = load_model_text(std::string(kGood) + tail, "moe.yaml");
