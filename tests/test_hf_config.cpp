@@ -114,6 +114,16 @@ TEST(HfConfig, MixturesOfExpertsMatchTheirCards) {
     const double parameters = build_layer_graph(loaded.value, 2048).parameter_count();
     EXPECT_NEAR(parameters / 1e9, card.billions, 0.05) << card.file;
   }
+  // Qwen3 dense: the fields of Qwen/Qwen3-4B's config.json that set its shapes; "4.0B" parameters,
+  // "3.6B" without the (tied) embedding (its model card).
+  const Loaded<HfModel> dense = read_hf_config_text(R"({"model_type": "qwen3", "head_dim": 128, "hidden_size": 2560,
+      "intermediate_size": 9728, "max_position_embeddings": 40960, "num_attention_heads": 32, "num_hidden_layers": 36,
+      "num_key_value_heads": 8, "tie_word_embeddings": true, "vocab_size": 151936})", "Qwen3-4B");
+  ASSERT_TRUE(dense.ok()) << messages(dense.problems);
+  const double qwen3_4b = build_layer_graph(dense.value.model, 4096).parameter_count();
+  EXPECT_NEAR(qwen3_4b / 1e9, 4.0, 0.05);
+  EXPECT_NEAR((qwen3_4b - 151936.0 * 2560) / 1e9, 3.6, 0.05);
+  EXPECT_TRUE(mentions(dense.problems, Severity::warning, "QK-norm")) << messages(dense.problems);
   const Loaded<HfModel> qwen3 = read_hf_config(fixture("qwen3-30b-a3b"));
   EXPECT_TRUE(mentions(qwen3.problems, Severity::warning, "QK-norm")) << messages(qwen3.problems);
   EXPECT_NE(hf_model_yaml(qwen3.value).find("ffn: 768   # moe_intermediate_size"), std::string::npos);
