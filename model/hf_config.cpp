@@ -128,8 +128,8 @@ class Mapper {
       count("kv_heads", "num_key_value_heads");
     }
     if (r_.has("head_dim")) count("head_dim", "head_dim");
-    // The MoE types whose experts have their own width keep it in moe_intermediate_size
-    // (intermediate_size is then the width of dense layers, which these configs do not use).
+    // The MoE types whose experts have their own width keep it in moe_intermediate_size;
+    // intermediate_size is then the width of their dense layers, if any (dense_layers_among_experts).
     count("ffn", type == "qwen2_moe" || type == "qwen3_moe" ? "moe_intermediate_size" : "intermediate_size");
     count("vocab", "vocab_size");
     count("seq_len", "max_position_embeddings");
