@@ -237,7 +237,9 @@ class TransformerBuilder {
       router.replicated_parameters = h * experts;
       router.forward_flops_per_sample = 2 * s * h * experts;
       router.output_elements_per_sample = s * h * expert_slots;  // tokens dispatched to their experts, padded to capacity
-      router.saved = {{"router probabilities", s * experts, 4, false, false}};
+      // Its weight gradient reads its input, the second norm's output (the experts save their
+      // dispatched copies of it, not it; shared experts read the same tensor).
+      router.saved = {{"router probabilities", s * experts, 4, false, false}, {"router input", s * h, 0, false, false}};
       router.gemm = {s, t.experts, t.hidden, 1};
       router.memory_fixed_bytes_per_sample = 2 * s * experts * 4;  // fp32 softmax over experts
       router.op_sac_kept = {{"router logits", s * experts, 0, false, false}};  // matmul 5 (the experts' grouped matmuls are repeated)
@@ -254,7 +256,7 @@ class TransformerBuilder {
       // always-on experts, Megatron-Core's --moe-shared-expert-intermediate-size):
       // a dense MLP beside the routed experts on every token, split over tp
       // like any dense MLP, its output added to theirs.
-      const OpId shared_id = mlp_branch(block, p, norm_id, {"mlp.shared.", "shared expert ", "shared expert ", t.shared_expert_ffn, 1, 1, 1, false});
+      const OpId shared_id = mlp_branch(block, p, norm_id, {"mlp.shared.", "shared expert ", "shared expert ", t.shared_expert_ffn, 1, 1, 1, false, false});
       Op add = make_op(p + "mlp.shared.add", OpKind::elementwise, block);
       add.forward_flops_per_sample = s * h;
       add.output_elements_per_sample = s * h;
@@ -282,6 +284,7 @@ class TransformerBuilder {
     std::int64_t width;       // the hidden width (ffn)
     double experts, routed, slots;
     bool expert;
+    bool saves_input = true;  // false where another op saves the same input (the router, for shared experts)
   };
   OpId mlp_branch(int block, const std::string& p, OpId input_id, const MlpBranch& b) {
     const double width = static_cast<double>(b.width), in_width = gated ? 2 * width : width;
@@ -290,7 +293,7 @@ class TransformerBuilder {
     w_in.tp_split_parameters = b.experts * (h * in_width + bias(in_width));
     w_in.forward_flops_per_sample = b.routed * 2 * s * h * in_width;
     w_in.output_elements_per_sample = b.slots * s * in_width;
-    w_in.saved = {{tensor + "input", b.slots * s * h, 0, false, false}};
+    if (b.saves_input) w_in.saved = {{tensor + "input", b.slots * s * h, 0, false, false}};
     w_in.gemm = {b.slots * s, gated ? 2 * b.width : b.width, t.hidden, 1};  // padded rows run; model FLOPs count routed
     w_in.tp_split = TpSplit::columns;
     if (!b.expert) {  // matmul 5 (gate or in) kept; 6 (up) repeated

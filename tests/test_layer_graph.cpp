@@ -152,6 +152,25 @@ TEST(LayerGraph, SharedExpertsAreADenseMlpBesideTheExperts) {
   EXPECT_TRUE(edge("layer0.mlp.shared.w_out", "layer0.mlp.shared.add"));
   EXPECT_TRUE(edge("layer0.mlp.shared.add", "layer0.mlp.residual"));
   EXPECT_FALSE(edge("layer0.mlp.w_out", "layer0.mlp.residual"));
+  // Saved for the backward: the router keeps its input (the second norm's output, which its weight
+  // gradient reads) once; the shared experts read the same tensor and add only their hidden tensors.
+  double saved[2] = {}, router_inputs[2] = {};
+  i = 0;
+  for (const LayerGraph* g : {&routed_only, &with_shared}) {
+    for (auto v : boost::make_iterator_range(boost::vertices(g->graph))) {
+      const Op& op = g->op(v);
+      if (op.block != g->layer_blocks().front()) continue;
+      for (const SavedTensor& t : op.saved) {
+        saved[i] += t.elements_per_sample;
+        if (t.what == "router input") router_inputs[i] += t.elements_per_sample;
+        EXPECT_NE(t.what, "shared expert input");
+      }
+    }
+    ++i;
+  }
+  EXPECT_DOUBLE_EQ(router_inputs[0], s * h);
+  EXPECT_DOUBLE_EQ(router_inputs[1], s * h);
+  EXPECT_DOUBLE_EQ(saved[1] - saved[0], 3 * s * fs);  // gate, up and the projection's input
 }
 
 // The index the builders leave (index_boundaries) answers as the walk over
