@@ -287,14 +287,14 @@ class TransformerBuilder {
     bool saves_input = true;  // false where another op saves the same input (the router, for shared experts)
   };
   OpId mlp_branch(int block, const std::string& p, OpId input_id, const MlpBranch& b) {
-    const double width = static_cast<double>(b.width), in_width = gated ? 2 * width : width;
+    const double width = static_cast<double>(b.width), in_width = static_cast<double>(t.in_projection_width(b.width));
     const std::string name = p + b.op_prefix, tensor = b.tensor_name, hidden = b.hidden_name;
     Op w_in = make_op(name + "w_in", OpKind::gemm, block, b.expert);
     w_in.tp_split_parameters = b.experts * (h * in_width + bias(in_width));
     w_in.forward_flops_per_sample = b.routed * 2 * s * h * in_width;
     w_in.output_elements_per_sample = b.slots * s * in_width;
     if (b.saves_input) w_in.saved = {{tensor + "input", b.slots * s * h, 0, false, false}};
-    w_in.gemm = {b.slots * s, gated ? 2 * b.width : b.width, t.hidden, 1};  // padded rows run; model FLOPs count routed
+    w_in.gemm = {b.slots * s, t.in_projection_width(b.width), t.hidden, 1};  // padded rows run; model FLOPs count routed
     w_in.tp_split = TpSplit::columns;
     if (!b.expert) {  // matmul 5 (gate or in) kept; 6 (up) repeated
       w_in.op_sac_kept = {{gated ? hidden + "gate projection" : tensor + "hidden", s * width, 0, true, false}};

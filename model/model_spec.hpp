@@ -78,6 +78,8 @@ struct TransformerDims {
   }
   // The width of a dense layer's MLP (the model's MLP when it has no experts).
   std::int64_t dense_width() const { return dense_ffn > 0 ? dense_ffn : ffn; }
+  // The output columns of an MLP's in-projection of hidden width `width`: gated, gate and up side by side.
+  std::int64_t in_projection_width(std::int64_t width) const { return gated() ? 2 * width : width; }
 };
 
 struct MlpDims {

@@ -69,7 +69,7 @@ TransformerSizes transformer_sizes(const TransformerDims& t, const Plan& plan) {
   s.q = t.heads * t.head_size();
   s.kv = t.key_value_heads() * t.head_size();
   s.kv_heads = t.key_value_heads();
-  s.f_in = t.gated() ? 2 * t.ffn : t.ffn;  // gated: gate and up side by side
+  s.f_in = t.in_projection_width(t.ffn);
   s.seq = plan.seq_len > 0 ? plan.seq_len : t.seq_len;
   s.norm = t.norm == Norm::layernorm ? 2 * t.hidden : t.hidden;
   s.batch = plan.micro_batch * plan.mesh.data_parallel_size();
@@ -82,7 +82,7 @@ Loaded<Located> transformer_layer_tensor(const TransformerDims& t, TransformerSi
                                          const std::string& tensor, std::int64_t tp, std::int64_t layer) {
   if (!t.expert_layer(layer)) {  // a dense layer among the experts' (or a dense model): its own MLP width
     s.moe = false;
-    s.f_in = t.gated() ? 2 * t.dense_width() : t.dense_width();
+    s.f_in = t.in_projection_width(t.dense_width());
   }
   const std::int64_t ffn = s.moe ? t.ffn : t.dense_width();
   Loaded<Located> result;
@@ -127,7 +127,7 @@ Loaded<Located> transformer_layer_tensor(const TransformerDims& t, TransformerSi
     l.rule = "router: whole on every tp and ep rank (every rank routes its own tokens)";
   } else if ((rest == "mlp.shared.w_in" || rest == "mlp.shared.w_out") && s.moe && t.shared_expert_ffn > 0) {
     const bool in = rest == "mlp.shared.w_in";
-    const std::int64_t width = t.shared_expert_ffn, in_width = t.gated() ? 2 * width : width;
+    const std::int64_t width = t.shared_expert_ffn, in_width = t.in_projection_width(width);
     l.dims = in ? std::vector<ShardedDim>{{"hidden", t.hidden, {}}, {"ffn", in_width, {}}}
                 : std::vector<ShardedDim>{{"ffn", width, {}}, {"hidden", t.hidden, {}}};
     l.tp_dim = in ? 1 : 0;
