@@ -125,16 +125,20 @@ TEST(CliPlan, Gpt3On1024A100sPrintsTheRankedTable) {
   expect_no_crash_text(r);
 }
 
+// Llama 3 8B's preset with 16 experts, top 2, as a model file.
+std::filesystem::path moe_8b_file(const std::string& name) {
+  const auto moe = temp_path(name);
+  std::ifstream in(std::string(MESHPLAN_SOURCE_DIR) + "/presets/models/llama3-8b.yaml");
+  std::ofstream out(moe);
+  for (std::string line; std::getline(in, line);) out << (line.rfind("name:", 0) == 0 ? "name: moe-8b" : line) << "\n";
+  out << "experts: 16\ntop_k: 2\n";
+  return moe;
+}
+
 // Without --axes, a mixture-of-experts model's search tries ep (dense models' does not), in plan and in
 // explain without --mesh; --axes given is searched as given.
 TEST(CliPlan, AMixtureOfExpertsIsSearchedOverEpByDefault) {
-  const auto moe = temp_path("moe-8b.yaml");
-  {
-    std::ifstream in(std::string(MESHPLAN_SOURCE_DIR) + "/presets/models/llama3-8b.yaml");
-    std::ofstream out(moe);
-    for (std::string line; std::getline(in, line);) out << (line.rfind("name:", 0) == 0 ? "name: moe-8b" : line) << "\n";
-    out << "experts: 16\ntop_k: 2\n";
-  }
+  const auto moe = moe_8b_file("moe-8b.yaml");
   const std::vector<std::string> job = {"--model", moe.string(), "--cluster", "dgx-h100", "--gpus", "32",
                                         "--global-batch", "64", "--seq", "2048"};
   auto with = [&](const std::vector<std::string>& head, const std::vector<std::string>& tail = {}) {
@@ -548,13 +552,7 @@ TEST(CliExplain, WarnsWhenTensorParallelismLeavesTheNode) {
 // old rule (fewer axes crossing) had no order to offer. The advice's step
 // times are the two plans' own.
 TEST(CliExplain, SuggestsTradingWhichAxisCrossesNodes) {
-  const auto moe = temp_path("moe-8b-order.yaml");
-  {
-    std::ifstream in(std::string(MESHPLAN_SOURCE_DIR) + "/presets/models/llama3-8b.yaml");
-    std::ofstream out(moe);
-    for (std::string line; std::getline(in, line);) out << (line.rfind("name:", 0) == 0 ? "name: moe-8b" : line) << "\n";
-    out << "experts: 16\ntop_k: 2\n";
-  }
+  const auto moe = moe_8b_file("moe-8b-order.yaml");
   const std::vector<std::string> job = {"explain", "--model", moe.string(), "--cluster", "dgx-h100", "--gpus", "32",
                                         "--global-batch", "64", "--seq", "2048", "--json"};
   const CliRun slow = run_joined({job, {"--mesh", "ep=4,cp=4,tp=2"}});

@@ -293,14 +293,20 @@ TEST(Evaluator, Fp32GradientsDoubleTheGradientBytesInMemoryAndOnTheWire) {
   EXPECT_GT(sharded_full.time.axis_communication_s[fsdp], sharded_half.time.axis_communication_s[fsdp]);
 }
 
+// Llama 3 8B with 16 experts, top 2.
+ModelSpec moe_8b() {
+  ModelSpec model = must(load_model("llama3-8b"));
+  model.transformer.experts = 16;
+  model.transformer.top_k = 2;
+  return model;
+}
+
 // Drop-and-pad expert capacity: the all-to-alls move, and the experts run,
 // capacity_factor x top_k copies of each token; the model FLOPs stay the
 // routed top_k copies, so the step is longer and the MFU lower. The memory
 // model and the evaluator agree on the padded activations and buffers.
 TEST(Evaluator, ExpertCapacityPadsTheDispatchAndTheExperts) {
-  ModelSpec model = must(load_model("llama3-8b"));
-  model.transformer.experts = 16;
-  model.transformer.top_k = 2;
+  ModelSpec model = moe_8b();
   const auto cluster = must(load_cluster("dgx-h100"));
   const Plan plan = plan_with("dp=2,ep=8", 1, 16);
   auto ep_bytes = [&](const Evaluator& e) {
@@ -342,9 +348,7 @@ TEST(Evaluator, ExpertCapacityPadsTheDispatchAndTheExperts) {
 // routed experts; so what they add per device is the same with ep=8 as without ep. They add work to every
 // token, so the step grows.
 TEST(Evaluator, SharedExpertsAreHeldWholeOnEveryExpertRank) {
-  ModelSpec model = must(load_model("llama3-8b"));
-  model.transformer.experts = 16;
-  model.transformer.top_k = 2;
+  ModelSpec model = moe_8b();
   const auto cluster = must(load_cluster("dgx-h100"));
   auto per_device = [&](const ModelSpec& m, const std::string& mesh) {
     const PlanEstimate e = Evaluator(m, cluster, 16, 2048).evaluate(plan_with(mesh, 1, 16));
@@ -368,9 +372,7 @@ TEST(Evaluator, SharedExpertsAreHeldWholeOnEveryExpertRank) {
 // Dense layers among the experts': only the expert layers dispatch over ep, so one dense layer of 32 takes
 // 1/32 of the all-to-all time away; the dense layer's MLP weights are split over tp but not ep.
 TEST(Evaluator, DenseLayersAmongExpertsDispatchNothing) {
-  ModelSpec model = must(load_model("llama3-8b"));
-  model.transformer.experts = 16;
-  model.transformer.top_k = 2;
+  ModelSpec model = moe_8b();
   const auto cluster = must(load_cluster("dgx-h100"));
   const Plan plan = plan_with("dp=2,ep=8", 1, 16);
   ModelSpec first_dense = model;
