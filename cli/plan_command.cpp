@@ -150,6 +150,9 @@ void print_ranked(std::ostream& out, const Job& job, const SearchResult& result,
   for (std::size_t i = 0; i < std::min(top, result.ranked.size()); ++i) shown.push_back(i);
   const bool uneven = any_uneven(result.ranked, shown);
   const bool attentions = job.space.attentions.size() > 1;  // --attention fused,unfused: tell the rows apart
+  const bool experts = std::any_of(shown.begin(), shown.end(), [&](std::size_t i) {  // some rows run experts out of tp
+    return expert_split(result.ranked[i].plan).tokens > 1;
+  });
   std::vector<std::pair<std::string, bool>> columns = {{"rank", true},
                                                        {"mesh", false},
                                                        {"micro-batch", true},
@@ -158,6 +161,7 @@ void print_ranked(std::ostream& out, const Job& job, const SearchResult& result,
                                                        {"sp", false},
                                                        {"schedule", false}};
   if (attentions) columns.push_back({"attention", false});
+  if (experts) columns.push_back({"expert tp", false});
   if (uneven) columns.push_back({"stage layers", false});
   for (auto column : std::vector<std::pair<std::string, bool>>{{"GiB/device", true},
                                                                  {"step s", true},
@@ -175,6 +179,7 @@ void print_ranked(std::ostream& out, const Job& job, const SearchResult& result,
                                     std::to_string(c.plan.zero_stage), to_string(c.plan.recompute),
                                     c.plan.sequence_parallel ? "on" : "off", to_string(c.plan.schedule)};
     if (attentions) row.push_back(to_string(c.plan.attention));
+    if (experts) row.push_back(std::to_string(expert_split(c.plan).tp));
     if (uneven) row.push_back(layers_cell(c.plan));
     for (std::string cell : {gib(c.estimate.worst_memory.total_bytes()), format("%.3f", t.step_s),
                              format("%.1f", 100 * t.mfu), format("%.0f", t.tokens_per_s),

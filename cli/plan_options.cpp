@@ -61,6 +61,11 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
                               "Sequence parallelism in tp regions (default: on for transformers with tp > 1)");
   command.add_flag("--no-sequence-parallel", f.no_sequence_parallel, "Turn sequence parallelism off")->excludes(sp);
+  command.add_option("--expert-tp", f.expert_tp,
+                     "Routed experts' tensor parallelism (Megatron-Core's --expert-tensor-parallel-size): tp (split "
+                     "over tp like the dense layers) or 1 (each expert whole; the tp ranks join the expert-parallel "
+                     "group, ep x tp; needs sequence parallelism and ep directly outside tp in --mesh) (default with "
+                     "--mesh: tp; else searched)");
   command.add_option("--schedule", f.schedule,
                      "Pipeline schedule: gpipe, 1f1b, interleaved:<v>, zb-h1 (default: 1f1b with --mesh, else searched)");
   command.add_option("--precision", f.precision, "fp32, bf16, fp16, fp8, or auto (bf16 where the device has it)")
@@ -121,6 +126,7 @@ std::string flag_for_field(const std::string& field) {
       {"rank", "--rank"},                 {"world_size", "--gpus"},           {"sequence_parallel", "--sequence-parallel"},
       {"attention", "--attention"},       {"cp_comm", "--cp-comm"},
       {"fp32_gradients", "--fp32-gradients"}, {"loss", "--loss"},
+      {"expert_tensor_parallel", "--expert-tp"},
   };
   for (const auto& [name, flag] : table) {
     if (field == name) return flag;
@@ -200,6 +206,14 @@ void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs&
   if (auto c = parse_cp_comm_flag(f.cp_comm, problems)) plan.cp_comm = space.cp_comm = *c;
   if (auto l = parse_loss_flag(f.loss, problems)) plan.loss = space.loss = *l;
   plan.fp32_gradients = space.fp32_gradients = f.fp32_gradients;
+  if (f.expert_tp) {
+    if (*f.expert_tp == "tp" || *f.expert_tp == "1") {
+      plan.expert_tensor_parallel = *f.expert_tp == "1" ? 1 : 0;
+      space.expert_tensor_parallel = {plan.expert_tensor_parallel};
+    } else {
+      problems.push_back({Severity::error, "--expert-tp", "'" + *f.expert_tp + "' is not one of: tp, 1"});
+    }
+  }
   const std::string schedule = f.schedule.value_or("1f1b");
   if (auto s = parse_schedule(schedule)) {
     plan.schedule = *s;

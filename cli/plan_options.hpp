@@ -42,6 +42,7 @@ struct PlanFlags {
   std::string cp_comm = "ring";
   std::string loss = "fused";
   bool fp32_gradients = false;
+  std::optional<std::string> expert_tp;      // "tp" (experts split over tp), or "1"
   bool sequence_parallel = false;
   bool no_sequence_parallel = false;
   std::optional<std::string> schedule;       // 1f1b

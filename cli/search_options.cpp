@@ -96,6 +96,14 @@ Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
   }
   space.fp32_gradients = f.fp32_gradients;
   if (auto l = parse_loss_flag(trim(f.loss), problems)) space.loss = *l;
+  space.expert_tensor_parallel = parse_words<std::int64_t>(
+      f.expert_tp, "--expert-tp", "tp, 1",
+      [](const std::string& w) -> std::optional<std::int64_t> {
+        if (w == "tp") return 0;
+        if (w == "1") return 1;
+        return std::nullopt;
+      },
+      problems);
 
   space.schedules.clear();
   auto schedules = split_list(f.schedules, "--schedules");
@@ -205,6 +213,12 @@ void add_search_flags(CLI::App& command, SearchFlags& f) {
   command.add_option("--recompute", f.recompute, "Recompute modes to try: none, selective, full, selective-op (torchtitan's op-level checkpointing)")->capture_default_str();
   command.add_option("--attention", f.attention, "Attention kernels to try: fused, unfused")->capture_default_str();
   add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients);
+  command.add_option("--expert-tp", f.expert_tp,
+                     "Routed experts' tensor parallelism to try: tp (split over tp like the dense layers), 1 (each "
+                     "expert whole, the tp ranks in the expert-parallel group, Megatron-Core's "
+                     "--expert-tensor-parallel-size 1; tried for mixtures of experts with tp > 1, sequence parallelism "
+                     "and ep directly outside tp)")
+      ->capture_default_str();
   command.add_option("--schedules", f.schedules, "Pipeline schedules to try: gpipe, 1f1b, interleaved, zb-h1")
       ->capture_default_str();
   command.add_option("--interleave", f.interleave, "Model chunks per device (v) for the interleaved schedule")
@@ -355,7 +369,10 @@ std::string describe_space(const SearchSpace& space) {
          join(precisions) + (std::find(space.axes.begin(), space.axes.end(), Axis::cp) != space.axes.end()
                                  ? "; cp " + to_string(space.cp_comm)
                                  : "") +
-         (space.fp32_gradients ? "; fp32 gradients" : "") + "; loss " + to_string(space.loss);
+         (space.fp32_gradients ? "; fp32 gradients" : "") + "; loss " + to_string(space.loss) +
+         (space.expert_tensor_parallel.size() == 1
+              ? std::string("; expert tp ") + (space.expert_tensor_parallel[0] == 1 ? "1" : "tp")
+              : "");
 }
 
 }  // namespace meshplan::cli

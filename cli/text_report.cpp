@@ -64,7 +64,8 @@ std::string describe_model(const ModelSpec& model, std::int64_t seq_len) {
 
 // Which link each axis rides (model/axis_links.hpp): the numbers place_axes()
 // gave the evaluator, so the table and the step time agree.
-void print_axis_links(std::ostream& out, const std::vector<AxisLink>& links, const Plan& plan) {
+void print_axis_links(std::ostream& out, const std::vector<AxisLink>& links, const std::optional<AxisLink>& experts,
+                      const Plan& plan) {
   out << "\n  links per axis (bandwidth per device and direction, with every group of the axis communicating):\n";
   out << "    " << pad("axis", 6) << lpad("size", 5) << lpad("stride", 8) << lpad("per node", 10) << lpad("nodes", 7)
       << "  " << pad("link", 26) << lpad("GB/s", 8) << lpad("latency us", 12) << "\n";
@@ -74,8 +75,14 @@ void print_axis_links(std::ostream& out, const std::vector<AxisLink>& links, con
         << lpad(std::to_string(l.members_per_node), 10) << lpad(std::to_string(l.nodes_spanned), 7) << "  " << pad(link, 26)
         << lpad(format("%.1f", l.bandwidth_bytes_per_s / 1e9), 8) << lpad(format("%.1f", l.latency_s * 1e6), 12) << "\n";
   }
+  if (experts) {
+    out << "    experts out of tp: their all-to-all group is ep x tp = " << experts->size << " ranks (stride "
+        << experts->stride << ", " << experts->members_per_node << " per node, " << experts->nodes_spanned
+        << (experts->nodes_spanned == 1 ? " node" : " nodes") << "): "
+        << format("%.1f", experts->all_to_all_bandwidth_bytes_per_s / 1e9) << " GB/s\n";
+  }
   for (const auto& l : links) {  // the axes whose all-to-alls run slower than a ring would
-    if (!all_to_all_slower_than_ring(l, plan)) continue;
+    if (!all_to_all_slower_than_ring(l, plan) || (l.axis == Axis::ep && experts)) continue;
     out << "    " << to_string(l.axis) << ": an all-to-all runs at " << format("%.1f", l.all_to_all_bandwidth_bytes_per_s / 1e9)
         << " GB/s: each device's bytes for other nodes leave through its own share of the NICs (an all-to-all "
            "cannot aggregate them, nccl-tests issue 267)\n";
@@ -211,6 +218,7 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
       << to_string(plan.precision) << ", attention " << to_string(plan.attention) << ", loss " << to_string(plan.loss);
   if (plan.mesh.size(Axis::cp) > 1) out << ", cp keys and values by " << to_string(plan.cp_comm);
   if (plan.fp32_gradients) out << ", fp32 gradients";
+  if (expert_split(plan).tokens > 1) out << ", experts out of tp (ep x tp = " << expert_split(plan).ep << ")";
   if (!plan.stage_layers.empty()) out << ", layers per chunk " << stage_layers_text(plan.stage_layers);
   out << "\n";
 
@@ -260,7 +268,7 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
 
     if (mem.stages.size() > 1) print_stage_table(out, mem);
     if (ex.time) print_time(out, model, cluster, *ex.time, ex.compute_parts_s);
-    if (!ex.axis_links.empty()) print_axis_links(out, ex.axis_links, plan);
+    if (!ex.axis_links.empty()) print_axis_links(out, ex.axis_links, ex.expert_link, plan);
     if (ex.scaling && !ex.scaling->axes.empty()) print_scaling(out, *ex.scaling);
     out << "\n";
     const double worst_total = mem.worst().memory.total_bytes();
@@ -294,7 +302,7 @@ std::string describe_plan_briefly(const Plan& plan) {
   return plan.mesh.to_string() + ", micro-batch " + std::to_string(plan.micro_batch) + " x " +
          std::to_string(plan.micro_batches()) + ", ZeRO-" + std::to_string(plan.zero_stage) + ", " +
          "recompute " + to_string(plan.recompute) + ", sp " + (plan.sequence_parallel ? "on" : "off") + ", " +
-         to_string(plan.schedule);
+         to_string(plan.schedule) + (expert_split(plan).tokens > 1 ? ", experts out of tp" : "");
 }
 
 void print_what_would_fit(std::ostream& out, const ClusterSpec& cluster, const SearchSpace& space,

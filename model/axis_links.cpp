@@ -3,6 +3,8 @@
 // search tries at most 6! = 720 orders, each one evaluator call.
 #include "model/axis_links.hpp"
 
+#include "model/stage_cost.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -68,6 +70,7 @@ std::optional<MeshReordering> find_reordering(const Evaluator& evaluator, const 
   Plan reordered = plan;
   while (std::next_permutation(order.begin(), order.end())) {
     for (std::size_t i = 0; i < order.size(); ++i) reordered.mesh.axes[i] = plan.mesh.axes[order[i]];
+    if (expert_split(plan).tokens > 1 && !ep_encloses_tp(reordered.mesh)) continue;  // experts out of tp need ep x tp
     const auto placements = place_axes(topology, reordered.mesh);
     const std::vector<Axis> crossing = crossing_sensitive_axes(placements);
     const auto inside_after = [&](Axis axis) { return std::find(crossing.begin(), crossing.end(), axis) == crossing.end(); };

@@ -55,7 +55,9 @@ struct PlanScalars {
   double kv_tp;  // ways tp splits the key/value heads (kv_tp_split)
   bool sp;
   ActivationSplit split;
+  ExpertSplit experts;
   Links links;
+  Link expert_ep_link;  // the routed experts' all-to-all group (expert_mesh's ep; block_costs sets it)
   PlanScalars(const Plan& plan, const std::vector<AxisPlacement>& placements, const ModelProfile& prof)
       : bytes(bytes_for(plan)),
         act(bytes.activation_bytes_per_element),
@@ -71,7 +73,9 @@ struct PlanScalars {
         kv_tp(static_cast<double>(kv_tp_split(prof.kv_heads, plan.mesh.size(Axis::tp)))),
         sp(plan.sequence_parallel),
         split(activation_split(plan)),
-        links(placements) {}
+        experts(expert_split(plan)),
+        links(placements),
+        expert_ep_link(links.of(Axis::ep)) {}
 };
 
 // A group spanning several axes: size is the product, the slowest axis sets the pace.
@@ -95,7 +99,8 @@ void block_memory(BlockCost& c, const BlockProfile& bp, BlockKind role, const Mo
   const double b = ps.b, act = ps.act;
   const ActivationSplit& split = ps.split;
   c.dense_parameters = bp.tp_split_parameters / ps.tp + bp.kv_parameters / ps.kv_tp + bp.replicated_parameters;
-  c.expert_parameters = (bp.expert_tp_split_parameters / ps.tp + bp.expert_replicated_parameters) / ps.ep;
+  c.expert_parameters = (bp.expert_tp_split_parameters / static_cast<double>(ps.experts.tp) + bp.expert_replicated_parameters) /
+                        static_cast<double>(ps.experts.ep);
   c.tied_parameters = bp.tied_parameters / ps.tp;
   const std::size_t a = attention_index(plan.attention);
   // Bytes on this device of tensors in one region (1: tensor-parallel), `key_value` of their elements keys and values.
@@ -230,7 +235,6 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
   const double act = ps.act, cp = ps.cp, b = ps.b, seq = ps.seq;
   const Link& tp_link = ps.links.of(Axis::tp);
   const Link& cp_link = ps.links.of(Axis::cp);
-  const Link& ep_link = ps.links.of(Axis::ep);
   c.collectives.reserve(6);
   const bool full_recompute = plan.recompute == Recompute::full && role == BlockKind::layer;
   // Tensor-parallel all-reduces (reduce-scatter + all-gather under sequence
@@ -239,19 +243,25 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
   // gradients of column-parallel GEMMs), and sequence parallelism's extra
   // all-gathers of the sharded GEMM inputs (Korthikanti et al. 2022, Sec.
   // 4.2.2), can run under the weight-gradient GEMMs when the plan says so.
-  if (bp.tp_forward_collectives > 0) {
-    const double each = bp.tp_forward_reduce_elements * b / cp * act / bp.tp_forward_collectives;
+  // Routed experts out of tp (Plan::expert_tensor_parallel) run none of theirs.
+  const bool experts_in_tp = ps.experts.tokens == 1;
+  const int forward_collectives = bp.tp_forward_collectives - (experts_in_tp ? 0 : bp.expert_tp_forward_collectives);
+  const int backward_collectives = bp.tp_backward_collectives - (experts_in_tp ? 0 : bp.expert_tp_backward_collectives);
+  if (forward_collectives > 0) {
+    const double elements = bp.tp_forward_reduce_elements - (experts_in_tp ? 0 : bp.expert_tp_forward_reduce_elements);
+    const double each = elements * b / cp * act / forward_collectives;
     c.tp_forward_s = add_collective(c, Axis::tp, Collective::all_reduce, Pass::forward, HiddenUnder::nothing, each,
-                                    bp.tp_forward_collectives, tp_link);
+                                    forward_collectives, tp_link);
   }
   double backward_tp_s = 0;
-  if (bp.tp_backward_collectives > 0) {
-    const double each = bp.tp_backward_reduce_elements * b / cp * act / bp.tp_backward_collectives;
+  if (backward_collectives > 0) {
+    const double elements = bp.tp_backward_reduce_elements - (experts_in_tp ? 0 : bp.expert_tp_backward_reduce_elements);
+    const double each = elements * b / cp * act / backward_collectives;
     backward_tp_s = add_collective(c, Axis::tp, Collective::all_reduce, Pass::backward, HiddenUnder::weight_gradient,
-                                   each, bp.tp_backward_collectives, tp_link);
+                                   each, backward_collectives, tp_link);
     if (ps.sp) {
       backward_tp_s += add_collective(c, Axis::tp, Collective::all_gather, Pass::backward,
-                                      HiddenUnder::weight_gradient, each, bp.tp_backward_collectives, tp_link);
+                                      HiddenUnder::weight_gradient, each, backward_collectives, tp_link);
     }
   }
   c.tp_backward_total_s = backward_tp_s;
@@ -266,7 +276,7 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
   // A recomputed forward's tp collectives run again in the backward, exposed
   // (`gathers_only`: only the all-gather half of each all-reduce).
   auto repeat_forward_tp = [&](bool gathers_only) {
-    if (bp.tp_forward_collectives == 0) return;
+    if (forward_collectives == 0) return;
     BlockCollective again = c.collectives.front();
     again.pass = Pass::backward;
     if (gathers_only) {
@@ -334,10 +344,13 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
     c.collectives.push_back({Axis::cp, Collective::send_recv, Pass::backward, HiddenUnder::attention, chunk_bytes,
                              2 * (cp - 1), 2 * forward_ring, c.cp_backward_exposed_s});
   }
-  // Expert parallelism: dispatch and combine all-to-all, forward and backward (Lepikhin et al. 2021).
-  if (ps.ep > 1 && bp.expert_tp_split_parameters > 0) {
-    const double routed_bytes = (seq * b / cp) * prof.expert_slots * static_cast<double>(prof.hidden) * act;
-    const double one = cost(Collective::all_to_all, routed_bytes, ep_link);
+  // Expert parallelism: dispatch and combine all-to-all, forward and backward
+  // (Lepikhin et al. 2021). Experts out of tp: each of the ep x tp ranks routes
+  // its own 1/tp of the tokens (Megatron-Core's all-to-all dispatcher, ETP 1).
+  if (ps.experts.ep > 1 && bp.expert_tp_split_parameters > 0) {
+    const double routed_bytes = (seq * b / (cp * static_cast<double>(ps.experts.tokens))) * prof.expert_slots *
+                                static_cast<double>(prof.hidden) * act;
+    const double one = cost(Collective::all_to_all, routed_bytes, ps.expert_ep_link);
     c.ep_s = 4 * one;
     c.collectives.push_back({Axis::ep, Collective::all_to_all, Pass::forward, HiddenUnder::nothing, routed_bytes, 2,
                              2 * one, 2 * one});
@@ -365,7 +378,8 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, std::vector<StageMemory>* sta
 
 std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vector<AxisPlacement>& placements) const {
   const ModelProfile& prof = profile_;
-  const PlanScalars plan_scalars(plan, placements, prof);
+  PlanScalars plan_scalars(plan, placements, prof);
+  if (plan_scalars.experts.tokens > 1) plan_scalars.expert_ep_link = Links(place_axes(topology_, expert_mesh(plan))).of(Axis::ep);
   const ComputeRates& rates = rates_[static_cast<std::size_t>(plan.precision)];
   std::vector<BlockCost> kind_cost(prof.kinds.size());
   for (std::size_t k = 0; k < prof.kinds.size(); ++k) {
@@ -569,7 +583,10 @@ struct StageMemoryInputs {
       buffers += context_parallel_buffer_elements(plan.cp_comm, tokens, cp, static_cast<double>(prof.q_width) / tp,
                                                   static_cast<double>(prof.kv_width) / in.ps.kv_tp) * act;
     }
-    if (ep > 1) buffers += expert_dispatch_buffer_elements(tokens, prof.expert_slots, static_cast<double>(prof.hidden)) * act;
+    if (in.ps.experts.ep > 1) {
+      buffers += expert_dispatch_buffer_elements(tokens / static_cast<double>(in.ps.experts.tokens), prof.expert_slots,
+                                                 static_cast<double>(prof.hidden)) * act;
+    }
   }
   mem.buffers_bytes = buffers;
   add_peak_memory(mem, s.loss_logits, s.layers > 0 ? s.gradient_elements : 0.0, act, in.device, plan.loss);

@@ -56,6 +56,11 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
       ex.compute_parts_s = evaluator.compute_parts(plan, costs, ex.time->slowest_stage);
       ex.scaling = scaling_diagnostics(model, cluster, plan, ex.seq_len, placements);
       ex.axis_links = axis_links(cluster, placements);
+      if (expert_split(plan).tokens > 1) {
+        for (const AxisLink& l : axis_links(cluster, place_axes(evaluator.topology(), expert_mesh(plan)))) {
+          if (l.axis == Axis::ep) ex.expert_link = l;
+        }
+      }
       ex.reordering = find_reordering(evaluator, plan, ex.time->step_s);
       if (ex.reordering) ex.problems.push_back(reordering_warning(cluster, ex.axis_links, *ex.reordering));
     }

@@ -36,6 +36,9 @@ struct Explanation {
   std::array<double, kComputeParts> compute_parts_s{};
   std::optional<ScalingDiagnostics> scaling;  // present for valid plans
   std::vector<AxisLink> axis_links;     // valid plans: every axis of size > 1, in mesh order
+  // Valid plans whose routed experts leave tp (expert_split): their all-to-all
+  // group, ep x tp ranks (expert_mesh's ep axis).
+  std::optional<AxisLink> expert_link;
   std::optional<MeshReordering> reordering;  // a faster order keeping tp / cp / ep inside (also a warning in problems)
 
   bool fits_memory() const { return memory && memory->fits(); }

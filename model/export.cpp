@@ -80,6 +80,11 @@ std::string megatron(Writer& w) {
   if (plan.precision == Precision::fp8) {
     w.warning("precision", "fp8: --fp8-format hybrid needs Transformer Engine; the other tensors stay bf16");
   }
+  if (expert_split(plan).tokens > 1 && w.size(Axis::cp) > 1) {
+    w.warning("expert_tensor_parallel", "experts out of tp with cp > 1: Megatron-Core orders ranks tp, cp, ep, dp and "
+                                        "takes its expert groups from consecutive ranks, so they span cp ranks, not "
+                                        "this plan's ep x tp");
+  }
   if (has_errors(w.problems)) return "";
 
   std::vector<std::pair<std::string, std::string>> args;
@@ -92,7 +97,9 @@ std::string megatron(Writer& w) {
     arg("--context-parallel-size", count(w.size(Axis::cp)));
     arg("--cp-comm-type", plan.cp_comm == CpComm::ring ? "p2p" : plan.cp_comm == CpComm::all_gather ? "allgather" : "a2a");
   }
-  if (w.size(Axis::ep) > 1) arg("--expert-model-parallel-size", count(w.size(Axis::ep)));
+  const ExpertSplit experts = expert_split(plan);
+  if (experts.ep > 1) arg("--expert-model-parallel-size", count(experts.ep));
+  if (experts.tokens > 1) arg("--expert-tensor-parallel-size", "1");
   if (plan.sequence_parallel && w.size(Axis::tp) > 1) arg("--sequence-parallel");
   if (plan.zero_stage == 1 || plan.zero_stage == 2) arg("--use-distributed-optimizer");
   arg("--micro-batch-size", count(plan.micro_batch));
@@ -184,6 +191,9 @@ std::string torchtitan(Writer& w) {
   if (w.size(Axis::ep) > 1) {
     w.error("mesh.ep", "torchtitan carves expert parallelism out of the FSDP ranks (dp2ep), which also shard the dense "
                        "weights; this plan replicates them over ep: use --to megatron");
+  } else if (expert_split(plan).tokens > 1) {
+    w.error("expert_tensor_parallel", "experts out of tp: not exported to torchtitan (its expert_tensor_parallel_degree "
+                                      "works with dp2ep expert parallelism): use --to megatron");
   }
   if (plan.schedule.kind == ScheduleKind::zb_h1 && pp > 1) {
     w.error("schedule", "zb-h1: PyTorch's zero-bubble schedules (InterleavedZeroBubble, ZBVZeroBubble) need two or more "

@@ -15,11 +15,12 @@ struct ParameterTotals {
   int blocks_with_parameters = 0;
 };
 
-ParameterTotals stage_parameters(const LayerGraph& graph, const std::vector<int>& blocks, const Mesh& mesh,
+ParameterTotals stage_parameters(const LayerGraph& graph, const std::vector<int>& blocks, const Plan& plan,
                                  bool holds_embedding) {
   ParameterTotals totals;
+  const Mesh& mesh = plan.mesh;
   const double tp = static_cast<double>(mesh.size(Axis::tp));
-  const double ep = static_cast<double>(mesh.size(Axis::ep));
+  const ExpertSplit experts = expert_split(plan);
   const double kv_tp = static_cast<double>(kv_tp_split(graph.kv_heads, mesh.size(Axis::tp)));
   for (int b : blocks) {
     double block_total = 0;
@@ -27,9 +28,11 @@ ParameterTotals stage_parameters(const LayerGraph& graph, const std::vector<int>
       const Op& op = graph.op(id);
       double local = op.tp_split_parameters / tp + op.kv_parameters / kv_tp + op.replicated_parameters;
       if (!holds_embedding) local += op.tied_parameters / tp;  // Megatron keeps a copy on the last stage
-      if (op.expert) {
-        totals.expert += local / ep;
-        block_total += local / ep;
+      if (op.expert) {  // routed experts have no key/value or tied weights
+        local = (op.tp_split_parameters / static_cast<double>(experts.tp) + op.replicated_parameters) /
+                static_cast<double>(experts.ep);
+        totals.expert += local;
+        block_total += local;
       } else {
         totals.dense += local;
         block_total += local;
@@ -111,9 +114,11 @@ double communication_buffers(const ModelSpec& model, const LayerGraph& graph, co
                                                   static_cast<double>(t.kv_heads * t.head_dim) / kv_tp) *
                  bytes.activation_bytes_per_element;
     }
-    if (ep > 1) {
-      // All-to-all dispatch and combine of the routed tokens.
-      buffers += expert_dispatch_buffer_elements(tokens, t.expert_slots_per_token(), static_cast<double>(t.hidden)) *
+    const ExpertSplit experts = expert_split(plan);
+    if (experts.ep > 1) {
+      // All-to-all dispatch and combine of the routed tokens (this rank's share of them).
+      buffers += expert_dispatch_buffer_elements(tokens / static_cast<double>(experts.tokens), t.expert_slots_per_token(),
+                                                 static_cast<double>(t.hidden)) *
                  bytes.activation_bytes_per_element;
     }
   }
@@ -220,7 +225,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
     sm.stage = stage;
     sm.layers = partition.layers_on_stage(stage);
     const std::vector<int> blocks = partition.blocks_on_stage(graph, stage);
-    const ParameterTotals params = stage_parameters(graph, blocks, mesh, stage == 0);
+    const ParameterTotals params = stage_parameters(graph, blocks, plan, stage == 0);
 
     MemoryBreakdown& mem = sm.memory;
     sm.parameters_on_device = params.dense / dense_group(ModelState::parameters) + params.expert / expert_group(ModelState::parameters);

@@ -116,6 +116,14 @@ struct Plan {
   // "float32"). Off by default: the ZeRO paper's 2 + 2 + K bytes per parameter
   // (docs/cost-model.md, "Gradient precision"). No effect under fp32.
   bool fp32_gradients = false;
+  // The routed experts' tensor parallelism (Megatron-Core's
+  // --expert-tensor-parallel-size): 0 splits them over tp like the dense
+  // layers; 1 runs every expert whole, and each tp group's ranks join the
+  // expert-parallel group instead (ep x tp ranks, each routing its own 1/tp of
+  // the tokens: sequence parallelism splits them), with no tp collective
+  // inside the experts. Megatron-Core's MoE recipes run ETP 1 (its MoE
+  // guide). The only values meshplan models are 0 and 1 (= tp when tp is 1).
+  std::int64_t expert_tensor_parallel = 0;
   // Layers per pipeline chunk (pp x v entries, in chunk order) when not even.
   std::vector<std::int64_t> stage_layers;
   double gradient_bucket_bytes = 25.0 * 1024 * 1024;  // PyTorch DDP's default bucket_cap_mb = 25
@@ -139,6 +147,19 @@ struct Plan {
     return global_batch / per_step;
   }
 };
+
+// How a plan splits the routed experts (Plan::expert_tensor_parallel): each
+// expert's width over `tp` ranks, whole experts over `ep` ranks (the mesh's ep
+// x the tp ranks that left the experts' tensor parallelism), and a tp group's
+// tokens over `tokens` of those ranks (1 unless the experts leave tp).
+struct ExpertSplit {
+  std::int64_t tp = 1, ep = 1, tokens = 1;
+};
+inline ExpertSplit expert_split(const Plan& plan) {
+  const std::int64_t tp = plan.mesh.size(Axis::tp), ep = plan.mesh.size(Axis::ep);
+  if (plan.expert_tensor_parallel != 1 || tp == 1) return {tp, ep, 1};
+  return {1, ep * tp, tp};
+}
 
 // Bytes per parameter and per activation element under the plan's precision
 // and gradient precision: the one answer every cost reads.

@@ -484,6 +484,8 @@ Plan read_plan_object(JsonObject& root) {
   plan.overlap_tensor_parallel = p->boolean("overlap_tensor_parallel", Need::optional).value_or(plan.overlap_tensor_parallel);
   // Optional: files written before the key existed kept 16-bit gradients.
   plan.fp32_gradients = p->boolean("fp32_gradients", Need::optional).value_or(plan.fp32_gradients);
+  // Optional: absent, the experts split over tp (what files written before the key meant).
+  plan.expert_tensor_parallel = p->integer("expert_tensor_parallel", Need::optional, 0, kMaxMeshDevices).value_or(0);
   p->finish();
   if (micro_batches && !has_errors(root.problems()) && *micro_batches != plan.micro_batches()) {
     p->add_problem("micro_batches", std::to_string(*micro_batches) +

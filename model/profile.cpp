@@ -11,7 +11,7 @@ bool same_gemms(const std::vector<GemmWork>& a, const std::vector<GemmWork>& b) 
     if (a[i].rows_per_sample != b[i].rows_per_sample || a[i].n != b[i].n || a[i].kv_n != b[i].kv_n || a[i].k != b[i].k ||
         a[i].batch != b[i].batch || a[i].tp_split != b[i].tp_split || a[i].core_attention != b[i].core_attention ||
         a[i].has_weights != b[i].has_weights || a[i].needs_input_gradient != b[i].needs_input_gradient ||
-        a[i].op_sac_recomputed != b[i].op_sac_recomputed) {
+        a[i].op_sac_recomputed != b[i].op_sac_recomputed || a[i].expert != b[i].expert) {
       return false;
     }
   }
@@ -80,7 +80,10 @@ bool BlockProfile::same_as(const BlockProfile& o) const {
          tp_forward_reduce_elements == o.tp_forward_reduce_elements &&
          tp_backward_reduce_elements == o.tp_backward_reduce_elements &&
          tp_forward_collectives == o.tp_forward_collectives && tp_backward_collectives == o.tp_backward_collectives &&
-         same_gemms(gemms, o.gemms);
+         expert_tp_forward_reduce_elements == o.expert_tp_forward_reduce_elements &&
+         expert_tp_backward_reduce_elements == o.expert_tp_backward_reduce_elements &&
+         expert_tp_forward_collectives == o.expert_tp_forward_collectives &&
+         expert_tp_backward_collectives == o.expert_tp_backward_collectives && same_gemms(gemms, o.gemms);
 }
 
 namespace {
@@ -152,12 +155,21 @@ void add_gemm(BlockProfile& bp, const Op& op, bool needs_input_gradient, double 
   work.has_weights = op.kind == OpKind::gemm || op.kind == OpKind::conv;
   work.needs_input_gradient = needs_input_gradient;
   work.op_sac_recomputed = op.op_sac_recomputed;
+  work.expert = op.expert;
   if (op.tp_split == TpSplit::rows) {
     bp.tp_forward_reduce_elements += op.output_elements_per_sample;
     ++bp.tp_forward_collectives;
+    if (op.expert) {
+      bp.expert_tp_forward_reduce_elements += op.output_elements_per_sample;
+      ++bp.expert_tp_forward_collectives;
+    }
   } else if (op.tp_split == TpSplit::columns && needs_input_gradient) {  // the data needs no gradient
     bp.tp_backward_reduce_elements += op.gemm.rows_per_sample * static_cast<double>(op.gemm.k);
     ++bp.tp_backward_collectives;
+    if (op.expert) {
+      bp.expert_tp_backward_reduce_elements += op.gemm.rows_per_sample * static_cast<double>(op.gemm.k);
+      ++bp.expert_tp_backward_collectives;
+    }
   }
   bp.gemms.push_back(work);
   bp.matmul_forward_flops_per_sample += op.forward_flops_per_sample;

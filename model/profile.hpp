@@ -26,6 +26,7 @@ struct GemmWork {
   // layer): nothing needs the gradient of the data, so no framework computes it.
   bool needs_input_gradient = true;
   double op_sac_recomputed = 1;  // Op::op_sac_recomputed: the share of the forward op-level checkpointing repeats
+  bool expert = false;  // a routed expert's (Op::expert): split as expert_split(plan) says (stage_cost.hpp)
 };
 
 struct BlockProfile {
@@ -87,6 +88,12 @@ struct BlockProfile {
   double tp_backward_reduce_elements = 0;
   int tp_forward_collectives = 0;
   int tp_backward_collectives = 0;
+  // Of those, the routed experts' (counted in the four above too): with the
+  // experts out of tp (Plan::expert_tensor_parallel) they do not run.
+  double expert_tp_forward_reduce_elements = 0;
+  double expert_tp_backward_reduce_elements = 0;
+  int expert_tp_forward_collectives = 0;
+  int expert_tp_backward_collectives = 0;
 
   bool same_as(const BlockProfile& other) const;
 };

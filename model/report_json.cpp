@@ -28,6 +28,7 @@ nlohmann::ordered_json plan_to_json(const Plan& plan) {
   j["schedule"] = to_string(plan.schedule);
   j["precision"] = to_string(plan.precision);
   j["fp32_gradients"] = plan.fp32_gradients;
+  if (plan.expert_tensor_parallel != 0) j["expert_tensor_parallel"] = plan.expert_tensor_parallel;
   if (!plan.stage_layers.empty()) j["stage_layers"] = plan.stage_layers;
   j["gradient_bucket_bytes"] = plan.gradient_bucket_bytes;
   j["memory_headroom"] = plan.memory_headroom;
@@ -147,16 +148,18 @@ nlohmann::ordered_json explanation_to_json(const ModelSpec& model, const Cluster
     j["compute_s_by_kind"] = parts;
   }
   if (ex.valid) {  // which link each axis rides (axis_links.hpp)
+    auto link_json = [](const AxisLink& l, const std::string& axis) {
+      return nlohmann::ordered_json{{"axis", axis}, {"size", l.size}, {"stride", l.stride},
+                                    {"members_per_node", l.members_per_node}, {"nodes_spanned", l.nodes_spanned},
+                                    {"crosses_nodes", l.crosses_nodes}, {"link", l.link_kind},
+                                    {"bandwidth_bytes_per_s", l.bandwidth_bytes_per_s},
+                                    {"all_to_all_bandwidth_bytes_per_s", l.all_to_all_bandwidth_bytes_per_s},
+                                    {"latency_s", l.latency_s}};
+    };
     nlohmann::ordered_json links = nlohmann::ordered_json::array();
-    for (const auto& l : ex.axis_links) {
-      links.push_back({{"axis", to_string(l.axis)}, {"size", l.size}, {"stride", l.stride},
-                       {"members_per_node", l.members_per_node}, {"nodes_spanned", l.nodes_spanned},
-                       {"crosses_nodes", l.crosses_nodes}, {"link", l.link_kind},
-                       {"bandwidth_bytes_per_s", l.bandwidth_bytes_per_s},
-                       {"all_to_all_bandwidth_bytes_per_s", l.all_to_all_bandwidth_bytes_per_s},
-                       {"latency_s", l.latency_s}});
-    }
+    for (const auto& l : ex.axis_links) links.push_back(link_json(l, to_string(l.axis)));
     j["axis_links"] = links;
+    if (ex.expert_link) j["expert_link"] = link_json(*ex.expert_link, "ep x tp");
     if (ex.reordering) {
       nlohmann::ordered_json brought = nlohmann::ordered_json::array();
       nlohmann::ordered_json across = nlohmann::ordered_json::array();

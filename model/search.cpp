@@ -40,15 +40,17 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
 struct CostKey {
   std::int64_t tp, cp, ep, micro_batch;
   std::int64_t tp_stride, cp_stride, ep_stride;
+  std::int64_t expert_tensor_parallel;
   bool sequence_parallel;
   Recompute recompute;
   Precision precision;
   Attention attention;
   CpComm cp_comm;
   bool operator<(const CostKey& o) const {
-    return std::tie(tp, cp, ep, micro_batch, tp_stride, cp_stride, ep_stride, sequence_parallel, recompute, precision,
-                    attention, cp_comm) < std::tie(o.tp, o.cp, o.ep, o.micro_batch, o.tp_stride, o.cp_stride, o.ep_stride,
-                                                   o.sequence_parallel, o.recompute, o.precision, o.attention, o.cp_comm);
+    return std::tie(tp, cp, ep, micro_batch, tp_stride, cp_stride, ep_stride, expert_tensor_parallel, sequence_parallel,
+                    recompute, precision, attention, cp_comm) <
+           std::tie(o.tp, o.cp, o.ep, o.micro_batch, o.tp_stride, o.cp_stride, o.ep_stride, o.expert_tensor_parallel,
+                    o.sequence_parallel, o.recompute, o.precision, o.attention, o.cp_comm);
   }
 };
 
@@ -264,9 +266,18 @@ Rejection check_rules(const Evaluator& evaluator, const Plan& plan, bool split_c
   if (model.kind == ModelKind::transformer) {
     const auto& t = model.transformer;
     if (t.heads % tp != 0) return Rejection::tp_heads;  // key/value heads tp does not divide are replicated
-    if (t.ffn % tp != 0) return Rejection::tp_width;
+    if (t.ffn % (t.experts > 0 ? expert_split(plan).tp : tp) != 0) return Rejection::tp_width;
+    if (t.experts > 0 && (t.shared_expert_ffn % tp != 0 || (!t.dense_layers.empty() && t.dense_width() % tp != 0))) {
+      return Rejection::tp_width;
+    }
     if (cp > 1 && seq % cp != 0) return Rejection::cp_sequence;
-    if (ep > 1 && (t.experts == 0 || t.experts % ep != 0)) return Rejection::ep_experts;
+    const ExpertSplit experts = expert_split(plan);
+    if (ep > 1 && t.experts == 0) return Rejection::ep_experts;
+    if (experts.ep > 1 && t.experts % experts.ep != 0) return Rejection::ep_experts;
+    if (plan.expert_tensor_parallel != 0 && (t.experts == 0 || plan.expert_tensor_parallel != 1 ||
+                                             (tp > 1 && (!plan.sequence_parallel || !ep_encloses_tp(mesh))))) {
+      return Rejection::axis_unsupported;  // experts out of tp need these (validate.cpp says which)
+    }
     if (cp > 1 && plan.cp_comm == CpComm::all_to_all && (t.heads / tp) % cp != 0) return Rejection::cp_heads;
   }
   if (model.kind == ModelKind::mlp && tp > 1) {
@@ -301,6 +312,7 @@ struct SearchContext {
   std::int64_t layer_count;
   bool keep_all;     // on_candidate: every candidate, feasible or not
   bool keep_ranked;  // options.keep_ranked
+  bool experts;      // a mixture of experts: the search tries experts out of tp
 };
 
 // The candidates of one mesh, in a deterministic order, and their counts.
@@ -322,7 +334,7 @@ void evaluate_candidate(const SearchContext& ctx, const Mesh& mesh, const std::v
   if (!costs) {
     const CostKey key{mesh.size(Axis::tp),     mesh.size(Axis::cp),     mesh.size(Axis::ep),
                       plan.micro_batch,        stride_of(placements, Axis::tp), stride_of(placements, Axis::cp),
-                      stride_of(placements, Axis::ep), plan.sequence_parallel, plan.recompute,
+                      stride_of(placements, Axis::ep), plan.expert_tensor_parallel, plan.sequence_parallel, plan.recompute,
                       plan.precision,          plan.attention,          plan.cp_comm};
     auto it = cost_cache.find(key);
     if (it == cost_cache.end()) it = cost_cache.emplace(key, CostEntry{evaluator.block_costs(plan, placements), {}}).first;
@@ -357,6 +369,7 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
   const Evaluator& evaluator = ctx.evaluator;
   MeshResult local;
   const std::vector<AxisPlacement> placements = place_axes(evaluator.topology(), mesh);
+  const bool experts_fold = ep_encloses_tp(mesh);
   const std::int64_t data = mesh.data_parallel_size();
   const std::int64_t tp = mesh.size(Axis::tp), pp = mesh.size(Axis::pp);
   const bool pipelined = pp > 1 && evaluator.model().kind != ModelKind::cnn;
@@ -388,6 +401,11 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
             if (ai > 0 && !ctx.transformer) break;  // no attention: one pass
             plan.attention = space.attentions[ai];
             if (search_leaves_out(space, recompute, plan.attention)) continue;
+            for (std::int64_t etp : space.expert_tensor_parallel) {
+            // Experts out of tp (1) differ from in it (0) only for a mixture of experts
+            // with tp > 1, and need sequence parallelism and ep directly outside tp.
+            if (etp == 1 && (!ctx.experts || tp == 1 || !sp || !experts_fold)) continue;
+            plan.expert_tensor_parallel = etp;
             CostEntry* costs = nullptr;
             for (int zero : space.zero_stages) {
               if (zero > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) continue;  // the same plan as ZeRO 0
@@ -415,6 +433,7 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
                   }
                 }
               }
+            }
             }
           }
         }
@@ -461,7 +480,8 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
                           std::find(space.axes.begin(), space.axes.end(), Axis::fsdp) != space.axes.end(),
                           static_cast<std::int64_t>(evaluator.profile().layer_blocks.size()),
                           static_cast<bool>(options.on_candidate),
-                          options.keep_ranked};
+                          options.keep_ranked,
+                          evaluator.model().kind == ModelKind::transformer && evaluator.model().transformer.experts > 0};
 
   std::vector<MeshResult> slots(meshes.size());
   std::mutex mutex;

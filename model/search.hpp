@@ -57,6 +57,10 @@ struct SearchSpace {
                                       ScheduleKind::zb_h1};
   std::vector<std::int64_t> interleave{2, 3, 4};
   std::vector<Precision> precisions{Precision::bf16};
+  // Plan::expert_tensor_parallel values: 0 (experts over tp) and 1 (experts
+  // whole, their tp ranks in ep), the latter only for a mixture of experts
+  // with tp > 1, sequence parallelism and ep directly outside tp.
+  std::vector<std::int64_t> expert_tensor_parallel{0, 1};
   CpComm cp_comm = CpComm::ring;  // every candidate's (not searched)
   bool fp32_gradients = false;    // every candidate's (not searched)
   Loss loss = Loss::fused;        // every candidate's (not searched)

@@ -259,10 +259,20 @@ Loaded<Located> locate(const ModelSpec& model, const Plan& plan, const std::stri
 // ---- phase 2: split the dimensions over the mesh
 
 // A weight: tp on tp_dim, ep on ep_dim, the data axes of the role on the
-// first dimension tp does not split. Returns the data axes used.
-std::vector<Axis> shard_weight(Located& l, const Mesh& mesh, int zero_stage, ModelState state) {
+// first dimension tp does not split. Routed experts out of tp
+// (expert_split) put tp on the expert dimension, inside ep, instead. Returns
+// the data axes used.
+std::vector<Axis> shard_weight(Located& l, const Plan& plan, ModelState state) {
+  const Mesh& mesh = plan.mesh;
+  const int zero_stage = plan.zero_stage;
+  if (l.expert && expert_split(plan).tokens > 1) {
+    l.dims[static_cast<std::size_t>(l.ep_dim)].axes = in_mesh_order(mesh, {Axis::ep, Axis::tp});
+    l.tp_dim = -1;
+  }
   if (l.tp_dim >= 0) l.dims[static_cast<std::size_t>(l.tp_dim)].axes = in_mesh_order(mesh, {Axis::tp});
-  if (l.ep_dim >= 0) l.dims[static_cast<std::size_t>(l.ep_dim)].axes = in_mesh_order(mesh, {Axis::ep});
+  if (l.ep_dim >= 0 && l.dims[static_cast<std::size_t>(l.ep_dim)].axes.empty()) {
+    l.dims[static_cast<std::size_t>(l.ep_dim)].axes = in_mesh_order(mesh, {Axis::ep});
+  }
   const std::vector<Axis> data = in_mesh_order(mesh, data_sharding_axes(zero_stage, state, l.expert));
   if (data.empty()) return data;
   for (std::size_t d = 0; d < l.dims.size(); ++d) {
@@ -413,7 +423,7 @@ Loaded<ShardingSpec> sharding_spec(const ModelSpec& model, const Plan& plan, con
   spec.tensor = tensor;
   spec.role = role;
   if (state) {
-    spec.data_axes = shard_weight(l, plan.mesh, plan.zero_stage, *state);
+    spec.data_axes = shard_weight(l, plan, *state);
   } else {
     shard_activation(l, plan.mesh, plan.sequence_parallel);
   }

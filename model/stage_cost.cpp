@@ -26,15 +26,43 @@ ActivationSplit activation_split(std::int64_t tp, std::int64_t cp, bool sequence
 }
 
 LocalGemm local_gemm(double rows_per_sample, double n, double k, double batch, TpSplit split, const Plan& plan,
-                     double kv_n, std::int64_t kv_heads) {
-  const double tp = static_cast<double>(plan.mesh.size(Axis::tp));
-  LocalGemm g{rows_per_sample * static_cast<double>(plan.micro_batch) / static_cast<double>(plan.mesh.size(Axis::cp)),
+                     double kv_n, std::int64_t kv_heads, bool expert) {
+  const ExpertSplit experts = expert ? expert_split(plan) : ExpertSplit{plan.mesh.size(Axis::tp), 1, 1};
+  const double tp = static_cast<double>(experts.tp);
+  LocalGemm g{rows_per_sample * static_cast<double>(plan.micro_batch) /
+                  static_cast<double>(plan.mesh.size(Axis::cp) * experts.tokens),
               n, k, batch};
   if (split == TpSplit::columns)
     g.n = (n - kv_n) / tp + kv_n / static_cast<double>(kv_tp_split(kv_heads, plan.mesh.size(Axis::tp)));
   if (split == TpSplit::rows) g.k /= tp;
   if (split == TpSplit::heads) g.batch /= tp;
   return g;
+}
+
+bool ep_encloses_tp(const Mesh& mesh) {
+  std::ptrdiff_t ep = -1, tp = -1;
+  for (std::size_t i = 0; i < mesh.axes.size(); ++i) {
+    if (mesh.axes[i].size <= 1) continue;
+    if (mesh.axes[i].axis == Axis::ep) ep = static_cast<std::ptrdiff_t>(i);
+    if (mesh.axes[i].axis == Axis::tp) tp = static_cast<std::ptrdiff_t>(i);
+  }
+  if (ep < 0 || tp < 0) return true;
+  if (ep > tp) return false;
+  for (std::ptrdiff_t i = ep + 1; i < tp; ++i) {
+    if (mesh.axes[static_cast<std::size_t>(i)].size > 1) return false;
+  }
+  return true;
+}
+
+Mesh expert_mesh(const Plan& plan) {
+  const ExpertSplit experts = expert_split(plan);
+  if (experts.tokens == 1) return plan.mesh;
+  Mesh out;
+  for (const MeshAxis& a : plan.mesh.axes) {
+    if (a.axis == Axis::ep) continue;
+    out.axes.push_back(a.axis == Axis::tp ? MeshAxis{Axis::ep, experts.ep} : a);
+  }
+  return out;
 }
 
 PipelineTransfer pipeline_transfer(const ModelProfile& profile, const Plan& plan) {

@@ -18,6 +18,8 @@
 //   (micro-batch, tp, cp, ep, sp, recompute, precision, attention); the
 //   evaluator's per-stage fold reads only its scalar totals.
 // - pipeline_transfer: what crosses a stage boundary per micro-batch.
+// - expert_mesh: the mesh the routed experts' collectives run over (ep and tp
+//   folded into one ep axis when the experts leave tp, expert_split).
 //
 // Defines: ActivationSplit, activation_split, LocalGemm, local_gemm, Pass,
 // HiddenUnder, BlockCollective, GemmCost, BlockCost, PipelineTransfer,
@@ -62,16 +64,28 @@ struct LocalGemm {
   double operand_elements() const { return (rows * k + k * n + rows * n) * batch; }
 };
 // kv_n of the n columns are key/value heads (a column-parallel QKV GEMM):
-// they split over kv_tp_split(kv_heads, tp) instead of tp.
+// they split over kv_tp_split(kv_heads, tp) instead of tp. A routed expert's
+// GEMM (`expert`) splits over expert_split(plan).tp, and its rows over
+// expert_split(plan).tokens.
 LocalGemm local_gemm(double rows_per_sample, double n, double k, double batch, TpSplit split, const Plan& plan,
-                     double kv_n = 0, std::int64_t kv_heads = 0);
+                     double kv_n = 0, std::int64_t kv_heads = 0, bool expert = false);
 inline LocalGemm local_gemm(const GemmWork& g, const Plan& plan, std::int64_t kv_heads) {
-  return local_gemm(g.rows_per_sample, g.n, g.k, g.batch, g.tp_split, plan, g.kv_n, kv_heads);
+  return local_gemm(g.rows_per_sample, g.n, g.k, g.batch, g.tp_split, plan, g.kv_n, kv_heads, g.expert);
 }
 inline LocalGemm local_gemm(const Op& op, const Plan& plan, std::int64_t kv_heads) {
   return local_gemm(op.gemm.rows_per_sample, static_cast<double>(op.gemm.n), static_cast<double>(op.gemm.k),
-                    static_cast<double>(op.gemm.batch), op.tp_split, plan, static_cast<double>(op.gemm.kv_n), kv_heads);
+                    static_cast<double>(op.gemm.batch), op.tp_split, plan, static_cast<double>(op.gemm.kv_n), kv_heads,
+                    op.expert);
 }
+
+// Whether ep sits directly outside tp in the mesh order (only size-1 axes
+// between them), or either is 1: then ep x tp ranks form one strided group,
+// which experts that leave tp (Plan::expert_tensor_parallel) need.
+bool ep_encloses_tp(const Mesh& mesh);
+// The mesh the routed experts' collectives run over: the plan's, or, when
+// expert_split(plan).tokens > 1, the same ranks with ep and tp folded into one
+// ep axis of expert_split(plan).ep ranks where tp sat (needs ep_encloses_tp).
+Mesh expert_mesh(const Plan& plan);
 
 enum class Pass : std::uint8_t { forward, backward };
 // What the analytical model lets a collective run under (its exposed_s is the rest).

@@ -1,6 +1,7 @@
 #include "model/validate.hpp"
 
 #include "model/plan_defaults.hpp"
+#include "model/stage_cost.hpp"
 #include "model/stage_partition.hpp"
 
 namespace meshplan {
@@ -117,7 +118,17 @@ void check_transformer(Checker& check, const TransformerDims& t, const Plan& pla
     check.warning("mesh.tp", "tp (" + str(tp) + ") does not divide the " + str(t.key_value_heads()) +
                                  " key/value heads: every tp rank holds all of them (replicated, gradients summed over tp)");
   }
-  if (t.ffn % tp != 0) check.error("mesh.tp", "tp (" + str(tp) + ") must divide the feed-forward size (" + str(t.ffn) + ")");
+  // Each MLP width over the tp that splits it: the routed experts' over expert_split's.
+  const std::int64_t ffn_tp = t.experts > 0 ? expert_split(plan).tp : tp;
+  if (t.ffn % ffn_tp != 0) {
+    check.error("mesh.tp", "tp (" + str(ffn_tp) + ") must divide the feed-forward size (" + str(t.ffn) + ")");
+  }
+  if (t.experts > 0 && t.shared_expert_ffn % tp != 0) {
+    check.error("mesh.tp", "tp (" + str(tp) + ") must divide the shared experts' width (" + str(t.shared_expert_ffn) + ")");
+  }
+  if (t.experts > 0 && !t.dense_layers.empty() && t.dense_width() % tp != 0) {
+    check.error("mesh.tp", "tp (" + str(tp) + ") must divide the dense layers' feed-forward size (" + str(t.dense_width()) + ")");
+  }
   if (t.vocab % tp != 0) {
     check.warning("mesh.tp", "vocabulary " + str(t.vocab) + " is not a multiple of tp " + str(tp) +
                                  "; Megatron pads it to a multiple of tp (the padding, under tp rows, is not counted here)");
@@ -136,8 +147,27 @@ void check_transformer(Checker& check, const TransformerDims& t, const Plan& pla
                                ") must divide the " + str(t.heads / tp) + " attention heads per tp rank (use ring or all-gather)");
   }
   if (ep > 1 && t.experts == 0) check.error("mesh.ep", "ep (" + str(ep) + ") needs a mixture-of-experts model; this one is dense");
-  if (ep > 1 && t.experts > 0 && t.experts % ep != 0) {
-    check.error("mesh.ep", "ep (" + str(ep) + ") must divide the experts (" + str(t.experts) + ")");
+  const std::int64_t etp = plan.expert_tensor_parallel;
+  if (etp != 0 && t.experts == 0) {
+    check.error("expert_tensor_parallel", "needs a mixture-of-experts model; this one is dense");
+  } else if (etp != 0 && etp != 1 && etp != tp) {
+    check.error("expert_tensor_parallel", "must be 1 (experts whole, their tp ranks join ep) or tp (" + str(tp) +
+                                              ", the default), got " + str(etp));
+  } else if (etp == 1 && tp > 1) {
+    if (!plan.sequence_parallel) {
+      check.error("expert_tensor_parallel", "experts out of tp route each tp rank's own tokens, which sequence "
+                                            "parallelism gives it: turn it on (Megatron-Core requires it for MoE with tp)");
+    }
+    if (!ep_encloses_tp(plan.mesh)) {
+      check.error("expert_tensor_parallel", "experts out of tp form one group of ep x tp ranks: ep must sit directly "
+                                            "outside tp in the mesh order (e.g. " + (cp > 1 ? std::string("cp=") + str(cp) + ",ep=" + str(ep) : "ep=" + str(ep)) +
+                                            ",tp=" + str(tp) + "), got " + plan.mesh.to_string());
+    }
+  }
+  const ExpertSplit experts = expert_split(plan);
+  if (experts.ep > 1 && t.experts > 0 && t.experts % experts.ep != 0) {
+    check.error("mesh.ep", (experts.tokens > 1 ? "ep x tp (" : "ep (") + str(experts.ep) + ") must divide the experts (" +
+                               str(t.experts) + ")");
   }
 }
 

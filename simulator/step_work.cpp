@@ -199,10 +199,12 @@ class Builder {
 // The groups a representative device communicates in, per purpose.
 struct Groups {
   Group tp, cp, ep, pp, dp, fsdp;
-  Groups(const std::vector<AxisPlacement>& placements, const Plan& plan)
+  // `expert_placements`: place_axes of expert_mesh(plan), whose ep is the routed experts' group.
+  Groups(const std::vector<AxisPlacement>& placements, const std::vector<AxisPlacement>& expert_placements,
+         const Plan& plan)
       : tp(group_of(placements, {Axis::tp}, Axis::tp)),
         cp(group_of(placements, {Axis::cp}, Axis::cp)),
-        ep(group_of(placements, {Axis::ep}, Axis::ep)),
+        ep(group_of(expert_placements, {Axis::ep}, Axis::ep)),
         pp(group_of(placements, {Axis::pp}, Axis::pp)),
         dp(group_of(placements, {Axis::dp, Axis::ep}, Axis::dp)),
         // ZeRO-3 on dp shards over dp x ep too (the evaluator's fsdp group).
@@ -403,7 +405,8 @@ Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, c
   std::vector<StageMemory> memory;
   evaluator.evaluate(plan, placements, costs, &memory);
 
-  const Groups groups(placements, plan);
+  const Groups groups(placements,
+                      expert_split(plan).tokens > 1 ? place_axes(evaluator.topology(), expert_mesh(plan)) : placements, plan);
   const Context cx{prof, plan, options, costs, partition.value, groups, bytes_for(plan), pp, v,
                    groups.fsdp.size > 1, groups.dp.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)};
   StepWork& work = result.value;

@@ -72,7 +72,7 @@ Csv parse_csv(const std::string& text) {
 const std::vector<std::string> kSweepColumns = {
     "model", "cluster", "world_size", "global_batch", "mesh", "dp", "fsdp", "tp", "pp", "cp", "ep", "micro_batch",
     "micro_batches", "zero", "recompute", "sequence_parallel", "schedule", "precision", "attention", "cp_comm", "fp32_gradients",
-    "loss", "stage_layers", "feasible", "reason",
+    "loss", "expert_tensor_parallel", "stage_layers", "feasible", "reason",
     "memory_total_bytes", "memory_parameters_bytes", "memory_gradients_bytes", "memory_optimizer_bytes",
     "memory_activations_bytes", "memory_buffers_bytes", "step_s", "compute_s", "communication_s",
     "communication_exposed_s", "bubble_s", "tokens_per_s", "mfu", "hfu"};
@@ -576,6 +576,52 @@ TEST(CliExplain, SuggestsTradingWhichAxisCrossesNodes) {
   EXPECT_TRUE(warned) << s["warnings"].dump();
   // The faster order has no better order to offer: trading back is slower.
   EXPECT_TRUE(f["mesh_reordering"].is_null()) << fast.out;
+}
+
+// --expert-tp 1: explain says the experts leave tp and names their
+// all-to-all group (ep x tp, with its links); the plan file it emits keeps
+// the choice; a bad value names the flag; the search tries both and its table
+// says which each row runs.
+TEST(CliExplain, ExpertsOutOfTensorParallelism) {
+  const auto moe = moe_8b_file("moe-8b-etp.yaml");
+  const std::vector<std::string> job = {"--model", moe.string(), "--cluster", "dgx-h100", "--gpus", "32",
+                                        "--global-batch", "64", "--seq", "2048"};
+  const auto emitted = temp_path("etp-plan.json");
+  const CliRun text = run_joined({{"explain"}, job, {"--mesh", "dp=2,ep=8,tp=2", "--expert-tp", "1", "--emit-plan", emitted.string()}});
+  ASSERT_LE(text.status, 1) << text.err;
+  EXPECT_NE(text.out.find("experts out of tp (ep x tp = 16)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("experts out of tp: their all-to-all group is ep x tp = 16 ranks (stride 1, 8 per node, 2 nodes)"),
+            std::string::npos) << text.out;
+  std::ifstream in(emitted);
+  const auto file = nlohmann::json::parse(in);
+  EXPECT_EQ(file["plan"]["expert_tensor_parallel"], 1);
+  const CliRun json = run_joined({{"explain"}, job, {"--mesh", "dp=2,ep=8,tp=2", "--expert-tp", "1", "--json"}});
+  ASSERT_LE(json.status, 1) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["expert_link"]["size"], 16);
+  EXPECT_EQ(j["expert_link"]["axis"], "ep x tp");
+  const CliRun in_tp = run_joined({{"explain"}, job, {"--mesh", "dp=2,ep=8,tp=2", "--json"}});
+  ASSERT_LE(in_tp.status, 1) << in_tp.err;
+  EXPECT_FALSE(nlohmann::json::parse(in_tp.out).contains("expert_link"));
+  const CliRun bad = run_joined({{"explain"}, job, {"--mesh", "dp=2,ep=8,tp=2", "--expert-tp", "2"}});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("--expert-tp: '2' is not one of: tp, 1"), std::string::npos) << bad.err;
+  const CliRun no_sp = run_joined({{"explain"}, job, {"--mesh", "dp=2,ep=8,tp=2", "--expert-tp", "1", "--no-sequence-parallel"}});
+  EXPECT_EQ(no_sp.status, 2);
+  EXPECT_NE((no_sp.out + no_sp.err).find("--expert-tp: experts out of tp route each tp rank's own tokens"), std::string::npos)
+      << no_sp.out << no_sp.err;
+  // plan tries both on meshes where experts can leave tp, and the table says which each row runs;
+  // --expert-tp tp alone tries none out of tp, and the search line says so.
+  const CliRun searched = run_joined({{"plan"}, job, {"--axes", "dp,ep,tp", "--top", "400"}});
+  ASSERT_EQ(searched.status, 0) << searched.err;
+  EXPECT_NE(searched.out.find("expert tp"), std::string::npos) << searched.out;
+  const CliRun only_tp = run_joined({{"plan"}, job, {"--axes", "dp,ep,tp", "--top", "400", "--expert-tp", "tp"}});
+  ASSERT_EQ(only_tp.status, 0) << only_tp.err;
+  EXPECT_EQ(only_tp.out.find("expert tp  "), std::string::npos) << only_tp.out;
+  EXPECT_NE(only_tp.out.find("; expert tp tp"), std::string::npos) << only_tp.out;
+  const CliRun wrong = run_joined({{"plan"}, job, {"--expert-tp", "2"}});
+  EXPECT_EQ(wrong.status, 2);
+  EXPECT_NE(wrong.err.find("--expert-tp: '2' is not one of: tp, 1"), std::string::npos) << wrong.err;
 }
 
 // Issue 13, item 5: without --mesh, explain (and simulate) use the plan the

@@ -2,6 +2,7 @@
 // closed form against the bubble examples of docs/validation.md, and sanity properties of time.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 
 #include "model/collectives.hpp"
@@ -385,6 +386,134 @@ TEST(Evaluator, DenseLayersAmongExpertsDispatchNothing) {
   // Per device: 16 experts / ep 8 = 2 experts' MLPs of layer 0 and its router traded for one dense MLP.
   const double h = 4096, f = 14336, bytes = 2;
   EXPECT_DOUBLE_EQ(a.worst_memory.parameters_bytes - b.worst_memory.parameters_bytes, (2 * 3 * h * f + h * 16 - 3 * h * f) * bytes);
+}
+
+// Experts out of tp (expert_tensor_parallel 1, Megatron-Core's ETP 1) on
+// dp=2,ep=4,tp=2 with sequence parallelism: the experts' parameters per device
+// and every saved tensor stay; each expert GEMM runs whole widths on 1/tp of
+// the rows (the same FLOPs); the experts' tp collectives go; the all-to-all
+// moves 1/tp of the bytes per rank over ep x tp = 8 ranks; the dispatch
+// buffers shrink by tp.
+TEST(Evaluator, ExpertsOutOfTensorParallelismRunWholeOverEpTimesTp) {
+  const ModelSpec model = moe_8b();
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator(model, cluster, 16, 2048);
+  Plan in_tp = plan_with("dp=2,ep=4,tp=2", 1, 16);
+  in_tp.sequence_parallel = true;
+  Plan out_of_tp = in_tp;
+  out_of_tp.expert_tensor_parallel = 1;
+  ASSERT_EQ(quick_check(evaluator, out_of_tp), Rejection::none);
+  const auto placements = place_axes(evaluator.topology(), in_tp.mesh);
+  const std::vector<BlockCost> a = evaluator.block_costs(in_tp, placements), b = evaluator.block_costs(out_of_tp, placements);
+  ASSERT_EQ(a.size(), b.size());
+  const ModelProfile& prof = evaluator.profile();
+  int expert_blocks = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    EXPECT_DOUBLE_EQ(b[k].expert_parameters, a[k].expert_parameters) << k;
+    EXPECT_DOUBLE_EQ(b[k].dense_parameters, a[k].dense_parameters) << k;
+    EXPECT_DOUBLE_EQ(b[k].activation_bytes, a[k].activation_bytes) << k;
+    const BlockProfile& bp = prof.kinds[k];
+    double flops_a = 0, flops_b = 0;
+    for (std::size_t g = 0; g < bp.gemms.size(); ++g) {
+      flops_a += a[k].gemms[g].shape.forward_flops();
+      flops_b += b[k].gemms[g].shape.forward_flops();
+      if (!bp.gemms[g].expert) {
+        EXPECT_EQ(b[k].gemms[g].shape.rows, a[k].gemms[g].shape.rows);
+        continue;
+      }
+      EXPECT_DOUBLE_EQ(b[k].gemms[g].shape.rows, a[k].gemms[g].shape.rows / 2);
+      EXPECT_DOUBLE_EQ(b[k].gemms[g].shape.n * b[k].gemms[g].shape.k, 2 * a[k].gemms[g].shape.n * a[k].gemms[g].shape.k);
+    }
+    EXPECT_NEAR(flops_b, flops_a, 1e-9 * flops_a) << k;
+    double ep_a = 0, ep_b = 0, tp_a = 0, tp_b = 0;
+    for (const BlockCollective& x : a[k].collectives) (x.axis == Axis::ep ? ep_a : tp_a) += x.bytes * x.count;
+    for (const BlockCollective& x : b[k].collectives) (x.axis == Axis::ep ? ep_b : tp_b) += x.bytes * x.count;
+    if (bp.expert_tp_split_parameters == 0) {
+      EXPECT_EQ(ep_b, 0);
+      EXPECT_DOUBLE_EQ(tp_b, tp_a) << k;
+      continue;
+    }
+    ++expert_blocks;
+    EXPECT_DOUBLE_EQ(ep_b, ep_a / 2) << k;
+    // The experts' tp traffic: their w_out's reduce-scatter and all-gather forward (s h per sample, per
+    // micro-batch of 1), their w_in's input gradient (k s h) reduced backward and all-gathered again under
+    // sequence parallelism, all at 2 bytes.
+    const double s = 2048, h = 4096, k_routed = 2;
+    EXPECT_NEAR(tp_a - tp_b, (s * h + 2 * k_routed * s * h) * 2, 1e-9 * tp_a) << k;
+    // The all-to-all's group is ep x tp: 8 consecutive ranks, priced on that group's links.
+    AxisPlacement group;
+    for (const AxisPlacement& p : place_axes(evaluator.topology(), expert_mesh(out_of_tp)))
+      if (p.axis == Axis::ep) group = p;
+    EXPECT_EQ(group.size, 8);
+    EXPECT_EQ(group.stride, 1);
+    for (const BlockCollective& x : b[k].collectives) {
+      if (x.axis != Axis::ep) continue;
+      const double one = collective_time(Collective::all_to_all, x.bytes, group.size, group.all_to_all_bandwidth_bytes_per_s,
+                                         group.latency_s).time_s;
+      EXPECT_DOUBLE_EQ(x.seconds, x.count * one);
+    }
+  }
+  EXPECT_EQ(expert_blocks, 1);
+  const PlanEstimate ea = evaluator.evaluate(in_tp), eb = evaluator.evaluate(out_of_tp);
+  EXPECT_DOUBLE_EQ(eb.worst_memory.parameters_bytes, ea.worst_memory.parameters_bytes);
+  EXPECT_DOUBLE_EQ(eb.worst_memory.activations_bytes, ea.worst_memory.activations_bytes);
+  // Dispatch and combine buffers: 2 x tokens x k x h x 2 bytes, now for this rank's half of the tokens.
+  EXPECT_NEAR(ea.worst_memory.buffers_bytes - eb.worst_memory.buffers_bytes, 2 * 2048.0 / 2 * 2 * 4096 * 2, 1.0);
+  EXPECT_DOUBLE_EQ(eb.time.model_flops_per_step, ea.time.model_flops_per_step);
+  const std::size_t tp = static_cast<std::size_t>(Axis::tp);
+  EXPECT_LT(eb.time.axis_communication_s[tp], ea.time.axis_communication_s[tp]);
+}
+
+// The memory the evaluator gives mixtures of experts, with the experts in tp
+// or out of it, equals the graph-walking reference's (as for dense models above).
+TEST(Evaluator, MixtureOfExpertsMemoryMatchesTheReferenceModel) {
+  std::mt19937 rng(5);
+  ModelSpec model = moe_8b();
+  model.transformer.layers = 8;
+  model.transformer.shared_expert_ffn = 2048;
+  model.transformer.dense_layers = {0};
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const std::int64_t world = 32;
+  const Evaluator evaluator(model, cluster, world, 2048);
+  SearchSpace space;
+  space.axes = {Axis::dp, Axis::fsdp, Axis::tp, Axis::pp, Axis::ep, Axis::cp};
+  const auto meshes = enumerate_meshes(world, space, 8);
+  int compared = 0, out_of_tp = 0;
+  for (int i = 0; i < 400; ++i) {
+    Plan plan;
+    plan.mesh = meshes[rng() % meshes.size()];
+    plan.micro_batch = 1 << (rng() % 2);
+    plan.global_batch = 64;
+    plan.seq_len = 2048;
+    plan.zero_stage = static_cast<int>(rng() % 4);
+    plan.recompute = static_cast<Recompute>(rng() % kRecomputeModes);
+    plan.sequence_parallel = rng() % 4 != 0 && plan.mesh.size(Axis::tp) > 1;
+    plan.expert_tensor_parallel = rng() % 2 == 0 ? 1 : 0;
+    plan.loss = rng() % 2 == 0 ? Loss::eager : Loss::fused;
+    if (quick_check(evaluator, plan) != Rejection::none) continue;
+    if (expert_split(plan).tokens > 1) ++out_of_tp;
+    const Explanation reference = explain_plan(model, cluster, {world, 0}, plan);
+    ASSERT_TRUE(reference.memory) << plan.mesh.to_string();
+    std::vector<StageMemory> stages;
+    evaluator.evaluate(plan, &stages);
+    ASSERT_EQ(stages.size(), reference.memory->stages.size());
+    for (std::size_t st = 0; st < stages.size(); ++st) {
+      const auto& a = stages[st].memory;
+      const auto& b = reference.memory->stages[st].memory;
+      const double scale = std::max(1.0, b.total_bytes()) * 1e-9;
+      const std::string what = plan.mesh.to_string() + " etp " + std::to_string(plan.expert_tensor_parallel) + " " +
+                               to_string(plan.recompute) + " sp" + std::to_string(plan.sequence_parallel);
+      EXPECT_NEAR(a.parameters_bytes, b.parameters_bytes, scale) << what;
+      EXPECT_NEAR(a.optimizer_bytes, b.optimizer_bytes, scale) << what;
+      EXPECT_NEAR(a.activations_bytes, b.activations_bytes, scale) << what;
+      EXPECT_NEAR(a.buffers_bytes, b.buffers_bytes, scale) << what;
+      EXPECT_NEAR(a.total_bytes(), b.total_bytes(), scale) << what;
+    }
+    ++compared;
+  }
+  std::printf("[ compared ] %d mixture-of-experts plans, %d of them with the experts out of tp\n", compared, out_of_tp);
+  EXPECT_GT(compared, 60);
+  EXPECT_GT(out_of_tp, 10);
 }
 
 TEST(Evaluator, MoreBandwidthIsNeverSlower) {

@@ -90,6 +90,27 @@ TEST(Export, MegatronExpertCapacityIsDropAndPad) {
   EXPECT_TRUE(has_line(first_dense.value, pattern + "]\"")) << first_dense.value;
 }
 
+// Experts out of tp: Megatron-Core's expert tensor parallelism 1, its expert
+// parallelism ep x tp; torchtitan has no form for it here.
+TEST(Export, MegatronWritesExpertTensorParallelism) {
+  PlanFile file = plan_file("mixtral-8x7b", "dp=2,ep=2,tp=2", 1, 64);
+  file.plan.sequence_parallel = true;
+  const Loaded<std::string> in_tp = export_plan(file, ExportTarget::megatron);
+  ASSERT_TRUE(in_tp.ok()) << messages(in_tp.problems);
+  EXPECT_TRUE(has_line(in_tp.value, "--expert-model-parallel-size 2")) << in_tp.value;
+  EXPECT_EQ(in_tp.value.find("expert-tensor-parallel"), std::string::npos) << in_tp.value;
+  file.plan.expert_tensor_parallel = 1;
+  const Loaded<std::string> out_of_tp = export_plan(file, ExportTarget::megatron);
+  ASSERT_TRUE(out_of_tp.ok()) << messages(out_of_tp.problems);
+  EXPECT_TRUE(has_line(out_of_tp.value, "--expert-model-parallel-size 4")) << out_of_tp.value;
+  EXPECT_TRUE(has_line(out_of_tp.value, "--expert-tensor-parallel-size 1")) << out_of_tp.value;
+  EXPECT_TRUE(has_line(out_of_tp.value, "--tensor-model-parallel-size 2")) << out_of_tp.value;
+  PlanFile titan = plan_file("mixtral-8x7b", "fsdp=4,tp=2", 1, 64);
+  titan.plan.sequence_parallel = true;
+  titan.plan.expert_tensor_parallel = 1;
+  EXPECT_NE(error_on(export_plan(titan, ExportTarget::torchtitan).problems, "expert_tensor_parallel"), nullptr);
+}
+
 TEST(Export, MegatronRefusesWhatItCannotRun) {
   PlanFile gpipe = plan_file("llama3-8b", "pp=4", 1, 16);
   gpipe.plan.schedule = Schedule{ScheduleKind::gpipe, 1};

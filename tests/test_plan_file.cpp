@@ -129,6 +129,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.cp_comm, b.cp_comm);
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_EQ(a.fp32_gradients, b.fp32_gradients);
+  EXPECT_EQ(a.expert_tensor_parallel, b.expert_tensor_parallel);
   EXPECT_EQ(a.schedule.kind, b.schedule.kind);
   EXPECT_EQ(a.schedule.virtual_stages, b.schedule.virtual_stages);
   EXPECT_EQ(a.precision, b.precision);
@@ -314,6 +315,26 @@ TEST(PlanFile, Fp32GradientsRoundTripAndOlderFilesReadSixteenBit) {
   const auto back = parse_plan_file(old.dump(2), "old.json");
   ASSERT_TRUE(back.ok()) << messages(back.problems);
   EXPECT_FALSE(back.value.plan.fp32_gradients);
+}
+
+// Experts out of tp: written when set, read back; files without the key
+// split the experts over tp (what they were computed with).
+TEST(PlanFile, ExpertTensorParallelRoundTripsAndIsAbsentByDefault) {
+  Made made = make({"mixtral-8x7b", "dgx-h100", "ep=4,tp=2", 8, 1, 4});
+  Json in_tp = plan_file_to_json(made.file);
+  EXPECT_FALSE(in_tp["plan"].contains("expert_tensor_parallel"));
+  made.file.plan.sequence_parallel = true;
+  made.file.plan.expert_tensor_parallel = 1;
+  expect_round_trip(made.file);
+  Json j = plan_file_to_json(made.file);
+  ASSERT_TRUE(j["plan"].contains("expert_tensor_parallel"));
+  EXPECT_EQ(j["plan"]["expert_tensor_parallel"].get<int>(), 1);
+  j["plan"].erase("expert_tensor_parallel");
+  const auto back = parse_plan_file(j.dump(2), "old.json");
+  ASSERT_TRUE(back.ok()) << messages(back.problems);
+  EXPECT_EQ(back.value.plan.expert_tensor_parallel, 0);
+  j["plan"]["expert_tensor_parallel"] = -1;
+  EXPECT_FALSE(parse_plan_file(j.dump(2), "bad.json").ok());
 }
 
 // Each memory row is bounded on its own (1e30 bytes); the recomputed sums

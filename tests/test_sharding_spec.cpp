@@ -145,11 +145,9 @@ TEST(ShardingSpec, KeyValueHeadsSplitOverTpOnlyWhenTpDividesThem) {
   }
 }
 
-// A mixture of experts with shared experts: the layer's weights the spec
-// lists (router, experts, shared experts and the rest) hold every weight the
-// cost model counts for the layer, biases aside; the router and the shared
-// experts are whole on every ep rank, the experts split over it.
-TEST(ShardingSpec, EveryWeightOfAnExpertLayerIsListed) {
+// small_gpt(2) as a Llama-style mixture of experts: 4 experts, top 2, and
+// shared experts of width 6.
+ModelSpec small_moe() {
   ModelSpec model = small_gpt(2);
   TransformerDims& t = model.transformer;
   t.bias = false;
@@ -159,6 +157,16 @@ TEST(ShardingSpec, EveryWeightOfAnExpertLayerIsListed) {
   t.top_k = 2;
   t.shared_expert_ffn = 6;
   t.head_dim = 2;  // as load_model states it (the graph reads head_dim)
+  return model;
+}
+
+// A mixture of experts with shared experts: the layer's weights the spec
+// lists (router, experts, shared experts and the rest) hold every weight the
+// cost model counts for the layer, biases aside; the router and the shared
+// experts are whole on every ep rank, the experts split over it.
+TEST(ShardingSpec, EveryWeightOfAnExpertLayerIsListed) {
+  ModelSpec model = small_moe();
+  TransformerDims& t = model.transformer;
   const Plan plan = plan_on("ep=4,tp=2", 0);
   double listed = 0;
   for (const TensorChoice& c : sharding_tensors(model, 1)) {
@@ -202,6 +210,28 @@ TEST(ShardingSpec, EveryWeightOfAnExpertLayerIsListed) {
   t.shared_expert_ffn = 0;
   for (const TensorChoice& c : sharding_tensors(model, 1)) EXPECT_EQ(c.name.find("shared"), std::string::npos) << c.name;
   EXPECT_FALSE(sharding_spec(model, plan, "layer1.mlp.shared.w_in", TensorRole::parameters).ok());
+}
+
+// Experts out of tp (expert_tensor_parallel 1): each rank of ep x tp holds
+// whole experts; the shared experts and the attention still split over tp.
+TEST(ShardingSpec, ExpertsOutOfTensorParallelismSplitOverEpAndTp) {
+  const ModelSpec model = small_moe();
+  Plan plan = plan_on("ep=2,tp=2", 0);
+  plan.sequence_parallel = true;
+  plan.expert_tensor_parallel = 1;
+  const auto experts = sharding_spec(model, plan, "layer1.mlp.w_in", TensorRole::parameters);
+  const auto out = sharding_spec(model, plan, "layer1.mlp.w_out", TensorRole::parameters);
+  const auto shared = sharding_spec(model, plan, "layer1.mlp.shared.w_in", TensorRole::parameters);
+  ASSERT_TRUE(experts.ok() && out.ok() && shared.ok());
+  EXPECT_EQ(experts.value.partition_text(), "P(('ep', 'tp'), None, None)");
+  EXPECT_EQ(out.value.partition_text(), "P(('ep', 'tp'), None, None)");
+  EXPECT_EQ(shared.value.partition_text(), "P(None, 'tp')");
+  // 4 experts over 4 ranks: one whole expert on each (gate and up of the model's ffn side by side).
+  const auto shape = block_shape(experts.value, plan.mesh, 3);
+  ASSERT_TRUE(shape);
+  EXPECT_EQ((*shape)[0], 1);
+  EXPECT_EQ((*shape)[2], experts.value.dims[2].size);
+  EXPECT_TRUE(experts.value.replicated_over.empty());
 }
 
 }  // namespace

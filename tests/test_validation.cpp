@@ -85,6 +85,24 @@ INSTANTIATE_TEST_SUITE_P(
                  [](Plan& p) { p.precision = Precision::fp8; }},
         RuleCase{"cp_seq", "llama2-7b", "dgx-a100", 3, "cp=3", 1, 1, "mesh.cp", "must divide the sequence length (4096)"},
         RuleCase{"ep_dense", "llama2-7b", "dgx-a100", 2, "ep=2", 1, 2, "mesh.ep", "mixture-of-experts"},
+        RuleCase{"expert_tp_dense", "llama2-7b", "dgx-a100", 2, "tp=2", 1, 1, "expert_tensor_parallel",
+                 "needs a mixture-of-experts model", [](Plan& p) { p.expert_tensor_parallel = 1; }},
+        RuleCase{"expert_tp_value", "mixtral-8x7b", "dgx-h100", 4, "tp=4", 1, 1, "expert_tensor_parallel",
+                 "must be 1 (experts whole, their tp ranks join ep) or tp (4, the default), got 2",
+                 [](Plan& p) { p.expert_tensor_parallel = 2; }},
+        RuleCase{"expert_tp_without_sp", "mixtral-8x7b", "dgx-h100", 4, "ep=2,tp=2", 1, 2, "expert_tensor_parallel",
+                 "turn it on", [](Plan& p) { p.expert_tensor_parallel = 1; }},
+        RuleCase{"expert_tp_order", "mixtral-8x7b", "dgx-h100", 8, "ep=2,cp=2,tp=2", 1, 2, "expert_tensor_parallel",
+                 "ep must sit directly outside tp in the mesh order (e.g. cp=2,ep=2,tp=2), got ep=2,cp=2,tp=2",
+                 [](Plan& p) {
+                   p.expert_tensor_parallel = 1;
+                   p.sequence_parallel = true;
+                 }},
+        RuleCase{"expert_tp_experts", "mixtral-8x7b", "dgx-h100", 16, "ep=4,tp=4", 1, 4, "mesh.ep",
+                 "ep x tp (16) must divide the experts (8)", [](Plan& p) {
+                   p.expert_tensor_parallel = 1;
+                   p.sequence_parallel = true;
+                 }},
         RuleCase{"cnn_tp", "resnet50", "dgx-a100", 2, "tp=2", 1, 1, "mesh.tp", "not supported for cnn"},
         RuleCase{"mlp_tp", "mlp-fashion", "dgx-a100", 3, "tp=3", 1, 1, "mesh.tp", "must divide the output size (256)"},
         RuleCase{"mlp_sp", "mlp-fashion", "dgx-a100", 2, "tp=2", 1, 1, "sequence_parallel", "have none",
@@ -94,6 +112,32 @@ INSTANTIATE_TEST_SUITE_P(
         RuleCase{"zero_stage", "gpt2-124m", "dgx-a100", 2, "dp=2", 1, 2, "zero", "must be 0, 1, 2 or 3",
                  [](Plan& p) { p.zero_stage = 4; }}),
     [](const auto& test_info) { return std::string(test_info.param.name); });
+
+// Each MLP width over the tp that splits it: the routed experts' over 1 when
+// they leave tp; the shared experts' and the dense layers' always over tp.
+TEST(Validation, MixtureOfExpertsWidthsSplitOverTheirOwnTp) {
+  ModelSpec model = must(load_model("mixtral-8x7b"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  model.transformer.ffn = 14337;  // no tp > 1 divides it
+  Plan plan = plan_with("ep=4,tp=2", 1, 4);
+  plan.sequence_parallel = true;
+  auto errors_on_tp = [&](const ModelSpec& m, const Plan& p) {
+    std::string found;
+    for (const auto& problem : explain_plan(m, cluster, {8, 0}, p).problems) {
+      if (problem.severity == Severity::error && problem.where == "mesh.tp") found += problem.message + "\n";
+    }
+    return found;
+  };
+  EXPECT_NE(errors_on_tp(model, plan).find("feed-forward size (14337)"), std::string::npos);
+  plan.expert_tensor_parallel = 1;
+  EXPECT_EQ(errors_on_tp(model, plan), "");
+  model.transformer.shared_expert_ffn = 1001;
+  EXPECT_NE(errors_on_tp(model, plan).find("shared experts' width (1001)"), std::string::npos);
+  model.transformer.shared_expert_ffn = 0;
+  model.transformer.dense_layers = {0};
+  model.transformer.dense_ffn = 1001;
+  EXPECT_NE(errors_on_tp(model, plan).find("dense layers' feed-forward size (1001)"), std::string::npos);
+}
 
 TEST(Validation, RankOutsideWorld) {
   const auto model = must(load_model("gpt2-124m"));
