@@ -22,7 +22,8 @@ bool timed(const Candidate& c) { return c.rejection == Rejection::none || c.reje
 std::string candidate_text(const Candidate& c) {
   return c.plan.mesh.to_string() + " mb " + std::to_string(c.plan.micro_batch) + "x" + std::to_string(c.plan.micro_batches()) +
          " zero " + std::to_string(c.plan.zero_stage) + " " + to_string(c.plan.recompute) + " " + to_string(c.plan.attention) +
-         (c.plan.sequence_parallel ? " sp" : "") + " " + to_string(c.plan.schedule) + " " + to_string(c.plan.precision);
+         (c.plan.sequence_parallel ? " sp" : "") + (expert_split(c.plan).tokens > 1 ? " experts-out-of-tp" : "") + " " +
+         to_string(c.plan.schedule) + " " + to_string(c.plan.precision);
 }
 
 CandidatesModel::CandidatesModel(QObject* parent) : QAbstractTableModel(parent) {}
