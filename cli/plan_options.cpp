@@ -57,7 +57,7 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--attention", f.attention,
                      "Attention kernels: fused (FlashAttention / cuDNN / SDPA: no s x s tensors) or unfused")
       ->capture_default_str();
-  add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients);
+  add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients, f.ep_dispatch);
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
                               "Sequence parallelism in tp regions (default: on for transformers with tp > 1)");
   command.add_flag("--no-sequence-parallel", f.no_sequence_parallel, "Turn sequence parallelism off")->excludes(sp);
@@ -100,7 +100,17 @@ std::optional<Loss> parse_loss_flag(const std::string& text, Problems& problems)
   return parse_choice_flag<Loss>(text, "--loss", loss_choices, parse_loss, problems);
 }
 
-void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& loss, bool& fp32_gradients) {
+std::optional<EpDispatch> parse_ep_dispatch_flag(const std::string& text, Problems& problems) {
+  return parse_choice_flag<EpDispatch>(text, "--ep-dispatch", ep_dispatch_choices, parse_ep_dispatch, problems);
+}
+
+void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& loss, bool& fp32_gradients,
+                          std::string& ep_dispatch) {
+  command.add_option("--ep-dispatch", ep_dispatch,
+                     "How routed tokens reach their experts across nodes: all-to-all (NCCL; a token crosses once per "
+                     "expert on another node) or deduplicated (DeepEP, Megatron-Core's flex dispatcher: once per other "
+                     "node holding any of its experts, then NVLink)")
+      ->capture_default_str();
   command.add_option("--cp-comm", cp_comm,
                      "How context parallelism moves keys and values: ring (ring attention, hidden under the attention), "
                      "all-gather (Llama 3: gathered before the attention, exposed) or all-to-all (DeepSpeed-Ulysses: "
@@ -126,7 +136,7 @@ std::string flag_for_field(const std::string& field) {
       {"rank", "--rank"},                 {"world_size", "--gpus"},           {"sequence_parallel", "--sequence-parallel"},
       {"attention", "--attention"},       {"cp_comm", "--cp-comm"},
       {"fp32_gradients", "--fp32-gradients"}, {"loss", "--loss"},
-      {"expert_tensor_parallel", "--expert-tp"},
+      {"expert_tensor_parallel", "--expert-tp"}, {"ep_dispatch", "--ep-dispatch"},
   };
   for (const auto& [name, flag] : table) {
     if (field == name) return flag;
@@ -205,6 +215,7 @@ void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs&
   }
   if (auto c = parse_cp_comm_flag(f.cp_comm, problems)) plan.cp_comm = space.cp_comm = *c;
   if (auto l = parse_loss_flag(f.loss, problems)) plan.loss = space.loss = *l;
+  if (auto d = parse_ep_dispatch_flag(f.ep_dispatch, problems)) plan.ep_dispatch = space.ep_dispatch = *d;
   plan.fp32_gradients = space.fp32_gradients = f.fp32_gradients;
   if (f.expert_tp) {
     if (*f.expert_tp == "tp" || *f.expert_tp == "1") {

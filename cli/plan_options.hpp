@@ -42,6 +42,7 @@ struct PlanFlags {
   std::string cp_comm = "ring";
   std::string loss = "fused";
   bool fp32_gradients = false;
+  std::string ep_dispatch = "all-to-all";
   std::optional<std::string> expert_tp;      // "tp" (experts split over tp), or "1"
   bool sequence_parallel = false;
   bool no_sequence_parallel = false;
@@ -83,6 +84,8 @@ std::optional<CpComm> parse_cp_comm_flag(const std::string& text, Problems& prob
 std::optional<Loss> parse_loss_flag(const std::string& text, Problems& problems);
 // --cp-comm, --loss and --fp32-gradients: plan switches the search never
 // varies, the same flags on explain/simulate and on plan/sweep.
-void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& loss, bool& fp32_gradients);
+void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& loss, bool& fp32_gradients,
+                          std::string& ep_dispatch);
+std::optional<EpDispatch> parse_ep_dispatch_flag(const std::string& text, Problems& problems);
 
 }  // namespace meshplan::cli

@@ -49,6 +49,7 @@ struct SearchFlags {
   std::string loss = "fused";
   bool fp32_gradients = false;
   std::string expert_tp = "tp,1";
+  std::string ep_dispatch = "all-to-all";
   std::string schedules = "gpipe,1f1b,interleaved,zb-h1";
   std::string interleave = "2,3,4";
   std::string precision = "auto";

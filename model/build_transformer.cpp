@@ -294,7 +294,10 @@ class TransformerBuilder {
     w_in.forward_flops_per_sample = b.routed * 2 * s * h * in_width;
     w_in.output_elements_per_sample = b.slots * s * in_width;
     if (b.saves_input) w_in.saved = {{tensor + "input", b.slots * s * h, 0, false, false}};
-    w_in.gemm = {b.slots * s, t.in_projection_width(b.width), t.hidden, 1};  // padded rows run; model FLOPs count routed
+    // Padded rows run; model FLOPs count routed. Routed experts are one GEMM each (a grouped GEMM:
+    // Megatron-Core's --moe-grouped-gemm), over the rows routed to it: batch E, rows k' s / E per expert.
+    const auto expert_count = static_cast<std::int64_t>(b.experts);
+    w_in.gemm = {b.slots * s / b.experts, t.in_projection_width(b.width), t.hidden, expert_count};
     w_in.tp_split = TpSplit::columns;
     if (!b.expert) {  // matmul 5 (gate or in) kept; 6 (up) repeated
       w_in.op_sac_kept = {{gated ? hidden + "gate projection" : tensor + "hidden", s * width, 0, true, false}};
@@ -323,7 +326,7 @@ class TransformerBuilder {
     w_out.forward_flops_per_sample = b.routed * 2 * s * width * h;
     w_out.output_elements_per_sample = s * h;
     w_out.saved = {{tensor + "projection input", b.slots * s * width, 0, true, false}};
-    w_out.gemm = {b.slots * s, t.hidden, b.width, 1};
+    w_out.gemm = {b.slots * s / b.experts, t.hidden, b.width, expert_count};
     w_out.tp_split = TpSplit::rows;
     if (!b.expert && gated) {  // matmul 7 kept; 6 of a plain MLP repeated
       // Without sequence parallelism the matmul's output (partial sums over

@@ -199,4 +199,24 @@ inline double all_to_all_nic_weight(std::int64_t n, std::int64_t members_per_nod
   return groups * m * (static_cast<double>(n) - m) / (static_cast<double>(n) - 1.0);
 }
 
+// Of the copies of a token that an all-to-all dispatch sends to other nodes
+// (k (N - 1) / N of its k, with the experts spread evenly over the N nodes of
+// the group), the share a deduplicating dispatch sends (EpDispatch::
+// deduplicated, DeepEP): one copy to each other node holding any of its
+// experts. Its k experts are k distinct of the E, alike for every expert (a
+// balanced router), so a node holding E / N of them gets none with
+// probability C(E - E/N, k) / C(E, k), and the expected number of other nodes
+// it reaches is (N - 1)(1 - that). 1 when the group is on one node.
+inline double deduplicated_remote_share(std::int64_t experts, std::int64_t top_k, std::int64_t nodes) {
+  if (nodes <= 1 || experts <= 0 || top_k <= 0) return 1.0;
+  const double e = static_cast<double>(experts), n = static_cast<double>(nodes), k = static_cast<double>(top_k);
+  const double per_node = e / n;
+  double none = 1.0;
+  for (std::int64_t i = 0; i < top_k && none > 0; ++i) {
+    const double left = e - per_node - static_cast<double>(i);
+    none = left > 0 ? none * left / (e - static_cast<double>(i)) : 0.0;
+  }
+  return (n - 1) * (1 - none) / (k * (n - 1) / n);
+}
+
 }  // namespace meshplan

@@ -152,6 +152,13 @@ std::string megatron(Writer& w) {
   arg("--hidden-dropout", number_text(t.dropout));
   if (t.experts > 0) {
     arg("--num-experts", count(t.experts));
+    // The dispatch the plan was priced with; Megatron-Core's own default is allgather.
+    if (plan.ep_dispatch == EpDispatch::deduplicated) {
+      arg("--moe-token-dispatcher-type", "flex");  // with DeepEP (Megatron-Core MoE README, v0.12)
+      arg("--moe-enable-deepep");
+    } else {
+      arg("--moe-token-dispatcher-type", "alltoall");
+    }
     arg("--moe-router-topk", count(t.top_k));
     if (t.capacity_factor > 0) {  // drop and pad (Megatron-Core MoE README, "Token Dispatch Mechanism")
       arg("--moe-expert-capacity-factor", number_text(t.capacity_factor));

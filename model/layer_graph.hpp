@@ -75,7 +75,7 @@ struct GemmShape {  // per sample: rows scale with the sample's tokens
   double rows_per_sample = 0;   // m
   std::int64_t n = 0;           // output columns
   std::int64_t k = 0;           // reduction dimension
-  std::int64_t batch = 1;       // independent matmuls (attention heads)
+  std::int64_t batch = 1;       // independent matmuls (attention heads; routed experts, rows then per expert)
   std::int64_t kv_n = 0;        // of n, the key/value-head columns: split over kv_tp_split(kv_heads, tp), not tp
 };
 

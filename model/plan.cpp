@@ -35,6 +35,16 @@ std::optional<CpComm> parse_cp_comm(std::string_view text) {
   return std::nullopt;
 }
 
+std::string to_string(EpDispatch dispatch) {
+  return dispatch == EpDispatch::deduplicated ? "deduplicated" : "all-to-all";
+}
+
+std::optional<EpDispatch> parse_ep_dispatch(std::string_view text) {
+  if (text == "all-to-all") return EpDispatch::all_to_all;
+  if (text == "deduplicated") return EpDispatch::deduplicated;
+  return std::nullopt;
+}
+
 std::string to_string(Loss loss) {
   return loss == Loss::fused ? "fused" : "eager";
 }

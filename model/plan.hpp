@@ -51,6 +51,15 @@ inline bool recompute_repeats_nothing(Recompute r, Attention a) { return r == Re
 // 2023): all-to-all q, k and v from sequence chunks to head groups before the
 // attention and the output back after it, forward and backward.
 enum class CpComm { ring, all_gather, all_to_all };
+// How the routed tokens reach their experts over the expert-parallel group.
+// `all_to_all`: NCCL all-to-all (Megatron-Core's alltoall dispatcher): each
+// of a token's k copies travels to its expert's rank on its own, so a token
+// crosses the network once for every expert it has on another node.
+// `deduplicated`: DeepEP's internode kernels (DeepSeek-AI, DeepEP; Megatron-
+// Core's flex dispatcher with DeepEP): a token goes once over RDMA to each
+// node holding any of its experts, and is copied to those experts' ranks
+// over NVLink there; the combine sums on that node before sending back.
+enum class EpDispatch { all_to_all, deduplicated };
 // How the loss's cross-entropy runs over the logits (memory only: the time
 // model prices the fused loss for both, layer_graph.hpp, kLossLogitPasses).
 // The fused loss is the default.
@@ -76,6 +85,8 @@ std::optional<Recompute> parse_recompute(std::string_view text);
 std::optional<Attention> parse_attention(std::string_view text);
 std::string to_string(CpComm cp_comm);  // "ring", "all-gather", "all-to-all"
 std::optional<CpComm> parse_cp_comm(std::string_view text);
+std::string to_string(EpDispatch dispatch);  // "all-to-all", "deduplicated"
+std::optional<EpDispatch> parse_ep_dispatch(std::string_view text);
 std::string to_string(Loss loss);  // "eager", "fused"
 std::optional<Loss> parse_loss(std::string_view text);
 // gpipe | 1f1b | interleaved:<v> | zb-h1; nullopt when malformed.
@@ -87,6 +98,7 @@ inline constexpr std::string_view recompute_choices = "none, selective, full, se
 inline constexpr std::string_view attention_choices = "fused, unfused";
 inline constexpr std::string_view cp_comm_choices = "ring, all-gather, all-to-all";
 inline constexpr std::string_view loss_choices = "eager, fused";
+inline constexpr std::string_view ep_dispatch_choices = "all-to-all, deduplicated";
 inline constexpr std::string_view schedule_choices = "gpipe, 1f1b, interleaved:<v> (v >= 2), zb-h1";
 
 struct Plan {
@@ -102,6 +114,7 @@ struct Plan {
   // they were computed with (plan_file.cpp).
   Attention attention = Attention::fused;
   CpComm cp_comm = CpComm::ring;    // only read when cp > 1
+  EpDispatch ep_dispatch = EpDispatch::all_to_all;  // only read when the experts' group spans nodes
   // New plans default to the fused loss, as the time model prices it for
   // every plan (the fastest stacks'); plan files written before the field
   // existed read as eager, the memory they were computed with (plan_file.cpp).

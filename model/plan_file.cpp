@@ -442,6 +442,10 @@ Plan read_plan_object(JsonObject& root) {
   if (auto a = p->choice("attention", Need::optional, {"fused", "unfused"})) plan.attention = *parse_attention(*a);
   // Absent in files written before it was part of the plan: ring attention, what they were priced with.
   if (auto c = p->choice("cp_comm", Need::optional, choice_words(cp_comm_choices))) plan.cp_comm = *parse_cp_comm(*c);
+  // Optional: absent, the all-to-all dispatch (what files written before the key meant).
+  if (auto d = p->choice("ep_dispatch", Need::optional, choice_words(ep_dispatch_choices))) {
+    plan.ep_dispatch = *parse_ep_dispatch(*d);
+  }
   // Absent in files written before it was part of the plan: the eager loss, what they were priced with.
   plan.loss = Loss::eager;
   if (auto l = p->choice("loss", Need::optional, choice_words(loss_choices))) plan.loss = *parse_loss(*l);

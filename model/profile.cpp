@@ -164,10 +164,11 @@ void add_gemm(BlockProfile& bp, const Op& op, bool needs_input_gradient, double 
       ++bp.expert_tp_forward_collectives;
     }
   } else if (op.tp_split == TpSplit::columns && needs_input_gradient) {  // the data needs no gradient
-    bp.tp_backward_reduce_elements += op.gemm.rows_per_sample * static_cast<double>(op.gemm.k);
+    const double input_elements = op.gemm.rows_per_sample * static_cast<double>(op.gemm.k * op.gemm.batch);
+    bp.tp_backward_reduce_elements += input_elements;
     ++bp.tp_backward_collectives;
     if (op.expert) {
-      bp.expert_tp_backward_reduce_elements += op.gemm.rows_per_sample * static_cast<double>(op.gemm.k);
+      bp.expert_tp_backward_reduce_elements += input_elements;
       ++bp.expert_tp_backward_collectives;
     }
   }
@@ -227,6 +228,7 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
     profile.kv_heads = t.key_value_heads();
     profile.expert_slots = t.expert_slots_per_token();
     profile.experts = t.experts;
+    profile.top_k = t.experts > 0 ? t.top_k : 0;
   }
   profile.residual_elements_per_sample = graph.largest_stage_boundary_elements_per_sample();
 

@@ -24,6 +24,7 @@ nlohmann::ordered_json plan_to_json(const Plan& plan) {
   j["sequence_parallel"] = plan.sequence_parallel;
   j["attention"] = to_string(plan.attention);
   j["cp_comm"] = to_string(plan.cp_comm);
+  if (plan.ep_dispatch != EpDispatch::all_to_all) j["ep_dispatch"] = to_string(plan.ep_dispatch);
   j["loss"] = to_string(plan.loss);
   j["schedule"] = to_string(plan.schedule);
   j["precision"] = to_string(plan.precision);

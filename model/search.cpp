@@ -46,11 +46,12 @@ struct CostKey {
   Precision precision;
   Attention attention;
   CpComm cp_comm;
+  EpDispatch ep_dispatch;
   bool operator<(const CostKey& o) const {
     return std::tie(tp, cp, ep, micro_batch, tp_stride, cp_stride, ep_stride, expert_tensor_parallel, sequence_parallel,
-                    recompute, precision, attention, cp_comm) <
+                    recompute, precision, attention, cp_comm, ep_dispatch) <
            std::tie(o.tp, o.cp, o.ep, o.micro_batch, o.tp_stride, o.cp_stride, o.ep_stride, o.expert_tensor_parallel,
-                    o.sequence_parallel, o.recompute, o.precision, o.attention, o.cp_comm);
+                    o.sequence_parallel, o.recompute, o.precision, o.attention, o.cp_comm, o.ep_dispatch);
   }
 };
 
@@ -335,7 +336,8 @@ void evaluate_candidate(const SearchContext& ctx, const Mesh& mesh, const std::v
     const CostKey key{mesh.size(Axis::tp),     mesh.size(Axis::cp),     mesh.size(Axis::ep),
                       plan.micro_batch,        stride_of(placements, Axis::tp), stride_of(placements, Axis::cp),
                       stride_of(placements, Axis::ep), plan.expert_tensor_parallel, plan.sequence_parallel, plan.recompute,
-                      plan.precision,          plan.attention,          plan.cp_comm};
+                      plan.precision,          plan.attention,          plan.cp_comm,
+                      plan.ep_dispatch};
     auto it = cost_cache.find(key);
     if (it == cost_cache.end()) it = cost_cache.emplace(key, CostEntry{evaluator.block_costs(plan, placements), {}}).first;
     costs = &it->second;
@@ -383,6 +385,7 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
   plan.seq_len = evaluator.profile().seq_len;
   plan.memory_headroom = space.memory_headroom;
   plan.cp_comm = space.cp_comm;
+  plan.ep_dispatch = space.ep_dispatch;
   plan.fp32_gradients = space.fp32_gradients;
   plan.loss = space.loss;
   for (std::int64_t b : micro_batches) {

@@ -1,6 +1,8 @@
 // The split rules of stage_cost.hpp, written once.
 #include "model/stage_cost.hpp"
 
+#include "model/topology.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -29,14 +31,26 @@ LocalGemm local_gemm(double rows_per_sample, double n, double k, double batch, T
                      double kv_n, std::int64_t kv_heads, bool expert) {
   const ExpertSplit experts = expert ? expert_split(plan) : ExpertSplit{plan.mesh.size(Axis::tp), 1, 1};
   const double tp = static_cast<double>(experts.tp);
+  // A routed expert's GEMM: each rank runs its E / ep experts (batch), each over the rows routed to it
+  // from the whole expert-parallel group (ep x its own share of the tokens).
   LocalGemm g{rows_per_sample * static_cast<double>(plan.micro_batch) /
-                  static_cast<double>(plan.mesh.size(Axis::cp) * experts.tokens),
-              n, k, batch};
+                  static_cast<double>(plan.mesh.size(Axis::cp) * experts.tokens) * static_cast<double>(experts.ep),
+              n, k, batch / static_cast<double>(experts.ep)};
   if (split == TpSplit::columns)
     g.n = (n - kv_n) / tp + kv_n / static_cast<double>(kv_tp_split(kv_heads, plan.mesh.size(Axis::tp)));
   if (split == TpSplit::rows) g.k /= tp;
   if (split == TpSplit::heads) g.batch /= tp;
   return g;
+}
+
+ExpertDispatchRate expert_dispatch_rate(const AxisPlacement& group, const Plan& plan, std::int64_t experts,
+                                        std::int64_t top_k) {
+  ExpertDispatchRate rate{group.all_to_all_bandwidth_bytes_per_s, 1.0};
+  if (plan.ep_dispatch != EpDispatch::deduplicated || !group.crosses_nodes) return rate;
+  rate.nic_share = deduplicated_remote_share(experts, top_k, group.nodes_spanned);
+  rate.bandwidth_bytes_per_s = all_to_all_bus_bandwidth(group.size, group.members_per_node, group.intra_bandwidth_bytes_per_s,
+                                                        group.inter_bandwidth_bytes_per_s / rate.nic_share);
+  return rate;
 }
 
 bool ep_encloses_tp(const Mesh& mesh) {

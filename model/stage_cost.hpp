@@ -65,8 +65,9 @@ struct LocalGemm {
 };
 // kv_n of the n columns are key/value heads (a column-parallel QKV GEMM):
 // they split over kv_tp_split(kv_heads, tp) instead of tp. A routed expert's
-// GEMM (`expert`) splits over expert_split(plan).tp, and its rows over
-// expert_split(plan).tokens.
+// GEMM (`expert`: batch E, one GEMM an expert) splits over
+// expert_split(plan).tp, its experts over expert_split(plan).ep, and each
+// expert's rows come from all ep ranks' expert_split(plan).tokens shares.
 LocalGemm local_gemm(double rows_per_sample, double n, double k, double batch, TpSplit split, const Plan& plan,
                      double kv_n = 0, std::int64_t kv_heads = 0, bool expert = false);
 inline LocalGemm local_gemm(const GemmWork& g, const Plan& plan, std::int64_t kv_heads) {
@@ -77,6 +78,19 @@ inline LocalGemm local_gemm(const Op& op, const Plan& plan, std::int64_t kv_head
                     static_cast<double>(op.gemm.batch), op.tp_split, plan, static_cast<double>(op.gemm.kv_n), kv_heads,
                     op.expert);
 }
+
+struct AxisPlacement;
+// The routed tokens' dispatch and combine over `group` (the experts' ep
+// placement, from expert_mesh): their bus bandwidth, the all-to-all's
+// (AxisPlacement::all_to_all_bandwidth_bytes_per_s), or with the
+// deduplicating dispatch the same with the bytes that cross nodes scaled by
+// `nic_share` = deduplicated_remote_share (1 otherwise).
+struct ExpertDispatchRate {
+  double bandwidth_bytes_per_s = 0;
+  double nic_share = 1;
+};
+ExpertDispatchRate expert_dispatch_rate(const AxisPlacement& group, const Plan& plan, std::int64_t experts,
+                                        std::int64_t top_k);
 
 // Whether ep sits directly outside tp in the mesh order (only size-1 axes
 // between them), or either is 1: then ep x tp ranks form one strided group,

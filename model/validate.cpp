@@ -165,6 +165,10 @@ void check_transformer(Checker& check, const TransformerDims& t, const Plan& pla
     }
   }
   const ExpertSplit experts = expert_split(plan);
+  if (plan.ep_dispatch != EpDispatch::all_to_all && experts.ep == 1) {
+    check.warning("ep_dispatch", "the " + to_string(plan.ep_dispatch) + " dispatch moves routed tokens between expert-"
+                                 "parallel ranks, and there are none here: no effect");
+  }
   if (experts.ep > 1 && t.experts > 0 && t.experts % experts.ep != 0) {
     check.error("mesh.ep", (experts.tokens > 1 ? "ep x tp (" : "ep (") + str(experts.ep) + ") must divide the experts (" +
                                str(t.experts) + ")");

@@ -35,6 +35,7 @@ struct Group {
   std::int64_t members_per_node = 1;
   bool intra = false;    // some ring hops stay inside a node: the device links
   bool crosses = false;  // some hops cross nodes: the node's NICs
+  double all_to_all_nic_share = 1;  // of an all-to-all's cross-node bytes, what crosses (ExpertDispatchRate::nic_share)
 };
 
 Group group_of(const std::vector<AxisPlacement>& placements, std::initializer_list<Axis> axes, Axis label) {
@@ -129,7 +130,8 @@ class Builder {
       // An all-to-all sends each member's bytes for other nodes through the NICs.
       const double groups = std::max(1.0, static_cast<double>(replicas_on_node_[static_cast<std::size_t>(r)]) /
                                               static_cast<double>(group.members_per_node));
-      const double weight = all_to_all ? all_to_all_nic_weight(group.size, group.members_per_node, groups) : groups;
+      const double weight =
+          all_to_all ? all_to_all_nic_weight(group.size, group.members_per_node, groups) * group.all_to_all_nic_share : groups;
       add_link(work, nic_out(node(r)), weight);
       add_link(work, nic_in(node(r)), weight);
     }
@@ -201,7 +203,7 @@ struct Groups {
   Group tp, cp, ep, pp, dp, fsdp;
   // `expert_placements`: place_axes of expert_mesh(plan), whose ep is the routed experts' group.
   Groups(const std::vector<AxisPlacement>& placements, const std::vector<AxisPlacement>& expert_placements,
-         const Plan& plan)
+         const Plan& plan, const ModelProfile& prof)
       : tp(group_of(placements, {Axis::tp}, Axis::tp)),
         cp(group_of(placements, {Axis::cp}, Axis::cp)),
         ep(group_of(expert_placements, {Axis::ep}, Axis::ep)),
@@ -211,7 +213,15 @@ struct Groups {
         fsdp(zero_shards(plan.zero_stage, ModelState::parameters)
                  ? group_of(placements, {Axis::fsdp, Axis::dp, Axis::ep},
                             plan.mesh.size(Axis::fsdp) == 1 ? Axis::dp : Axis::fsdp)
-                 : group_of(placements, {Axis::fsdp}, Axis::fsdp)) {}
+                 : group_of(placements, {Axis::fsdp}, Axis::fsdp)) {
+    // The routed tokens' dispatch at the rate the evaluator prices (stage_cost.hpp, expert_dispatch_rate).
+    for (const AxisPlacement& p : expert_placements) {
+      if (p.axis != Axis::ep || p.size <= 1) continue;
+      const ExpertDispatchRate rate = expert_dispatch_rate(p, plan, prof.experts, prof.top_k);
+      ep.all_to_all_bandwidth_bytes_per_s = rate.bandwidth_bytes_per_s;
+      ep.all_to_all_nic_share = rate.nic_share;
+    }
+  }
   const Group& of(Axis axis) const { return axis == Axis::cp ? cp : axis == Axis::ep ? ep : tp; }
 };
 
@@ -406,7 +416,8 @@ Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, c
   evaluator.evaluate(plan, placements, costs, &memory);
 
   const Groups groups(placements,
-                      expert_split(plan).tokens > 1 ? place_axes(evaluator.topology(), expert_mesh(plan)) : placements, plan);
+                      expert_split(plan).tokens > 1 ? place_axes(evaluator.topology(), expert_mesh(plan)) : placements, plan,
+                      prof);
   const Context cx{prof, plan, options, costs, partition.value, groups, bytes_for(plan), pp, v,
                    groups.fsdp.size > 1, groups.dp.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)};
   StepWork& work = result.value;

@@ -72,7 +72,7 @@ Csv parse_csv(const std::string& text) {
 const std::vector<std::string> kSweepColumns = {
     "model", "cluster", "world_size", "global_batch", "mesh", "dp", "fsdp", "tp", "pp", "cp", "ep", "micro_batch",
     "micro_batches", "zero", "recompute", "sequence_parallel", "schedule", "precision", "attention", "cp_comm", "fp32_gradients",
-    "loss", "expert_tensor_parallel", "stage_layers", "feasible", "reason",
+    "loss", "expert_tensor_parallel", "ep_dispatch", "stage_layers", "feasible", "reason",
     "memory_total_bytes", "memory_parameters_bytes", "memory_gradients_bytes", "memory_optimizer_bytes",
     "memory_activations_bytes", "memory_buffers_bytes", "step_s", "compute_s", "communication_s",
     "communication_exposed_s", "bubble_s", "tokens_per_s", "mfu", "hfu"};
@@ -619,6 +619,17 @@ TEST(CliExplain, ExpertsOutOfTensorParallelism) {
   ASSERT_EQ(only_tp.status, 0) << only_tp.err;
   EXPECT_EQ(only_tp.out.find("expert tp  "), std::string::npos) << only_tp.out;
   EXPECT_NE(only_tp.out.find("; expert tp tp"), std::string::npos) << only_tp.out;
+  const CliRun deep = run_joined({{"explain"}, job, {"--mesh", "dp=2,ep=16", "--ep-dispatch", "deduplicated", "--json"}});
+  const CliRun nccl = run_joined({{"explain"}, job, {"--mesh", "dp=2,ep=16", "--json"}});
+  ASSERT_LE(deep.status, 1) << deep.err;
+  ASSERT_LE(nccl.status, 1) << nccl.err;
+  const auto d = nlohmann::json::parse(deep.out), n = nlohmann::json::parse(nccl.out);
+  EXPECT_EQ(d["plan"]["ep_dispatch"], "deduplicated");
+  EXPECT_LT(d["communication_s_by_axis"]["ep"]["total"].get<double>(), n["communication_s_by_axis"]["ep"]["total"].get<double>());
+  const CliRun bad_dispatch = run_joined({{"explain"}, job, {"--mesh", "dp=2,ep=16", "--ep-dispatch", "deepep"}});
+  EXPECT_EQ(bad_dispatch.status, 2);
+  EXPECT_NE(bad_dispatch.err.find("--ep-dispatch: 'deepep' is not one of: all-to-all, deduplicated"), std::string::npos)
+      << bad_dispatch.err;
   const CliRun wrong = run_joined({{"plan"}, job, {"--expert-tp", "2"}});
   EXPECT_EQ(wrong.status, 2);
   EXPECT_NE(wrong.err.find("--expert-tp: '2' is not one of: tp, 1"), std::string::npos) << wrong.err;

@@ -187,6 +187,25 @@ TEST(Collectives, AllToAllBandwidthHandComputed) {
   EXPECT_DOUBLE_EQ(all_to_all_nic_weight(16, 1, 8.0), 8.0);  // one member per node: the ring's G
 }
 
+// The deduplicating dispatch's share of an all-to-all's cross-node copies,
+// by hand: 128 experts, top 8, over 4 nodes (32 a node): a node gets none of
+// a token's 8 experts with probability (96 x 95 x ... x 89) / (128 x ... x
+// 121); a token then reaches 3 (1 - that) other nodes instead of 8 x 3/4 = 6
+// copies. One expert a token dedups nothing; a token routed to every expert
+// reaches every other node once: N / k.
+TEST(Collectives, DeduplicatedDispatchShareHandComputed) {
+  double none = 1;
+  for (int i = 0; i < 8; ++i) none *= (96.0 - i) / (128.0 - i);
+  EXPECT_NEAR(none, 0.09275, 1e-5);
+  EXPECT_DOUBLE_EQ(deduplicated_remote_share(128, 8, 4), 3 * (1 - none) / 6.0);
+  EXPECT_NEAR(deduplicated_remote_share(128, 8, 4), 0.4536, 1e-4);
+  EXPECT_DOUBLE_EQ(deduplicated_remote_share(128, 8, 1), 1.0);  // one node: nothing crosses anyway
+  EXPECT_NEAR(deduplicated_remote_share(64, 1, 8), 1.0, 1e-15);
+  EXPECT_NEAR(deduplicated_remote_share(16, 16, 4), 4.0 / 16, 1e-15);
+  // More experts a token, more of its copies share a node.
+  EXPECT_LT(deduplicated_remote_share(256, 8, 8), deduplicated_remote_share(256, 2, 8));
+}
+
 TEST(Collectives, Names) {
   EXPECT_EQ(to_string(Collective::all_reduce), "all_reduce");
   EXPECT_EQ(to_string(Collective::reduce_scatter), "reduce_scatter");

@@ -390,8 +390,9 @@ TEST(Evaluator, DenseLayersAmongExpertsDispatchNothing) {
 
 // Experts out of tp (expert_tensor_parallel 1, Megatron-Core's ETP 1) on
 // dp=2,ep=4,tp=2 with sequence parallelism: the experts' parameters per device
-// and every saved tensor stay; each expert GEMM runs whole widths on 1/tp of
-// the rows (the same FLOPs); the experts' tp collectives go; the all-to-all
+// and every saved tensor stay; each rank runs half as many experts at whole
+// widths, each over as many rows as before (the same FLOPs); the experts' tp
+// collectives go; the all-to-all
 // moves 1/tp of the bytes per rank over ep x tp = 8 ranks; the dispatch
 // buffers shrink by tp.
 TEST(Evaluator, ExpertsOutOfTensorParallelismRunWholeOverEpTimesTp) {
@@ -421,7 +422,11 @@ TEST(Evaluator, ExpertsOutOfTensorParallelismRunWholeOverEpTimesTp) {
         EXPECT_EQ(b[k].gemms[g].shape.rows, a[k].gemms[g].shape.rows);
         continue;
       }
-      EXPECT_DOUBLE_EQ(b[k].gemms[g].shape.rows, a[k].gemms[g].shape.rows / 2);
+      // 16 experts: 4 a rank over ep=4, 2 a rank over ep x tp = 8; each over 2 x 2048 x 4 / 16 = 1024 routed rows.
+      EXPECT_DOUBLE_EQ(a[k].gemms[g].shape.batch, 4);
+      EXPECT_DOUBLE_EQ(b[k].gemms[g].shape.batch, 2);
+      EXPECT_DOUBLE_EQ(a[k].gemms[g].shape.rows, 1024);
+      EXPECT_DOUBLE_EQ(b[k].gemms[g].shape.rows, 1024);
       EXPECT_DOUBLE_EQ(b[k].gemms[g].shape.n * b[k].gemms[g].shape.k, 2 * a[k].gemms[g].shape.n * a[k].gemms[g].shape.k);
     }
     EXPECT_NEAR(flops_b, flops_a, 1e-9 * flops_a) << k;
@@ -462,6 +467,48 @@ TEST(Evaluator, ExpertsOutOfTensorParallelismRunWholeOverEpTimesTp) {
   EXPECT_DOUBLE_EQ(eb.time.model_flops_per_step, ea.time.model_flops_per_step);
   const std::size_t tp = static_cast<std::size_t>(Axis::tp);
   EXPECT_LT(eb.time.axis_communication_s[tp], ea.time.axis_communication_s[tp]);
+}
+
+// The deduplicating dispatch (DeepEP): over an expert group that spans two
+// nodes, its all-to-alls run at the all-to-all's rate with the cross-node
+// term scaled by deduplicated_remote_share (16 experts, top 2, 2 nodes);
+// inside one node nothing changes.
+TEST(Evaluator, DeduplicatedDispatchSendsEachTokenOnceANode) {
+  const ModelSpec model = moe_8b();
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator(model, cluster, 32, 2048);
+  auto ep_seconds = [&](const Plan& plan) {
+    double seconds = 0;
+    for (const BlockCost& c : evaluator.block_costs(plan, place_axes(evaluator.topology(), plan.mesh)))
+      for (const BlockCollective& x : c.collectives)
+        if (x.axis == Axis::ep) seconds += x.seconds;
+    return seconds;
+  };
+  for (const char* mesh : {"dp=2,ep=16", "dp=4,ep=8"}) {
+    Plan nccl = plan_with(mesh, 1, 32);
+    Plan deep = nccl;
+    deep.ep_dispatch = EpDispatch::deduplicated;
+    AxisPlacement group;
+    for (const AxisPlacement& p : place_axes(evaluator.topology(), nccl.mesh))
+      if (p.axis == Axis::ep) group = p;
+    const double a = ep_seconds(nccl), b = ep_seconds(deep);
+    ASSERT_GT(a, 0) << mesh;
+    if (!group.crosses_nodes) {
+      EXPECT_DOUBLE_EQ(b, a) << mesh;
+      continue;
+    }
+    EXPECT_EQ(group.nodes_spanned, 2);
+    const double share = deduplicated_remote_share(16, 2, 2);
+    EXPECT_LT(share, 1);
+    const double bytes = 2048.0 * 2 * 4096 * 2;  // one micro-batch's routed copies, bf16
+    const double rate = all_to_all_bus_bandwidth(16, group.members_per_node, group.intra_bandwidth_bytes_per_s,
+                                                 group.inter_bandwidth_bytes_per_s / share);
+    const double one = collective_time(Collective::all_to_all, bytes, 16, rate, group.latency_s).time_s;
+    // The layer kind's 4 all-to-alls (dispatch and combine, forward and backward).
+    EXPECT_NEAR(b, 4 * one, 1e-9 * b) << mesh;
+    EXPECT_LT(b, a) << mesh;
+    EXPECT_LT(evaluator.evaluate(deep).time.step_s, evaluator.evaluate(nccl).time.step_s);
+  }
 }
 
 // The memory the evaluator gives mixtures of experts, with the experts in tp

@@ -105,6 +105,12 @@ TEST(Export, MegatronWritesExpertTensorParallelism) {
   EXPECT_TRUE(has_line(out_of_tp.value, "--expert-model-parallel-size 4")) << out_of_tp.value;
   EXPECT_TRUE(has_line(out_of_tp.value, "--expert-tensor-parallel-size 1")) << out_of_tp.value;
   EXPECT_TRUE(has_line(out_of_tp.value, "--tensor-model-parallel-size 2")) << out_of_tp.value;
+  EXPECT_TRUE(has_line(in_tp.value, "--moe-token-dispatcher-type alltoall")) << in_tp.value;
+  file.plan.ep_dispatch = EpDispatch::deduplicated;
+  const Loaded<std::string> deep = export_plan(file, ExportTarget::megatron);
+  ASSERT_TRUE(deep.ok()) << messages(deep.problems);
+  EXPECT_TRUE(has_line(deep.value, "--moe-token-dispatcher-type flex")) << deep.value;
+  EXPECT_TRUE(has_line(deep.value, "--moe-enable-deepep")) << deep.value;
   PlanFile titan = plan_file("mixtral-8x7b", "fsdp=4,tp=2", 1, 64);
   titan.plan.sequence_parallel = true;
   titan.plan.expert_tensor_parallel = 1;

@@ -285,7 +285,10 @@ TEST(LayerGraph, ExpertCapacityPadsWhatTheExpertsRunAndKeep) {
     for (auto v : boost::make_iterator_range(boost::vertices(g->graph))) {
       const Op& op = g->op(v);
       flops[i] += op.forward_flops_per_sample * (op.kind == OpKind::gemm ? 1 : 0);
-      if (op.name == "layer0.mlp.w_in") expert_rows[i] = op.gemm.rows_per_sample;
+      if (op.name == "layer0.mlp.w_in") {  // one GEMM an expert, over its share of the routed rows
+        EXPECT_EQ(op.gemm.batch, 8);
+        expert_rows[i] = op.gemm.rows_per_sample * static_cast<double>(op.gemm.batch);
+      }
       if (op.name == "layer0.mlp.router") dispatched[i] = op.output_elements_per_sample;
       if (op.name == "layer0.mlp.act") for (const auto& t : op.saved) saved[i] += t.elements_per_sample;
     }

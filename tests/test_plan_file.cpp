@@ -130,6 +130,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_EQ(a.fp32_gradients, b.fp32_gradients);
   EXPECT_EQ(a.expert_tensor_parallel, b.expert_tensor_parallel);
+  EXPECT_EQ(a.ep_dispatch, b.ep_dispatch);
   EXPECT_EQ(a.schedule.kind, b.schedule.kind);
   EXPECT_EQ(a.schedule.virtual_stages, b.schedule.virtual_stages);
   EXPECT_EQ(a.precision, b.precision);
@@ -335,6 +336,14 @@ TEST(PlanFile, ExpertTensorParallelRoundTripsAndIsAbsentByDefault) {
   EXPECT_EQ(back.value.plan.expert_tensor_parallel, 0);
   j["plan"]["expert_tensor_parallel"] = -1;
   EXPECT_FALSE(parse_plan_file(j.dump(2), "bad.json").ok());
+  // The dispatch likewise: written when deduplicated, absent is all-to-all.
+  EXPECT_FALSE(in_tp["plan"].contains("ep_dispatch"));
+  made.file.plan.ep_dispatch = EpDispatch::deduplicated;
+  expect_round_trip(made.file);
+  Json deep = plan_file_to_json(made.file);
+  EXPECT_EQ(deep["plan"]["ep_dispatch"], "deduplicated");
+  deep["plan"]["ep_dispatch"] = "deepep";
+  EXPECT_FALSE(parse_plan_file(deep.dump(2), "bad.json").ok());
 }
 
 // Each memory row is bounded on its own (1e30 bytes); the recomputed sums

@@ -103,7 +103,10 @@ Plan draw_plan(const PlanSetup& s, std::mt19937_64& rng, std::vector<Axis> axes)
   plan.overlap_parameter_gather = rng() % 4 != 0;
   if (rng() % 3 == 0) plan.gradient_bucket_bytes = 1024.0 * 1024;
   // Experts out of tp (valid with sequence parallelism and ep directly outside tp).
-  if (s.model.kind == ModelKind::transformer && s.model.transformer.experts > 0) plan.expert_tensor_parallel = rng() % 2;
+  if (s.model.kind == ModelKind::transformer && s.model.transformer.experts > 0) {
+    plan.expert_tensor_parallel = rng() % 2;
+    plan.ep_dispatch = rng() % 2 == 0 ? EpDispatch::deduplicated : EpDispatch::all_to_all;
+  }
   return plan;
 }
 
@@ -137,7 +140,7 @@ std::string describe(const PlanSetup& s, const Plan& plan) {
 TEST(SimulatedStepExactly, OneStageEqualsTheEvaluator) {
   std::vector<PlanSetup> setups = make_setups();
   std::mt19937_64 rng(20261125);
-  int checked = 0, reduced = 0, hidden = 0, sharded = 0, hybrid = 0, experts_out_of_tp = 0;
+  int checked = 0, reduced = 0, hidden = 0, sharded = 0, hybrid = 0, experts_out_of_tp = 0, deduplicated = 0;
   for (int tried = 0; checked < 400 && tried < 40000; ++tried) {
     const PlanSetup& s = setups[std::uniform_int_distribution<std::size_t>(0, setups.size() - 1)(rng)];
     Plan plan = draw_plan(s, rng, {Axis::dp, Axis::fsdp, Axis::tp, Axis::cp, Axis::ep});
@@ -153,16 +156,19 @@ TEST(SimulatedStepExactly, OneStageEqualsTheEvaluator) {
     if (weights_sharded) ++sharded;
     if (weights_sharded && plan.mesh.size(Axis::fsdp) > 1 && plan.zero_stage < 3 && plan.mesh.size(Axis::dp) > 1) ++hybrid;
     if (expert_split(plan).tokens > 1) ++experts_out_of_tp;
+    if (plan.ep_dispatch == EpDispatch::deduplicated && expert_split(plan).ep > 1) ++deduplicated;
   }
   EXPECT_EQ(checked, 400);
   EXPECT_GT(experts_out_of_tp, 3);
+  EXPECT_GT(deduplicated, 3);
   // The draw must reach the cases this test is about.
   EXPECT_GT(reduced, 100);
   EXPECT_GT(hidden, 50);
   EXPECT_GT(sharded, 100);
   EXPECT_GT(hybrid, 20);
   std::printf("[ exact    ] 400 one-stage plans: %d with a data-parallel reduction, %d hiding tp under W, %d with sharded "
-              "weights (%d HSDP), %d with experts out of tp\n", reduced, hidden, sharded, hybrid, experts_out_of_tp);
+              "weights (%d HSDP), %d with experts out of tp, %d with the deduplicated dispatch\n", reduced, hidden,
+              sharded, hybrid, experts_out_of_tp, deduplicated);
 }
 
 // Over every axis, schedule and switch: the work the simulator replays is the
