@@ -626,6 +626,8 @@ TEST(CliExplain, ExpertsOutOfTensorParallelism) {
   const auto d = nlohmann::json::parse(deep.out), n = nlohmann::json::parse(nccl.out);
   EXPECT_EQ(d["plan"]["ep_dispatch"], "deduplicated");
   EXPECT_LT(d["communication_s_by_axis"]["ep"]["total"].get<double>(), n["communication_s_by_axis"]["ep"]["total"].get<double>());
+  const CliRun deep_text = run_joined({{"explain"}, job, {"--mesh", "dp=2,ep=16", "--ep-dispatch", "deduplicated"}});
+  EXPECT_NE(deep_text.out.find(", ep dispatch deduplicated"), std::string::npos) << deep_text.out;
   const CliRun bad_dispatch = run_joined({{"explain"}, job, {"--mesh", "dp=2,ep=16", "--ep-dispatch", "deepep"}});
   EXPECT_EQ(bad_dispatch.status, 2);
   EXPECT_NE(bad_dispatch.err.find("--ep-dispatch: 'deepep' is not one of: all-to-all, deduplicated"), std::string::npos)
