@@ -218,7 +218,7 @@ void add_search_flags(CLI::App& command, SearchFlags& f) {
                      "Routed experts' tensor parallelism to try: tp (split over tp like the dense layers), 1 (each "
                      "expert whole, the tp ranks in the expert-parallel group, Megatron-Core's "
                      "--expert-tensor-parallel-size 1; tried for mixtures of experts with tp > 1, sequence parallelism "
-                     "and ep directly outside tp)")
+                     "and ep directly outside tp; elsewhere the experts stay in tp)")
       ->capture_default_str();
   command.add_option("--schedules", f.schedules, "Pipeline schedules to try: gpipe, 1f1b, interleaved, zb-h1")
       ->capture_default_str();

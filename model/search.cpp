@@ -404,39 +404,43 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
             if (ai > 0 && !ctx.transformer) break;  // no attention: one pass
             plan.attention = space.attentions[ai];
             if (search_leaves_out(space, recompute, plan.attention)) continue;
+            std::int64_t tried_etp = -1;
             for (std::int64_t etp : space.expert_tensor_parallel) {
-            // Experts out of tp (1) differ from in it (0) only for a mixture of experts
-            // with tp > 1, and need sequence parallelism and ep directly outside tp.
-            if (etp == 1 && (!ctx.experts || tp == 1 || !sp || !experts_fold)) continue;
-            plan.expert_tensor_parallel = etp;
-            CostEntry* costs = nullptr;
-            for (int zero : space.zero_stages) {
-              if (zero > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) continue;  // the same plan as ZeRO 0
-              // With fsdp in the space, dp x ZeRO-3 duplicates an fsdp mesh the search also visits.
-              if (zero == 3 && ctx.fsdp_enabled) continue;
-              plan.zero_stage = zero;
-              for (ScheduleKind kind : space.schedules) {
-                if (!pipelined && kind != ScheduleKind::one_f_one_b) continue;
-                std::vector<std::int64_t> vs = {1};
-                if (kind == ScheduleKind::interleaved) vs = space.interleave;
-                for (std::int64_t v : vs) {
-                  plan.schedule = {kind, v};
-                  Candidate candidate;
-                  plan.stage_layers.clear();
-                  candidate.rejection = check_rules(evaluator, plan, true);
-                  ++local.stats.plans;
-                  if (candidate.rejection == Rejection::none) {
-                    evaluate_candidate(ctx, mesh, placements, cost_cache, costs, plan, candidate, local.stats);
-                  }
-                  ++local.stats.rejected[static_cast<std::size_t>(candidate.rejection)];
-                  if (candidate.rejection == Rejection::none) ++local.stats.feasible;
-                  if (ctx.keep_all || (ctx.keep_ranked && candidate.rejection == Rejection::none)) {
-                    candidate.plan = plan;
-                    local.candidates.push_back(std::move(candidate));
+              // Experts out of tp (1) differ from in it (0) only for a mixture of experts with
+              // tp > 1, sequence parallelism and ep directly outside tp; elsewhere 1 is 0.
+              const bool applies = ctx.experts && tp > 1 && sp && experts_fold;
+              if (etp == 1 && !applies) etp = 0;
+              if (etp == tried_etp) continue;  // --expert-tp tp,1 where 1 does not apply: one pass
+              tried_etp = etp;
+              plan.expert_tensor_parallel = etp;
+              CostEntry* costs = nullptr;
+              for (int zero : space.zero_stages) {
+                if (zero > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) continue;  // the same plan as ZeRO 0
+                // With fsdp in the space, dp x ZeRO-3 duplicates an fsdp mesh the search also visits.
+                if (zero == 3 && ctx.fsdp_enabled) continue;
+                plan.zero_stage = zero;
+                for (ScheduleKind kind : space.schedules) {
+                  if (!pipelined && kind != ScheduleKind::one_f_one_b) continue;
+                  std::vector<std::int64_t> vs = {1};
+                  if (kind == ScheduleKind::interleaved) vs = space.interleave;
+                  for (std::int64_t v : vs) {
+                    plan.schedule = {kind, v};
+                    Candidate candidate;
+                    plan.stage_layers.clear();
+                    candidate.rejection = check_rules(evaluator, plan, true);
+                    ++local.stats.plans;
+                    if (candidate.rejection == Rejection::none) {
+                      evaluate_candidate(ctx, mesh, placements, cost_cache, costs, plan, candidate, local.stats);
+                    }
+                    ++local.stats.rejected[static_cast<std::size_t>(candidate.rejection)];
+                    if (candidate.rejection == Rejection::none) ++local.stats.feasible;
+                    if (ctx.keep_all || (ctx.keep_ranked && candidate.rejection == Rejection::none)) {
+                      candidate.plan = plan;
+                      local.candidates.push_back(std::move(candidate));
+                    }
                   }
                 }
               }
-            }
             }
           }
         }

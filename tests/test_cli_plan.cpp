@@ -632,6 +632,10 @@ TEST(CliExplain, ExpertsOutOfTensorParallelism) {
   EXPECT_EQ(bad_dispatch.status, 2);
   EXPECT_NE(bad_dispatch.err.find("--ep-dispatch: 'deepep' is not one of: all-to-all, deduplicated"), std::string::npos)
       << bad_dispatch.err;
+  // --expert-tp 1 alone still plans meshes where experts cannot leave tp (here tp is never above 1): as in tp.
+  const CliRun only_out = run_joined({{"plan"}, job, {"--axes", "dp,ep", "--expert-tp", "1"}});
+  ASSERT_EQ(only_out.status, 0) << only_out.err;
+  EXPECT_NE(only_out.out.find("feasible plans"), std::string::npos) << only_out.out;
   const CliRun wrong = run_joined({{"plan"}, job, {"--expert-tp", "2"}});
   EXPECT_EQ(wrong.status, 2);
   EXPECT_NE(wrong.err.find("--expert-tp: '2' is not one of: tp, 1"), std::string::npos) << wrong.err;
