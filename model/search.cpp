@@ -275,8 +275,9 @@ Rejection check_rules(const Evaluator& evaluator, const Plan& plan, bool split_c
     const ExpertSplit experts = expert_split(plan);
     if (ep > 1 && t.experts == 0) return Rejection::ep_experts;
     if (experts.ep > 1 && t.experts % experts.ep != 0) return Rejection::ep_experts;
-    if (plan.expert_tensor_parallel != 0 && (t.experts == 0 || plan.expert_tensor_parallel != 1 ||
-                                             (tp > 1 && (!plan.sequence_parallel || !ep_encloses_tp(mesh))))) {
+    const std::int64_t etp = plan.expert_tensor_parallel;
+    if (etp != 0 && (t.experts == 0 || (etp != 1 && etp != tp) ||
+                     (etp == 1 && tp > 1 && (!plan.sequence_parallel || !ep_encloses_tp(mesh))))) {
       return Rejection::axis_unsupported;  // experts out of tp need these (validate.cpp says which)
     }
     if (cp > 1 && plan.cp_comm == CpComm::all_to_all && (t.heads / tp) % cp != 0) return Rejection::cp_heads;

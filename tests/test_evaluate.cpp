@@ -137,6 +137,39 @@ TEST(Evaluator, QuickCheckAgreesWithValidation) {
   EXPECT_EQ(checked, 1600);
 }
 
+// The same for mixtures of experts: ep, experts in or out of tp (and values
+// neither accepts), sequence parallelism on or off, shared experts of a width
+// tp may not divide.
+TEST(Evaluator, QuickCheckAgreesWithValidationOnMixturesOfExperts) {
+  std::mt19937 rng(7);
+  const auto cluster = must(load_cluster("dgx-h100"));
+  ModelSpec model = must(load_model("qwen3-30b-a3b"));
+  model.transformer.shared_expert_ffn = 1000;  // divisible by tp 1, 2, 4, 8, not 16
+  SearchSpace space;
+  space.axes = {Axis::dp, Axis::tp, Axis::pp, Axis::ep, Axis::cp};
+  const Evaluator evaluator(model, cluster, 64, model.default_seq_len());
+  const auto meshes = enumerate_meshes(64, space, 64);
+  int checked = 0, accepted_out_of_tp = 0;
+  for (int i = 0; i < 600; ++i) {
+    Plan plan;
+    plan.mesh = meshes[rng() % meshes.size()];
+    plan.micro_batch = 1;
+    plan.global_batch = 64;
+    plan.sequence_parallel = rng() % 3 != 0;
+    const std::int64_t tp = plan.mesh.size(Axis::tp);
+    const std::int64_t choices[] = {0, 1, 2, tp};
+    plan.expert_tensor_parallel = choices[rng() % 4];
+    const bool quick_ok = quick_check(evaluator, plan) == Rejection::none;
+    const auto problems = validate_plan(model, evaluator.graph(), cluster, {64, 0}, plan);
+    EXPECT_EQ(quick_ok, !has_errors(problems)) << plan.mesh.to_string() << " etp " << plan.expert_tensor_parallel
+                                               << " sp " << plan.sequence_parallel << "\n" << messages(problems);
+    if (quick_ok && expert_split(plan).tokens > 1) ++accepted_out_of_tp;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 600);
+  EXPECT_GT(accepted_out_of_tp, 20);
+}
+
 // Rotary positions are priced as their elementwise pass over the local
 // queries and keys (tp splits the heads): a layer of llama3-8b at tp=2 moves
 // 2 x tokens x (q + kv) / tp elements more forward traffic than the same layer
