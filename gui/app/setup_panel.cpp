@@ -122,6 +122,16 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   addField("fp32_gradients", tr("Gradients"), fp32_gradients_,
            tr("Keep and reduce gradients in fp32, as Megatron-LM does for bf16 and torchtitan's FSDP2 by default "
               "(4 bytes per parameter instead of 2)"));
+  expert_tp_ = new QComboBox;
+  for (const char* choice : {"tp,1", "tp", "1"}) expert_tp_->addItem(QString::fromLatin1(choice));
+  addField("expert_tp", tr("Experts' tp"), expert_tp_,
+           tr("Mixtures of experts: split each expert over tp (tp), run it whole with the tp ranks in ep (1, "
+              "Megatron-Core's expert tensor parallelism 1; needs sequence parallelism), or search both"));
+  ep_dispatch_ = new QComboBox;
+  for (const std::string& choice : choice_words(ep_dispatch_choices)) ep_dispatch_->addItem(QString::fromStdString(choice));
+  addField("ep_dispatch", tr("Expert dispatch"), ep_dispatch_,
+           tr("How routed tokens reach their experts across nodes: all-to-all (NCCL: once per expert) or "
+              "deduplicated (DeepEP: once per node holding any of the token's experts)"));
   threads_ = spin(0, 4096, tr("one per core"));
   addField("threads", tr("Search threads"), threads_, tr("Threads of the search"));
 
@@ -227,6 +237,8 @@ SetupInputs SetupPanel::inputs() const {
   in.cp_comm = cp_comm_->currentText().toStdString();
   in.loss = loss_->currentText().toStdString();
   in.fp32_gradients = fp32_gradients_->isChecked();
+  in.expert_tp = expert_tp_->currentText().toStdString();
+  in.ep_dispatch = ep_dispatch_->currentText().toStdString();
   in.threads = threads_->value();
   return in;
 }
@@ -258,6 +270,12 @@ void SetupPanel::setInputs(const SetupInputs& in) {
   if (loss_->findText(QString::fromStdString(in.loss)) < 0) loss_->addItem(QString::fromStdString(in.loss));
   loss_->setCurrentText(QString::fromStdString(in.loss));
   fp32_gradients_->setChecked(in.fp32_gradients);
+  if (expert_tp_->findText(QString::fromStdString(in.expert_tp)) < 0) expert_tp_->addItem(QString::fromStdString(in.expert_tp));
+  expert_tp_->setCurrentText(QString::fromStdString(in.expert_tp));
+  if (ep_dispatch_->findText(QString::fromStdString(in.ep_dispatch)) < 0) {
+    ep_dispatch_->addItem(QString::fromStdString(in.ep_dispatch));
+  }
+  ep_dispatch_->setCurrentText(QString::fromStdString(in.ep_dispatch));
   threads_->setValue(in.threads);
   refreshPresetFigures();
 }
@@ -338,6 +356,8 @@ void SetupPanel::save(QSettings& s) const {
   s.setValue("setup/cp_comm", QString::fromStdString(in.cp_comm));
   s.setValue("setup/loss", QString::fromStdString(in.loss));
   s.setValue("setup/fp32_gradients", in.fp32_gradients);
+  s.setValue("setup/expert_tp", QString::fromStdString(in.expert_tp));
+  s.setValue("setup/ep_dispatch", QString::fromStdString(in.ep_dispatch));
   s.setValue("setup/threads", in.threads);
 }
 
@@ -371,6 +391,8 @@ void SetupPanel::restore(const QSettings& s) {
   text("setup/cp_comm", in.cp_comm);
   text("setup/loss", in.loss);
   if (s.contains("setup/fp32_gradients")) in.fp32_gradients = s.value("setup/fp32_gradients").toBool();
+  text("setup/expert_tp", in.expert_tp);
+  text("setup/ep_dispatch", in.ep_dispatch);
   if (s.contains("setup/threads")) in.threads = s.value("setup/threads").toInt();
   setInputs(in);
 }

@@ -97,6 +97,18 @@ void resolve_space(const SetupInputs& in, SearchSpace& space, Problems& problems
     error(problems, "loss", "'" + in.loss + "' is not one of: " + std::string(loss_choices));
   }
   space.fp32_gradients = in.fp32_gradients;
+  space.expert_tensor_parallel.clear();
+  for (const auto& word : split(in.expert_tp, "expert_tp", problems)) {
+    const std::int64_t value = word == "tp" ? 0 : word == "1" ? 1 : -1;
+    if (value < 0) error(problems, "expert_tp", "'" + word + "' is not one of: tp, 1");
+    else if (std::find(space.expert_tensor_parallel.begin(), space.expert_tensor_parallel.end(), value) ==
+             space.expert_tensor_parallel.end()) space.expert_tensor_parallel.push_back(value);
+  }
+  if (auto d = parse_ep_dispatch(in.ep_dispatch)) {
+    space.ep_dispatch = *d;
+  } else {
+    error(problems, "ep_dispatch", "'" + in.ep_dispatch + "' is not one of: " + std::string(ep_dispatch_choices));
+  }
   if (in.threads < 0 || in.threads > 4096) error(problems, "threads", "must be 0 (one per core) to 4096");
 }
 

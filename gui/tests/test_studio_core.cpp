@@ -179,6 +179,19 @@ class StudioCoreTest : public QObject {
     QVERIFY(!resolve_setup(cp).value.space.fp32_gradients);
     cp.fp32_gradients = true;
     QVERIFY(resolve_setup(cp).value.space.fp32_gradients);
+    // The experts' tp to search and the dispatch, as the CLI's --expert-tp and --ep-dispatch.
+    QCOMPARE(resolve_setup(cp).value.space.expert_tensor_parallel, (std::vector<std::int64_t>{0, 1}));
+    QCOMPARE(resolve_setup(cp).value.space.ep_dispatch, EpDispatch::all_to_all);
+    cp.expert_tp = "1";
+    cp.ep_dispatch = "deduplicated";
+    QCOMPARE(resolve_setup(cp).value.space.expert_tensor_parallel, (std::vector<std::int64_t>{1}));
+    QCOMPARE(resolve_setup(cp).value.space.ep_dispatch, EpDispatch::deduplicated);
+    cp.expert_tp = "2";
+    QVERIFY(has_problem_at(resolve_setup(cp).problems, "expert_tp"));
+    cp.expert_tp = "tp,1";
+    cp.ep_dispatch = "deepep";
+    QVERIFY(has_problem_at(resolve_setup(cp).problems, "ep_dispatch"));
+    cp.ep_dispatch = "all-to-all";
 
     SetupInputs bad_model;
     bad_model.model = "no-such-model";
