@@ -28,7 +28,7 @@ class TransformerBuilder {
         s(static_cast<double>(sequence)),
         h(static_cast<double>(dims.hidden)),
         a(static_cast<double>(dims.heads)),
-        q(static_cast<double>(dims.heads * dims.head_dim)),
+        q(static_cast<double>(dims.heads * dims.head_size())),
         kv(static_cast<double>(dims.key_value_heads() * dims.head_size())),
         vocab(static_cast<double>(dims.vocab)),
         gated(dims.feed_forward != FeedForward::gelu),
@@ -159,8 +159,8 @@ class TransformerBuilder {
                     {"key", s * kv, 0, true, false, KeptBy::both, true},
                     {"softmax statistics (fp32 log-sum-exp)", a * s, 4, true, false, KeptBy::fused_attention}};
     scores.attention_heads = t.heads;
-    scores.head_dim = t.head_dim;
-    scores.gemm = {s, seq_len, t.head_dim, t.heads};
+    scores.head_dim = t.head_size();
+    scores.gemm = {s, seq_len, t.head_size(), t.heads};
     scores.tp_split = TpSplit::heads;
     scores.core_attention = true;
     const OpId scores_id = g.add_op(scores);
@@ -196,7 +196,7 @@ class TransformerBuilder {
     values.saved = {{"value", s * kv, 0, true, false, KeptBy::both, true}};
     // Without dropout the probabilities P V reads are the softmax output already saved.
     if (dropout) values.saved.push_back({"attention dropout output", a * s * s, 0, true, true, KeptBy::unfused_attention});
-    values.gemm = {s, t.head_dim, seq_len, t.heads};
+    values.gemm = {s, t.head_size(), seq_len, t.heads};
     values.tp_split = TpSplit::heads;
     values.core_attention = true;
     values.op_sac_kept = {{"attention output", s * q, 0, true, false, KeptBy::fused_attention},
@@ -211,7 +211,7 @@ class TransformerBuilder {
     out.forward_flops_per_sample = 2 * s * q * h;
     out.output_elements_per_sample = s * h;
     out.saved = {{"attention projection input", s * q, 0, true, false}};
-    out.gemm = {s, t.hidden, t.heads * t.head_dim, 1};
+    out.gemm = {s, t.hidden, t.heads * t.head_size(), 1};
     out.tp_split = TpSplit::rows;
     // Matmul 4 is repeated, but its reduce-scatter's output (sequence parallelism) is on the save list.
     out.op_sac_kept = {{"attention projection after its reduce-scatter", s * h, 0, false, false, KeptBy::both, false, true}};

@@ -267,6 +267,30 @@ TEST(LayerGraph, MixtureOfExpertsMultipliesMlpWeights) {
   EXPECT_DOUBLE_EQ(moe - dense, 7 * mlp + 512.0 * 8);  // seven more experts + the router
 }
 
+// A hand-built TransformerDims without head_dim (0: hidden / heads, as
+// head_size() says) builds the same graph as one that states it: the builder
+// reads head_size() for the queries, the keys and values, the scores and the
+// attention output alike.
+TEST(LayerGraph, HeadDimZeroMeansHiddenOverHeads) {
+  TransformerDims stated = gpt_dims(2, 512, 8, 128);
+  TransformerDims unstated = stated;
+  unstated.head_dim = 0;
+  const LayerGraph a = build_transformer_graph(stated, 128), b = build_transformer_graph(unstated, 128);
+  EXPECT_DOUBLE_EQ(b.parameter_count(), a.parameter_count());
+  double flops[2] = {}, elements[2] = {};
+  int i = 0;
+  for (const LayerGraph* g : {&a, &b}) {
+    for (auto v : boost::make_iterator_range(boost::vertices(g->graph))) {
+      flops[i] += g->op(v).forward_flops_per_sample;
+      elements[i] += g->op(v).gemm.rows_per_sample * static_cast<double>(g->op(v).gemm.n * g->op(v).gemm.k * g->op(v).gemm.batch);
+    }
+    ++i;
+  }
+  EXPECT_GT(flops[0], 0);
+  EXPECT_DOUBLE_EQ(flops[1], flops[0]);
+  EXPECT_DOUBLE_EQ(elements[1], elements[0]);
+}
+
 // Drop-and-pad capacity (TransformerDims::capacity_factor): the experts run
 // and keep capacity_factor x top_k copies of each token, and the dispatch
 // moves that many; the parameters and the model FLOPs (top_k copies, the

@@ -156,7 +156,7 @@ ModelSpec small_moe() {
   t.experts = 4;
   t.top_k = 2;
   t.shared_expert_ffn = 6;
-  t.head_dim = 2;  // as load_model states it (the graph reads head_dim)
+  t.head_dim = 2;  // as load_model states it
   return model;
 }
 
