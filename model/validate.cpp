@@ -159,9 +159,15 @@ void check_transformer(Checker& check, const TransformerDims& t, const Plan& pla
                                             "parallelism gives it: turn it on (Megatron-Core requires it for MoE with tp)");
     }
     if (!ep_encloses_tp(plan.mesh)) {
+      Mesh moved;  // the same axes with ep moved to just outside tp
+      for (const MeshAxis& a : plan.mesh.axes) {
+        if (a.axis == Axis::ep) continue;
+        if (a.axis == Axis::tp) moved.axes.push_back({Axis::ep, ep});
+        moved.axes.push_back(a);
+      }
       check.error("expert_tensor_parallel", "experts out of tp form one group of ep x tp ranks: ep must sit directly "
-                                            "outside tp in the mesh order (e.g. " + (cp > 1 ? std::string("cp=") + str(cp) + ",ep=" + str(ep) : "ep=" + str(ep)) +
-                                            ",tp=" + str(tp) + "), got " + plan.mesh.to_string());
+                                            "outside tp in the mesh order (e.g. " + moved.to_string() + "), got " +
+                                            plan.mesh.to_string());
     }
   }
   const ExpertSplit experts = expert_split(plan);
