@@ -345,10 +345,12 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
                              2 * (cp - 1), 2 * forward_ring, c.cp_backward_exposed_s});
   }
   // Expert parallelism: dispatch and combine all-to-all, forward and backward
-  // (Lepikhin et al. 2021). Experts out of tp: each of the ep x tp ranks routes
-  // its own 1/tp of the tokens (Megatron-Core's all-to-all dispatcher, ETP 1).
+  // (Lepikhin et al. 2021). Under sequence parallelism each tp rank routes its
+  // own 1/tp of the tokens (Megatron-Core's all-to-all dispatcher; with the
+  // experts in tp, their tp collectives above gather and reduce-scatter the
+  // routed copies), over ep, or over ep x tp with the experts out of tp.
   if (ps.experts.ep > 1 && bp.expert_tp_split_parameters > 0) {
-    const double routed_bytes = (seq * b / (cp * static_cast<double>(ps.experts.tokens))) * prof.expert_slots *
+    const double routed_bytes = (seq * b / (cp * static_cast<double>(ps.experts.dispatched))) * prof.expert_slots *
                                 static_cast<double>(prof.hidden) * act;
     const double one = cost(Collective::all_to_all, routed_bytes, ps.expert_ep_link);
     c.ep_s = 4 * one;
@@ -593,7 +595,7 @@ struct StageMemoryInputs {
                                                   static_cast<double>(prof.kv_width) / in.ps.kv_tp) * act;
     }
     if (in.ps.experts.ep > 1) {
-      buffers += expert_dispatch_buffer_elements(tokens / static_cast<double>(in.ps.experts.tokens), prof.expert_slots,
+      buffers += expert_dispatch_buffer_elements(tokens / static_cast<double>(in.ps.experts.dispatched), prof.expert_slots,
                                                  static_cast<double>(prof.hidden)) * act;
     }
   }

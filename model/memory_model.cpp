@@ -117,7 +117,7 @@ double communication_buffers(const ModelSpec& model, const LayerGraph& graph, co
     const ExpertSplit experts = expert_split(plan);
     if (experts.ep > 1) {
       // All-to-all dispatch and combine of the routed tokens (this rank's share of them).
-      buffers += expert_dispatch_buffer_elements(tokens / static_cast<double>(experts.tokens), t.expert_slots_per_token(),
+      buffers += expert_dispatch_buffer_elements(tokens / static_cast<double>(experts.dispatched), t.expert_slots_per_token(),
                                                  static_cast<double>(t.hidden)) *
                  bytes.activation_bytes_per_element;
     }

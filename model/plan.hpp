@@ -165,13 +165,18 @@ struct Plan {
 // expert's width over `tp` ranks, whole experts over `ep` ranks (the mesh's ep
 // x the tp ranks that left the experts' tensor parallelism), and a tp group's
 // tokens over `tokens` of those ranks (1 unless the experts leave tp).
+// `dispatched`: the ways a tp group's tokens are split when the all-to-all
+// moves them: tp under sequence parallelism, where each tp rank dispatches
+// its own 1/tp of the tokens (Megatron-Core's alltoall dispatcher; with the
+// experts in tp the tp group then all-gathers what arrives), else 1.
 struct ExpertSplit {
-  std::int64_t tp = 1, ep = 1, tokens = 1;
+  std::int64_t tp = 1, ep = 1, tokens = 1, dispatched = 1;
 };
 inline ExpertSplit expert_split(const Plan& plan) {
   const std::int64_t tp = plan.mesh.size(Axis::tp), ep = plan.mesh.size(Axis::ep);
-  if (plan.expert_tensor_parallel != 1 || tp == 1) return {tp, ep, 1};
-  return {1, ep * tp, tp};
+  const std::int64_t dispatched = plan.sequence_parallel ? tp : 1;
+  if (plan.expert_tensor_parallel != 1 || tp == 1) return {tp, ep, 1, dispatched};
+  return {1, ep * tp, tp, tp};
 }
 
 // Bytes per parameter and per activation element under the plan's precision

@@ -157,10 +157,14 @@ void add_gemm(BlockProfile& bp, const Op& op, bool needs_input_gradient, double 
   work.op_sac_recomputed = op.op_sac_recomputed;
   work.expert = op.expert;
   if (op.tp_split == TpSplit::rows) {
-    bp.tp_forward_reduce_elements += op.output_elements_per_sample;
+    // The partial sums the GEMM writes: its output, or for routed experts every routed copy (k' s h, before
+    // the combine adds them up).
+    const double partial_sums = op.expert ? op.gemm.rows_per_sample * static_cast<double>(op.gemm.n * op.gemm.batch)
+                                          : op.output_elements_per_sample;
+    bp.tp_forward_reduce_elements += partial_sums;
     ++bp.tp_forward_collectives;
     if (op.expert) {
-      bp.expert_tp_forward_reduce_elements += op.output_elements_per_sample;
+      bp.expert_tp_forward_reduce_elements += partial_sums;
       ++bp.expert_tp_forward_collectives;
     }
   } else if (op.tp_split == TpSplit::columns && needs_input_gradient) {  // the data needs no gradient
