@@ -134,8 +134,8 @@ struct Plan {
   // layers; 1 runs every expert whole, and each tp group's ranks join the
   // expert-parallel group instead (ep x tp ranks, each routing its own 1/tp of
   // the tokens: sequence parallelism splits them), with no tp collective
-  // inside the experts. Megatron-Core's MoE recipes run ETP 1 (its MoE
-  // guide). The only values meshplan models are 0 and 1 (= tp when tp is 1).
+  // inside the experts (every Qwen3 row of the Megatron-MoE-ModelZoo runs
+  // ETP 1). Values meshplan models: 0, 1, or tp (the same as 0).
   std::int64_t expert_tensor_parallel = 0;
   // Layers per pipeline chunk (pp x v entries, in chunk order) when not even.
   std::vector<std::int64_t> stage_layers;
