@@ -218,11 +218,9 @@ void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs&
   if (auto d = parse_ep_dispatch_flag(f.ep_dispatch, problems)) plan.ep_dispatch = space.ep_dispatch = *d;
   plan.fp32_gradients = space.fp32_gradients = f.fp32_gradients;
   if (f.expert_tp) {
-    if (*f.expert_tp == "tp" || *f.expert_tp == "1") {
-      plan.expert_tensor_parallel = *f.expert_tp == "1" ? 1 : 0;
-      space.expert_tensor_parallel = {plan.expert_tensor_parallel};
-    } else {
-      problems.push_back({Severity::error, "--expert-tp", "'" + *f.expert_tp + "' is not one of: tp, 1"});
+    if (auto e = parse_choice_flag<std::int64_t>(*f.expert_tp, "--expert-tp", expert_tp_choices, parse_expert_tp, problems)) {
+      plan.expert_tensor_parallel = *e;
+      space.expert_tensor_parallel = {*e};
     }
   }
   const std::string schedule = f.schedule.value_or("1f1b");

@@ -98,12 +98,7 @@ Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
   if (auto l = parse_loss_flag(trim(f.loss), problems)) space.loss = *l;
   if (auto d = parse_ep_dispatch_flag(trim(f.ep_dispatch), problems)) space.ep_dispatch = *d;
   space.expert_tensor_parallel = parse_words<std::int64_t>(
-      f.expert_tp, "--expert-tp", "tp, 1",
-      [](const std::string& w) -> std::optional<std::int64_t> {
-        if (w == "tp") return 0;
-        if (w == "1") return 1;
-        return std::nullopt;
-      },
+      f.expert_tp, "--expert-tp", std::string(expert_tp_choices), [](const std::string& w) { return parse_expert_tp(w); },
       problems);
 
   space.schedules.clear();

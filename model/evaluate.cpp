@@ -381,10 +381,8 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, std::vector<StageMemory>* sta
 std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vector<AxisPlacement>& placements) const {
   const ModelProfile& prof = profile_;
   PlanScalars plan_scalars(plan, placements, prof);
-  if (plan_scalars.experts.ep > 1) {
-    const std::vector<AxisPlacement> expert_placements =
-        plan_scalars.experts.tokens > 1 ? place_axes(topology_, expert_mesh(plan)) : std::vector<AxisPlacement>{};
-    for (const AxisPlacement& p : plan_scalars.experts.tokens > 1 ? expert_placements : placements) {
+  if (plan_scalars.experts.ep > 1) {  // the experts' all-to-all group and its dispatch rate
+    for (const AxisPlacement& p : expert_placements(topology_, plan, placements)) {
       if (p.axis != Axis::ep) continue;
       plan_scalars.expert_ep_link = Links({p}).of(Axis::ep);
       plan_scalars.expert_ep_link.all_to_all_bandwidth_bytes_per_s =

@@ -57,7 +57,7 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
       ex.scaling = scaling_diagnostics(model, cluster, plan, ex.seq_len, placements);
       ex.axis_links = axis_links(cluster, placements);
       if (expert_split(plan).tokens > 1) {
-        for (const AxisLink& l : axis_links(cluster, place_axes(evaluator.topology(), expert_mesh(plan)))) {
+        for (const AxisLink& l : axis_links(cluster, expert_placements(evaluator.topology(), plan, placements))) {
           if (l.axis == Axis::ep) ex.expert_link = l;
         }
       }

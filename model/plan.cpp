@@ -45,6 +45,12 @@ std::optional<EpDispatch> parse_ep_dispatch(std::string_view text) {
   return std::nullopt;
 }
 
+std::optional<std::int64_t> parse_expert_tp(std::string_view text) {
+  if (text == "tp") return 0;
+  if (text == "1") return 1;
+  return std::nullopt;
+}
+
 std::string to_string(Loss loss) {
   return loss == Loss::fused ? "fused" : "eager";
 }

@@ -87,6 +87,8 @@ std::string to_string(CpComm cp_comm);  // "ring", "all-gather", "all-to-all"
 std::optional<CpComm> parse_cp_comm(std::string_view text);
 std::string to_string(EpDispatch dispatch);  // "all-to-all", "deduplicated"
 std::optional<EpDispatch> parse_ep_dispatch(std::string_view text);
+// The words for Plan::expert_tensor_parallel: "tp" (0) or "1".
+std::optional<std::int64_t> parse_expert_tp(std::string_view text);
 std::string to_string(Loss loss);  // "eager", "fused"
 std::optional<Loss> parse_loss(std::string_view text);
 // gpipe | 1f1b | interleaved:<v> | zb-h1; nullopt when malformed.
@@ -99,6 +101,7 @@ inline constexpr std::string_view attention_choices = "fused, unfused";
 inline constexpr std::string_view cp_comm_choices = "ring, all-gather, all-to-all";
 inline constexpr std::string_view loss_choices = "eager, fused";
 inline constexpr std::string_view ep_dispatch_choices = "all-to-all, deduplicated";
+inline constexpr std::string_view expert_tp_choices = "tp, 1";
 inline constexpr std::string_view schedule_choices = "gpipe, 1f1b, interleaved:<v> (v >= 2), zb-h1";
 
 struct Plan {

@@ -267,19 +267,12 @@ Rejection check_rules(const Evaluator& evaluator, const Plan& plan, bool split_c
   if (model.kind == ModelKind::transformer) {
     const auto& t = model.transformer;
     if (t.heads % tp != 0) return Rejection::tp_heads;  // key/value heads tp does not divide are replicated
-    if (t.ffn % (t.experts > 0 ? expert_split(plan).tp : tp) != 0) return Rejection::tp_width;
-    if (t.experts > 0 && (t.shared_expert_ffn % tp != 0 || (!t.dense_layers.empty() && t.dense_width() % tp != 0))) {
-      return Rejection::tp_width;
-    }
+    if (!mlp_width_faults(t, plan).empty()) return Rejection::tp_width;
     if (cp > 1 && seq % cp != 0) return Rejection::cp_sequence;
     const ExpertSplit experts = expert_split(plan);
     if (ep > 1 && t.experts == 0) return Rejection::ep_experts;
     if (experts.ep > 1 && t.experts % experts.ep != 0) return Rejection::ep_experts;
-    const std::int64_t etp = plan.expert_tensor_parallel;
-    if (etp != 0 && (t.experts == 0 || (etp != 1 && etp != tp) ||
-                     (etp == 1 && tp > 1 && (!plan.sequence_parallel || !ep_encloses_tp(mesh))))) {
-      return Rejection::axis_unsupported;  // experts out of tp need these (validate.cpp says which)
-    }
+    if (expert_tp_faults(plan, t.experts).any()) return Rejection::axis_unsupported;  // validate.cpp says which
     if (cp > 1 && plan.cp_comm == CpComm::all_to_all && (t.heads / tp) % cp != 0) return Rejection::cp_heads;
   }
   if (model.kind == ModelKind::mlp && tp > 1) {
@@ -314,7 +307,7 @@ struct SearchContext {
   std::int64_t layer_count;
   bool keep_all;     // on_candidate: every candidate, feasible or not
   bool keep_ranked;  // options.keep_ranked
-  bool experts;      // a mixture of experts: the search tries experts out of tp
+  std::int64_t experts;  // routed experts per layer (0: dense)
 };
 
 // The candidates of one mesh, in a deterministic order, and their counts.
@@ -372,7 +365,6 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
   const Evaluator& evaluator = ctx.evaluator;
   MeshResult local;
   const std::vector<AxisPlacement> placements = place_axes(evaluator.topology(), mesh);
-  const bool experts_fold = ep_encloses_tp(mesh);
   const std::int64_t data = mesh.data_parallel_size();
   const std::int64_t tp = mesh.size(Axis::tp), pp = mesh.size(Axis::pp);
   const bool pipelined = pp > 1 && evaluator.model().kind != ModelKind::cnn;
@@ -407,10 +399,10 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
             if (search_leaves_out(space, recompute, plan.attention)) continue;
             std::int64_t tried_etp = -1;
             for (std::int64_t etp : space.expert_tensor_parallel) {
-              // Experts out of tp (1) differ from in it (0) only for a mixture of experts with
-              // tp > 1, sequence parallelism and ep directly outside tp; elsewhere 1 is 0.
-              const bool applies = ctx.experts && tp > 1 && sp && experts_fold;
-              if (etp == 1 && !applies) etp = 0;
+              // Experts out of tp (1) differ from in it (0) only where tp > 1 and nothing
+              // stops them (expert_tp_faults); elsewhere 1 is 0.
+              plan.expert_tensor_parallel = 1;
+              if (etp == 1 && (tp == 1 || expert_tp_faults(plan, ctx.experts).any())) etp = 0;
               if (etp == tried_etp) continue;  // --expert-tp tp,1 where 1 does not apply: one pass
               tried_etp = etp;
               plan.expert_tensor_parallel = etp;
@@ -489,7 +481,7 @@ SearchResult search(const Evaluator& evaluator, std::int64_t global_batch, const
                           static_cast<std::int64_t>(evaluator.profile().layer_blocks.size()),
                           static_cast<bool>(options.on_candidate),
                           options.keep_ranked,
-                          evaluator.model().kind == ModelKind::transformer && evaluator.model().transformer.experts > 0};
+                          evaluator.model().kind == ModelKind::transformer ? evaluator.model().transformer.experts : 0};
 
   std::vector<MeshResult> slots(meshes.size());
   std::mutex mutex;

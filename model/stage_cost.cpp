@@ -68,6 +68,31 @@ bool ep_encloses_tp(const Mesh& mesh) {
   return true;
 }
 
+ExpertTpFaults expert_tp_faults(const Plan& plan, std::int64_t experts) {
+  ExpertTpFaults f;
+  const std::int64_t etp = plan.expert_tensor_parallel, tp = plan.mesh.size(Axis::tp);
+  if (etp == 0) return f;
+  f.dense_model = experts == 0;
+  f.value = !f.dense_model && etp != 1 && etp != tp;
+  if (!f.dense_model && etp == 1 && tp > 1) {
+    f.no_sequence_parallel = !plan.sequence_parallel;
+    f.ep_not_outside_tp = !ep_encloses_tp(plan.mesh);
+  }
+  return f;
+}
+
+std::vector<WidthFault> mlp_width_faults(const TransformerDims& t, const Plan& plan) {
+  std::vector<WidthFault> out;
+  const std::int64_t tp = plan.mesh.size(Axis::tp);
+  const std::int64_t ffn_tp = t.experts > 0 ? expert_split(plan).tp : tp;
+  if (t.ffn % ffn_tp != 0) out.push_back({"the feed-forward size", t.ffn, ffn_tp});
+  if (t.experts > 0 && t.shared_expert_ffn % tp != 0) out.push_back({"the shared experts' width", t.shared_expert_ffn, tp});
+  if (t.experts > 0 && !t.dense_layers.empty() && t.dense_width() % tp != 0) {
+    out.push_back({"the dense layers' feed-forward size", t.dense_width(), tp});
+  }
+  return out;
+}
+
 Mesh expert_mesh(const Plan& plan) {
   const ExpertSplit experts = expert_split(plan);
   if (experts.tokens == 1) return plan.mesh;
@@ -77,6 +102,11 @@ Mesh expert_mesh(const Plan& plan) {
     out.axes.push_back(a.axis == Axis::tp ? MeshAxis{Axis::ep, experts.ep} : a);
   }
   return out;
+}
+
+std::vector<AxisPlacement> expert_placements(const Topology& topology, const Plan& plan,
+                                             const std::vector<AxisPlacement>& placements) {
+  return expert_split(plan).tokens > 1 ? place_axes(topology, expert_mesh(plan)) : placements;
 }
 
 PipelineTransfer pipeline_transfer(const ModelProfile& profile, const Plan& plan) {

@@ -96,10 +96,34 @@ ExpertDispatchRate expert_dispatch_rate(const AxisPlacement& group, const Plan& 
 // between them), or either is 1: then ep x tp ranks form one strided group,
 // which experts that leave tp (Plan::expert_tensor_parallel) need.
 bool ep_encloses_tp(const Mesh& mesh);
+// What stops a plan's expert_tensor_parallel (validate.cpp words each; the
+// search's quick check and its loop read the same): a dense model, a value
+// other than 0, 1 and tp, and, for 1 with tp > 1, sequence parallelism off
+// (Megatron-Core requires it for MoE with tp) or ep not directly outside tp.
+struct ExpertTpFaults {
+  bool dense_model = false, value = false, no_sequence_parallel = false, ep_not_outside_tp = false;
+  bool any() const { return dense_model || value || no_sequence_parallel || ep_not_outside_tp; }
+};
+ExpertTpFaults expert_tp_faults(const Plan& plan, std::int64_t experts);
+
+// The MLP widths of a transformer the tp that splits them does not divide:
+// the routed experts' (over expert_split(plan).tp), the shared experts' and
+// the dense layers' (over tp); a dense model's MLP over tp.
+struct WidthFault {
+  const char* what;  // "the feed-forward size", ...
+  std::int64_t width, tp;
+};
+std::vector<WidthFault> mlp_width_faults(const TransformerDims& t, const Plan& plan);
+
 // The mesh the routed experts' collectives run over: the plan's, or, when
 // expert_split(plan).tokens > 1, the same ranks with ep and tp folded into one
 // ep axis of expert_split(plan).ep ranks where tp sat (needs ep_encloses_tp).
 Mesh expert_mesh(const Plan& plan);
+// place_axes of expert_mesh(plan) on `topology`: `placements` (the plan's
+// own) when the experts stay in tp. Its ep entry is the experts' group.
+struct Topology;
+std::vector<AxisPlacement> expert_placements(const Topology& topology, const Plan& plan,
+                                             const std::vector<AxisPlacement>& placements);
 
 enum class Pass : std::uint8_t { forward, backward };
 // What the analytical model lets a collective run under (its exposed_s is the rest).

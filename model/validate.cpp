@@ -118,16 +118,8 @@ void check_transformer(Checker& check, const TransformerDims& t, const Plan& pla
     check.warning("mesh.tp", "tp (" + str(tp) + ") does not divide the " + str(t.key_value_heads()) +
                                  " key/value heads: every tp rank holds all of them (replicated, gradients summed over tp)");
   }
-  // Each MLP width over the tp that splits it: the routed experts' over expert_split's.
-  const std::int64_t ffn_tp = t.experts > 0 ? expert_split(plan).tp : tp;
-  if (t.ffn % ffn_tp != 0) {
-    check.error("mesh.tp", "tp (" + str(ffn_tp) + ") must divide the feed-forward size (" + str(t.ffn) + ")");
-  }
-  if (t.experts > 0 && t.shared_expert_ffn % tp != 0) {
-    check.error("mesh.tp", "tp (" + str(tp) + ") must divide the shared experts' width (" + str(t.shared_expert_ffn) + ")");
-  }
-  if (t.experts > 0 && !t.dense_layers.empty() && t.dense_width() % tp != 0) {
-    check.error("mesh.tp", "tp (" + str(tp) + ") must divide the dense layers' feed-forward size (" + str(t.dense_width()) + ")");
+  for (const WidthFault& w : mlp_width_faults(t, plan)) {
+    check.error("mesh.tp", "tp (" + str(w.tp) + ") must divide " + w.what + " (" + str(w.width) + ")");
   }
   if (t.vocab % tp != 0) {
     check.warning("mesh.tp", "vocabulary " + str(t.vocab) + " is not a multiple of tp " + str(tp) +
@@ -147,28 +139,26 @@ void check_transformer(Checker& check, const TransformerDims& t, const Plan& pla
                                ") must divide the " + str(t.heads / tp) + " attention heads per tp rank (use ring or all-gather)");
   }
   if (ep > 1 && t.experts == 0) check.error("mesh.ep", "ep (" + str(ep) + ") needs a mixture-of-experts model; this one is dense");
-  const std::int64_t etp = plan.expert_tensor_parallel;
-  if (etp != 0 && t.experts == 0) {
-    check.error("expert_tensor_parallel", "needs a mixture-of-experts model; this one is dense");
-  } else if (etp != 0 && etp != 1 && etp != tp) {
+  const ExpertTpFaults etp = expert_tp_faults(plan, t.experts);
+  if (etp.dense_model) check.error("expert_tensor_parallel", "needs a mixture-of-experts model; this one is dense");
+  if (etp.value) {
     check.error("expert_tensor_parallel", "must be 1 (experts whole, their tp ranks join ep) or tp (" + str(tp) +
-                                              ", the default), got " + str(etp));
-  } else if (etp == 1 && tp > 1) {
-    if (!plan.sequence_parallel) {
-      check.error("expert_tensor_parallel", "experts out of tp route each tp rank's own tokens, which sequence "
-                                            "parallelism gives it: turn it on (Megatron-Core requires it for MoE with tp)");
+                                              ", the default), got " + str(plan.expert_tensor_parallel));
+  }
+  if (etp.no_sequence_parallel) {
+    check.error("expert_tensor_parallel", "experts out of tp route each tp rank's own tokens, which sequence "
+                                          "parallelism gives it: turn it on (Megatron-Core requires it for MoE with tp)");
+  }
+  if (etp.ep_not_outside_tp) {
+    Mesh moved;  // the same axes with ep moved to just outside tp
+    for (const MeshAxis& a : plan.mesh.axes) {
+      if (a.axis == Axis::ep) continue;
+      if (a.axis == Axis::tp) moved.axes.push_back({Axis::ep, ep});
+      moved.axes.push_back(a);
     }
-    if (!ep_encloses_tp(plan.mesh)) {
-      Mesh moved;  // the same axes with ep moved to just outside tp
-      for (const MeshAxis& a : plan.mesh.axes) {
-        if (a.axis == Axis::ep) continue;
-        if (a.axis == Axis::tp) moved.axes.push_back({Axis::ep, ep});
-        moved.axes.push_back(a);
-      }
-      check.error("expert_tensor_parallel", "experts out of tp form one group of ep x tp ranks: ep must sit directly "
-                                            "outside tp in the mesh order (e.g. " + moved.to_string() + "), got " +
-                                            plan.mesh.to_string());
-    }
+    check.error("expert_tensor_parallel", "experts out of tp form one group of ep x tp ranks: ep must sit directly "
+                                          "outside tp in the mesh order (e.g. " + moved.to_string() + "), got " +
+                                          plan.mesh.to_string());
   }
   const ExpertSplit experts = expert_split(plan);
   if (plan.ep_dispatch != EpDispatch::all_to_all && experts.ep == 1) {

@@ -201,7 +201,7 @@ class Builder {
 // The groups a representative device communicates in, per purpose.
 struct Groups {
   Group tp, cp, ep, pp, dp, fsdp;
-  // `expert_placements`: place_axes of expert_mesh(plan), whose ep is the routed experts' group.
+  // `expert_placements`: stage_cost.hpp's, whose ep is the routed experts' group.
   Groups(const std::vector<AxisPlacement>& placements, const std::vector<AxisPlacement>& expert_placements,
          const Plan& plan, const ModelProfile& prof)
       : tp(group_of(placements, {Axis::tp}, Axis::tp)),
@@ -416,7 +416,7 @@ Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, c
   evaluator.evaluate(plan, placements, costs, &memory);
 
   const Groups groups(placements,
-                      expert_split(plan).tokens > 1 ? place_axes(evaluator.topology(), expert_mesh(plan)) : placements, plan,
+                      expert_placements(evaluator.topology(), plan, placements), plan,
                       prof);
   const Context cx{prof, plan, options, costs, partition.value, groups, bytes_for(plan), pp, v,
                    groups.fsdp.size > 1, groups.dp.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)};

@@ -99,10 +99,10 @@ void resolve_space(const SetupInputs& in, SearchSpace& space, Problems& problems
   space.fp32_gradients = in.fp32_gradients;
   space.expert_tensor_parallel.clear();
   for (const auto& word : split(in.expert_tp, "expert_tp", problems)) {
-    const std::int64_t value = word == "tp" ? 0 : word == "1" ? 1 : -1;
-    if (value < 0) error(problems, "expert_tp", "'" + word + "' is not one of: tp, 1");
-    else if (std::find(space.expert_tensor_parallel.begin(), space.expert_tensor_parallel.end(), value) ==
-             space.expert_tensor_parallel.end()) space.expert_tensor_parallel.push_back(value);
+    const auto value = parse_expert_tp(word);
+    if (!value) error(problems, "expert_tp", "'" + word + "' is not one of: " + std::string(expert_tp_choices));
+    else if (std::find(space.expert_tensor_parallel.begin(), space.expert_tensor_parallel.end(), *value) ==
+             space.expert_tensor_parallel.end()) space.expert_tensor_parallel.push_back(*value);
   }
   if (auto d = parse_ep_dispatch(in.ep_dispatch)) {
     space.ep_dispatch = *d;
