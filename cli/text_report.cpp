@@ -40,6 +40,12 @@ std::string describe_model(const ModelSpec& model, std::int64_t seq_len) {
       std::string text = std::to_string(t.layers) + " layers, hidden " + std::to_string(t.hidden) + ", " +
                          std::to_string(t.heads) + " heads";
       if (t.kv_heads != t.heads) text += " (" + std::to_string(t.kv_heads) + " kv)";
+      if (t.latent_attention()) {
+        text += " latent attention (";
+        if (t.q_lora_rank > 0) text += "q " + std::to_string(t.q_lora_rank) + ", ";
+        text += "kv " + std::to_string(t.kv_lora_rank) + "; head q/k " + std::to_string(t.head_size()) + " with rotary " +
+                std::to_string(t.qk_rope_head_dim) + ", v " + std::to_string(t.v_head_dim) + ")";
+      }
       text += ", ffn " + std::to_string(t.ffn) + ", vocab " + std::to_string(t.vocab) + ", seq " + std::to_string(seq_len);
       if (t.experts > 0) text += ", " + std::to_string(t.experts) + " experts top-" + std::to_string(t.top_k);
       if (t.capacity_factor > 0) text += " capacity " + format("%g", t.capacity_factor) + " (padded)";

@@ -28,8 +28,9 @@ class TransformerBuilder {
         s(static_cast<double>(sequence)),
         h(static_cast<double>(dims.hidden)),
         a(static_cast<double>(dims.heads)),
-        q(static_cast<double>(dims.heads * dims.head_size())),
-        kv(static_cast<double>(dims.key_value_heads() * dims.head_size())),
+        q(static_cast<double>(dims.query_width())),
+        kv(static_cast<double>(dims.key_width())),
+        vw(static_cast<double>(dims.value_width())),
         vocab(static_cast<double>(dims.vocab)),
         gated(dims.feed_forward != FeedForward::gelu),
         dropout(dims.dropout > 0),
@@ -119,41 +120,152 @@ class TransformerBuilder {
   // fused (counted so), more passes in eager code. It saves only the cos and
   // sin tables (constants, not activations); its gradient is the inverse
   // rotation of the incoming one, one more read and write.
-  OpId rotary(int block, const std::string& p, OpId qkv_id) {
+  // Latent attention rotates only the queries' rotary part and the one rotary key all heads share
+  // (`width`: the elements per token it rotates).
+  OpId rotary(int block, const std::string& p, OpId qkv_id, double width) {
     Op rope = make_op(p + "attn.rotary", OpKind::elementwise, block);
-    rope.forward_flops_per_sample = 3 * s * (q + kv);
-    rope.output_elements_per_sample = s * (q + kv);
-    rope.memory_elements_per_sample = 2 * s * (q + kv);
+    rope.forward_flops_per_sample = 3 * s * width;
+    rope.output_elements_per_sample = s * width;
+    rope.memory_elements_per_sample = 2 * s * width;
     rope.tensor_parallel_region = true;  // per head: tp splits it as it splits the heads
     const OpId id = g.add_op(rope);
     g.connect(qkv_id, id);
     return id;
   }
 
-  // ---- a layer's attention half, through the residual add; returns that add
-  OpId attention(int block, const std::string& p, OpId prev) {
-    const OpId ln1_id = g.add_op(pre_norm(p, "ln1", block));
-    g.connect(prev, ln1_id);
+  // What the core attention reads: the op that produced the (rotated) queries and keys, and the
+  // op that produced the values.
+  struct Projected {
+    OpId keys, values;
+  };
 
+  // Queries, keys and values in one column-parallel GEMM (grouped-query attention's key/value
+  // heads split over tp only where it divides them), then rotary positions.
+  Projected qkv_projection(int block, const std::string& p, OpId ln1_id) {
     Op qkv = make_op(p + "attn.qkv", OpKind::gemm, block);
     qkv.tp_split_parameters = h * q + bias(q);
     qkv.kv_parameters = 2 * (h * kv + bias(kv));  // whole on every tp rank when tp does not divide the kv heads
     qkv.forward_flops_per_sample = 2 * s * h * (q + 2 * kv);
     qkv.output_elements_per_sample = s * (q + 2 * kv);
     qkv.saved = {{"qkv input", s * h, 0, false, false}};
-    const std::int64_t kv_columns = 2 * t.key_value_heads() * t.head_size();
-    qkv.gemm = {s, t.heads * t.head_size() + kv_columns, t.hidden, 1, kv_columns};
+    const std::int64_t kv_columns = 2 * t.key_width();
+    qkv.gemm = {s, t.query_width() + kv_columns, t.hidden, 1, kv_columns};
     qkv.tp_split = TpSplit::columns;
     // op-level checkpointing keeps q and v (matmuls 1 and 3) and repeats k (2).
     qkv.op_sac_kept = {{"query projection", s * q, 0, true, false}, {"value projection", s * kv, 0, true, false, KeptBy::both, true}};
     qkv.op_sac_recomputed = kv / (q + 2 * kv);
     const OpId qkv_id = g.add_op(qkv);
     g.connect(ln1_id, qkv_id);
-    OpId keys_id = qkv_id;  // what the scores read: q and k, rotated where the model rotates them
-    if (t.positions == Positions::rotary) keys_id = rotary(block, p, qkv_id);
+    if (t.positions != Positions::rotary) return {qkv_id, qkv_id};
+    return {rotary(block, p, qkv_id, q + kv), qkv_id};
+  }
+
+  // A latent's norm (RMSNorm or LayerNorm as the model's), on the sequence-parallel region's rows.
+  Op latent_norm(const std::string& name, int block, double width) const {
+    Op norm = make_op(name, OpKind::norm, block);
+    norm.replicated_parameters = t.norm == Norm::layernorm ? 2 * width : width;
+    norm.forward_flops_per_sample = norm_flops_per_element * s * width;
+    norm.output_elements_per_sample = s * width;
+    norm.saved = {{"latent norm input", s * width, 0, false, false}};
+    norm.memory_elements_per_sample = 2 * s * width;
+    return norm;
+  }
+
+  // A latent's up-projection to every head: column-parallel, its input the normed latent.
+  Op up_projection(const std::string& name, int block, double latent, std::int64_t latent_width, double out,
+                   std::int64_t out_width) const {
+    Op up = make_op(name, OpKind::gemm, block);
+    up.tp_split_parameters = latent * out;
+    up.forward_flops_per_sample = 2 * s * latent * out;
+    up.output_elements_per_sample = s * out;
+    up.saved = {{"up-projection input (normed latent)", s * latent, 0, false, false}};
+    up.gemm = {s, out_width, latent_width, 1};
+    up.tp_split = TpSplit::columns;
+    up.op_sac_recomputed = 1;
+    return up;
+  }
+
+  // Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, Sec. 2.1; Megatron-Core's
+  // MLASelfAttention): hidden is projected down to a query latent (q_lora_rank) and a key/value
+  // latent (kv_lora_rank) plus one rotary key of qk_rope_head_dim shared by all heads, each latent
+  // normed and projected up per head, column-parallel. The down-projections are whole on every tp
+  // rank (Megatron-Core's duplicated linears): under sequence parallelism each rank projects its own
+  // rows and the up-projections gather the latents, not hidden. The keys are each head's
+  // up-projected part and the shared rotary key; the rotation covers the queries' rotary parts and
+  // that key. Training runs this unabsorbed form (the absorbed one is for decoding).
+  Projected latent_projections(int block, const std::string& p, OpId ln1_id) {
+    const double rope = static_cast<double>(t.qk_rope_head_dim), nope = static_cast<double>(t.head_size()) - rope;
+    const double kv_latent = static_cast<double>(t.kv_lora_rank), q_latent = static_cast<double>(t.q_lora_rank);
+    // Op-level checkpointing: of the matmuls (q down, q up, kv down, kv up, out) every second is repeated.
+    OpId queries_id;
+    if (t.q_lora_rank > 0) {
+      Op down = make_op(p + "attn.q_down", OpKind::gemm, block);
+      down.replicated_parameters = h * q_latent;
+      down.forward_flops_per_sample = 2 * s * h * q_latent;
+      down.output_elements_per_sample = s * q_latent;
+      down.saved = {{"qkv input", s * h, 0, false, false}};  // read by both down-projections, kept once
+      down.gemm = {s, t.q_lora_rank, t.hidden, 1};
+      down.tp_split = TpSplit::sequence;
+      down.op_sac_kept = {{"query latent", s * q_latent, 0, false, false}};
+      down.op_sac_recomputed = 0;
+      const OpId down_id = g.add_op(down);
+      g.connect(ln1_id, down_id);
+      const OpId norm_id = g.add_op(latent_norm(p + "attn.q_norm", block, q_latent));
+      g.connect(down_id, norm_id);
+      queries_id = g.add_op(up_projection(p + "attn.q_up", block, q_latent, t.q_lora_rank, q, t.query_width()));
+      g.connect(norm_id, queries_id);
+    } else {  // queries straight from hidden (DeepSeek-V2-Lite)
+      Op query = make_op(p + "attn.q", OpKind::gemm, block);
+      query.tp_split_parameters = h * q;
+      query.forward_flops_per_sample = 2 * s * h * q;
+      query.output_elements_per_sample = s * q;
+      query.saved = {{"qkv input", s * h, 0, false, false}};
+      query.gemm = {s, t.query_width(), t.hidden, 1};
+      query.tp_split = TpSplit::columns;
+      query.op_sac_kept = {{"query projection", s * q, 0, true, false}};
+      query.op_sac_recomputed = 0;
+      queries_id = g.add_op(query);
+      g.connect(ln1_id, queries_id);
+    }
+    Op down = make_op(p + "attn.kv_down", OpKind::gemm, block);
+    down.replicated_parameters = h * (kv_latent + rope);
+    down.forward_flops_per_sample = 2 * s * h * (kv_latent + rope);
+    down.output_elements_per_sample = s * (kv_latent + rope);
+    down.gemm = {s, t.kv_lora_rank + t.qk_rope_head_dim, t.hidden, 1};
+    down.tp_split = TpSplit::sequence;
+    down.op_sac_kept = {{"key/value latent and rotary key", s * (kv_latent + rope), 0, false, false}};
+    down.op_sac_recomputed = 0;
+    const OpId down_id = g.add_op(down);
+    g.connect(ln1_id, down_id);
+    const OpId norm_id = g.add_op(latent_norm(p + "attn.kv_norm", block, kv_latent));
+    g.connect(down_id, norm_id);
+    const OpId up_id = g.add_op(up_projection(p + "attn.kv_up", block, kv_latent, t.kv_lora_rank, a * nope + vw,
+                                              t.heads * (t.head_size() - t.qk_rope_head_dim) + t.value_width()));
+    g.connect(norm_id, up_id);
+
+    // The queries' rotary parts (a x rope) and the shared rotary key, which every tp rank needs whole.
+    Op rope_op = make_op(p + "attn.rotary", OpKind::elementwise, block);
+    rope_op.forward_flops_per_sample = 3 * s * (a + 1) * rope;
+    rope_op.output_elements_per_sample = s * (a + 1) * rope;
+    rope_op.memory_elements_per_sample = 2 * s * (a + 1) * rope;
+    rope_op.tensor_parallel_region = true;
+    rope_op.tp_gathered_input_elements_per_sample = s * rope;
+    const OpId rope_id = g.add_op(rope_op);
+    g.connect(queries_id, rope_id);
+    g.connect(down_id, rope_id);
+    g.connect(up_id, rope_id);
+    return {rope_id, up_id};
+  }
+
+  // ---- a layer's attention half, through the residual add; returns that add
+  OpId attention(int block, const std::string& p, OpId prev) {
+    const OpId ln1_id = g.add_op(pre_norm(p, "ln1", block));
+    g.connect(prev, ln1_id);
+    const Projected projected = t.latent_attention() ? latent_projections(block, p, ln1_id) : qkv_projection(block, p, ln1_id);
+    const OpId keys_id = projected.keys;
 
     Op scores = make_op(p + "attn.scores", OpKind::attention_scores, block);
-    scores.forward_flops_per_sample = 2 * s * s * q;
+    scores.forward_flops_per_sample = 2 * s * s * q;  // q: heads x the query/key head size
     scores.output_elements_per_sample = a * s * s;
     scores.saved = {{"query", s * q, 0, true, false},
                     {"key", s * kv, 0, true, false, KeptBy::both, true},
@@ -191,27 +303,28 @@ class TransformerBuilder {
     }
 
     Op values = make_op(p + "attn.values", OpKind::attention_values, block);
-    values.forward_flops_per_sample = 2 * s * s * q;
-    values.output_elements_per_sample = s * q;
-    values.saved = {{"value", s * kv, 0, true, false, KeptBy::both, true}};
+    const double out_width = a * static_cast<double>(t.value_head_size());  // the heads' outputs
+    values.forward_flops_per_sample = 2 * s * s * out_width;
+    values.output_elements_per_sample = s * out_width;
+    values.saved = {{"value", s * vw, 0, true, false, KeptBy::both, true}};
     // Without dropout the probabilities P V reads are the softmax output already saved.
     if (dropout) values.saved.push_back({"attention dropout output", a * s * s, 0, true, true, KeptBy::unfused_attention});
-    values.gemm = {s, t.head_size(), seq_len, t.heads};
+    values.gemm = {s, t.value_head_size(), seq_len, t.heads};
     values.tp_split = TpSplit::heads;
     values.core_attention = true;
-    values.op_sac_kept = {{"attention output", s * q, 0, true, false, KeptBy::fused_attention},
+    values.op_sac_kept = {{"attention output", s * out_width, 0, true, false, KeptBy::fused_attention},
                           {"softmax statistics (fp32 log-sum-exp)", a * s, 4, true, false, KeptBy::fused_attention}};
     const OpId values_id = g.add_op(values);
     g.connect(probs_id, values_id);
-    g.connect(qkv_id, values_id);
+    g.connect(projected.values, values_id);
 
     Op out = make_op(p + "attn.out", OpKind::gemm, block);
-    out.tp_split_parameters = q * h;
+    out.tp_split_parameters = out_width * h;
     out.replicated_parameters = bias(h);
-    out.forward_flops_per_sample = 2 * s * q * h;
+    out.forward_flops_per_sample = 2 * s * out_width * h;
     out.output_elements_per_sample = s * h;
-    out.saved = {{"attention projection input", s * q, 0, true, false}};
-    out.gemm = {s, t.hidden, t.heads * t.head_size(), 1};
+    out.saved = {{"attention projection input", s * out_width, 0, true, false}};
+    out.gemm = {s, t.hidden, t.heads * t.value_head_size(), 1};
     out.tp_split = TpSplit::rows;
     // Matmul 4 is repeated, but its reduce-scatter's output (sequence parallelism) is on the save list.
     out.op_sac_kept = {{"attention projection after its reduce-scatter", s * h, 0, false, false, KeptBy::both, false, true}};
@@ -241,6 +354,7 @@ class TransformerBuilder {
       // dispatched copies of it, not it; shared experts read the same tensor).
       router.saved = {{"router probabilities", s * experts, 4, false, false}, {"router input", s * h, 0, false, false}};
       router.gemm = {s, t.experts, t.hidden, 1};
+      router.tp_split = TpSplit::sequence;  // each tp rank routes its own tokens under sequence parallelism (Megatron-Core)
       router.memory_fixed_bytes_per_sample = 2 * s * experts * 4;  // fp32 softmax over experts
       router.op_sac_kept = {{"router logits", s * experts, 0, false, false}};  // matmul 5 (the experts' grouped matmuls are repeated)
       router.op_sac_recomputed = 0;
@@ -384,7 +498,7 @@ class TransformerBuilder {
 
   const TransformerDims& t;
   std::int64_t seq_len;
-  double s, h, a, q, kv, vocab;  // q: query width; kv: key (= value) width
+  double s, h, a, q, kv, vw, vocab;  // widths per token: q queries', kv keys', vw values' (kv but under latent attention)
   bool gated, dropout;
   double experts, routed;  // routed: copies of each token through the MLP
   double expert_slots;            // routed, with the capacity's padding (expert_slots_per_token): what the experts compute and hold

@@ -131,7 +131,16 @@ std::string megatron(Writer& w) {
   arg("--num-layers", count(t.layers));
   arg("--hidden-size", count(t.hidden));
   arg("--num-attention-heads", count(t.heads));
-  if (t.head_size() * t.heads != t.hidden) arg("--kv-channels", count(t.head_size()));
+  if (t.latent_attention()) {  // Megatron-Core's MLA (arguments.py: --qk-head-dim is the part without rotation)
+    arg("--multi-latent-attention");
+    if (t.q_lora_rank > 0) arg("--q-lora-rank", count(t.q_lora_rank));
+    arg("--kv-lora-rank", count(t.kv_lora_rank));
+    arg("--qk-head-dim", count(t.head_size() - t.qk_rope_head_dim));
+    arg("--qk-pos-emb-head-dim", count(t.qk_rope_head_dim));
+    arg("--v-head-dim", count(t.v_head_dim));
+  } else if (t.head_size() * t.heads != t.hidden) {
+    arg("--kv-channels", count(t.head_size()));
+  }
   if (t.key_value_heads() != t.heads) {
     arg("--group-query-attention");
     arg("--num-query-groups", count(t.key_value_heads()));

@@ -127,10 +127,15 @@ class Mapper {
     if (r_.has("num_key_value_heads")) {
       count("kv_heads", "num_key_value_heads");
     }
-    if (r_.has("head_dim")) count("head_dim", "head_dim");
+    const bool deepseek = type == "deepseek_v2" || type == "deepseek_v3";
+    if (deepseek) {
+      latent_attention();
+    } else if (r_.has("head_dim")) {
+      count("head_dim", "head_dim");
+    }
     // The MoE types whose experts have their own width keep it in moe_intermediate_size;
     // intermediate_size is then the width of their dense layers, if any (dense_layers_among_experts).
-    count("ffn", type == "qwen2_moe" || type == "qwen3_moe" ? "moe_intermediate_size" : "intermediate_size");
+    count("ffn", type == "qwen2_moe" || type == "qwen3_moe" || deepseek ? "moe_intermediate_size" : "intermediate_size");
     count("vocab", "vocab_size");
     count("seq_len", "max_position_embeddings");
     activation(type);
@@ -150,6 +155,8 @@ class Mapper {
       count("experts", "num_experts");
       count("top_k", "num_experts_per_tok");
       if (type != "olmoe") dense_layers_among_experts();
+    } else if (deepseek) {
+      deepseek_experts();
     }
     if (type == "qwen2_moe") {
       // Qwen2-MoE's shared expert, gated per token by a sigmoid over one output (h weights per layer, not counted).
@@ -199,6 +206,54 @@ class Mapper {
       }
     }
     set("bias", attention ? "true" : "false", "attention_bias (default false)");
+  }
+
+  // DeepSeek-V2/V3's multi-head latent attention (DeepseekV3Config: q_lora_rank null in V2-Lite, whose
+  // queries come from hidden directly). Its head_dim key, where a config has one, is the rotary part's.
+  void latent_attention() {
+    if (r_.has("q_lora_rank")) count("q_lora_rank", "q_lora_rank");
+    count("kv_lora_rank", "kv_lora_rank");
+    count("qk_nope_head_dim", "qk_nope_head_dim");
+    count("qk_rope_head_dim", "qk_rope_head_dim");
+    count("v_head_dim", "v_head_dim");
+  }
+
+  // DeepSeekMoE as DeepSeek-V2/V3 configure it (transformers' DeepseekV3DecoderLayer: layer i has
+  // experts when i >= first_k_dense_replace and i % moe_layer_freq == 0), its n_shared_experts of
+  // moe_intermediate_size each as one shared MLP, and what the schema does not state.
+  void deepseek_experts() {
+    const auto experts = r_.count("n_routed_experts");
+    if (!experts) {
+      r_.error("n_routed_experts", "is missing or null: a dense DeepSeek model has no schema here; write a preset file");
+      return;
+    }
+    count("experts", "n_routed_experts");
+    count("top_k", "num_experts_per_tok");
+    if (const auto shared = r_.count("n_shared_experts"); shared && r_.count("moe_intermediate_size")) {
+      set("shared_expert_ffn", std::to_string(*shared * *r_.count("moe_intermediate_size")),
+          "n_shared_experts x moe_intermediate_size");
+    }
+    const auto layers = r_.count("num_hidden_layers");
+    const std::int64_t first = r_.has("first_k_dense_replace") ? r_.count("first_k_dense_replace").value_or(0) : 0;
+    const std::int64_t freq = r_.count("moe_layer_freq").value_or(1);
+    if (layers) {
+      std::string list;
+      for (std::int64_t i = 0; i < *layers; ++i) {
+        if (i < first || i % freq != 0) list += (list.empty() ? "" : ", ") + std::to_string(i);
+      }
+      if (!list.empty()) {
+        set("dense_layers", "[" + list + "]", "first_k_dense_replace, moe_layer_freq");
+        count("dense_ffn", "intermediate_size");
+      }
+    }
+    if (r_.count("num_nextn_predict_layers").value_or(0) > 0) {
+      r_.warning("num_nextn_predict_layers", "multi-token prediction modules (DeepSeek-V3, Sec. 2.2) are not modelled: "
+                                             "their layers, weights and loss are left out");
+    }
+    if (r_.text("scoring_func").value_or("softmax") != "softmax" || r_.count("topk_group")) {
+      r_.warning("topk_group", "the router's scoring and its node-limited (group) routing are not modelled: tokens are "
+                               "costed as routed evenly over all experts");
+    }
   }
 
   // Which layers are dense among the experts' (Qwen-MoE: layer i has experts when (i + 1) % decoder_sparse_step
@@ -304,11 +359,12 @@ Loaded<HfModel> read_hf_config_text(const std::string& json_text, const std::str
   if (*type == "gpt2") {
     mapper.gpt2();
   } else if (*type == "llama" || *type == "mistral" || *type == "mixtral" || *type == "qwen2" || *type == "qwen2_moe" ||
-             *type == "qwen3" || *type == "qwen3_moe" || *type == "olmoe" || *type == "gemma") {
+             *type == "qwen3" || *type == "qwen3_moe" || *type == "olmoe" || *type == "gemma" ||
+             *type == "deepseek_v2" || *type == "deepseek_v3") {
     mapper.llama_like(*type);
   } else {
     reader.error("model_type", "'" + *type + "' is not an architecture meshplan maps (gpt2, llama, mistral, mixtral, qwen2, "
-                               "qwen2_moe, qwen3, qwen3_moe, olmoe, gemma); write a preset file instead (docs/presets.md)");
+                               "qwen2_moe, qwen3, qwen3_moe, olmoe, gemma, deepseek_v2, deepseek_v3); write a preset file instead (docs/presets.md)");
     return result;
   }
   if (has_errors(result.problems)) return result;

@@ -22,6 +22,13 @@
 //                              (default false; gemma true);
 //                              num_local_experts and num_experts_per_tok
 //                              (mixtral); RMSNorm, rotary positions
+//   deepseek_v2, deepseek_v3   as llama, with q_lora_rank, kv_lora_rank,
+//                              qk_nope_head_dim, qk_rope_head_dim,
+//                              v_head_dim (latent attention);
+//                              moe_intermediate_size, n_routed_experts,
+//                              num_experts_per_tok, n_shared_experts,
+//                              first_k_dense_replace, moe_layer_freq,
+//                              intermediate_size (the dense layers')
 //
 // defines: HfField, HfModel, read_hf_config, read_hf_config_text, hf_model_yaml
 #pragma once

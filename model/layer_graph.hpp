@@ -81,7 +81,11 @@ struct GemmShape {  // per sample: rows scale with the sample's tokens
 
 // Which GEMM dimension tensor parallelism divides (Megatron-LM): column-
 // parallel layers split n, row-parallel split k, attention splits heads.
-enum class TpSplit { none, columns, rows, heads };
+// `sequence`: the weights are whole on every tp rank (Megatron-Core's
+// "duplicated" linears: latent attention's down-projections, the MoE router)
+// and the rows are the sequence-parallel region's: each tp rank runs its own
+// 1/tp of them under sequence parallelism, all of them without it.
+enum class TpSplit { none, columns, rows, heads, sequence };
 
 struct Op {
   std::string name;                 // "layer3.mlp.w_in"
@@ -102,6 +106,12 @@ struct Op {
   // unless sequence parallelism splits it.
   bool tensor_parallel_region = false;
   bool core_attention = false;      // recomputed by "selective" recompute (QK^T, softmax, dropout, PV)
+  // Elements per sample of an input from the sequence-parallel region that
+  // this op, inside the tensor-parallel region, reads whole on every tp rank
+  // without a column-parallel GEMM to gather it: all-gathered over tp in the
+  // forward under sequence parallelism, its gradient reduce-scattered (all-
+  // reduced without it). Latent attention's shared rotary key.
+  double tp_gathered_input_elements_per_sample = 0;
   // Memory traffic of a memory-bound op in the forward pass, per sample:
   // elements read + written at the activation dtype, and bytes of fixed-width
   // data (1-byte dropout masks, fp32 logits).

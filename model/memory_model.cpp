@@ -110,8 +110,8 @@ double communication_buffers(const ModelSpec& model, const LayerGraph& graph, co
       buffers += tokens * static_cast<double>(t.hidden) * bytes.activation_bytes_per_element;  // all-gathered layer input
     }
     if (cp > 1) {
-      buffers += context_parallel_buffer_elements(plan.cp_comm, tokens, cp, static_cast<double>(t.heads * t.head_dim) / tp,
-                                                  static_cast<double>(t.kv_heads * t.head_dim) / kv_tp) *
+      buffers += context_parallel_buffer_elements(plan.cp_comm, tokens, cp, static_cast<double>(t.query_width()) / tp,
+                                                  t.key_value_mean_width() / kv_tp) *
                  bytes.activation_bytes_per_element;
     }
     const ExpertSplit experts = expert_split(plan);

@@ -1,6 +1,7 @@
 #include "model/model_spec.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "model/hf_config.hpp"
 #include "model/presets.hpp"
@@ -17,6 +18,51 @@ constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
 // nodes per layer: a plan file saying 2^20 layers took minutes to read
 // (fuzz/fuzz_plan_file.cpp timed out), 4096 take 0.1 s.
 constexpr std::int64_t kMaxLayers = std::int64_t{1} << 12;
+
+// Multi-head latent attention's fields (TransformerDims): all four head sizes stated, as DeepSeek's
+// configs state them; the query/key head size is qk_nope_head_dim + qk_rope_head_dim.
+void read_latent_attention(YamlMap& root, TransformerDims& t, bool head_dim_given) {
+  const auto kv_rank = root.integer("kv_lora_rank", Need::optional, 1, kMaxDim);
+  const auto q_rank = root.integer("q_lora_rank", Need::optional, 1, kMaxDim);
+  const auto nope = root.integer("qk_nope_head_dim", Need::optional, 1, kMaxDim);
+  const auto rope = root.integer("qk_rope_head_dim", Need::optional, 2, kMaxDim);
+  const auto v = root.integer("v_head_dim", Need::optional, 1, kMaxDim);
+  if (!kv_rank) {
+    const std::pair<const char*, bool> stated[] = {
+        {"q_lora_rank", q_rank.has_value()}, {"qk_nope_head_dim", nope.has_value()},
+        {"qk_rope_head_dim", rope.has_value()}, {"v_head_dim", v.has_value()}};
+    for (const auto& [key, given] : stated) {
+      if (given) {
+        root.add_problem(key, "belongs to multi-head latent attention, which kv_lora_rank turns on; this model "
+                              "does not state kv_lora_rank");
+      }
+    }
+    return;
+  }
+  t.kv_lora_rank = *kv_rank;
+  t.q_lora_rank = q_rank.value_or(0);
+  if (!nope || !rope || !v) {
+    root.add_problem("kv_lora_rank", "multi-head latent attention needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim");
+    return;
+  }
+  if (*rope % 2 != 0) root.add_problem("qk_rope_head_dim", "rotary positions rotate pairs: give an even size");
+  if (head_dim_given) {
+    root.add_problem("head_dim", "under multi-head latent attention the query/key head size is qk_nope_head_dim + "
+                                 "qk_rope_head_dim; state those instead of head_dim");
+  }
+  if (t.kv_heads != t.heads) {
+    root.add_problem("kv_heads", "multi-head latent attention up-projects keys and values for every head: kv_heads "
+                                 "must equal heads (" + std::to_string(t.heads) + ")");
+  }
+  if (t.positions != Positions::rotary) {
+    root.add_problem("positions", "multi-head latent attention carries its positions in the rotary part of its "
+                                  "keys and queries (qk_rope_head_dim): positions must be rotary");
+  }
+  t.kv_heads = t.heads;
+  t.qk_rope_head_dim = *rope;
+  t.head_dim = *nope + *rope;
+  t.v_head_dim = *v;
+}
 
 void read_transformer(YamlMap& root, TransformerDims& t) {
   t.layers = root.integer("layers", Need::required, 1, kMaxLayers).value_or(0);
@@ -42,7 +88,10 @@ void read_transformer(YamlMap& root, TransformerDims& t) {
   t.experts = root.integer("experts", Need::optional, 0, 1 << 20).value_or(0);
   t.top_k = root.integer("top_k", Need::optional, 1, 1 << 20).value_or(1);
 
-  if (head_dim) {
+  read_latent_attention(root, t, head_dim.has_value());
+  if (t.latent_attention()) {
+    // head_dim is qk_nope_head_dim + qk_rope_head_dim (read_latent_attention)
+  } else if (head_dim) {
     t.head_dim = *head_dim;
   } else if (t.heads > 0 && t.hidden % t.heads != 0) {
     root.add_problem("heads", "hidden (" + std::to_string(t.hidden) + ") is not divisible by heads (" +

@@ -60,11 +60,32 @@ struct TransformerDims {
   // --moe-layer-freq. Their MLP is one of width dense_ffn (0: ffn), with no router and no shared experts.
   std::vector<std::int64_t> dense_layers;
   std::int64_t dense_ffn = 0;
+  // Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, Sec. 2.1.2-2.1.3; Megatron-Core's
+  // --multi-latent-attention): keys and values are projected from hidden to a latent of kv_lora_rank
+  // (plus qk_rope_head_dim for the one rotary key all heads share), normed, and up-projected per head
+  // to keys (head_dim - qk_rope_head_dim of them without rotation, then the shared rotary part) and
+  // values (v_head_dim); queries likewise through a latent of q_lora_rank (0: projected from hidden
+  // directly, as DeepSeek-V2-Lite). head_dim is the query/key head size, rotary part included.
+  // kv_lora_rank 0: ordinary (grouped-query) attention, and the other three are 0.
+  std::int64_t q_lora_rank = 0;
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_rope_head_dim = 0;
+  std::int64_t v_head_dim = 0;
 
   // The counts as every reader uses them (0 in the fields above means the default).
   std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
   std::int64_t head_size() const { return head_dim > 0 ? head_dim : hidden / (heads > 0 ? heads : 1); }
   bool gated() const { return feed_forward != FeedForward::gelu; }
+  bool latent_attention() const { return kv_lora_rank > 0; }
+  // A value head's size: v_head_dim under latent attention, else the query/key head's.
+  std::int64_t value_head_size() const { return v_head_dim > 0 ? v_head_dim : head_size(); }
+  // Per token: the queries', the keys' and the values' widths over all their heads.
+  std::int64_t query_width() const { return heads * head_size(); }
+  std::int64_t key_width() const { return key_value_heads() * head_size(); }
+  std::int64_t value_width() const { return key_value_heads() * value_head_size(); }
+  // Keys and values move and are buffered together (context parallelism): their mean width per
+  // token, so that twice it is both.
+  double key_value_mean_width() const { return static_cast<double>(key_width() + value_width()) / 2; }
   // Copies of each token the experts compute and the dispatch moves, padding included: top_k x
   // capacity_factor (top_k when dropless); 1 for a dense MLP. Model FLOPs count top_k only.
   double expert_slots_per_token() const {

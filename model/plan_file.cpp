@@ -590,7 +590,15 @@ nlohmann::ordered_json model_to_json(const ModelSpec& model) {
       j["hidden"] = t.hidden;
       j["heads"] = t.heads;
       j["kv_heads"] = t.kv_heads;
-      j["head_dim"] = t.head_dim;
+      if (t.latent_attention()) {  // the preset's fields; head_dim is their sum
+        if (t.q_lora_rank > 0) j["q_lora_rank"] = t.q_lora_rank;
+        j["kv_lora_rank"] = t.kv_lora_rank;
+        j["qk_nope_head_dim"] = t.head_size() - t.qk_rope_head_dim;
+        j["qk_rope_head_dim"] = t.qk_rope_head_dim;
+        j["v_head_dim"] = t.v_head_dim;
+      } else {
+        j["head_dim"] = t.head_dim;
+      }
       j["ffn"] = t.ffn;
       j["vocab"] = t.vocab;
       j["seq_len"] = t.seq_len;

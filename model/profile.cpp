@@ -200,6 +200,10 @@ void add_stream(BlockProfile& bp, const Op& op, std::int64_t seq_len) {
     bp.tp_forward_reduce_elements += op.output_elements_per_sample;
     ++bp.tp_forward_collectives;
   }
+  if (op.tp_gathered_input_elements_per_sample > 0) {  // gathered as a column-parallel GEMM's input is
+    bp.tp_backward_reduce_elements += op.tp_gathered_input_elements_per_sample;
+    ++bp.tp_backward_collectives;
+  }
   if (op.kind == OpKind::cross_entropy && op.tensor_parallel_region) {
     bp.tp_forward_reduce_elements += 3 * static_cast<double>(seq_len);  // max, sum of exp, target logit
     bp.tp_forward_collectives += 3;
@@ -227,8 +231,8 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
   if (model.kind == ModelKind::transformer) {
     const auto& t = model.transformer;
     profile.hidden = t.hidden;
-    profile.kv_width = t.key_value_heads() * t.head_size();
-    profile.q_width = t.heads * t.head_size();
+    profile.kv_width = t.key_value_mean_width();
+    profile.q_width = t.query_width();
     profile.kv_heads = t.key_value_heads();
     profile.expert_slots = t.expert_slots_per_token();
     profile.experts = t.experts;

@@ -120,7 +120,8 @@ struct ModelProfile {
   double recompute_flops[kRecomputeModes][2] = {};
   double residual_elements_per_sample = 0;  // what crosses a pipeline stage boundary
   // For communication volumes.
-  std::int64_t hidden = 0, q_width = 0, kv_width = 0, kv_heads = 0, experts = 0, top_k = 0;
+  std::int64_t hidden = 0, q_width = 0, kv_heads = 0, experts = 0, top_k = 0;
+  double kv_width = 0;  // TransformerDims::key_value_mean_width
   double expert_slots = 1;  // TransformerDims::expert_slots_per_token: what the dispatch moves per token
 };
 

@@ -90,11 +90,32 @@ Loaded<Located> transformer_layer_tensor(const TransformerDims& t, TransformerSi
   if (rest == "ln1" || rest == "ln2") {
     l.dims = {{"norm", s.norm, {}}};
     l.rule = "norm weights: whole on every tp rank";
-  } else if (rest == "attn.q") {
+  } else if (t.latent_attention() && (rest == "attn.q_down" || rest == "attn.kv_down") &&
+             (rest == "attn.kv_down" || t.q_lora_rank > 0)) {
+    const bool q = rest == "attn.q_down";
+    l.dims = {{"hidden", t.hidden, {}},
+              {q ? "q_latent" : "kv_latent", q ? t.q_lora_rank : t.kv_lora_rank + t.qk_rope_head_dim, {}}};
+    l.rule = std::string("latent down-projection") + (q ? "" : " (and the shared rotary key)") +
+             ": whole on every tp rank (Megatron-Core's duplicated linear; under sequence parallelism each tp rank "
+             "projects its own rows)";
+  } else if (t.latent_attention() && (rest == "attn.q_norm" || rest == "attn.kv_norm") &&
+             (rest == "attn.kv_norm" || t.q_lora_rank > 0)) {
+    const std::int64_t width = rest == "attn.q_norm" ? t.q_lora_rank : t.kv_lora_rank;
+    l.dims = {{"norm", t.norm == Norm::layernorm ? 2 * width : width, {}}};
+    l.rule = "latent norm weights: whole on every tp rank";
+  } else if (t.latent_attention() && (rest == "attn.q_up" || rest == "attn.kv_up") &&
+             (rest == "attn.kv_up" || t.q_lora_rank > 0)) {
+    const bool q = rest == "attn.q_up";
+    l.dims = {{q ? "q_latent" : "kv_latent", q ? t.q_lora_rank : t.kv_lora_rank, {}},
+              {q ? "q" : "kv", q ? s.q : t.heads * (t.head_size() - t.qk_rope_head_dim) + t.value_width(), {}}};
+    l.tp_dim = 1;
+    l.rule = std::string("column-parallel up-projection: output columns (") + (q ? "query" : "key and value") +
+             " heads) split over tp";
+  } else if (rest == "attn.q" && (!t.latent_attention() || t.q_lora_rank == 0)) {
     l.dims = {{"hidden", t.hidden, {}}, {"q", s.q, {}}};
     l.tp_dim = 1;
     l.rule = "column-parallel: output columns (query heads) split over tp";
-  } else if (rest == "attn.kv") {
+  } else if (rest == "attn.kv" && !t.latent_attention()) {
     l.dims = {{"hidden", t.hidden, {}}, {"2kv", 2 * s.kv, {}}};  // key heads, then value heads
     if (t.kv_tp_split(tp) == tp) {
       l.tp_dim = 1;
@@ -104,7 +125,7 @@ Loaded<Located> transformer_layer_tensor(const TransformerDims& t, TransformerSi
                " kv heads (their gradients are summed over tp)";
     }
   } else if (rest == "attn.out") {
-    l.dims = {{"q", s.q, {}}, {"hidden", t.hidden, {}}};
+    l.dims = {{"q", t.heads * t.value_head_size(), {}}, {"hidden", t.hidden, {}}};  // the heads' outputs
     l.tp_dim = 0;
     l.rule = "row-parallel: input rows (heads) split over tp";
   } else if (rest == "mlp.w_in" || rest == "mlp.w_out") {
@@ -382,7 +403,16 @@ std::vector<TensorChoice> sharding_tensors(const ModelSpec& model, std::int64_t 
     case ModelKind::transformer: {
       std::vector<TensorChoice> out = {{"embedding.tokens", false}};
       if (model.transformer.positions == Positions::learned) out.push_back({"embedding.positions", false});
-      for (const char* p : {"ln1", "attn.q", "attn.kv", "attn.out", "ln2"}) out.push_back({"layer" + l + "." + p, false});
+      const TransformerDims& t = model.transformer;
+      std::vector<const char*> attention = {"attn.q", "attn.kv"};
+      if (t.latent_attention() && t.q_lora_rank > 0) {
+        attention = {"attn.q_down", "attn.q_norm", "attn.q_up", "attn.kv_down", "attn.kv_norm", "attn.kv_up"};
+      } else if (t.latent_attention()) {
+        attention = {"attn.q", "attn.kv_down", "attn.kv_norm", "attn.kv_up"};
+      }
+      out.push_back({"layer" + l + ".ln1", false});
+      for (const char* p : attention) out.push_back({"layer" + l + "." + p, false});
+      for (const char* p : {"attn.out", "ln2"}) out.push_back({"layer" + l + "." + p, false});
       const bool experts = model.transformer.expert_layer(layer);
       if (experts) out.push_back({"layer" + l + ".mlp.router", false});
       for (const char* p : {"mlp.w_in", "mlp.w_out"}) out.push_back({"layer" + l + "." + p, false});

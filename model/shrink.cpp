@@ -109,6 +109,11 @@ Loaded<ShrinkResult> shrink_plan(const ModelSpec& model, const Plan& plan, const
     result.problems.push_back({Severity::error, "--shrink", "the model's layers, hidden, heads, ffn, vocab and seq_len must be positive"});
     return result;
   }
+  if (t.latent_attention()) {  // its four head and latent sizes have no rung rule; the executor trains none
+    result.problems.push_back({Severity::error, "--shrink", "multi-head latent attention (kv_lora_rank) is planned, not "
+                                                            "trained: the executor has no latent attention to shrink to"});
+    return result;
+  }
   const std::int64_t world = plan.mesh.world_size();
   ClusterSpec cluster = budget.cluster;
   cluster.devices_per_node = std::max(cluster.devices_per_node, world);  // every rank on this one machine

@@ -40,6 +40,7 @@ LocalGemm local_gemm(double rows_per_sample, double n, double k, double batch, T
     g.n = (n - kv_n) / tp + kv_n / static_cast<double>(kv_tp_split(kv_heads, plan.mesh.size(Axis::tp)));
   if (split == TpSplit::rows) g.k /= tp;
   if (split == TpSplit::heads) g.batch /= tp;
+  if (split == TpSplit::sequence && plan.sequence_parallel) g.rows /= tp;
   return g;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/export.hpp"
+#include "model/layer_graph.hpp"
 #include "model/model_spec.hpp"
 #include "test_support.hpp"
 
@@ -367,6 +368,44 @@ TEST(Export, JaxModuleHasEveryWeightWithItsShardingSpec) {
   const ExportedArray* residual = array_named(activations.value, "residual");
   ASSERT_NE(residual, nullptr);
   EXPECT_EQ(residual->spec.partition_text(), "P('fsdp', 'tp', None)") << "sequence parallelism splits the sequence";
+}
+
+// DeepSeek-V3 (multi-head latent attention): Megatron-Core's MLA arguments
+// (--qk-head-dim is the part without rotation) and no --kv-channels; in JAX,
+// the latent down-projections whole on every tp rank and the up-projections
+// split over tp, and every weight the cost model counts listed.
+TEST(Export, LatentAttentionInMegatronAndJax) {
+  PlanFile file = plan_file("deepseek-v3", "ep=8,tp=2", 1, 8);
+  file.plan.sequence_parallel = true;
+  const Loaded<std::string> megatron = export_plan(file, ExportTarget::megatron);
+  ASSERT_TRUE(megatron.ok()) << messages(megatron.problems);
+  for (const char* line : {"--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512", "--qk-head-dim 128",
+                           "--qk-pos-emb-head-dim 64", "--v-head-dim 128", "--num-attention-heads 128",
+                           "--moe-shared-expert-intermediate-size 2048", "--moe-ffn-hidden-size 2048"}) {
+    EXPECT_TRUE(has_line(megatron.value, line)) << line << "\n" << megatron.value;
+  }
+  EXPECT_EQ(megatron.value.find("--kv-channels"), std::string::npos);
+  EXPECT_EQ(megatron.value.find("--group-query-attention"), std::string::npos);
+
+  file.plan.recompute = Recompute::full;
+  const Loaded<std::string> jax = export_plan(file, ExportTarget::jax);
+  ASSERT_TRUE(jax.ok()) << messages(jax.problems);
+  for (const char* line : {"    'layer3.attn.q_down': ((7168, 1536), P(None, None)),",
+                           "    'layer3.attn.q_up': ((1536, 24576), P(None, 'tp')),",
+                           "    'layer3.attn.kv_down': ((7168, 576), P(None, None)),",
+                           "    'layer3.attn.kv_up': ((512, 32768), P(None, 'tp')),",
+                           "    'layer3.attn.out': ((16384, 7168), P('tp', None)),"}) {
+    EXPECT_TRUE(has_line(jax.value, line)) << line << "\n" << jax.value.substr(0, 3000);
+  }
+  const auto params = exported_weights(file, TensorRole::parameters);
+  ASSERT_TRUE(params.ok()) << messages(params.problems);
+  double listed = 0;
+  for (const ExportedArray& a : params.value) {
+    double elements = 1;
+    for (std::int64_t d : a.shape) elements *= static_cast<double>(d);
+    listed += elements;
+  }
+  EXPECT_DOUBLE_EQ(listed, build_layer_graph(file.model, 4096).parameter_count());
 }
 
 TEST(Export, JaxPadsTheVocabularyAndRefusesOtherUnevenSplitsAndPipelines) {

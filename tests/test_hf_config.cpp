@@ -132,6 +132,45 @@ TEST(HfConfig, MixturesOfExpertsMatchTheirCards) {
       << hf_model_yaml(qwen2.value);
 }
 
+// DeepSeek's configs (the fields of deepseek-ai/DeepSeek-V3's and DeepSeek-V2-Lite's config.json that
+// set their shapes): multi-head latent attention, routed and shared experts, dense first layers. The
+// counts are their authors': 671B in V3's main model (README_WEIGHTS.md; its multi-token prediction
+// module is named, not counted), 15.7B for V2-Lite (DeepSeek-V2 paper, arXiv 2405.04434, Appendix B),
+// whose queries have no latent (q_lora_rank null).
+TEST(HfConfig, DeepSeekLatentAttentionAndExpertsMatchTheirCounts) {
+  const Loaded<HfModel> v3 = read_hf_config_text(R"({"model_type": "deepseek_v3", "hidden_size": 7168,
+      "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+      "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8,
+      "first_k_dense_replace": 3, "moe_layer_freq": 1, "q_lora_rank": 1536, "kv_lora_rank": 512,
+      "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+      "max_position_embeddings": 163840, "rms_norm_eps": 1e-6, "rope_theta": 10000, "tie_word_embeddings": false,
+      "attention_bias": false, "hidden_act": "silu", "num_nextn_predict_layers": 1, "scoring_func": "sigmoid",
+      "topk_group": 4, "n_group": 8})", "DeepSeek-V3");
+  ASSERT_TRUE(v3.ok()) << messages(v3.problems);
+  const TransformerDims& t = v3.value.model.transformer;
+  EXPECT_TRUE(t.latent_attention());
+  EXPECT_EQ(t.head_size(), 192);
+  EXPECT_EQ(t.value_head_size(), 128);
+  EXPECT_EQ(t.dense_layers, (std::vector<std::int64_t>{0, 1, 2}));
+  EXPECT_EQ(t.dense_ffn, 18432);
+  EXPECT_EQ(t.shared_expert_ffn, 2048);
+  EXPECT_NEAR(build_layer_graph(v3.value.model, 4096).parameter_count() / 1e9, 671, 0.5);
+  EXPECT_TRUE(mentions(v3.problems, Severity::warning, "multi-token prediction")) << messages(v3.problems);
+  EXPECT_TRUE(mentions(v3.problems, Severity::warning, "node-limited")) << messages(v3.problems);
+  EXPECT_NE(hf_model_yaml(v3.value).find("shared_expert_ffn: 2048   # n_shared_experts x moe_intermediate_size"),
+            std::string::npos) << hf_model_yaml(v3.value);
+
+  const Loaded<HfModel> lite = read_hf_config_text(R"({"model_type": "deepseek_v2", "hidden_size": 2048,
+      "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 27, "num_attention_heads": 16,
+      "num_key_value_heads": 16, "n_shared_experts": 2, "n_routed_experts": 64, "num_experts_per_tok": 6,
+      "first_k_dense_replace": 1, "moe_layer_freq": 1, "q_lora_rank": null, "kv_lora_rank": 512,
+      "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 102400,
+      "max_position_embeddings": 163840, "tie_word_embeddings": false})", "DeepSeek-V2-Lite");
+  ASSERT_TRUE(lite.ok()) << messages(lite.problems);
+  EXPECT_EQ(lite.value.model.transformer.q_lora_rank, 0);
+  EXPECT_NEAR(build_layer_graph(lite.value.model, 4096).parameter_count() / 1e9, 15.7, 0.05);
+}
+
 // Qwen-MoE's dense layers (transformers' Qwen2MoeDecoderLayer: experts where (i + 1) % decoder_sparse_step
 // == 0 and i is not in mlp_only_layers) become dense_layers, with intermediate_size as their width.
 TEST(HfConfig, QwenMoeDenseLayersAreMapped) {

@@ -9,6 +9,8 @@
 #include "model/layer_graph.hpp"
 #include "model/memory_model.hpp"
 #include "model/profile.hpp"
+#include "model/stage_cost.hpp"
+#include "test_support.hpp"
 
 namespace meshplan {
 namespace {
@@ -254,6 +256,129 @@ TEST(LayerGraph, RotaryPositionsRotateQueriesAndKeysOnce) {
   for (auto v : boost::make_iterator_range(boost::vertices(learned.graph))) {
     EXPECT_EQ(learned.op(v).name.find("rotary"), std::string::npos);
   }
+}
+
+// Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, Sec. 2.1),
+// small: hidden 512, 8 heads, query latent 96, key/value latent 64, query/key
+// heads of 32 + 16 rotary, value heads of 40.
+constexpr const char* kLatentModel = R"(name: mla-small
+kind: transformer
+source: test
+layers: 2
+hidden: 512
+heads: 8
+q_lora_rank: 96
+kv_lora_rank: 64
+qk_nope_head_dim: 32
+qk_rope_head_dim: 16
+v_head_dim: 40
+ffn: 1024
+vocab: 1000
+seq_len: 128
+mlp: swiglu
+norm: rmsnorm
+positions: rotary
+bias: false
+tied_embeddings: false
+)";
+
+// Its weights as the paper's matrices give them (W^DQ h x d_c', W^UQ d_c' x
+// n_h (d_h + d_h^R), W^DKV with W^KR h x (d_c + d_h^R), W^UK and W^UV d_c x
+// n_h (d_h + d_v), W^O n_h d_v x h, the two latent norms); each weight GEMM's
+// forward is 2 FLOPs per weight per token; the core attention's QK^T runs
+// over the 48-wide query/key heads and PV over the 40-wide value heads.
+TEST(LayerGraph, LatentAttentionAsDeepSeekV2WritesIt) {
+  using testing_support::must;
+  const ModelSpec model = must(load_model_text(kLatentModel, "mla-small"));
+  const TransformerDims& t = model.transformer;
+  ASSERT_TRUE(t.latent_attention());
+  EXPECT_EQ(t.head_size(), 48);
+  EXPECT_EQ(t.key_value_heads(), 8);
+  const double s = 128;
+  const LayerGraph g = build_transformer_graph(t, 128);
+  double weights = 0, norms = 0, weight_flops = 0, core_flops = 0;
+  const Op *scores = nullptr, *values = nullptr, *out = nullptr, *q_down = nullptr;
+  for (OpId id : g.blocks[static_cast<std::size_t>(g.layer_blocks().front())].ops) {
+    const Op& op = g.op(id);
+    if (op.name.find(".attn.") == std::string::npos) continue;
+    const double held = op.tp_split_parameters + op.kv_parameters + op.replicated_parameters;
+    if (op.kind == OpKind::gemm) {
+      weights += held;
+      weight_flops += op.forward_flops_per_sample;
+    } else if (op.kind == OpKind::norm) {
+      norms += held;
+    }
+    if (op.core_attention && op.kind != OpKind::softmax) core_flops += op.forward_flops_per_sample;
+    if (op.kind == OpKind::attention_scores) scores = &op;
+    if (op.kind == OpKind::attention_values) values = &op;
+    if (op.name.ends_with("attn.out")) out = &op;
+    if (op.name.ends_with("attn.q_down")) q_down = &op;
+  }
+  const double expected = 512.0 * 96 + 96.0 * 8 * 48 + 512.0 * (64 + 16) + 64.0 * 8 * (32 + 40) + 8.0 * 40 * 512;
+  EXPECT_DOUBLE_EQ(weights, expected);
+  EXPECT_DOUBLE_EQ(norms, 96 + 64);
+  EXPECT_DOUBLE_EQ(weight_flops, 2 * s * expected);
+  EXPECT_DOUBLE_EQ(core_flops, 2 * s * s * 8 * (48 + 40));
+  ASSERT_TRUE(scores && values && out && q_down);
+  EXPECT_EQ(scores->gemm.k, 48);
+  EXPECT_EQ(values->gemm.n, 40);
+  EXPECT_EQ(out->gemm.k, 8 * 40);
+  EXPECT_EQ(q_down->tp_split, TpSplit::sequence);
+  double key = 0, value = 0;
+  for (const SavedTensor& saved : scores->saved) key += saved.what == "key" ? saved.elements_per_sample : 0;
+  for (const SavedTensor& saved : values->saved) value += saved.what == "value" ? saved.elements_per_sample : 0;
+  EXPECT_DOUBLE_EQ(key, s * 8 * 48);   // each head's key: its own 32 and the shared rotary 16
+  EXPECT_DOUBLE_EQ(value, s * 8 * 40);
+
+  // The profile: fused attention's causal FLOPs, and the tp collectives. Under tp the latents are
+  // gathered (q 96, kv 64) and so is the shared rotary key (16), not hidden; the MLP's input is.
+  const ModelProfile profile = build_profile(model, g);
+  const BlockProfile& layer = profile.kinds[static_cast<std::size_t>(profile.block_kind[static_cast<std::size_t>(g.layer_blocks().front())])];
+  EXPECT_DOUBLE_EQ(layer.fused_attention_flops_per_sample, s * s * 8 * (48 + 40));
+  EXPECT_DOUBLE_EQ(layer.tp_backward_reduce_elements, s * (96 + 64 + 16 + 512));
+  EXPECT_EQ(layer.tp_backward_collectives, 4);
+  EXPECT_DOUBLE_EQ(layer.tp_forward_reduce_elements, 2 * s * 512);
+  EXPECT_DOUBLE_EQ(profile.kv_width, (8.0 * 48 + 8.0 * 40) / 2);
+  EXPECT_NEAR(g.parameter_count(), 2 * (expected + 160 + 2 * 512 + 3 * 512.0 * 1024) + 2 * 1000.0 * 512 + 512, 0.5);
+
+  // The down-projections are whole on every tp rank: each runs its own 1/tp of the rows under
+  // sequence parallelism, all of them without it.
+  Plan plan = testing_support::plan_with("tp=4", 2, 2);
+  plan.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(local_gemm(*q_down, plan, 8).rows, 2 * s / 4);
+  EXPECT_DOUBLE_EQ(local_gemm(*q_down, plan, 8).n, 96);
+  plan.sequence_parallel = false;
+  EXPECT_DOUBLE_EQ(local_gemm(*q_down, plan, 8).rows, 2 * s);
+}
+
+// Without a query latent (DeepSeek-V2-Lite) the queries come from hidden in
+// one column-parallel GEMM; the fields of latent attention are refused on a
+// model without it, and head_dim with it.
+TEST(LayerGraph, LatentAttentionWithoutQueryLatentAndItsFieldErrors) {
+  using testing_support::must;
+  std::string text = kLatentModel;
+  text.replace(text.find("q_lora_rank: 96\n"), 16, "");
+  const ModelSpec lite = must(load_model_text(text, "lite"));
+  const LayerGraph g = build_transformer_graph(lite.transformer, 128);
+  const ModelSpec full = must(load_model_text(kLatentModel, "full"));
+  const LayerGraph f = build_transformer_graph(full.transformer, 128);
+  // W^Q (h x n_h 48) instead of W^DQ, its norm and W^UQ, in each of the 2 layers.
+  EXPECT_DOUBLE_EQ(g.parameter_count() - f.parameter_count(), 2 * (512.0 * 384 - (512.0 * 96 + 96 + 96.0 * 384)));
+  const Loaded<ModelSpec> bad_rope = load_model_text(std::string(kLatentModel).replace(std::string(kLatentModel).find("qk_rope_head_dim: 16"), 20, "qk_rope_head_dim: 15"), "x");
+  EXPECT_FALSE(bad_rope.ok());
+  std::string with_head_dim = kLatentModel;
+  with_head_dim += "head_dim: 48\n";
+  const Loaded<ModelSpec> stated = load_model_text(with_head_dim, "x");
+  ASSERT_FALSE(stated.ok());
+  EXPECT_NE(testing_support::messages(stated.problems).find("qk_nope_head_dim + qk_rope_head_dim"), std::string::npos);
+  std::string dense = kLatentModel;
+  dense.replace(dense.find("kv_lora_rank: 64\n"), 17, "");
+  const Loaded<ModelSpec> orphan = load_model_text(dense, "x");
+  ASSERT_FALSE(orphan.ok());
+  EXPECT_NE(testing_support::messages(orphan.problems).find("kv_lora_rank turns on"), std::string::npos);
+  std::string grouped = kLatentModel;
+  grouped += "kv_heads: 2\n";
+  EXPECT_FALSE(load_model_text(grouped, "x").ok());
 }
 
 TEST(LayerGraph, MixtureOfExpertsMultipliesMlpWeights) {

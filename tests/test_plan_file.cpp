@@ -45,6 +45,10 @@ void expect_same_model(const ModelSpec& a, const ModelSpec& b) {
     EXPECT_EQ(t.shared_expert_ffn, u.shared_expert_ffn);
     EXPECT_EQ(t.dense_layers, u.dense_layers);
     EXPECT_EQ(t.dense_ffn, u.dense_ffn);
+    EXPECT_EQ(t.q_lora_rank, u.q_lora_rank);
+    EXPECT_EQ(t.kv_lora_rank, u.kv_lora_rank);
+    EXPECT_EQ(t.qk_rope_head_dim, u.qk_rope_head_dim);
+    EXPECT_EQ(t.v_head_dim, u.v_head_dim);
   }
   EXPECT_EQ(a.mlp.layer_sizes, b.mlp.layer_sizes);
   if (a.kind == ModelKind::mlp) {
@@ -241,6 +245,21 @@ TEST(PlanFile, ExpertCapacityRoundTrips) {
   made.explanation = explain_plan(made.file.model, made.file.cluster, Deployment{8, 0}, made.file.plan);
   ASSERT_TRUE(made.explanation.valid) << messages(made.explanation.problems);
   made.file.prediction = prediction_from(made.explanation);
+  expect_round_trip(made.file);
+}
+
+// Multi-head latent attention keeps its sizes through a plan file (written as
+// the preset's fields, head_dim being their sum), with the prediction.
+TEST(PlanFile, LatentAttentionRoundTrips) {
+  Made made = make({"deepseek-v3", "dgx-h100", "pp=8,dp=4,ep=8,tp=4", 1024, 1, 512}, [](Plan& p) {
+    p.sequence_parallel = true;
+    p.zero_stage = 1;
+    p.recompute = Recompute::full;
+    p.stage_layers = {8, 8, 8, 8, 8, 8, 8, 5};
+  });
+  const std::string text = plan_file_to_json(made.file).dump();
+  EXPECT_NE(text.find("\"qk_nope_head_dim\":128"), std::string::npos) << text.substr(0, 800);
+  EXPECT_EQ(text.find("\"head_dim\""), std::string::npos);
   expect_round_trip(made.file);
 }
 

@@ -120,6 +120,7 @@ INSTANTIATE_TEST_SUITE_P(
         PublishedCount{"gemma3-4b", 3'880'099'328, 1e-4, "Keras Hub gemma3_4b text"},
         PublishedCount{"gpt3-175b", 175.0e9, 0.005, "Brown et al. 2020, Table 2.1 (rounded)"},
         PublishedCount{"megatron-1t", 1008e9, 0.001, "Narayanan et al. 2021, Table 1 (1008B)"},
+        PublishedCount{"deepseek-v3", 671e9, 0.001, "DeepSeek-V3 README_WEIGHTS.md: 671B in the main model (MTP excluded)"},
         PublishedCount{"resnet50", 25'557'032, 0, "torchvision resnet50"},
         PublishedCount{"mlp-fashion", 784 * 256 + 256 + 256 * 10 + 10, 0, "layer sizes 784-256-10"},
         PublishedCount{"mlp-seed", 140'746'762, 0, "layer sizes 784-8192-8192-8192-10"}));
@@ -127,7 +128,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(Presets, UnknownPresetListsKnownNames) {
   auto model = load_model("gpt5");
   ASSERT_FALSE(model.ok());
-  EXPECT_NE(model.problems[0].message.find("known: gemma3-1b"), std::string::npos) << model.problems[0].message;
+  EXPECT_NE(model.problems[0].message.find("known: deepseek-v3, gemma3-1b, "), std::string::npos) << model.problems[0].message;
 }
 
 TEST(Presets, FilePathWorksWhereANameDoes) {

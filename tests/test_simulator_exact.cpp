@@ -5,7 +5,7 @@
 // work is the record, block for block.
 //
 // Plans are drawn with a fixed seed over model presets (dense, grouped-query,
-// a mixture of experts, an MLP), meshes, micro-batch, recompute, schedule,
+// a mixture of experts, latent attention with shared experts, an MLP), meshes, micro-batch, recompute, schedule,
 // sequence parallelism, ZeRO stage, attention and the overlap switches;
 // draws that validate_plan rejects are skipped.
 #include <gtest/gtest.h>
@@ -42,6 +42,33 @@ experts: 8
 top_k: 2
 )";
 
+// DeepSeek-V3's shape, small: multi-head latent attention, shared experts, a dense first layer.
+constexpr const char* kLatent = R"(name: mla-test
+kind: transformer
+source: "test model"
+layers: 8
+hidden: 1024
+heads: 16
+q_lora_rank: 384
+kv_lora_rank: 256
+qk_nope_head_dim: 64
+qk_rope_head_dim: 32
+v_head_dim: 64
+ffn: 512
+experts: 8
+top_k: 2
+shared_expert_ffn: 512
+dense_layers: [0]
+dense_ffn: 2816
+vocab: 32000
+seq_len: 2048
+mlp: swiglu
+norm: rmsnorm
+positions: rotary
+bias: false
+tied_embeddings: false
+)";
+
 template <typename T, std::size_t N>
 const T& pick(std::mt19937_64& rng, const T (&options)[N]) {
   return options[std::uniform_int_distribution<std::size_t>(0, N - 1)(rng)];
@@ -59,11 +86,14 @@ std::vector<PlanSetup> make_setups() {
   const std::pair<const char*, const char*> kSetups[] = {
       {"gpt2-124m", "dgx-a100"},     {"llama2-7b", "dgx-h100"}, {"gemma3-1b", "pcie-a100"},
       {"gpt2-350m", "ethernet-10g"}, {"moe", "dgx-h100"},       {"mlp-seed", "dgx-a100"},
-      {"gpt-byte-10m", "local-cpu"}};
+      {"gpt-byte-10m", "local-cpu"}, {"mla", "dgx-h100"}};
   for (auto [model_name, cluster_name] : kSetups) {
     for (std::int64_t world : {4, 8, 16, 32}) {
       PlanSetup s;
-      s.model = std::string(model_name) == "moe" ? must(load_model_text(kMoe, "moe")) : must(load_model(model_name));
+      const std::string name = model_name;
+      s.model = name == "moe" ? must(load_model_text(kMoe, "moe"))
+                : name == "mla" ? must(load_model_text(kLatent, "mla"))
+                                : must(load_model(model_name));
       s.cluster = must(load_cluster(cluster_name));
       s.world = world;
       s.evaluator = std::make_unique<Evaluator>(s.model, s.cluster, world, s.model.default_seq_len());

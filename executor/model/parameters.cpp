@@ -68,6 +68,7 @@ Problems check_supported(const ModelSpec& spec) {
   if (t.kv_heads > 0 && t.heads % t.kv_heads != 0)
     problems.push_back({Severity::error, "model.kv_heads", "heads must be a multiple of kv_heads"});
   if (t.experts > 0) unsupported(problems, "model.experts", "a mixture of experts");
+  if (t.latent_attention()) unsupported(problems, "model.kv_lora_rank", "multi-head latent attention");
   if (t.dropout > 0)
     problems.push_back({Severity::warning, "model.dropout",
                         "dropout is not implemented by the CPU executor; training runs without it"});
