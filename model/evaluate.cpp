@@ -229,13 +229,13 @@ double add_collective(BlockCost& c, Axis axis, Collective kind, Pass pass, Hidde
   return seconds;
 }
 
-// Tensor-, context- and expert-parallel communication inside the block.
-void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, double core_forward_s,
-                       const ModelProfile& prof, const Plan& plan, const PlanScalars& ps) {
-  const double act = ps.act, cp = ps.cp, b = ps.b, seq = ps.seq;
+// Tensor-parallel communication inside the block, and what recomputation repeats in the backward
+// (its compute, and a recomputed forward's tp collectives). First in the record: the repeats read
+// the forward tp collective at its front.
+void block_tp_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, double core_forward_s,
+                          const Plan& plan, const PlanScalars& ps) {
+  const double act = ps.act, cp = ps.cp, b = ps.b;
   const Link& tp_link = ps.links.of(Axis::tp);
-  const Link& cp_link = ps.links.of(Axis::cp);
-  c.collectives.reserve(6);
   const bool full_recompute = plan.recompute == Recompute::full && role == BlockKind::layer;
   // Tensor-parallel all-reduces (reduce-scatter + all-gather under sequence
   // parallelism: the same volume); each moves elements x b / cp x act / count.
@@ -301,7 +301,13 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
     part(c, ComputePart::recompute) += c.forward_compute_s;
     repeat_forward_tp(false);
   }
-  // Context parallelism (plan.hpp, CpComm).
+}
+
+// Context-parallel exchanges of keys and values (plan.hpp, CpComm).
+void block_cp_collectives(BlockCost& c, double core_forward_s, const ModelProfile& prof, const Plan& plan,
+                          const PlanScalars& ps) {
+  const double act = ps.act, cp = ps.cp, b = ps.b, seq = ps.seq;
+  const Link& cp_link = ps.links.of(Axis::cp);
   if (cp > 1 && core_forward_s > 0 && plan.cp_comm != CpComm::ring) {
     const double tokens = seq * b / cp;  // this rank's chunk
     const double kv_bytes = tokens * static_cast<double>(prof.kv_width) / ps.kv_tp * act;  // its keys (or values)
@@ -344,11 +350,15 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
     c.collectives.push_back({Axis::cp, Collective::send_recv, Pass::backward, HiddenUnder::attention, chunk_bytes,
                              2 * (cp - 1), 2 * forward_ring, c.cp_backward_exposed_s});
   }
-  // Expert parallelism: dispatch and combine all-to-all, forward and backward
-  // (Lepikhin et al. 2021). Under sequence parallelism each tp rank routes its
-  // own 1/tp of the tokens (Megatron-Core's all-to-all dispatcher; with the
-  // experts in tp, their tp collectives above gather and reduce-scatter the
-  // routed copies), over ep, or over ep x tp with the experts out of tp.
+}
+
+// Expert parallelism: dispatch and combine all-to-all, forward and backward
+// (Lepikhin et al. 2021). Under sequence parallelism each tp rank routes its
+// own 1/tp of the tokens (Megatron-Core's all-to-all dispatcher; with the
+// experts in tp, their tp collectives gather and reduce-scatter the routed
+// copies), over ep, or over ep x tp with the experts out of tp.
+void block_ep_collectives(BlockCost& c, const BlockProfile& bp, const ModelProfile& prof, const PlanScalars& ps) {
+  const double act = ps.act, cp = ps.cp, b = ps.b, seq = ps.seq;
   if (ps.experts.ep > 1 && bp.expert_tp_split_parameters > 0) {
     const double routed_bytes = (seq * b / (cp * static_cast<double>(ps.experts.dispatched))) * prof.expert_slots *
                                 static_cast<double>(prof.hidden) * act;
@@ -359,6 +369,15 @@ void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, dou
     c.collectives.push_back({Axis::ep, Collective::all_to_all, Pass::backward, HiddenUnder::nothing, routed_bytes, 2,
                              2 * one, 2 * one});
   }
+}
+
+// Tensor-, context- and expert-parallel communication inside the block.
+void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, double core_forward_s,
+                       const ModelProfile& prof, const Plan& plan, const PlanScalars& ps) {
+  c.collectives.reserve(6);
+  block_tp_collectives(c, bp, role, core_forward_s, plan, ps);
+  block_cp_collectives(c, core_forward_s, prof, plan, ps);
+  block_ep_collectives(c, bp, prof, ps);
 }
 
 }  // namespace

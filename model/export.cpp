@@ -54,8 +54,8 @@ std::string number_text(double x) {
 
 // ---- Megatron-LM
 
-std::string megatron(Writer& w) {
-  if (!w.transformer("Megatron-LM")) return "";
+// What Megatron-LM cannot run (errors) or runs only approximately (warnings).
+void megatron_checks(Writer& w) {
   const Plan& plan = w.plan();
   const TransformerDims& t = w.file.model.transformer;
   if (w.size(Axis::fsdp) > 1 || plan.zero_stage == 3) {
@@ -85,11 +85,19 @@ std::string megatron(Writer& w) {
                                         "takes its expert groups from consecutive ranks, so they span cp ranks, not "
                                         "this plan's ep x tp");
   }
-  if (has_errors(w.problems)) return "";
+}
 
+// Megatron-LM's command line, one flag and its value (empty for a switch) at a time.
+struct MegatronArgs {
   std::vector<std::pair<std::string, std::string>> args;
-  auto arg = [&](const std::string& flag, const std::string& value = "") { args.push_back({flag, value}); };
-  auto count = [&](std::int64_t n) { return std::to_string(n); };
+  void operator()(const std::string& flag, const std::string& value = "") { args.push_back({flag, value}); }
+  static std::string count(std::int64_t n) { return std::to_string(n); }
+};
+
+// The mesh, the batch, recomputation and precision.
+void megatron_parallelism_and_training(Writer& w, MegatronArgs& arg) {
+  const Plan& plan = w.plan();
+  auto count = MegatronArgs::count;
   arg("--tensor-model-parallel-size", count(w.size(Axis::tp)));
   arg("--pipeline-model-parallel-size", count(w.size(Axis::pp)));
   if (plan.schedule.kind == ScheduleKind::interleaved) arg("--num-layers-per-virtual-pipeline-stage", count(w.layers_per_chunk()));
@@ -127,7 +135,12 @@ std::string megatron(Writer& w) {
   arg("--attention-backend", plan.attention == Attention::fused ? "flash" : "unfused");
   // "the faster ... fused form of cross entropy, which also has bf16 grads internally" (arguments.py).
   if (plan.loss == Loss::fused) arg("--cross-entropy-loss-fusion");
-  // The model.
+}
+
+// The model's shape.
+void megatron_model(Writer& w, MegatronArgs& arg) {
+  const TransformerDims& t = w.file.model.transformer;
+  auto count = MegatronArgs::count;
   arg("--num-layers", count(t.layers));
   arg("--hidden-size", count(t.hidden));
   arg("--num-attention-heads", count(t.heads));
@@ -159,30 +172,48 @@ std::string megatron(Writer& w) {
   if (!t.bias) arg("--disable-bias-linear");
   arg("--attention-dropout", number_text(t.dropout));
   arg("--hidden-dropout", number_text(t.dropout));
-  if (t.experts > 0) {
-    arg("--num-experts", count(t.experts));
-    // The dispatch the plan was priced with; Megatron-Core's own default is allgather.
-    if (plan.ep_dispatch == EpDispatch::deduplicated) {
-      arg("--moe-token-dispatcher-type", "flex");  // with DeepEP (Megatron-Core MoE README, v0.12)
-      arg("--moe-enable-deepep");
-    } else {
-      arg("--moe-token-dispatcher-type", "alltoall");
-    }
-    arg("--moe-router-topk", count(t.top_k));
-    if (t.capacity_factor > 0) {  // drop and pad (Megatron-Core MoE README, "Token Dispatch Mechanism")
-      arg("--moe-expert-capacity-factor", number_text(t.capacity_factor));
-      arg("--moe-pad-expert-input-to-capacity");
-    }
-    if (t.shared_expert_ffn > 0) arg("--moe-shared-expert-intermediate-size", count(t.shared_expert_ffn));
-    if (!t.dense_layers.empty()) {
-      // --ffn-hidden-size is then the dense layers' width; the experts' is --moe-ffn-hidden-size, and which
-      // layers have experts a list of 0 (dense) and 1 (experts), one per layer (arguments.py, --moe-layer-freq).
-      arg("--moe-ffn-hidden-size", count(t.ffn));
-      std::string pattern = "[";
-      for (std::int64_t layer = 0; layer < t.layers; ++layer) pattern += std::string(layer > 0 ? "," : "") + (t.expert_layer(layer) ? "1" : "0");
-      arg("--moe-layer-freq", "\"" + pattern + "]\"");
-    }
+}
+
+// A mixture of experts: its experts, the dispatch the plan was priced with, capacity, shared experts and
+// the dense layers among them.
+void megatron_experts(Writer& w, MegatronArgs& arg) {
+  const Plan& plan = w.plan();
+  const TransformerDims& t = w.file.model.transformer;
+  auto count = MegatronArgs::count;
+  arg("--num-experts", count(t.experts));
+  // The dispatch the plan was priced with; Megatron-Core's own default is allgather.
+  if (plan.ep_dispatch == EpDispatch::deduplicated) {
+    arg("--moe-token-dispatcher-type", "flex");  // with DeepEP (Megatron-Core MoE README, v0.12)
+    arg("--moe-enable-deepep");
+  } else {
+    arg("--moe-token-dispatcher-type", "alltoall");
   }
+  arg("--moe-router-topk", count(t.top_k));
+  if (t.capacity_factor > 0) {  // drop and pad (Megatron-Core MoE README, "Token Dispatch Mechanism")
+    arg("--moe-expert-capacity-factor", number_text(t.capacity_factor));
+    arg("--moe-pad-expert-input-to-capacity");
+  }
+  if (t.shared_expert_ffn > 0) arg("--moe-shared-expert-intermediate-size", count(t.shared_expert_ffn));
+  if (!t.dense_layers.empty()) {
+    // --ffn-hidden-size is then the dense layers' width; the experts' is --moe-ffn-hidden-size, and which
+    // layers have experts a list of 0 (dense) and 1 (experts), one per layer (arguments.py, --moe-layer-freq).
+    arg("--moe-ffn-hidden-size", count(t.ffn));
+    std::string pattern = "[";
+    for (std::int64_t layer = 0; layer < t.layers; ++layer) pattern += std::string(layer > 0 ? "," : "") + (t.expert_layer(layer) ? "1" : "0");
+    arg("--moe-layer-freq", "\"" + pattern + "]\"");
+  }
+}
+
+std::string megatron(Writer& w) {
+  if (!w.transformer("Megatron-LM")) return "";
+  megatron_checks(w);
+  if (has_errors(w.problems)) return "";
+  MegatronArgs arg;
+  megatron_parallelism_and_training(w, arg);
+  megatron_model(w, arg);
+  if (w.file.model.transformer.experts > 0) megatron_experts(w, arg);
+  const TransformerDims& t = w.file.model.transformer;
+  const auto& args = arg.args;
   std::string out = w.header("#", "Megatron-LM arguments (pretrain_gpt.py)");
   out += "# world size " + std::to_string(w.mesh().world_size()) + " = tp x pp x cp x data-parallel " +
          std::to_string(w.mesh().data_parallel_size()) + "; the vocabulary (" + std::to_string(t.vocab) +

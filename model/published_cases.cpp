@@ -178,8 +178,10 @@ std::vector<PublishedCase> zero_model_state_cases() {
   return cases;
 }
 
-std::vector<PublishedCase> published_multi_gpu_cases() {
-  std::vector<PublishedCase> cases;
+namespace {
+
+// Narayanan et al. 2021, Table 1, as plans of their reproduction script.
+void add_narayanan_cases(std::vector<PublishedCase>& cases) {
   for (const auto& row : kNarayanan) {
     PublishedCase c;
     c.name = std::string(row.billions) + "B, " + std::to_string(row.gpus) + " A100";
@@ -218,7 +220,9 @@ std::vector<PublishedCase> published_multi_gpu_cases() {
                     "slower here than there (the cross-check below), where meshplan puts the difference under 1%";
     cases.push_back(std::move(c));
   }
+}
 
+void add_torchtitan_cases(std::vector<PublishedCase>& cases) {
   // torchtitan docs/performance.md (pytorch/torchtitan, commit 0413364), "Llama 3
   // performance numbers" (local batch 1, sequence 8192) and "Llama 2
   // performance numbers" (sequence 4096, Llama 2's; local batch as each row
@@ -285,7 +289,9 @@ std::vector<PublishedCase> published_multi_gpu_cases() {
     c.miss_reason = row.miss_reason;
     cases.push_back(std::move(c));
   }
+}
 
+void add_llama3_cases(std::vector<PublishedCase>& cases) {
   // Llama Team 2024, "The Llama 3 Herd of Models" (arXiv 2407.21783), Table 4:
   // Llama 3 405B pre-training on H100 80GB HBM3 (700 W), tp 8, pp 16, DP = FSDP.
   struct Llama3Row {
@@ -333,6 +339,15 @@ std::vector<PublishedCase> published_multi_gpu_cases() {
                                : "pipeline bubble and FSDP communication at 16K GPUs, with v and the network assumed";
     cases.push_back(std::move(c));
   }
+}
+
+}  // namespace
+
+std::vector<PublishedCase> published_multi_gpu_cases() {
+  std::vector<PublishedCase> cases;
+  add_narayanan_cases(cases);
+  add_torchtitan_cases(cases);
+  add_llama3_cases(cases);
   return cases;
 }
 
