@@ -57,7 +57,7 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--attention", f.attention,
                      "Attention kernels: fused (FlashAttention / cuDNN / SDPA: no s x s tensors) or unfused")
       ->capture_default_str();
-  add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients, f.ep_dispatch);
+  add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients, f.bf16_moments, f.ep_dispatch);
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
                               "Sequence parallelism in tp regions (default: on for transformers with tp > 1)");
   command.add_flag("--no-sequence-parallel", f.no_sequence_parallel, "Turn sequence parallelism off")->excludes(sp);
@@ -105,7 +105,7 @@ std::optional<EpDispatch> parse_ep_dispatch_flag(const std::string& text, Proble
 }
 
 void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& loss, bool& fp32_gradients,
-                          std::string& ep_dispatch) {
+                          bool& bf16_moments, std::string& ep_dispatch) {
   command.add_option("--ep-dispatch", ep_dispatch,
                      "How routed tokens reach their experts across nodes: all-to-all (NCCL; a token crosses once per "
                      "expert on another node) or deduplicated (DeepEP, Megatron-Core's flex dispatcher: once per other "
@@ -125,6 +125,10 @@ void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& 
                    "Gradients accumulated and reduced across data-parallel ranks in fp32 (Megatron-LM's default for "
                    "bf16, torchtitan's mixed_precision_reduce = float32): 4 bytes per parameter in memory and on the "
                    "wire instead of 2");
+  command.add_flag("--bf16-moments", bf16_moments,
+                   "Adam's two moments kept in bf16 beside fp32 master weights (Megatron-Core's precision-aware "
+                   "optimizer, --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; DeepSeek-V3): 4 bytes per parameter of "
+                   "optimizer state fewer");
 }
 
 std::string flag_for_field(const std::string& field) {
@@ -135,7 +139,7 @@ std::string flag_for_field(const std::string& field) {
       {"precision", "--precision"},       {"stage_layers", "--stage-layers"}, {"memory_headroom", "--headroom"},
       {"rank", "--rank"},                 {"world_size", "--gpus"},           {"sequence_parallel", "--sequence-parallel"},
       {"attention", "--attention"},       {"cp_comm", "--cp-comm"},
-      {"fp32_gradients", "--fp32-gradients"}, {"loss", "--loss"},
+      {"fp32_gradients", "--fp32-gradients"}, {"bf16_moments", "--bf16-moments"}, {"loss", "--loss"},
       {"expert_tensor_parallel", "--expert-tp"}, {"ep_dispatch", "--ep-dispatch"},
   };
   for (const auto& [name, flag] : table) {
@@ -217,6 +221,7 @@ void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs&
   if (auto l = parse_loss_flag(f.loss, problems)) plan.loss = space.loss = *l;
   if (auto d = parse_ep_dispatch_flag(f.ep_dispatch, problems)) plan.ep_dispatch = space.ep_dispatch = *d;
   plan.fp32_gradients = space.fp32_gradients = f.fp32_gradients;
+  plan.bf16_moments = space.bf16_moments = f.bf16_moments;
   if (f.expert_tp) {
     if (auto e = parse_choice_flag<std::int64_t>(*f.expert_tp, "--expert-tp", expert_tp_choices, parse_expert_tp, problems)) {
       plan.expert_tensor_parallel = *e;

@@ -42,6 +42,7 @@ struct PlanFlags {
   std::string cp_comm = "ring";
   std::string loss = "fused";
   bool fp32_gradients = false;
+  bool bf16_moments = false;
   std::string ep_dispatch = "all-to-all";
   std::optional<std::string> expert_tp;      // "tp" (experts split over tp), or "1"
   bool sequence_parallel = false;
@@ -82,10 +83,10 @@ std::string flag_for_field(const std::string& field);
 // --cp-comm's and --loss's values (plan and search flags alike), or an error naming the choices.
 std::optional<CpComm> parse_cp_comm_flag(const std::string& text, Problems& problems);
 std::optional<Loss> parse_loss_flag(const std::string& text, Problems& problems);
-// --cp-comm, --loss, --fp32-gradients and --ep-dispatch: plan switches the
-// search never varies, the same flags on explain/simulate and on plan/sweep.
+// --cp-comm, --loss, --fp32-gradients, --bf16-moments and --ep-dispatch: plan
+// switches the search never varies, the same flags on explain/simulate and on plan/sweep.
 void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& loss, bool& fp32_gradients,
-                          std::string& ep_dispatch);
+                          bool& bf16_moments, std::string& ep_dispatch);
 std::optional<EpDispatch> parse_ep_dispatch_flag(const std::string& text, Problems& problems);
 
 }  // namespace meshplan::cli

@@ -95,6 +95,7 @@ Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
                         "cp: no effect (add cp to --axes)"});
   }
   space.fp32_gradients = f.fp32_gradients;
+  space.bf16_moments = f.bf16_moments;
   if (auto l = parse_loss_flag(trim(f.loss), problems)) space.loss = *l;
   if (auto d = parse_ep_dispatch_flag(trim(f.ep_dispatch), problems)) space.ep_dispatch = *d;
   space.expert_tensor_parallel = parse_words<std::int64_t>(
@@ -208,7 +209,7 @@ void add_search_flags(CLI::App& command, SearchFlags& f) {
   command.add_option("--zero", f.zero, "ZeRO stages on dp to try (0-3)")->capture_default_str();
   command.add_option("--recompute", f.recompute, "Recompute modes to try: none, selective, full, selective-op (torchtitan's op-level checkpointing)")->capture_default_str();
   command.add_option("--attention", f.attention, "Attention kernels to try: fused, unfused")->capture_default_str();
-  add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients, f.ep_dispatch);
+  add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients, f.bf16_moments, f.ep_dispatch);
   command.add_option("--expert-tp", f.expert_tp,
                      "Routed experts' tensor parallelism to try: tp (split over tp like the dense layers), 1 (each "
                      "expert whole, the tp ranks in the expert-parallel group, Megatron-Core's "
@@ -365,7 +366,7 @@ std::string describe_space(const SearchSpace& space) {
          join(precisions) + (std::find(space.axes.begin(), space.axes.end(), Axis::cp) != space.axes.end()
                                  ? "; cp " + to_string(space.cp_comm)
                                  : "") +
-         (space.fp32_gradients ? "; fp32 gradients" : "") + "; loss " + to_string(space.loss) +
+         (space.fp32_gradients ? "; fp32 gradients" : "") + (space.bf16_moments ? "; bf16 moments" : "") + "; loss " + to_string(space.loss) +
          (space.ep_dispatch != EpDispatch::all_to_all ? "; ep dispatch " + to_string(space.ep_dispatch) : "") +
          (space.expert_tensor_parallel.size() == 1
               ? std::string("; expert tp ") + (space.expert_tensor_parallel[0] == 1 ? "1" : "tp")

@@ -48,6 +48,7 @@ struct SearchFlags {
   std::string cp_comm = "ring";
   std::string loss = "fused";
   bool fp32_gradients = false;
+  bool bf16_moments = false;
   std::string expert_tp = "tp,1";
   std::string ep_dispatch = "all-to-all";
   std::string schedules = "gpipe,1f1b,interleaved,zb-h1";

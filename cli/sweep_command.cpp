@@ -63,7 +63,7 @@ class SigintGuard {
 const std::vector<std::string> kColumns = {
     "model", "cluster", "world_size", "global_batch", "mesh", "dp", "fsdp", "tp", "pp", "cp", "ep", "micro_batch",
     "micro_batches", "zero", "recompute", "sequence_parallel", "schedule", "precision", "attention", "cp_comm", "fp32_gradients",
-    "loss", "expert_tensor_parallel", "ep_dispatch", "stage_layers", "feasible", "reason",
+    "bf16_moments", "loss", "expert_tensor_parallel", "ep_dispatch", "stage_layers", "feasible", "reason",
     "memory_total_bytes", "memory_parameters_bytes", "memory_gradients_bytes", "memory_optimizer_bytes",
     "memory_activations_bytes", "memory_buffers_bytes", "step_s", "compute_s", "communication_s",
     "communication_exposed_s", "bubble_s", "tokens_per_s", "mfu", "hfu"};
@@ -105,6 +105,7 @@ std::vector<Cell> row_cells(const Job& job, const Candidate& c, double usable_by
   row.push_back(text_cell(to_string(plan.attention)));
   row.push_back(text_cell(to_string(plan.cp_comm)));
   row.push_back(bool_cell(plan.fp32_gradients));
+  row.push_back(bool_cell(plan.bf16_moments));
   row.push_back(text_cell(to_string(plan.loss)));
   row.push_back(int_cell(expert_split(plan).tp));  // what splits each expert's width: tp, or 1 when the experts leave it
   row.push_back(text_cell(to_string(plan.ep_dispatch)));

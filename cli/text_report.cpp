@@ -224,6 +224,7 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
       << to_string(plan.precision) << ", attention " << to_string(plan.attention) << ", loss " << to_string(plan.loss);
   if (plan.mesh.size(Axis::cp) > 1) out << ", cp keys and values by " << to_string(plan.cp_comm);
   if (plan.fp32_gradients) out << ", fp32 gradients";
+  if (plan.bf16_moments) out << ", bf16 moments";
   if (expert_split(plan).tokens > 1) out << ", experts out of tp (ep x tp = " << expert_split(plan).ep << ")";
   if (plan.ep_dispatch != EpDispatch::all_to_all) out << ", ep dispatch " << to_string(plan.ep_dispatch);
   if (!plan.stage_layers.empty()) out << ", layers per chunk " << stage_layers_text(plan.stage_layers);

@@ -185,6 +185,9 @@ void say_precision(const PlanFile& pf, Precision compute) {
     std::cout << "note: the plan assumes " << to_string(pf.plan.precision) << "; training computes the matmuls in "
               << to_string(compute) << (compute == Precision::fp32 ? " (the default; --precision bf16 to match)" : "")
               << "\n";
+  if (pf.plan.bf16_moments)
+    std::cout << "note: the plan keeps Adam's moments in bf16; training keeps them in fp32 (4 bytes per parameter of "
+                 "optimizer state more than predicted)\n";
   // Say when bf16 had no figure to price (one truth: the preset).
   if (compute == Precision::bf16 && !pf.cluster.device.peak_for(Dtype::bf16))
     std::cout << "note: " << missing_peak_message(pf.cluster.device, Dtype::bf16)

@@ -135,6 +135,11 @@ void megatron_parallelism_and_training(Writer& w, MegatronArgs& arg) {
   arg("--attention-backend", plan.attention == Attention::fused ? "flash" : "unfused");
   // "the faster ... fused form of cross entropy, which also has bf16 grads internally" (arguments.py).
   if (plan.loss == Loss::fused) arg("--cross-entropy-loss-fusion");
+  if (plan.bf16_moments) {  // Megatron-Core's precision-aware optimizer (arguments.py)
+    arg("--use-precision-aware-optimizer");
+    arg("--exp-avg-dtype", "bf16");
+    arg("--exp-avg-sq-dtype", "bf16");
+  }
 }
 
 // The model's shape.
@@ -247,6 +252,10 @@ std::string torchtitan(Writer& w) {
                         "stages per rank; there is no single-stage ZB-H1");
   }
   if (plan.precision == Precision::fp16) w.error("precision", "fp16: torchtitan's mixed_precision_param is bfloat16 or float32");
+  if (plan.bf16_moments) {
+    w.warning("bf16_moments", "torchtitan's AdamW keeps its moments in the parameters' fp32: 4 bytes per parameter "
+                              "of optimizer state more than the plan prices");
+  }
   if (!plan.stage_layers.empty()) {
     w.error("stage_layers", "uneven pipeline stages: give torchtitan pipeline_parallel_split_points by hand");
   } else if (pp > 1 && w.layers_per_chunk() == 0) {
@@ -334,6 +343,10 @@ std::string deepspeed(Writer& w) {
     w.warning("recompute", "activation checkpointing is applied by the model code (deepspeed.checkpointing), not the JSON");
   }
   if (plan.precision == Precision::fp8) w.error("precision", "fp8: DeepSpeed's JSON sets fp16 or bf16");
+  if (plan.bf16_moments) {
+    w.warning("bf16_moments", "DeepSpeed's Adam keeps fp32 moments: 4 bytes per parameter of optimizer state more "
+                              "than the plan prices");
+  }
   if (plan.loss == Loss::fused) {
     w.warning("loss", "the plan prices a fused cross-entropy (logits kept in their own dtype); the model code must "
                       "run one (a compiled or fused loss), else it holds fp32 log-probabilities as --loss eager prices");

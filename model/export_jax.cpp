@@ -253,7 +253,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     << "GLOBAL_BATCH = " << plan.global_batch << "\n"
     << "ACCUMULATION_STEPS = " << plan.global_batch / std::max<std::int64_t>(1, micro_step_batch)
     << "  # steps of ACTIVATIONS['batch'] per optimizer update\n"
-    << "PARAM_DTYPE = 'float32'       # master weights and Adam's moments\n"
+    << "PARAM_DTYPE = 'float32'       # master weights\n"
+    << "MOMENT_DTYPE = '" << (plan.bf16_moments ? "bfloat16" : "float32")
+    << "'  # Adam's m and v as the plan prices them (bf16_moments); optax.adamw's mu_dtype sets m's only\n"
     << "COMPUTE_DTYPE = '" << compute_dtype << "'\n"
     << "GRAD_DTYPE = '" << (gradients_in_fp32(plan) ? "float32" : compute_dtype)
     << "'  # gradients accumulated and reduced in this dtype, as the plan prices them (fp32_gradients)\n"

@@ -132,6 +132,12 @@ struct Plan {
   // "float32"). Off by default: the ZeRO paper's 2 + 2 + K bytes per parameter
   // (docs/cost-model.md, "Gradient precision"). No effect under fp32.
   bool fp32_gradients = false;
+  // Adam's first and second moments kept in bf16 (2 bytes each) beside the
+  // fp32 master weights: Megatron-Core's precision-aware optimizer with
+  // --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, and DeepSeek-V3's training
+  // ("BF16 ... for the first and second moments in the AdamW", arXiv
+  // 2412.19437, Sec. 3.3.3). Off by default: fp32 moments, K = 12 bytes.
+  bool bf16_moments = false;
   // The routed experts' tensor parallelism (Megatron-Core's
   // --expert-tensor-parallel-size): 0 splits them over tp like the dense
   // layers; 1 runs every expert whole, and each tp group's ranks join the
@@ -184,7 +190,9 @@ inline ExpertSplit expert_split(const Plan& plan) {
 
 // Bytes per parameter and per activation element under the plan's precision
 // and gradient precision: the one answer every cost reads.
-inline PrecisionBytes bytes_for(const Plan& plan) { return bytes_for(plan.precision, plan.fp32_gradients); }
+inline PrecisionBytes bytes_for(const Plan& plan) {
+  return bytes_for(plan.precision, plan.fp32_gradients, plan.bf16_moments);
+}
 // Whether the plan's gradients are fp32 (fp32_gradients, or fp32 training):
 // what the exports tell each framework.
 inline bool gradients_in_fp32(const Plan& plan) { return bytes_for(plan).gradient_bytes_per_parameter == 4; }

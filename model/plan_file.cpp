@@ -488,6 +488,8 @@ Plan read_plan_object(JsonObject& root) {
   plan.overlap_tensor_parallel = p->boolean("overlap_tensor_parallel", Need::optional).value_or(plan.overlap_tensor_parallel);
   // Optional: files written before the key existed kept 16-bit gradients.
   plan.fp32_gradients = p->boolean("fp32_gradients", Need::optional).value_or(plan.fp32_gradients);
+  // Optional: absent, fp32 moments (written only when set).
+  plan.bf16_moments = p->boolean("bf16_moments", Need::optional).value_or(false);
   // Optional: absent, the experts split over tp (what files written before the key meant).
   plan.expert_tensor_parallel = p->integer("expert_tensor_parallel", Need::optional, 0, kMaxMeshDevices).value_or(0);
   p->finish();

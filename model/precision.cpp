@@ -47,6 +47,12 @@ PrecisionBytes bytes_for(Precision precision, bool fp32_gradients) {
   return bytes;
 }
 
+PrecisionBytes bytes_for(Precision precision, bool fp32_gradients, bool bf16_moments) {
+  PrecisionBytes bytes = bytes_for(precision, fp32_gradients);
+  if (bf16_moments) bytes.optimizer_bytes_per_parameter -= 2 * (4 - 2);
+  return bytes;
+}
+
 Dtype gemm_dtype(Precision precision) {
   switch (precision) {
     case Precision::fp32: return Dtype::fp32;

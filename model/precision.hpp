@@ -35,6 +35,9 @@ PrecisionBytes bytes_for(Precision precision);
 // The same with gradients kept and reduced in fp32 when fp32_gradients
 // (Plan::fp32_gradients): 4 bytes per parameter whatever the precision.
 PrecisionBytes bytes_for(Precision precision, bool fp32_gradients);
+// And with Adam's two moments kept in bf16 when bf16_moments (Plan::bf16_moments):
+// 2 bytes each instead of fp32's 4.
+PrecisionBytes bytes_for(Precision precision, bool fp32_gradients, bool bf16_moments);
 
 // The dtype whose peak the GEMMs run at under this precision.
 Dtype gemm_dtype(Precision precision);

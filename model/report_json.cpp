@@ -29,6 +29,7 @@ nlohmann::ordered_json plan_to_json(const Plan& plan) {
   j["schedule"] = to_string(plan.schedule);
   j["precision"] = to_string(plan.precision);
   j["fp32_gradients"] = plan.fp32_gradients;
+  if (plan.bf16_moments) j["bf16_moments"] = true;
   if (plan.expert_tensor_parallel != 0) j["expert_tensor_parallel"] = plan.expert_tensor_parallel;
   if (!plan.stage_layers.empty()) j["stage_layers"] = plan.stage_layers;
   j["gradient_bucket_bytes"] = plan.gradient_bucket_bytes;

@@ -380,6 +380,7 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
   plan.cp_comm = space.cp_comm;
   plan.ep_dispatch = space.ep_dispatch;
   plan.fp32_gradients = space.fp32_gradients;
+  plan.bf16_moments = space.bf16_moments;
   plan.loss = space.loss;
   for (std::int64_t b : micro_batches) {
     plan.micro_batch = b;

@@ -63,6 +63,7 @@ struct SearchSpace {
   std::vector<std::int64_t> expert_tensor_parallel{0, 1};
   CpComm cp_comm = CpComm::ring;  // every candidate's (not searched)
   bool fp32_gradients = false;    // every candidate's (not searched)
+  bool bf16_moments = false;      // every candidate's (not searched)
   Loss loss = Loss::fused;        // every candidate's (not searched)
   EpDispatch ep_dispatch = EpDispatch::all_to_all;  // every candidate's (not searched)
   double memory_headroom = 0.05;

@@ -236,6 +236,19 @@ TEST(Cli, Fp32GradientsFlagReachesThePlan) {
   const auto plans = nlohmann::json::parse(planned.out);
   ASSERT_FALSE(plans.empty());
   for (const auto& p : plans) EXPECT_TRUE(p["plan"]["fp32_gradients"].get<bool>()) << p.dump();
+
+  // --bf16-moments: Adam's moments in bf16, 8 of the 12 optimizer bytes per parameter, on explain and plan.
+  const CliRun moments = run(with(job, {"--json", "--bf16-moments"}));
+  ASSERT_EQ(moments.status, 0) << moments.err;
+  const auto m = nlohmann::json::parse(moments.out);
+  EXPECT_TRUE(m["plan"]["bf16_moments"].get<bool>());
+  EXPECT_FALSE(h["plan"].contains("bf16_moments"));
+  EXPECT_NEAR(m["memory_bytes"]["optimizer"].get<double>(), h["memory_bytes"]["optimizer"].get<double>() * 8 / 12,
+              1e-9 * h["memory_bytes"]["optimizer"].get<double>());
+  const CliRun searched = run({"plan", "--model", "gpt2-350m", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch",
+                               "16", "--seq", "1024", "--top", "2", "--bf16-moments"});
+  ASSERT_EQ(searched.status, 0) << searched.err;
+  EXPECT_NE(searched.out.find("; bf16 moments"), std::string::npos) << searched.out;
 }
 
 // A Hugging Face config.json as --model hf:FILE (model/hf_config.hpp): explain

@@ -76,6 +76,7 @@ TEST(Evaluator, MemoryMatchesTheReferenceModel) {
       plan.attention = rng() % 2 == 0 ? Attention::fused : Attention::unfused;
       plan.cp_comm = static_cast<CpComm>(rng() % 3);
       plan.fp32_gradients = rng() % 2 == 0;
+      plan.bf16_moments = i % 3 == 0;
       plan.loss = i % 2 == 0 ? Loss::eager : Loss::fused;
       const ScheduleKind kinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1,
                                     ScheduleKind::interleaved};
@@ -325,6 +326,34 @@ TEST(Evaluator, Fp32GradientsDoubleTheGradientBytesInMemoryAndOnTheWire) {
   EXPECT_NEAR(sharded_full.worst_memory.gradients_bytes, full.worst_memory.gradients_bytes / 8, 1e-9 * full.worst_memory.gradients_bytes);
   const std::size_t fsdp = static_cast<std::size_t>(Axis::fsdp);
   EXPECT_GT(sharded_full.time.axis_communication_s[fsdp], sharded_half.time.axis_communication_s[fsdp]);
+}
+
+// Adam's moments in bf16 (Megatron-Core's precision-aware optimizer,
+// DeepSeek-V3): 4 bytes per parameter of optimizer state fewer, 8 of 12 under
+// bf16 and 4 of 8 under fp32, sharded as before; the optimizer step moves
+// less; nothing else changes.
+TEST(Evaluator, Bf16MomentsTakeFourBytesOffTheOptimizerState) {
+  const auto model = must(load_model("gpt2-350m"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator(model, cluster, 8, 1024);
+  for (const Precision precision : {Precision::bf16, Precision::fp32}) {
+    for (const char* mesh : {"dp=8", "fsdp=8"}) {
+      Plan plan = plan_with(mesh, 1, 16);
+      plan.precision = precision;
+      plan.zero_stage = 1;
+      const PlanEstimate fp32 = evaluator.evaluate(plan);
+      plan.bf16_moments = true;
+      const PlanEstimate bf16 = evaluator.evaluate(plan);
+      const double k = precision == Precision::bf16 ? 12 : 8;
+      EXPECT_NEAR(bf16.worst_memory.optimizer_bytes, fp32.worst_memory.optimizer_bytes * (k - 4) / k,
+                  1e-12 * fp32.worst_memory.optimizer_bytes) << mesh;
+      EXPECT_EQ(bf16.worst_memory.parameters_bytes, fp32.worst_memory.parameters_bytes) << mesh;
+      EXPECT_EQ(bf16.worst_memory.gradients_bytes, fp32.worst_memory.gradients_bytes) << mesh;
+      EXPECT_EQ(bf16.worst_memory.activations_bytes, fp32.worst_memory.activations_bytes) << mesh;
+      EXPECT_LT(bf16.time.optimizer_s, fp32.time.optimizer_s) << mesh;
+      EXPECT_EQ(bf16.time.compute_s, fp32.time.compute_s) << mesh;
+    }
+  }
 }
 
 // Llama 3 8B with 16 experts, top 2.

@@ -385,6 +385,14 @@ TEST(Export, LatentAttentionInMegatronAndJax) {
     EXPECT_TRUE(has_line(megatron.value, line)) << line << "\n" << megatron.value;
   }
   EXPECT_EQ(megatron.value.find("--kv-channels"), std::string::npos);
+  EXPECT_EQ(megatron.value.find("--use-precision-aware-optimizer"), std::string::npos);
+  file.plan.bf16_moments = true;  // DeepSeek-V3's bf16 moments: Megatron-Core's precision-aware optimizer
+  const Loaded<std::string> moments = export_plan(file, ExportTarget::megatron);
+  ASSERT_TRUE(moments.ok()) << messages(moments.problems);
+  for (const char* line : {"--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"}) {
+    EXPECT_TRUE(has_line(moments.value, line)) << line << "\n" << moments.value;
+  }
+  file.plan.bf16_moments = false;
   EXPECT_EQ(megatron.value.find("--group-query-attention"), std::string::npos);
 
   file.plan.recompute = Recompute::full;

@@ -133,6 +133,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.cp_comm, b.cp_comm);
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_EQ(a.fp32_gradients, b.fp32_gradients);
+  EXPECT_EQ(a.bf16_moments, b.bf16_moments);
   EXPECT_EQ(a.expert_tensor_parallel, b.expert_tensor_parallel);
   EXPECT_EQ(a.ep_dispatch, b.ep_dispatch);
   EXPECT_EQ(a.schedule.kind, b.schedule.kind);
@@ -260,6 +261,11 @@ TEST(PlanFile, LatentAttentionRoundTrips) {
   const std::string text = plan_file_to_json(made.file).dump();
   EXPECT_NE(text.find("\"qk_nope_head_dim\":128"), std::string::npos) << text.substr(0, 800);
   EXPECT_EQ(text.find("\"head_dim\""), std::string::npos);
+  EXPECT_EQ(text.find("bf16_moments"), std::string::npos);  // written only when set
+  expect_round_trip(made.file);
+  made.file.plan.bf16_moments = true;  // as DeepSeek-V3 trained
+  made.explanation = explain_plan(made.file.model, made.file.cluster, Deployment{1024, 0}, made.file.plan);
+  made.file.prediction = prediction_from(made.explanation);
   expect_round_trip(made.file);
 }
 

@@ -122,6 +122,10 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   addField("fp32_gradients", tr("Gradients"), fp32_gradients_,
            tr("Keep and reduce gradients in fp32, as Megatron-LM does for bf16 and torchtitan's FSDP2 by default "
               "(4 bytes per parameter instead of 2)"));
+  bf16_moments_ = new QCheckBox(tr("bf16"));
+  addField("bf16_moments", tr("Adam moments"), bf16_moments_,
+           tr("Keep Adam's two moments in bf16 beside fp32 master weights, as Megatron-Core's precision-aware "
+              "optimizer and DeepSeek-V3 do (4 bytes per parameter of optimizer state fewer)"));
   expert_tp_ = new QComboBox;
   for (const char* choice : {"tp,1", "tp", "1"}) expert_tp_->addItem(QString::fromLatin1(choice));
   addField("expert_tp", tr("Experts' tp"), expert_tp_,
@@ -237,6 +241,7 @@ SetupInputs SetupPanel::inputs() const {
   in.cp_comm = cp_comm_->currentText().toStdString();
   in.loss = loss_->currentText().toStdString();
   in.fp32_gradients = fp32_gradients_->isChecked();
+  in.bf16_moments = bf16_moments_->isChecked();
   in.expert_tp = expert_tp_->currentText().toStdString();
   in.ep_dispatch = ep_dispatch_->currentText().toStdString();
   in.threads = threads_->value();
@@ -270,6 +275,7 @@ void SetupPanel::setInputs(const SetupInputs& in) {
   if (loss_->findText(QString::fromStdString(in.loss)) < 0) loss_->addItem(QString::fromStdString(in.loss));
   loss_->setCurrentText(QString::fromStdString(in.loss));
   fp32_gradients_->setChecked(in.fp32_gradients);
+  bf16_moments_->setChecked(in.bf16_moments);
   if (expert_tp_->findText(QString::fromStdString(in.expert_tp)) < 0) expert_tp_->addItem(QString::fromStdString(in.expert_tp));
   expert_tp_->setCurrentText(QString::fromStdString(in.expert_tp));
   if (ep_dispatch_->findText(QString::fromStdString(in.ep_dispatch)) < 0) {
@@ -356,6 +362,7 @@ void SetupPanel::save(QSettings& s) const {
   s.setValue("setup/cp_comm", QString::fromStdString(in.cp_comm));
   s.setValue("setup/loss", QString::fromStdString(in.loss));
   s.setValue("setup/fp32_gradients", in.fp32_gradients);
+  s.setValue("setup/bf16_moments", in.bf16_moments);
   s.setValue("setup/expert_tp", QString::fromStdString(in.expert_tp));
   s.setValue("setup/ep_dispatch", QString::fromStdString(in.ep_dispatch));
   s.setValue("setup/threads", in.threads);
@@ -391,6 +398,7 @@ void SetupPanel::restore(const QSettings& s) {
   text("setup/cp_comm", in.cp_comm);
   text("setup/loss", in.loss);
   if (s.contains("setup/fp32_gradients")) in.fp32_gradients = s.value("setup/fp32_gradients").toBool();
+  if (s.contains("setup/bf16_moments")) in.bf16_moments = s.value("setup/bf16_moments").toBool();
   text("setup/expert_tp", in.expert_tp);
   text("setup/ep_dispatch", in.ep_dispatch);
   if (s.contains("setup/threads")) in.threads = s.value("setup/threads").toInt();

@@ -97,6 +97,7 @@ void resolve_space(const SetupInputs& in, SearchSpace& space, Problems& problems
     error(problems, "loss", "'" + in.loss + "' is not one of: " + std::string(loss_choices));
   }
   space.fp32_gradients = in.fp32_gradients;
+  space.bf16_moments = in.bf16_moments;
   space.expert_tensor_parallel.clear();
   for (const auto& word : split(in.expert_tp, "expert_tp", problems)) {
     const auto value = parse_expert_tp(word);

@@ -179,6 +179,9 @@ class StudioCoreTest : public QObject {
     QVERIFY(!resolve_setup(cp).value.space.fp32_gradients);
     cp.fp32_gradients = true;
     QVERIFY(resolve_setup(cp).value.space.fp32_gradients);
+    QVERIFY(!resolve_setup(cp).value.space.bf16_moments);
+    cp.bf16_moments = true;
+    QVERIFY(resolve_setup(cp).value.space.bf16_moments);
     // The experts' tp to search and the dispatch, as the CLI's --expert-tp and --ep-dispatch.
     QCOMPARE(resolve_setup(cp).value.space.expert_tensor_parallel, (std::vector<std::int64_t>{0, 1}));
     QCOMPARE(resolve_setup(cp).value.space.ep_dispatch, EpDispatch::all_to_all);
