@@ -65,10 +65,9 @@ void megatron_checks(Writer& w) {
   if (plan.schedule.kind == ScheduleKind::gpipe || plan.schedule.kind == ScheduleKind::zb_h1) {
     w.error("schedule", "Megatron-LM runs 1F1B and interleaved 1F1B; " + to_string(plan.schedule) + " is not one of them");
   }
-  if (!plan.stage_layers.empty()) {
-    w.error("stage_layers", "uneven pipeline stages: Megatron-LM splits layers evenly over (virtual) stages");
-  } else if (w.size(Axis::pp) > 1 && w.layers_per_chunk() == 0) {
-    w.error("mesh.pp", "pp x virtual stages do not divide the " + std::to_string(t.layers) + " layers evenly");
+  if (plan.stage_layers.empty() && w.size(Axis::pp) > 1 && w.layers_per_chunk() == 0) {
+    w.error("mesh.pp", "pp x virtual stages do not divide the " + std::to_string(t.layers) + " layers evenly (state "
+                       "the partition with stage_layers: it is written as --pipeline-model-parallel-layout)");
   }
   if (t.feed_forward == FeedForward::geglu) {
     w.error("model.mlp", "GeGLU: Megatron-LM's command line has --swiglu but no gated GELU");
@@ -94,13 +93,32 @@ struct MegatronArgs {
   static std::string count(std::int64_t n) { return std::to_string(n); }
 };
 
+// Uneven chunks as Megatron-Core's --pipeline-model-parallel-layout ("Custom Pipeline Model Parallel
+// Layout", Megatron-LM docs, experimental): the chunks in model order separated by '|', chunk c on
+// pipeline rank c mod pp (meshplan's order too, stage_partition.hpp), "t*n" for n decoder layers, the
+// embedding (E) in the first chunk and the loss (L) in the last, where meshplan places them.
+std::string megatron_layout(const std::vector<std::int64_t>& layers_per_chunk) {
+  std::string layout;
+  for (std::size_t c = 0; c < layers_per_chunk.size(); ++c) {
+    if (c > 0) layout += "|";
+    if (c == 0) layout += "E";
+    if (layers_per_chunk[c] > 0) layout += "t*" + std::to_string(layers_per_chunk[c]);
+    if (c + 1 == layers_per_chunk.size()) layout += "L";
+  }
+  return layout;
+}
+
 // The mesh, the batch, recomputation and precision.
 void megatron_parallelism_and_training(Writer& w, MegatronArgs& arg) {
   const Plan& plan = w.plan();
   auto count = MegatronArgs::count;
   arg("--tensor-model-parallel-size", count(w.size(Axis::tp)));
   arg("--pipeline-model-parallel-size", count(w.size(Axis::pp)));
-  if (plan.schedule.kind == ScheduleKind::interleaved) arg("--num-layers-per-virtual-pipeline-stage", count(w.layers_per_chunk()));
+  if (!plan.stage_layers.empty()) {
+    arg("--pipeline-model-parallel-layout", "\"" + megatron_layout(plan.stage_layers) + "\"");
+  } else if (plan.schedule.kind == ScheduleKind::interleaved) {
+    arg("--num-layers-per-virtual-pipeline-stage", count(w.layers_per_chunk()));
+  }
   if (w.size(Axis::cp) > 1) {
     arg("--context-parallel-size", count(w.size(Axis::cp)));
     arg("--cp-comm-type", plan.cp_comm == CpComm::ring ? "p2p" : plan.cp_comm == CpComm::all_gather ? "allgather" : "a2a");

@@ -128,6 +128,23 @@ TEST(Export, MegatronRefusesWhatItCannotRun) {
   EXPECT_NE(error_on(export_plan(gemma, ExportTarget::megatron).problems, "model.mlp"), nullptr);
   PlanFile uneven = plan_file("llama3-8b", "pp=3", 1, 12);  // 32 layers over 3 stages
   EXPECT_NE(error_on(export_plan(uneven, ExportTarget::megatron).problems, "mesh.pp"), nullptr);
+  // Stated, the partition is Megatron-Core's pipeline layout: chunk c on rank c mod pp, the embedding
+  // in the first chunk and the loss in the last, as meshplan places them.
+  uneven.plan.stage_layers = {10, 11, 11};
+  const Loaded<std::string> layout = export_plan(uneven, ExportTarget::megatron);
+  ASSERT_TRUE(layout.ok()) << messages(layout.problems);
+  EXPECT_TRUE(has_line(layout.value, "--pipeline-model-parallel-layout \"Et*10|t*11|t*11L\"")) << layout.value;
+  PlanFile llama405 = plan_file("llama3-405b", "pp=16,tp=8", 1, 64);
+  llama405.plan.schedule = Schedule{ScheduleKind::interleaved, 2};
+  llama405.plan.stage_layers = std::vector<std::int64_t>(32, 4);
+  llama405.plan.stage_layers.front() = llama405.plan.stage_layers.back() = 3;  // Llama 3's one layer less on each end
+  const Loaded<std::string> interleaved = export_plan(llama405, ExportTarget::megatron);
+  ASSERT_TRUE(interleaved.ok()) << messages(interleaved.problems);
+  std::string expected = "Et*3";
+  for (int c = 1; c < 31; ++c) expected += "|t*4";
+  expected += "|t*3L";
+  EXPECT_TRUE(has_line(interleaved.value, "--pipeline-model-parallel-layout \"" + expected + "\"")) << interleaved.value;
+  EXPECT_EQ(interleaved.value.find("--num-layers-per-virtual-pipeline-stage"), std::string::npos);
   const PlanFile mlp = plan_file("mlp-seed", "dp=2", 16, 64);
   EXPECT_NE(error_on(export_plan(mlp, ExportTarget::megatron).problems, "model.kind"), nullptr);
   PlanFile zero2 = plan_file("llama3-8b", "dp=8", 1, 16);
