@@ -58,6 +58,7 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
                      "Attention kernels: fused (FlashAttention / cuDNN / SDPA: no s x s tensors) or unfused")
       ->capture_default_str();
   add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients, f.bf16_moments, f.ep_dispatch);
+  add_recompute_modules_flag(command, f.recompute_modules);
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
                               "Sequence parallelism in tp regions (default: on for transformers with tp > 1)");
   command.add_flag("--no-sequence-parallel", f.no_sequence_parallel, "Turn sequence parallelism off")->excludes(sp);
@@ -131,6 +132,26 @@ void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& 
                    "optimizer state fewer");
 }
 
+void add_recompute_modules_flag(CLI::App& command, std::optional<std::string>& modules) {
+  command.add_option("--recompute-modules", modules,
+                     "What selective recompute repeats, Megatron-Core's --recompute-modules: core_attn (the attention "
+                     "core, the default), layernorm (the pre-norms' outputs), mla_up_proj (latent attention's "
+                     "up-projections), moe_act (the experts' activation), comma-separated; implies --recompute "
+                     "selective on explain and simulate");
+}
+
+std::optional<RecomputeModules> parse_recompute_modules_flag(const std::optional<std::string>& text, Problems& problems) {
+  if (!text) return std::nullopt;
+  std::string bad;
+  const auto modules = parse_recompute_modules(*text, bad);
+  if (!modules) {
+    problems.push_back({Severity::error, "--recompute-modules",
+                        (bad.empty() ? std::string("names no module") : "'" + bad + "' is not a recompute module") +
+                            " (choose from " + std::string(recompute_module_choices) + ")"});
+  }
+  return modules;
+}
+
 std::string flag_for_field(const std::string& field) {
   if (field.starts_with("mesh")) return "--mesh";
   static const std::pair<const char*, const char*> table[] = {
@@ -140,6 +161,7 @@ std::string flag_for_field(const std::string& field) {
       {"rank", "--rank"},                 {"world_size", "--gpus"},           {"sequence_parallel", "--sequence-parallel"},
       {"attention", "--attention"},       {"cp_comm", "--cp-comm"},
       {"fp32_gradients", "--fp32-gradients"}, {"bf16_moments", "--bf16-moments"}, {"loss", "--loss"},
+      {"recompute_modules", "--recompute-modules"},
       {"expert_tensor_parallel", "--expert-tp"}, {"ep_dispatch", "--ep-dispatch"},
   };
   for (const auto& [name, flag] : table) {
@@ -208,10 +230,19 @@ void search_default_plan(PlanInputs& in, Problems& problems, const PlanFlags& f)
 void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs& in, Problems& problems) {
   Plan& plan = in.plan;
   SearchSpace& space = in.space;
-  const std::string recompute = f.recompute.value_or(to_string(default_recompute(in.model.kind)));
+  const auto modules = parse_recompute_modules_flag(f.recompute_modules, problems);
+  const std::string recompute = f.recompute.value_or(
+      modules ? to_string(Recompute::selective) : to_string(default_recompute(in.model.kind)));
   if (auto r = parse_choice_flag<Recompute>(recompute, "--recompute", recompute_choices, parse_recompute, problems)) {
     plan.recompute = *r;
-    if (f.recompute) space.recomputes = {*r};
+    if (f.recompute || modules) space.recomputes = {*r};
+  }
+  if (modules) {
+    plan.recompute_modules = space.recompute_modules = *modules;
+    if (plan.recompute != Recompute::selective) {
+      problems.push_back({Severity::error, "--recompute-modules",
+                          "names what selective recompute repeats; --recompute is " + to_string(plan.recompute)});
+    }
   }
   if (auto a = parse_choice_flag<Attention>(f.attention, "--attention", attention_choices, parse_attention, problems)) {
     plan.attention = *a;

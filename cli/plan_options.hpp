@@ -43,6 +43,7 @@ struct PlanFlags {
   std::string loss = "fused";
   bool fp32_gradients = false;
   bool bf16_moments = false;
+  std::optional<std::string> recompute_modules;
   std::string ep_dispatch = "all-to-all";
   std::optional<std::string> expert_tp;      // "tp" (experts split over tp), or "1"
   bool sequence_parallel = false;
@@ -87,6 +88,10 @@ std::optional<Loss> parse_loss_flag(const std::string& text, Problems& problems)
 // switches the search never varies, the same flags on explain/simulate and on plan/sweep.
 void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& loss, bool& fp32_gradients,
                           bool& bf16_moments, std::string& ep_dispatch);
+// --recompute-modules (plan and search flags alike): what selective recompute repeats.
+void add_recompute_modules_flag(CLI::App& command, std::optional<std::string>& modules);
+// Its value, or an error naming the choices; nullopt also when not given.
+std::optional<RecomputeModules> parse_recompute_modules_flag(const std::optional<std::string>& text, Problems& problems);
 std::optional<EpDispatch> parse_ep_dispatch_flag(const std::string& text, Problems& problems);
 
 }  // namespace meshplan::cli

@@ -96,6 +96,14 @@ Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
   }
   space.fp32_gradients = f.fp32_gradients;
   space.bf16_moments = f.bf16_moments;
+  if (const auto modules = parse_recompute_modules_flag(f.recompute_modules, problems)) {
+    space.recompute_modules = *modules;
+    if (std::find(space.recomputes.begin(), space.recomputes.end(), Recompute::selective) == space.recomputes.end()) {
+      problems.push_back({Severity::warning, "--recompute-modules",
+                          "names what selective recompute repeats, and --recompute does not search selective: no "
+                          "effect (add selective to --recompute)"});
+    }
+  }
   if (auto l = parse_loss_flag(trim(f.loss), problems)) space.loss = *l;
   if (auto d = parse_ep_dispatch_flag(trim(f.ep_dispatch), problems)) space.ep_dispatch = *d;
   space.expert_tensor_parallel = parse_words<std::int64_t>(
@@ -210,6 +218,7 @@ void add_search_flags(CLI::App& command, SearchFlags& f) {
   command.add_option("--recompute", f.recompute, "Recompute modes to try: none, selective, full, selective-op (torchtitan's op-level checkpointing)")->capture_default_str();
   command.add_option("--attention", f.attention, "Attention kernels to try: fused, unfused")->capture_default_str();
   add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients, f.bf16_moments, f.ep_dispatch);
+  add_recompute_modules_flag(command, f.recompute_modules);
   command.add_option("--expert-tp", f.expert_tp,
                      "Routed experts' tensor parallelism to try: tp (split over tp like the dense layers), 1 (each "
                      "expert whole, the tp ranks in the expert-parallel group, Megatron-Core's "
@@ -337,7 +346,9 @@ std::string describe_space(const SearchSpace& space) {
       dropped_selective = true;
       continue;
     }
-    recompute.push_back(to_string(r) + (left_out > 0 ? " (unfused attention only)" : ""));
+    const bool modules = r == Recompute::selective && space.recompute_modules != kDefaultRecomputeModules;
+    recompute.push_back(to_string(r) + (modules ? " (" + recompute_modules_text(space.recompute_modules) + ")" : "") +
+                        (left_out > 0 ? " (unfused attention only)" : ""));
   }
   if (dropped_selective) recompute.back() += " (selective: the same plans as none with fused attention)";
   for (ScheduleKind k : space.schedules) {

@@ -62,7 +62,7 @@ class SigintGuard {
 
 const std::vector<std::string> kColumns = {
     "model", "cluster", "world_size", "global_batch", "mesh", "dp", "fsdp", "tp", "pp", "cp", "ep", "micro_batch",
-    "micro_batches", "zero", "recompute", "sequence_parallel", "schedule", "precision", "attention", "cp_comm", "fp32_gradients",
+    "micro_batches", "zero", "recompute", "recompute_modules", "sequence_parallel", "schedule", "precision", "attention", "cp_comm", "fp32_gradients",
     "bf16_moments", "loss", "expert_tensor_parallel", "ep_dispatch", "stage_layers", "feasible", "reason",
     "memory_total_bytes", "memory_parameters_bytes", "memory_gradients_bytes", "memory_optimizer_bytes",
     "memory_activations_bytes", "memory_buffers_bytes", "step_s", "compute_s", "communication_s",
@@ -99,6 +99,7 @@ std::vector<Cell> row_cells(const Job& job, const Candidate& c, double usable_by
   row.push_back(int_cell(plan.micro_batches()));
   row.push_back(int_cell(plan.zero_stage));
   row.push_back(text_cell(to_string(plan.recompute)));
+  row.push_back(text_cell(plan.recompute == Recompute::selective ? recompute_modules_text(plan.recompute_modules) : ""));
   row.push_back(bool_cell(plan.sequence_parallel));
   row.push_back(text_cell(to_string(plan.schedule)));
   row.push_back(text_cell(to_string(plan.precision)));

@@ -217,8 +217,11 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
       << count_of(static_cast<double>(ex.micro_batches), "micro-batch", "micro-batches") << " x " << plan.mesh.data_parallel_size()
       << " data-parallel = global batch " << plan.global_batch << "\n";
   const bool nothing_repeated =
-      model.kind == ModelKind::transformer && recompute_repeats_nothing(plan.recompute, plan.attention);
+      model.kind == ModelKind::transformer && recompute_repeats_nothing(plan);
   out << "        zero " << plan.zero_stage << ", recompute " << to_string(plan.recompute)
+      << (plan.recompute == Recompute::selective && plan.recompute_modules != kDefaultRecomputeModules
+              ? " (" + recompute_modules_text(plan.recompute_modules) + ")"
+              : "")
       << (nothing_repeated ? " (nothing to repeat under fused attention)" : "") << ", sequence parallel "
       << (plan.sequence_parallel ? "on" : "off") << ", schedule " << to_string(plan.schedule) << ", precision "
       << to_string(plan.precision) << ", attention " << to_string(plan.attention) << ", loss " << to_string(plan.loss);

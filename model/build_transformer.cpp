@@ -99,6 +99,7 @@ class TransformerBuilder {
     norm.output_elements_per_sample = s * h;
     norm.saved = {{name + " input", s * h, 0, false, false}};
     norm.memory_elements_per_sample = 2 * s * h;
+    norm.module = RecomputeModule::layernorm;  // repeated where its output is not kept
     return norm;
   }
 
@@ -148,6 +149,7 @@ class TransformerBuilder {
     qkv.forward_flops_per_sample = 2 * s * h * (q + 2 * kv);
     qkv.output_elements_per_sample = s * (q + 2 * kv);
     qkv.saved = {{"qkv input", s * h, 0, false, false}};
+    qkv.saved[0].module = RecomputeModule::layernorm;  // the first norm's output
     const std::int64_t kv_columns = 2 * t.key_width();
     qkv.gemm = {s, t.query_width() + kv_columns, t.hidden, 1, kv_columns};
     qkv.tp_split = TpSplit::columns;
@@ -182,6 +184,7 @@ class TransformerBuilder {
     up.gemm = {s, out_width, latent_width, 1};
     up.tp_split = TpSplit::columns;
     up.op_sac_recomputed = 1;
+    up.module = RecomputeModule::mla_up_proj;
     return up;
   }
 
@@ -204,6 +207,7 @@ class TransformerBuilder {
       down.forward_flops_per_sample = 2 * s * h * q_latent;
       down.output_elements_per_sample = s * q_latent;
       down.saved = {{"qkv input", s * h, 0, false, false}};  // read by both down-projections, kept once
+      down.saved[0].module = RecomputeModule::layernorm;
       down.gemm = {s, t.q_lora_rank, t.hidden, 1};
       down.tp_split = TpSplit::sequence;
       down.op_sac_kept = {{"query latent", s * q_latent, 0, false, false}};
@@ -220,6 +224,7 @@ class TransformerBuilder {
       query.forward_flops_per_sample = 2 * s * h * q;
       query.output_elements_per_sample = s * q;
       query.saved = {{"qkv input", s * h, 0, false, false}};
+      query.saved[0].module = RecomputeModule::layernorm;
       query.gemm = {s, t.query_width(), t.hidden, 1};
       query.tp_split = TpSplit::columns;
       query.op_sac_kept = {{"query projection", s * q, 0, true, false}};
@@ -250,6 +255,7 @@ class TransformerBuilder {
     rope_op.memory_elements_per_sample = 2 * s * (a + 1) * rope;
     rope_op.tensor_parallel_region = true;
     rope_op.tp_gathered_input_elements_per_sample = s * rope;
+    rope_op.module = RecomputeModule::mla_up_proj;
     const OpId rope_id = g.add_op(rope_op);
     g.connect(queries_id, rope_id);
     g.connect(down_id, rope_id);
@@ -270,6 +276,9 @@ class TransformerBuilder {
     scores.saved = {{"query", s * q, 0, true, false},
                     {"key", s * kv, 0, true, false, KeptBy::both, true},
                     {"softmax statistics (fp32 log-sum-exp)", a * s, 4, true, false, KeptBy::fused_attention}};
+    if (t.latent_attention()) {  // the up-projections' outputs, which mla_up_proj recomputes
+      scores.saved[0].module = scores.saved[1].module = RecomputeModule::mla_up_proj;
+    }
     scores.attention_heads = t.heads;
     scores.head_dim = t.head_size();
     scores.gemm = {s, seq_len, t.head_size(), t.heads};
@@ -307,6 +316,7 @@ class TransformerBuilder {
     values.forward_flops_per_sample = 2 * s * s * out_width;
     values.output_elements_per_sample = s * out_width;
     values.saved = {{"value", s * vw, 0, true, false, KeptBy::both, true}};
+    if (t.latent_attention()) values.saved[0].module = RecomputeModule::mla_up_proj;
     // Without dropout the probabilities P V reads are the softmax output already saved.
     if (dropout) values.saved.push_back({"attention dropout output", a * s * s, 0, true, true, KeptBy::unfused_attention});
     values.gemm = {s, t.value_head_size(), seq_len, t.heads};
@@ -353,6 +363,7 @@ class TransformerBuilder {
       // Its weight gradient reads its input, the second norm's output (the experts save their
       // dispatched copies of it, not it; shared experts read the same tensor).
       router.saved = {{"router probabilities", s * experts, 4, false, false}, {"router input", s * h, 0, false, false}};
+      router.saved[1].module = RecomputeModule::layernorm;  // the second norm's output
       router.gemm = {s, t.experts, t.hidden, 1};
       router.tp_split = TpSplit::sequence;  // each tp rank routes its own tokens under sequence parallelism (Megatron-Core)
       router.memory_fixed_bytes_per_sample = 2 * s * experts * 4;  // fp32 softmax over experts
@@ -408,6 +419,7 @@ class TransformerBuilder {
     w_in.forward_flops_per_sample = b.routed * 2 * s * h * in_width;
     w_in.output_elements_per_sample = b.slots * s * in_width;
     if (b.saves_input) w_in.saved = {{tensor + "input", b.slots * s * h, 0, false, false}};
+    if (b.saves_input && !b.expert) w_in.saved[0].module = RecomputeModule::layernorm;  // the second norm's output
     // Padded rows run; model FLOPs count routed. Routed experts are one GEMM each (a grouped GEMM:
     // Megatron-Core's --moe-grouped-gemm), over the rows routed to it: batch E, rows k' s / E per expert.
     const auto expert_count = static_cast<std::int64_t>(b.experts);
@@ -431,6 +443,7 @@ class TransformerBuilder {
     }
     act.memory_elements_per_sample = b.slots * (gated ? 3 : 2) * s * width;  // fused bias + activation (x gate)
     act.tensor_parallel_region = true;
+    if (b.expert) act.module = RecomputeModule::moe_act;
     const OpId act_id = g.add_op(act);
     g.connect(w_in_id, act_id);
 
@@ -440,6 +453,7 @@ class TransformerBuilder {
     w_out.forward_flops_per_sample = b.routed * 2 * s * width * h;
     w_out.output_elements_per_sample = s * h;
     w_out.saved = {{tensor + "projection input", b.slots * s * width, 0, true, false}};
+    if (b.expert) w_out.saved[0].module = RecomputeModule::moe_act;  // the activation's output
     w_out.gemm = {b.slots * s / b.experts, t.hidden, b.width, expert_count};
     w_out.tp_split = TpSplit::rows;
     if (!b.expert && gated) {  // matmul 7 kept; 6 of a plain MLP repeated

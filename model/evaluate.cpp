@@ -111,11 +111,11 @@ void block_memory(BlockCost& c, const BlockProfile& bp, BlockKind role, const Mo
     return bytes;
   };
   for (int region = 0; region < 2; ++region) {
-    for (int selective = 0; selective < 2; ++selective) {
-      const double saved = region_bytes(region, bp.saved_elements[a][region][selective], bp.saved_fixed_bytes[a][region][selective],
-                                        bp.saved_key_value_elements[a][selective]);
+    for (std::size_t m = 0; m < kRecomputeModules; ++m) {
+      const double saved = region_bytes(region, bp.saved_elements[a][region][m], bp.saved_fixed_bytes[a][region][m],
+                                        bp.saved_key_value_elements[a][m]);
       c.full_activation_bytes += saved;
-      if (!(selective == 1 && plan.recompute == Recompute::selective)) c.activation_bytes += saved;
+      if (!recomputes(plan, static_cast<RecomputeModule>(m))) c.activation_bytes += saved;
     }
   }
   c.input_bytes = bp.input_elements_per_sample * act * b / split.sequence;
@@ -147,11 +147,15 @@ void block_memory(BlockCost& c, const BlockProfile& bp, BlockKind role, const Mo
 
 double& part(BlockCost& c, ComputePart p) { return c.compute_parts_s[static_cast<std::size_t>(p)]; }
 
+// The forward seconds of each recompute module's ops but core attention's
+// (RecomputeModule; what selective recompute of it repeats).
+using ModuleSeconds = std::array<double, kRecomputeModules>;
+
 // GEMMs, memory-bound passes, fused attention and the launch floor; returns
 // the forward seconds of core attention (what selective recompute repeats and
-// ring attention hides under).
+// ring attention hides under), and the other modules' in `modules`.
 double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, const PlanScalars& ps,
-                     const ComputeRates& rates) {
+                     const ComputeRates& rates, ModuleSeconds& modules) {
   const double b = ps.b, act = ps.act, gemm_bytes = ps.gemm_bytes;
   const std::size_t a = attention_index(plan.attention);
   const bool fused = plan.attention == Attention::fused;
@@ -180,6 +184,19 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
         gc.input_gradient_s + gc.weight_gradient_s;
     if (g.has_weights) c.weight_gradient_s += gc.weight_gradient_s;
     if (g.core_attention) core_forward_s += gc.forward_s;
+    modules[static_cast<std::size_t>(g.module)] += gc.forward_s;
+  }
+  if (plan.recompute == Recompute::selective) {  // the memory-bound passes a module repeats
+    for (std::size_t m = static_cast<std::size_t>(RecomputeModule::layernorm); m < kRecomputeModules; ++m) {
+      for (int region = 0; region < 2; ++region) {
+        for (std::size_t cls = 0; cls < kStreamOps; ++cls) {
+          const double bytes_per_sample = bp.module_memory_elements[m][region][cls] * act + bp.module_memory_fixed_bytes[m][region][cls];
+          if (bytes_per_sample > 0) {
+            modules[m] += stream_time_s(bytes_per_sample * b / ps.split.of(region == 1), rates, static_cast<StreamOp>(cls));
+          }
+        }
+      }
+    }
   }
   for (int region = 0; region < 2; ++region) {
     const double split = ps.split.of(region == 1);
@@ -233,7 +250,7 @@ double add_collective(BlockCost& c, Axis axis, Collective kind, Pass pass, Hidde
 // (its compute, and a recomputed forward's tp collectives). First in the record: the repeats read
 // the forward tp collective at its front.
 void block_tp_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, double core_forward_s,
-                          const Plan& plan, const PlanScalars& ps) {
+                          const ModuleSeconds& modules, const Plan& plan, const PlanScalars& ps) {
   const double act = ps.act, cp = ps.cp, b = ps.b;
   const Link& tp_link = ps.links.of(Axis::tp);
   const bool full_recompute = plan.recompute == Recompute::full && role == BlockKind::layer;
@@ -268,10 +285,16 @@ void block_tp_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, 
   c.tp_backward_s = plan.overlap_tensor_parallel && tp_link.overlaps_compute
                         ? std::max(0.0, backward_tp_s - c.weight_gradient_s)
                         : backward_tp_s;
-  // Selective recompute drops the s x s tensors; fused attention keeps none to drop.
-  if (plan.recompute == Recompute::selective && !recompute_repeats_nothing(plan.recompute, plan.attention)) {
+  // Selective recompute drops the s x s tensors; fused attention keeps none to drop. The other
+  // modules (Plan::recompute_modules) repeat their ops' forward.
+  if (recomputes(plan, RecomputeModule::core_attn) && plan.attention == Attention::unfused) {
     c.backward_compute_s += core_forward_s;
     part(c, ComputePart::recompute) += core_forward_s;
+  }
+  for (std::size_t m = static_cast<std::size_t>(RecomputeModule::layernorm); m < kRecomputeModules; ++m) {
+    if (!recomputes(plan, static_cast<RecomputeModule>(m)) || role != BlockKind::layer) continue;
+    c.backward_compute_s += modules[m];
+    part(c, ComputePart::recompute) += modules[m];
   }
   // A recomputed forward's tp collectives run again in the backward, exposed
   // (`gathers_only`: only the all-gather half of each all-reduce).
@@ -373,9 +396,9 @@ void block_ep_collectives(BlockCost& c, const BlockProfile& bp, const ModelProfi
 
 // Tensor-, context- and expert-parallel communication inside the block.
 void block_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, double core_forward_s,
-                       const ModelProfile& prof, const Plan& plan, const PlanScalars& ps) {
+                       const ModuleSeconds& modules, const ModelProfile& prof, const Plan& plan, const PlanScalars& ps) {
   c.collectives.reserve(6);
-  block_tp_collectives(c, bp, role, core_forward_s, plan, ps);
+  block_tp_collectives(c, bp, role, core_forward_s, modules, plan, ps);
   block_cp_collectives(c, core_forward_s, prof, plan, ps);
   block_ep_collectives(c, bp, prof, ps);
 }
@@ -414,8 +437,9 @@ std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vecto
     const BlockProfile& bp = prof.kinds[k];
     BlockCost& c = kind_cost[k];
     block_memory(c, bp, prof.kind_role[k], prof, plan, plan_scalars);
-    const double core_forward_s = block_compute(c, bp, plan, plan_scalars, rates);
-    block_collectives(c, bp, prof.kind_role[k], core_forward_s, prof, plan, plan_scalars);
+    ModuleSeconds modules{};
+    const double core_forward_s = block_compute(c, bp, plan, plan_scalars, rates, modules);
+    block_collectives(c, bp, prof.kind_role[k], core_forward_s, modules, prof, plan, plan_scalars);
   }
   return kind_cost;
 }
@@ -885,10 +909,8 @@ void account_axes(TimeEstimate& time, const StageSum& slow, const Plan& plan, do
 void add_flops(TimeEstimate& time, const ModelProfile& prof, const Plan& plan, double world_peak, double seq) {
   const double global = static_cast<double>(plan.global_batch);
   time.model_flops_per_step = prof.model_flops_per_sample * global;
-  const double recompute_flops_per_sample =
-      prof.recompute_flops[static_cast<int>(plan.recompute)][attention_index(plan.attention)];
-  time.hardware_flops_per_step =
-      time.model_flops_per_step + (prof.padding_flops_per_sample + recompute_flops_per_sample) * global;
+  const double repeated = recompute_flops_per_sample(prof, plan);
+  time.hardware_flops_per_step = time.model_flops_per_step + (prof.padding_flops_per_sample + repeated) * global;
   if (time.step_s > 0) {
     time.tokens_per_s = global * seq / time.step_s;
     if (world_peak > 0) {

@@ -5,6 +5,7 @@
 #include "model/export.hpp"
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <sstream>
 
 #include "model/plan_defaults.hpp"
@@ -136,6 +137,11 @@ void megatron_parallelism_and_training(Writer& w, MegatronArgs& arg) {
   }
   if (plan.recompute == Recompute::selective || plan.recompute == Recompute::selective_op) {
     arg("--recompute-granularity", "selective");
+  }
+  if (plan.recompute == Recompute::selective && plan.recompute_modules != kDefaultRecomputeModules) {
+    std::string modules = recompute_modules_text(plan.recompute_modules);  // Megatron-Core takes them space-separated
+    std::replace(modules.begin(), modules.end(), ',', ' ');
+    arg("--recompute-modules", modules);
   }
   if (plan.recompute == Recompute::full) {
     arg("--recompute-granularity", "full");
@@ -302,7 +308,10 @@ std::string torchtitan(Writer& w) {
     w.warning("cp_comm", "torchtitan's context parallelism is ring attention; the plan's " + to_string(plan.cp_comm) +
                              " key/value exchange is written as its ring");
   }
-  if (plan.recompute == Recompute::selective) {
+  if (plan.recompute == Recompute::selective && plan.recompute_modules != kDefaultRecomputeModules) {
+    w.error("recompute_modules", "torchtitan has no module-level recompute (Megatron-Core's --recompute-modules " +
+                                     recompute_modules_text(plan.recompute_modules) + "): use --to megatron");
+  } else if (plan.recompute == Recompute::selective) {
     w.warning("recompute", "torchtitan has no checkpointing of the attention core alone, and its SDPA keeps no s x s "
                            "tensors to drop, so 'selective' is written as mode \"none\", what the plan was priced as; "
                            "--recompute selective-op is torchtitan's selective_ac_option = \"op\"");

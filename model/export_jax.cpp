@@ -202,6 +202,12 @@ Loaded<std::string> export_jax(const PlanFile& file) {
                                "JAX has no policy that saves every second matmul (torchtitan's op-level checkpointing); "
                                "written as dots_with_no_batch_dims_saveable, which saves every weight matmul's output"});
   }
+  if (plan.recompute == Recompute::selective && plan.recompute_modules != kDefaultRecomputeModules) {
+    result.problems.push_back({Severity::warning, "recompute_modules",
+                               "JAX has no policy by Megatron-Core's modules (" + recompute_modules_text(plan.recompute_modules) +
+                                   "); written as dots_with_no_batch_dims_saveable, which saves every weight matmul's "
+                                   "output and repeats the rest"});
+  }
   if (has_errors(result.problems)) return result;
 
   const Mesh& mesh = plan.mesh;

@@ -69,6 +69,9 @@ struct SavedTensor {
   // probabilities) under the eager loss, the activation dtype under the fused
   // one (plan.hpp, Loss).
   bool loss_logits = false;
+  // The module whose selective recompute drops it (Plan::recompute_modules;
+  // `selective` above is core_attn's).
+  RecomputeModule module = RecomputeModule::none;
 };
 
 struct GemmShape {  // per sample: rows scale with the sample's tokens
@@ -106,6 +109,9 @@ struct Op {
   // unless sequence parallelism splits it.
   bool tensor_parallel_region = false;
   bool core_attention = false;      // recomputed by "selective" recompute (QK^T, softmax, dropout, PV)
+  // The module whose selective recompute repeats this op's forward in the
+  // backward (layernorm, mla_up_proj, moe_act; core_attn is core_attention's).
+  RecomputeModule module = RecomputeModule::none;
   // Elements per sample of an input from the sequence-parallel region that
   // this op, inside the tensor-parallel region, reads whole on every tp rank
   // without a column-parallel GEMM to gather it: all-gathered over tp in the

@@ -129,14 +129,16 @@ double communication_buffers(const ModelSpec& model, const LayerGraph& graph, co
 
 namespace {
 
-// Bytes per sample of `tensors` on one device; `drop_selective`: leave out those selective recompute drops.
+// Bytes per sample of `tensors` on one device; `drop_selective`: leave out those selective recompute
+// of sharding.recompute_modules drops.
 double tensor_bytes_per_sample(const std::vector<SavedTensor>& tensors, const ActivationSharding& sharding, bool drop_selective) {
   double bytes = 0;
   const ActivationSplit split = activation_split(sharding.tp, sharding.cp, sharding.sequence_parallel);
   const bool reduce_scatters = tp_reduce_scatters(sharding.tp, sharding.sequence_parallel);
   for (const SavedTensor& t : tensors) {
     if (!kept_by(t, sharding.attention)) continue;
-    if (t.selective && drop_selective) continue;
+    const RecomputeModule module = t.selective ? RecomputeModule::core_attn : t.module;
+    if (drop_selective && (sharding.recompute_modules & module_bit(module)) != 0) continue;
     if (t.reduce_scatter && !reduce_scatters) continue;
     const bool fixed = t.fixed_bytes_per_element > 0 && !(t.loss_logits && sharding.loss == Loss::fused);
     const double per_element = fixed ? t.fixed_bytes_per_element : sharding.activation_bytes_per_element;
@@ -211,7 +213,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
   const double ep = static_cast<double>(mesh.size(Axis::ep));
   const ActivationSharding sharding{mesh.size(Axis::tp), mesh.size(Axis::cp), plan.sequence_parallel,
                                     plan.recompute, bytes.activation_bytes_per_element, plan.attention, graph.kv_heads,
-                                    plan.loss};
+                                    plan.loss, plan.recompute_modules};
   const ActivationSplit split = activation_split(plan);
 
   // ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 shards optimizer state,

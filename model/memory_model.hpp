@@ -85,6 +85,7 @@ struct ActivationSharding {
   Attention attention = Attention::unfused;
   std::int64_t kv_heads = 0;  // keys and values split over cp x kv_tp_split(kv_heads, tp)
   Loss loss = Loss::eager;    // the bytes of the loss's logits (SavedTensor::loss_logits)
+  RecomputeModules recompute_modules = kDefaultRecomputeModules;  // what `selective` drops (Plan::recompute_modules)
 };
 
 // Bytes `op` keeps for the backward pass, per sample, on one device

@@ -77,6 +77,55 @@ std::string to_string(const Schedule& schedule) {
   return "?";
 }
 
+std::string to_string(RecomputeModule module) {
+  switch (module) {
+    case RecomputeModule::none: return "none";
+    case RecomputeModule::core_attn: return "core_attn";
+    case RecomputeModule::layernorm: return "layernorm";
+    case RecomputeModule::mla_up_proj: return "mla_up_proj";
+    case RecomputeModule::moe_act: return "moe_act";
+  }
+  return "?";
+}
+
+std::optional<RecomputeModule> parse_recompute_module(std::string_view text) {
+  for (RecomputeModule m : {RecomputeModule::core_attn, RecomputeModule::layernorm, RecomputeModule::mla_up_proj,
+                            RecomputeModule::moe_act}) {
+    if (text == to_string(m)) return m;
+  }
+  return std::nullopt;
+}
+
+std::string recompute_modules_text(RecomputeModules modules) {
+  std::string text;
+  for (int m = 1; m < kRecomputeModules; ++m) {
+    if (modules & module_bit(static_cast<RecomputeModule>(m))) {
+      text += (text.empty() ? "" : ",") + to_string(static_cast<RecomputeModule>(m));
+    }
+  }
+  return text;
+}
+
+std::optional<RecomputeModules> parse_recompute_modules(std::string_view text, std::string& bad) {
+  RecomputeModules modules = 0;
+  bad.clear();
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    std::string_view word = text.substr(start, comma - start);
+    while (!word.empty() && word.front() == ' ') word.remove_prefix(1);
+    while (!word.empty() && word.back() == ' ') word.remove_suffix(1);
+    const auto module = parse_recompute_module(word);
+    if (!module) {
+      bad = std::string(word);
+      return std::nullopt;
+    }
+    modules |= module_bit(*module);
+    start = comma + 1;
+  }
+  return modules;
+}
+
 std::optional<Recompute> parse_recompute(std::string_view text) {
   if (text == "none") return Recompute::none;
   if (text == "selective") return Recompute::selective;

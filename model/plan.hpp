@@ -29,6 +29,26 @@ inline bool recomputes_layer_forward(Recompute r) { return r == Recompute::full 
 // Whether the mode acts on transformer layers only (an attention core to
 // select, a layer's matmul sequence to halve); the search tries it on nothing else.
 inline bool recompute_of_transformer_layers(Recompute r) { return r == Recompute::selective || r == Recompute::selective_op; }
+// The parts of a layer `selective` recomputes, by Megatron-Core's
+// --recompute-modules names (arguments.py; TransformerConfig.recompute_modules):
+// `core_attn` the attention core (its default, Korthikanti et al.'s selective);
+// `layernorm` the two pre-norms' outputs (input_layernorm, pre_mlp_layernorm);
+// `mla_up_proj` latent attention's up-projections and rotation (its queries,
+// keys and values); `moe_act` the routed experts' activation function. Each
+// drops what the part's output kept and repeats the part's forward in the
+// backward. `none` tags what no module drops.
+enum class RecomputeModule : std::uint8_t { none, core_attn, layernorm, mla_up_proj, moe_act };
+inline constexpr int kRecomputeModules = 5;
+using RecomputeModules = std::uint8_t;  // bit m: RecomputeModule m
+constexpr RecomputeModules module_bit(RecomputeModule m) { return static_cast<RecomputeModules>(1u << static_cast<unsigned>(m)); }
+inline constexpr RecomputeModules kDefaultRecomputeModules = module_bit(RecomputeModule::core_attn);
+std::string to_string(RecomputeModule module);
+std::optional<RecomputeModule> parse_recompute_module(std::string_view text);
+inline constexpr std::string_view recompute_module_choices = "core_attn, layernorm, mla_up_proj, moe_act";
+// "core_attn,layernorm" for a set (in the enum's order), and back: comma-separated
+// module names, at least one; nullopt with `bad` the offending word (empty when none given).
+std::string recompute_modules_text(RecomputeModules modules);
+std::optional<RecomputeModules> parse_recompute_modules(std::string_view text, std::string& bad);
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
 // How attention runs. `fused`: one kernel (FlashAttention-2/3, cuDNN, PyTorch
 // scaled_dot_product_attention) that keeps no s x s tensor, only per-row
@@ -111,6 +131,8 @@ struct Plan {
   std::int64_t seq_len = 0;         // 0: the model's seq_len
   int zero_stage = 0;               // ZeRO stage on the dp axis (0..3); fsdp is always stage 3
   Recompute recompute = Recompute::none;
+  // What `selective` recomputes (RecomputeModule bits); read only under it.
+  RecomputeModules recompute_modules = kDefaultRecomputeModules;
   bool sequence_parallel = false;   // Korthikanti et al. 2022 sequence parallelism within tp
   // New plans default to fused attention (what current stacks run); plan
   // files written before the field existed read as unfused, the semantics
@@ -186,6 +208,16 @@ inline ExpertSplit expert_split(const Plan& plan) {
   const std::int64_t dispatched = plan.sequence_parallel ? tp : 1;
   if (plan.expert_tensor_parallel != 1 || tp == 1) return {tp, ep, 1, dispatched};
   return {1, ep * tp, tp, tp};
+}
+
+// Whether the plan's backward repeats `module` (selective recompute of it).
+inline bool recomputes(const Plan& plan, RecomputeModule module) {
+  return plan.recompute == Recompute::selective && (plan.recompute_modules & module_bit(module)) != 0;
+}
+// Whether the plan's recompute repeats nothing: selective with only the
+// attention core under fused attention, which keeps no s x s tensors to drop.
+inline bool recompute_repeats_nothing(const Plan& plan) {
+  return recompute_repeats_nothing(plan.recompute, plan.attention) && plan.recompute_modules == kDefaultRecomputeModules;
 }
 
 // Bytes per parameter and per activation element under the plan's precision

@@ -490,6 +490,16 @@ Plan read_plan_object(JsonObject& root) {
   plan.fp32_gradients = p->boolean("fp32_gradients", Need::optional).value_or(plan.fp32_gradients);
   // Optional: absent, fp32 moments (written only when set).
   plan.bf16_moments = p->boolean("bf16_moments", Need::optional).value_or(false);
+  // Optional: absent, selective recompute repeats the attention core (written only when other).
+  if (const auto modules = p->text("recompute_modules", Need::optional)) {
+    std::string bad;
+    if (const auto parsed = parse_recompute_modules(*modules, bad)) {
+      plan.recompute_modules = *parsed;
+    } else {
+      p->add_problem("recompute_modules", "'" + bad + "' is not a recompute module (" +
+                                              std::string(recompute_module_choices) + ")");
+    }
+  }
   // Optional: absent, the experts split over tp (what files written before the key meant).
   plan.expert_tensor_parallel = p->integer("expert_tensor_parallel", Need::optional, 0, kMaxMeshDevices).value_or(0);
   p->finish();

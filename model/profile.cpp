@@ -11,7 +11,7 @@ bool same_gemms(const std::vector<GemmWork>& a, const std::vector<GemmWork>& b) 
     if (a[i].rows_per_sample != b[i].rows_per_sample || a[i].n != b[i].n || a[i].kv_n != b[i].kv_n || a[i].k != b[i].k ||
         a[i].batch != b[i].batch || a[i].tp_split != b[i].tp_split || a[i].core_attention != b[i].core_attention ||
         a[i].has_weights != b[i].has_weights || a[i].needs_input_gradient != b[i].needs_input_gradient ||
-        a[i].op_sac_recomputed != b[i].op_sac_recomputed || a[i].expert != b[i].expert) {
+        a[i].op_sac_recomputed != b[i].op_sac_recomputed || a[i].expert != b[i].expert || a[i].module != b[i].module) {
       return false;
     }
   }
@@ -22,9 +22,26 @@ bool same_2x2(const double (&a)[2][2], const double (&b)[2][2]) {
   return a[0][0] == b[0][0] && a[0][1] == b[0][1] && a[1][0] == b[1][0] && a[1][1] == b[1][1];
 }
 
-bool same_2x2x2(const double (&a)[2][2][2], const double (&b)[2][2][2]) {
-  for (int i = 0; i < 2; ++i) {
-    if (!same_2x2(a[i], b[i])) return false;
+template <std::size_t N>
+bool same_array(const double (&a)[N], const double (&b)[N]) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
+template <std::size_t N, std::size_t M>
+bool same_array(const double (&a)[N][M], const double (&b)[N][M]) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (!same_array(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+template <std::size_t N, std::size_t M, std::size_t K>
+bool same_array(const double (&a)[N][M][K], const double (&b)[N][M][K]) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (!same_array(a[i], b[i])) return false;
   }
   return true;
 }
@@ -56,17 +73,16 @@ StreamOp stream_op_of(OpKind kind) {
 bool BlockProfile::same_as(const BlockProfile& o) const {
   return tp_split_parameters == o.tp_split_parameters && kv_parameters == o.kv_parameters &&
          replicated_parameters == o.replicated_parameters &&
-         saved_key_value_elements[0][0] == o.saved_key_value_elements[0][0] &&
-         saved_key_value_elements[0][1] == o.saved_key_value_elements[0][1] &&
-         saved_key_value_elements[1][0] == o.saved_key_value_elements[1][0] &&
-         saved_key_value_elements[1][1] == o.saved_key_value_elements[1][1] &&
+         same_array(saved_key_value_elements, o.saved_key_value_elements) &&
          tied_parameters == o.tied_parameters && expert_tp_split_parameters == o.expert_tp_split_parameters &&
-         expert_replicated_parameters == o.expert_replicated_parameters && same_2x2x2(saved_elements, o.saved_elements) &&
-         same_2x2x2(saved_fixed_bytes, o.saved_fixed_bytes) && input_elements_per_sample == o.input_elements_per_sample &&
+         expert_replicated_parameters == o.expert_replicated_parameters && same_array(saved_elements, o.saved_elements) &&
+         same_array(saved_fixed_bytes, o.saved_fixed_bytes) && input_elements_per_sample == o.input_elements_per_sample &&
          same_2x2(op_sac_elements, o.op_sac_elements) && same_2x2(op_sac_fixed_bytes, o.op_sac_fixed_bytes) &&
          op_sac_key_value_elements[0] == o.op_sac_key_value_elements[0] &&
          op_sac_key_value_elements[1] == o.op_sac_key_value_elements[1] &&
          same_2x2xk(memory_elements, o.memory_elements) && same_2x2xk(memory_fixed_bytes, o.memory_fixed_bytes) &&
+         same_array(module_memory_elements, o.module_memory_elements) &&
+         same_array(module_memory_fixed_bytes, o.module_memory_fixed_bytes) &&
          matmul_forward_flops_per_sample == o.matmul_forward_flops_per_sample &&
          padding_forward_flops_per_sample == o.padding_forward_flops_per_sample &&
          core_attention_flops_per_sample == o.core_attention_flops_per_sample &&
@@ -103,12 +119,13 @@ void add_memory(BlockProfile& bp, const Op& op) {
     const std::size_t a = attention_index(attention);
     for (const SavedTensor& t : op.saved) {
       if (!kept_by(t, attention)) continue;
-      const int region = t.tensor_parallel ? 1 : 0, selective = t.selective ? 1 : 0;
+      const int region = t.tensor_parallel ? 1 : 0;
+      const auto module = static_cast<std::size_t>(t.selective ? RecomputeModule::core_attn : t.module);
       if (t.fixed_bytes_per_element > 0) {
-        bp.saved_fixed_bytes[a][region][selective] += t.elements_per_sample * t.fixed_bytes_per_element;
+        bp.saved_fixed_bytes[a][region][module] += t.elements_per_sample * t.fixed_bytes_per_element;
       } else {
-        bp.saved_elements[a][region][selective] += t.elements_per_sample;
-        if (t.key_value) bp.saved_key_value_elements[a][selective] += t.elements_per_sample;
+        bp.saved_elements[a][region][module] += t.elements_per_sample;
+        if (t.key_value) bp.saved_key_value_elements[a][module] += t.elements_per_sample;
       }
     }
     for (const SavedTensor& t : op.op_sac_kept) {
@@ -156,6 +173,7 @@ void add_gemm(BlockProfile& bp, const Op& op, bool needs_input_gradient, double 
   work.needs_input_gradient = needs_input_gradient;
   work.op_sac_recomputed = op.op_sac_recomputed;
   work.expert = op.expert;
+  work.module = op.module;
   if (op.tp_split == TpSplit::rows) {
     // The partial sums the GEMM writes: its output, or for routed experts every routed copy (k' s h, before
     // the combine adds them up).
@@ -196,6 +214,11 @@ void add_stream(BlockProfile& bp, const Op& op, std::int64_t seq_len) {
   const auto cls = static_cast<std::size_t>(stream_op_of(op.kind));
   bp.memory_elements[region][core][cls] += op.memory_elements_per_sample;
   bp.memory_fixed_bytes[region][core][cls] += op.memory_fixed_bytes_per_sample;
+  const auto module = static_cast<std::size_t>(op.module);
+  if (op.module != RecomputeModule::none) {
+    bp.module_memory_elements[module][region][cls] += op.memory_elements_per_sample;
+    bp.module_memory_fixed_bytes[module][region][cls] += op.memory_fixed_bytes_per_sample;
+  }
   if (op.kind == OpKind::embedding && op.tp_split_parameters > 0) {
     bp.tp_forward_reduce_elements += op.output_elements_per_sample;
     ++bp.tp_forward_collectives;
@@ -266,6 +289,16 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
     for (Attention attention : {Attention::fused, Attention::unfused})
       profile.recompute_flops[static_cast<int>(recompute)][attention_index(attention)] =
           recompute_flops_per_sample(profile, recompute, attention);
+  for (std::size_t block = 0; block < profile.block_kind.size(); ++block) {
+    if (profile.block_role[block] != BlockKind::layer) continue;
+    const BlockProfile& bp = profile.kinds[static_cast<std::size_t>(profile.block_kind[block])];
+    profile.module_recompute_flops[static_cast<std::size_t>(RecomputeModule::core_attn)] += bp.core_attention_flops_per_sample;
+    for (const GemmWork& g : bp.gemms) {
+      if (g.module != RecomputeModule::none) {
+        profile.module_recompute_flops[static_cast<std::size_t>(g.module)] += 2 * g.rows_per_sample * g.n * g.k * g.batch;
+      }
+    }
+  }
   for (std::size_t i = 0; i < profile.layer_blocks.size(); ++i) {
     const int kind = profile.block_kind[static_cast<std::size_t>(profile.layer_blocks[i])];
     if (i == 0) {
@@ -292,6 +325,18 @@ double recompute_flops_per_sample(const ModelProfile& profile, Recompute recompu
         if (!(fused && g.core_attention)) flops += 2 * g.rows_per_sample * g.n * g.k * g.batch * g.op_sac_recomputed;
       }
     }
+  }
+  return flops;
+}
+
+double recompute_flops_per_sample(const ModelProfile& profile, const Plan& plan) {
+  double flops = profile.recompute_flops[static_cast<int>(plan.recompute)][attention_index(plan.attention)];
+  if (plan.recompute != Recompute::selective) return flops;
+  if (plan.attention == Attention::unfused && !recomputes(plan, RecomputeModule::core_attn)) {
+    flops -= profile.module_recompute_flops[static_cast<std::size_t>(RecomputeModule::core_attn)];
+  }
+  for (int m = static_cast<int>(RecomputeModule::layernorm); m < kRecomputeModules; ++m) {
+    if (recomputes(plan, static_cast<RecomputeModule>(m))) flops += profile.module_recompute_flops[m];
   }
   return flops;
 }

@@ -27,6 +27,7 @@ struct GemmWork {
   bool needs_input_gradient = true;
   double op_sac_recomputed = 1;  // Op::op_sac_recomputed: the share of the forward op-level checkpointing repeats
   bool expert = false;  // a routed expert's (Op::expert): split as expert_split(plan) says (stage_cost.hpp)
+  RecomputeModule module = RecomputeModule::none;  // Op::module: what selective recompute of it repeats
 };
 
 struct BlockProfile {
@@ -37,11 +38,12 @@ struct BlockProfile {
   double tied_parameters = 0;
   double expert_tp_split_parameters = 0;
   double expert_replicated_parameters = 0;
-  // Saved activations per sample, [Attention][tensor-parallel region][dropped by selective recompute].
-  double saved_elements[2][2][2] = {};      // at the activation dtype
-  double saved_fixed_bytes[2][2][2] = {};   // masks and fp32 tensors
-  // Of saved_elements' tensor-parallel entries, the keys and values (split over cp x kv_tp_split, not cp x tp), [Attention][selective].
-  double saved_key_value_elements[2][2] = {};
+  // Saved activations per sample, [Attention][tensor-parallel region][the RecomputeModule whose
+  // selective recompute drops them; none: kept].
+  double saved_elements[2][2][kRecomputeModules] = {};      // at the activation dtype
+  double saved_fixed_bytes[2][2][kRecomputeModules] = {};   // masks and fp32 tensors
+  // Of saved_elements' tensor-parallel entries, the keys and values (split over cp x kv_tp_split, not cp x tp), [Attention][module].
+  double saved_key_value_elements[2][kRecomputeModules] = {};
   double input_elements_per_sample = 0;  // the block's input tensor (what full recompute keeps)
   // What op-level checkpointing keeps beside the input (Op::op_sac_kept),
   // per sample, [Attention][tensor-parallel region]; keys and values as saved_key_value_elements.
@@ -57,6 +59,10 @@ struct BlockProfile {
   // Traffic of the memory-bound ops, [tensor-parallel region][core attention][StreamOp].
   double memory_elements[2][2][kStreamOps] = {};
   double memory_fixed_bytes[2][2][kStreamOps] = {};
+  // Of that traffic, the ops a recompute module repeats (Op::module; core_attn's are core attention's
+  // above), [module][tensor-parallel region][StreamOp].
+  double module_memory_elements[kRecomputeModules][2][kStreamOps] = {};
+  double module_memory_fixed_bytes[kRecomputeModules][2][kStreamOps] = {};
   double matmul_forward_flops_per_sample = 0;  // GEMM-like ops: what "model FLOPs" count
   // Forward FLOPs the experts run on the rows that pad each expert to its
   // capacity (capacity_factor): executed, but not model FLOPs (0 without a
@@ -118,6 +124,9 @@ struct ModelProfile {
   // [Recompute][attention_index]: recompute_flops_per_sample's sum, taken
   // once per profile instead of once per plan.
   double recompute_flops[kRecomputeModes][2] = {};
+  // The GEMM FLOPs each recompute module repeats per sample over the layers (core_attn: the
+  // attention core's, unfused), which selective_recompute_flops_per_sample adds up for a plan's set.
+  double module_recompute_flops[kRecomputeModules] = {};
   double residual_elements_per_sample = 0;  // what crosses a pipeline stage boundary
   // For communication volumes.
   std::int64_t hidden = 0, q_width = 0, kv_heads = 0, experts = 0, top_k = 0;
@@ -138,5 +147,8 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph);
 // (with the experts' capacity padding), op-level checkpointing's repeated
 // matmuls (Op::op_sac_recomputed, at their executed shapes).
 double recompute_flops_per_sample(const ModelProfile& profile, Recompute recompute, Attention attention);
+// The same for a plan: selective recompute repeats its modules' GEMMs
+// (Plan::recompute_modules) instead of the attention core alone.
+double recompute_flops_per_sample(const ModelProfile& profile, const Plan& plan);
 
 }  // namespace meshplan

@@ -21,6 +21,7 @@ nlohmann::ordered_json plan_to_json(const Plan& plan) {
   j["seq_len"] = plan.seq_len;
   j["zero"] = plan.zero_stage;
   j["recompute"] = to_string(plan.recompute);
+  if (plan.recompute_modules != kDefaultRecomputeModules) j["recompute_modules"] = recompute_modules_text(plan.recompute_modules);
   j["sequence_parallel"] = plan.sequence_parallel;
   j["attention"] = to_string(plan.attention);
   j["cp_comm"] = to_string(plan.cp_comm);

@@ -381,6 +381,7 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
   plan.ep_dispatch = space.ep_dispatch;
   plan.fp32_gradients = space.fp32_gradients;
   plan.bf16_moments = space.bf16_moments;
+  plan.recompute_modules = space.recompute_modules;
   plan.loss = space.loss;
   for (std::int64_t b : micro_batches) {
     plan.micro_batch = b;
@@ -462,7 +463,7 @@ void rank(SearchResult& result) {
 }  // namespace
 
 bool search_leaves_out(const SearchSpace& space, Recompute recompute, Attention attention) {
-  return recompute_repeats_nothing(recompute, attention) &&
+  return recompute_repeats_nothing(recompute, attention) && space.recompute_modules == kDefaultRecomputeModules &&
          std::find(space.recomputes.begin(), space.recomputes.end(), Recompute::none) != space.recomputes.end();
 }
 

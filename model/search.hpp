@@ -64,6 +64,7 @@ struct SearchSpace {
   CpComm cp_comm = CpComm::ring;  // every candidate's (not searched)
   bool fp32_gradients = false;    // every candidate's (not searched)
   bool bf16_moments = false;      // every candidate's (not searched)
+  RecomputeModules recompute_modules = kDefaultRecomputeModules;  // what every `selective` candidate recomputes
   Loss loss = Loss::fused;        // every candidate's (not searched)
   EpDispatch ep_dispatch = EpDispatch::all_to_all;  // every candidate's (not searched)
   double memory_headroom = 0.05;

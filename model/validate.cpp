@@ -98,6 +98,22 @@ void check_unsupported_axes(Checker& check, const ModelSpec& model, const Plan& 
     check.error("recompute", "selective-op is torchtitan's op-level checkpointing of transformer blocks; " + kind +
                                  " models have none (use none or full)");
   }
+  if (plan.recompute_modules != kDefaultRecomputeModules) {
+    const TransformerDims& t = model.transformer;
+    if (plan.recompute != Recompute::selective) {
+      check.error("recompute_modules", "recompute modules are what selective recompute repeats; the plan's recompute is " +
+                                           to_string(plan.recompute));
+    } else if (plan.recompute_modules == 0) {
+      check.error("recompute_modules", "names no module (choose from " + std::string(recompute_module_choices) + ")");
+    } else if (model.kind != ModelKind::transformer) {
+      check.error("recompute_modules", "recompute modules are parts of transformer layers; " + kind + " models have none");
+    } else if (recomputes(plan, RecomputeModule::mla_up_proj) && !t.latent_attention()) {
+      check.error("recompute_modules", "mla_up_proj recomputes multi-head latent attention's up-projections; this "
+                                       "model's attention has none (kv_lora_rank)");
+    } else if (recomputes(plan, RecomputeModule::moe_act) && t.experts == 0) {
+      check.error("recompute_modules", "moe_act recomputes the routed experts' activation; this model has no experts");
+    }
+  }
   if (plan.sequence_parallel && model.kind != ModelKind::transformer) {
     check.error("sequence_parallel", "sequence parallelism splits a sequence dimension; " + kind + " models have none");
   } else if (plan.sequence_parallel && mesh.size(Axis::tp) == 1) {

@@ -251,6 +251,46 @@ TEST(Cli, Fp32GradientsFlagReachesThePlan) {
   EXPECT_NE(searched.out.find("; bf16 moments"), std::string::npos) << searched.out;
 }
 
+// --recompute-modules (Megatron-Core's): selective recompute of the named parts, on explain (where it
+// implies --recompute selective) and plan; refused with a name it does not know, with another
+// recompute mode, and with a module the model lacks.
+TEST(Cli, RecomputeModulesFlagReachesThePlan) {
+  const std::vector<std::string> job = {"explain", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "8",
+                                        "--mesh", "ep=4,tp=2", "--global-batch", "4", "--seq", "4096"};
+  auto with = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> args = job;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const CliRun text = run(with({"--recompute-modules", "layernorm,moe_act"}));
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("recompute selective (layernorm,moe_act)"), std::string::npos) << text.out;
+  const CliRun plain = run(with({"--json", "--recompute", "selective"}));
+  const CliRun modules = run(with({"--json", "--recompute-modules", "layernorm,moe_act"}));
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(modules.status, 0) << modules.err;
+  const auto p = nlohmann::json::parse(plain.out), m = nlohmann::json::parse(modules.out);
+  EXPECT_FALSE(p["plan"].contains("recompute_modules"));
+  EXPECT_EQ(m["plan"]["recompute_modules"].get<std::string>(), "layernorm,moe_act");
+  EXPECT_LT(m["memory_bytes"]["activations"].get<double>(), p["memory_bytes"]["activations"].get<double>());
+  EXPECT_GT(m["time_s"]["step"].get<double>(), p["time_s"]["step"].get<double>());
+
+  const CliRun unknown = run(with({"--recompute-modules", "layernorm,attn"}));
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_NE(unknown.err.find("--recompute-modules: 'attn' is not a recompute module"), std::string::npos) << unknown.err;
+  const CliRun full = run(with({"--recompute", "full", "--recompute-modules", "layernorm"}));
+  EXPECT_EQ(full.status, 2);
+  EXPECT_NE(full.err.find("--recompute is full"), std::string::npos) << full.err;
+  const CliRun lacking = run(with({"--recompute-modules", "mla_up_proj"}));
+  EXPECT_EQ(lacking.status, 2);
+  EXPECT_NE(lacking.err.find("latent attention"), std::string::npos) << lacking.err;
+
+  const CliRun planned = run({"plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch",
+                              "8", "--seq", "4096", "--top", "2", "--recompute-modules", "moe_act"});
+  ASSERT_EQ(planned.status, 0) << planned.err;
+  EXPECT_NE(planned.out.find("selective (moe_act)"), std::string::npos) << planned.out;
+}
+
 // A Hugging Face config.json as --model hf:FILE (model/hf_config.hpp): explain
 // plans it and names what the schema cannot state; `presets --from-hf`
 // prints it as a preset with the keys each field came from, which explain

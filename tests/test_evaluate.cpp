@@ -77,6 +77,9 @@ TEST(Evaluator, MemoryMatchesTheReferenceModel) {
       plan.cp_comm = static_cast<CpComm>(rng() % 3);
       plan.fp32_gradients = rng() % 2 == 0;
       plan.bf16_moments = i % 3 == 0;
+      if (plan.recompute == Recompute::selective && model.kind == ModelKind::transformer && i % 2 == 1) {
+        plan.recompute_modules |= module_bit(RecomputeModule::layernorm);
+      }
       plan.loss = i % 2 == 0 ? Loss::eager : Loss::fused;
       const ScheduleKind kinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1,
                                     ScheduleKind::interleaved};
@@ -356,6 +359,84 @@ TEST(Evaluator, Bf16MomentsTakeFourBytesOffTheOptimizerState) {
   }
 }
 
+// Megatron-Core's --recompute-modules (Plan::recompute_modules) on a
+// mixture of experts (Qwen3-30B-A3B: every layer routed, no shared experts)
+// under tp 2 with sequence parallelism: layernorm drops the two pre-norms'
+// outputs each layer keeps for the next GEMM (the attention's input and the
+// router's, s h each, split over tp by sequence parallelism) and repeats the
+// norms' forward; moe_act drops the experts' activation output (k s f on
+// this rank's experts) and repeats the activation. Each module's repeat is
+// the record's own forward time of those passes, and nothing else moves.
+TEST(Evaluator, RecomputeModulesDropTheirTensorsAndRepeatTheirForward) {
+  const auto model = must(load_model("qwen3-30b-a3b"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator(model, cluster, 8, 4096);
+  Plan plan = plan_with("ep=4,tp=2", 1, 4);
+  plan.sequence_parallel = true;
+  plan.recompute = Recompute::selective;  // fused attention: the attention core repeats nothing
+  const auto placements = place_axes(evaluator.topology(), plan.mesh);
+  const int layer = evaluator.profile().block_kind[static_cast<std::size_t>(evaluator.profile().layer_blocks.front())];
+  auto layer_cost = [&](RecomputeModules modules) {
+    Plan p = plan;
+    p.recompute_modules = modules;
+    return evaluator.block_costs(p, placements)[static_cast<std::size_t>(layer)];
+  };
+  const BlockCost core = layer_cost(kDefaultRecomputeModules);
+  const BlockCost norms = layer_cost(module_bit(RecomputeModule::layernorm));
+  const BlockCost act = layer_cost(module_bit(RecomputeModule::moe_act));
+  const BlockCost both = layer_cost(module_bit(RecomputeModule::layernorm) | module_bit(RecomputeModule::moe_act));
+  const double s = 4096, h = 2048, bytes = 2;
+  EXPECT_NEAR(core.activation_bytes - norms.activation_bytes, 2 * s * h * bytes / 2, 1e-6 * core.activation_bytes);
+  // 128 experts over ep 4 x tp 2 ranks' tokens (this rank's 1/ep of the routed rows come from every
+  // rank of the group): k s f of the whole group's tokens over ep, f split over tp.
+  const double top_k = 8, ffn = 768;
+  EXPECT_NEAR(core.activation_bytes - act.activation_bytes, top_k * s * ffn / 2 * bytes, 1e-6 * core.activation_bytes);
+  EXPECT_NEAR(core.activation_bytes - both.activation_bytes,
+              (core.activation_bytes - norms.activation_bytes) + (core.activation_bytes - act.activation_bytes),
+              1e-9 * core.activation_bytes);
+  const auto norm = static_cast<std::size_t>(StreamOp::norm), activation = static_cast<std::size_t>(StreamOp::activation);
+  EXPECT_GT(core.stream_s[norm], 0);
+  EXPECT_NEAR(norms.backward_compute_s - core.backward_compute_s, core.stream_s[norm], 1e-12);
+  EXPECT_NEAR(act.backward_compute_s - core.backward_compute_s, core.stream_s[activation], 1e-12);
+  EXPECT_EQ(norms.forward_compute_s, core.forward_compute_s);
+  EXPECT_EQ(norms.full_activation_bytes, core.full_activation_bytes);
+  EXPECT_NEAR(norms.compute_parts_s[static_cast<std::size_t>(ComputePart::recompute)], core.stream_s[norm], 1e-12);
+  // The plan's time and hardware FLOPs follow: the step is longer, the norms and the activation
+  // are memory-bound (no GEMM FLOPs repeated).
+  Plan with_modules = plan;
+  with_modules.recompute_modules = module_bit(RecomputeModule::layernorm) | module_bit(RecomputeModule::moe_act);
+  const PlanEstimate before = evaluator.evaluate(plan), after = evaluator.evaluate(with_modules);
+  EXPECT_GT(after.time.step_s, before.time.step_s);
+  EXPECT_LT(after.worst_memory.activations_bytes, before.worst_memory.activations_bytes);
+  EXPECT_EQ(after.time.hardware_flops_per_step, before.time.hardware_flops_per_step);
+}
+
+// Latent attention's mla_up_proj drops the queries, keys and values the
+// attention keeps (s a (2 d_qk + d_v) over tp) and repeats the up-
+// projections' GEMMs, whose FLOPs the hardware count adds.
+TEST(Evaluator, RecomputeModuleMlaUpProjRepeatsTheUpProjections) {
+  const auto model = must(load_model("deepseek-v3"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator(model, cluster, 64, 4096);
+  Plan plan = plan_with("ep=8,tp=8", 1, 8);
+  plan.sequence_parallel = true;
+  plan.recompute = Recompute::selective;
+  const auto placements = place_axes(evaluator.topology(), plan.mesh);
+  const int layer = evaluator.profile().block_kind[static_cast<std::size_t>(evaluator.profile().layer_blocks.back())];
+  Plan up = plan;
+  up.recompute_modules = module_bit(RecomputeModule::mla_up_proj);
+  const BlockCost core = evaluator.block_costs(plan, placements)[static_cast<std::size_t>(layer)];
+  const BlockCost repeated = evaluator.block_costs(up, placements)[static_cast<std::size_t>(layer)];
+  const double s = 4096, a = 128, bytes = 2;
+  EXPECT_NEAR(core.activation_bytes - repeated.activation_bytes, s * a * (2 * 192 + 128) / 8 * bytes, 1e-6 * core.activation_bytes);
+  EXPECT_GT(repeated.backward_compute_s, core.backward_compute_s);
+  // Per token, the up-projections' forward FLOPs: 2 (1536 x 128 x 192 + 512 x 128 x (128 + 128)), in every layer.
+  const double per_token = 2 * (1536.0 * 128 * 192 + 512.0 * 128 * 256);
+  const PlanEstimate before = evaluator.evaluate(plan), after = evaluator.evaluate(up);
+  EXPECT_NEAR(after.time.hardware_flops_per_step - before.time.hardware_flops_per_step, 61 * per_token * s * 8,
+              1e-9 * after.time.hardware_flops_per_step);
+}
+
 // Llama 3 8B with 16 experts, top 2.
 ModelSpec moe_8b() {
   ModelSpec model = must(load_model("llama3-8b"));
@@ -602,6 +683,12 @@ TEST(Evaluator, MixtureOfExpertsMemoryMatchesTheReferenceModel) {
     plan.sequence_parallel = rng() % 4 != 0 && plan.mesh.size(Axis::tp) > 1;
     plan.expert_tensor_parallel = rng() % 2 == 0 ? 1 : 0;
     plan.loss = rng() % 2 == 0 ? Loss::eager : Loss::fused;
+    if (plan.recompute == Recompute::selective) {  // any of the modules a mixture of experts has
+      plan.recompute_modules = static_cast<RecomputeModules>(
+          (rng() % 2 ? module_bit(RecomputeModule::core_attn) : 0) | (rng() % 2 ? module_bit(RecomputeModule::layernorm) : 0) |
+          (rng() % 2 ? module_bit(RecomputeModule::moe_act) : 0));
+      if (plan.recompute_modules == 0) plan.recompute_modules = kDefaultRecomputeModules;
+    }
     if (quick_check(evaluator, plan) != Rejection::none) continue;
     if (expert_split(plan).tokens > 1) ++out_of_tp;
     const Explanation reference = explain_plan(model, cluster, {world, 0}, plan);

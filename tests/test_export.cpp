@@ -410,6 +410,16 @@ TEST(Export, LatentAttentionInMegatronAndJax) {
     EXPECT_TRUE(has_line(moments.value, line)) << line << "\n" << moments.value;
   }
   file.plan.bf16_moments = false;
+  // Megatron-Core's module-level recompute, space-separated as its parser takes it; torchtitan has none.
+  file.plan.recompute = Recompute::selective;
+  file.plan.recompute_modules = module_bit(RecomputeModule::mla_up_proj) | module_bit(RecomputeModule::moe_act);
+  const Loaded<std::string> modules = export_plan(file, ExportTarget::megatron);
+  ASSERT_TRUE(modules.ok()) << messages(modules.problems);
+  EXPECT_TRUE(has_line(modules.value, "--recompute-modules mla_up_proj moe_act")) << modules.value;
+  EXPECT_TRUE(has_line(modules.value, "--recompute-granularity selective")) << modules.value;
+  EXPECT_NE(error_on(export_plan(file, ExportTarget::torchtitan).problems, "recompute_modules"), nullptr);
+  file.plan.recompute = Recompute::none;
+  file.plan.recompute_modules = kDefaultRecomputeModules;
   EXPECT_EQ(megatron.value.find("--group-query-attention"), std::string::npos);
 
   file.plan.recompute = Recompute::full;

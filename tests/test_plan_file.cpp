@@ -134,6 +134,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_EQ(a.fp32_gradients, b.fp32_gradients);
   EXPECT_EQ(a.bf16_moments, b.bf16_moments);
+  EXPECT_EQ(a.recompute_modules, b.recompute_modules);
   EXPECT_EQ(a.expert_tensor_parallel, b.expert_tensor_parallel);
   EXPECT_EQ(a.ep_dispatch, b.ep_dispatch);
   EXPECT_EQ(a.schedule.kind, b.schedule.kind);
@@ -267,6 +268,21 @@ TEST(PlanFile, LatentAttentionRoundTrips) {
   made.explanation = explain_plan(made.file.model, made.file.cluster, Deployment{1024, 0}, made.file.plan);
   made.file.prediction = prediction_from(made.explanation);
   expect_round_trip(made.file);
+  // Megatron-Core's DeepSeek-V3 recipe recomputes the up-projections (and, here, the norms and experts' activation).
+  made.file.plan.recompute = Recompute::selective;
+  made.file.plan.recompute_modules = module_bit(RecomputeModule::mla_up_proj) | module_bit(RecomputeModule::layernorm) |
+                                     module_bit(RecomputeModule::moe_act);
+  made.explanation = explain_plan(made.file.model, made.file.cluster, Deployment{1024, 0}, made.file.plan);
+  ASSERT_TRUE(made.explanation.valid) << messages(made.explanation.problems);
+  made.file.prediction = prediction_from(made.explanation);
+  EXPECT_NE(plan_file_to_json(made.file).dump().find("\"recompute_modules\":\"layernorm,mla_up_proj,moe_act\""),
+            std::string::npos);
+  expect_round_trip(made.file);
+  Json bad = plan_file_to_json(made.file);
+  bad["plan"]["recompute_modules"] = "layernorm,attn";
+  const auto refused = parse_plan_file(bad.dump(2), "bad.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(messages(refused.problems).find("'attn' is not a recompute module"), std::string::npos) << messages(refused.problems);
 }
 
 // Attention is part of the plan; a file from before it was reads as the

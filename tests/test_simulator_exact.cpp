@@ -132,6 +132,13 @@ Plan draw_plan(const PlanSetup& s, std::mt19937_64& rng, std::vector<Axis> axes)
   plan.overlap_gradient_reduction = rng() % 4 != 0;
   plan.overlap_parameter_gather = rng() % 4 != 0;
   if (rng() % 3 == 0) plan.gradient_bucket_bytes = 1024.0 * 1024;
+  // Megatron-Core's recompute modules beside the attention core, where the model has them.
+  if (plan.recompute == Recompute::selective && s.model.kind == ModelKind::transformer && rng() % 2 == 0) {
+    const TransformerDims& t = s.model.transformer;
+    plan.recompute_modules |= module_bit(RecomputeModule::layernorm);
+    if (t.experts > 0 && rng() % 2 == 0) plan.recompute_modules |= module_bit(RecomputeModule::moe_act);
+    if (t.latent_attention() && rng() % 2 == 0) plan.recompute_modules |= module_bit(RecomputeModule::mla_up_proj);
+  }
   // Experts out of tp (valid with sequence parallelism and ep directly outside tp).
   if (s.model.kind == ModelKind::transformer && s.model.transformer.experts > 0) {
     plan.expert_tensor_parallel = rng() % 2;
@@ -150,7 +157,9 @@ bool valid(const PlanSetup& s, const Plan& plan) {
 std::string describe(const PlanSetup& s, const Plan& plan) {
   return s.model.name + " " + s.cluster.name + " " + plan.mesh.to_string() + " b=" + std::to_string(plan.micro_batch) +
          " m=" + std::to_string(plan.micro_batches()) + " " + to_string(plan.schedule) + " " +
-         to_string(plan.recompute) + " sp=" + std::to_string(plan.sequence_parallel) +
+         to_string(plan.recompute) +
+         (plan.recompute_modules != kDefaultRecomputeModules ? "(" + recompute_modules_text(plan.recompute_modules) + ")" : "") +
+         " sp=" + std::to_string(plan.sequence_parallel) +
          " zero=" + std::to_string(plan.zero_stage) + " " + to_string(plan.attention) +
          " overlap-tp=" + std::to_string(plan.overlap_tensor_parallel);
 }
@@ -281,9 +290,10 @@ TEST(ComputeParts, SumToTheComputeOfEveryRandomPlan) {
     EXPECT_GT(at(ComputePart::matmul_backward), 0) << describe(s, plan);
     const bool transformer = s.model.kind == ModelKind::transformer;
     EXPECT_EQ(at(ComputePart::attention_forward) > 0, transformer) << describe(s, plan);
+    // Selective repeats the attention core under unfused attention, and any other module it names.
     const bool repeats = plan.recompute == Recompute::full ||
                          (transformer && (plan.recompute == Recompute::selective_op ||
-                                          (plan.recompute == Recompute::selective && plan.attention == Attention::unfused)));
+                                          (plan.recompute == Recompute::selective && !recompute_repeats_nothing(plan))));
     EXPECT_EQ(at(ComputePart::recompute) > 0, repeats) << describe(s, plan);
     if (at(ComputePart::launch_overhead) > 0) ++floored;
   }

@@ -104,6 +104,10 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   addField("zero", tr("ZeRO stages"), zero_, tr("ZeRO stages on dp to try (0-3)"));
   recompute_ = new QLineEdit;
   addField("recompute", tr("Recompute"), recompute_, tr("none, selective, full, selective-op"));
+  recompute_modules_ = new QLineEdit;
+  addField("recompute_modules", tr("Selective modules"), recompute_modules_,
+           tr("What selective recompute repeats (Megatron-Core's --recompute-modules): core_attn, layernorm, "
+              "mla_up_proj, moe_act, comma-separated"));
   attention_ = new QComboBox;
   for (const char* choice : kAttentionChoices) attention_->addItem(QString::fromLatin1(choice));
   addField("attention", tr("Attention"), attention_,
@@ -237,6 +241,7 @@ SetupInputs SetupPanel::inputs() const {
   in.schedules = schedules_->text().toStdString();
   in.zero = zero_->text().toStdString();
   in.recompute = recompute_->text().toStdString();
+  in.recompute_modules = recompute_modules_->text().toStdString();
   in.attention = attention_->currentText().toStdString();
   in.cp_comm = cp_comm_->currentText().toStdString();
   in.loss = loss_->currentText().toStdString();
@@ -267,6 +272,7 @@ void SetupPanel::setInputs(const SetupInputs& in) {
   schedules_->setText(QString::fromStdString(in.schedules));
   zero_->setText(QString::fromStdString(in.zero));
   recompute_->setText(QString::fromStdString(in.recompute));
+  recompute_modules_->setText(QString::fromStdString(in.recompute_modules));
   // A saved value outside the choices (hand-edited settings) is kept as typed, for resolve_setup to judge.
   if (attention_->findText(QString::fromStdString(in.attention)) < 0) attention_->addItem(QString::fromStdString(in.attention));
   attention_->setCurrentText(QString::fromStdString(in.attention));
@@ -358,6 +364,7 @@ void SetupPanel::save(QSettings& s) const {
   s.setValue("setup/schedules", QString::fromStdString(in.schedules));
   s.setValue("setup/zero", QString::fromStdString(in.zero));
   s.setValue("setup/recompute", QString::fromStdString(in.recompute));
+  s.setValue("setup/recompute_modules", QString::fromStdString(in.recompute_modules));
   s.setValue("setup/attention", QString::fromStdString(in.attention));
   s.setValue("setup/cp_comm", QString::fromStdString(in.cp_comm));
   s.setValue("setup/loss", QString::fromStdString(in.loss));
@@ -394,6 +401,7 @@ void SetupPanel::restore(const QSettings& s) {
   text("setup/schedules", in.schedules);
   text("setup/zero", in.zero);
   text("setup/recompute", in.recompute);
+  text("setup/recompute_modules", in.recompute_modules);
   text("setup/attention", in.attention);
   text("setup/cp_comm", in.cp_comm);
   text("setup/loss", in.loss);

@@ -105,6 +105,13 @@ void resolve_space(const SetupInputs& in, SearchSpace& space, Problems& problems
     else if (std::find(space.expert_tensor_parallel.begin(), space.expert_tensor_parallel.end(), *value) ==
              space.expert_tensor_parallel.end()) space.expert_tensor_parallel.push_back(*value);
   }
+  std::string bad;
+  if (const auto modules = parse_recompute_modules(in.recompute_modules, bad)) {
+    space.recompute_modules = *modules;
+  } else {
+    error(problems, "recompute_modules", (bad.empty() ? std::string("names no module") : "'" + bad + "' is not a recompute module") +
+                                             " (choose from " + std::string(recompute_module_choices) + ")");
+  }
   if (auto d = parse_ep_dispatch(in.ep_dispatch)) {
     space.ep_dispatch = *d;
   } else {

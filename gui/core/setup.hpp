@@ -44,6 +44,7 @@ struct SetupInputs {
   std::string schedules = "gpipe,1f1b,interleaved,zb-h1";
   std::string zero = "0,1,2,3";
   std::string recompute = "none,selective,full";
+  std::string recompute_modules = "core_attn";  // what selective repeats (plan.hpp, Plan::recompute_modules)
   std::string attention = "fused";  // fused, unfused, or both "fused,unfused" (docs/cost-model.md, "Fused attention")
   std::string cp_comm = "ring";     // ring, all-gather, all-to-all (plan.hpp, CpComm)
   std::string loss = "fused";       // eager, fused (plan.hpp, Loss)

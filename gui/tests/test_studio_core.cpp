@@ -182,6 +182,12 @@ class StudioCoreTest : public QObject {
     QVERIFY(!resolve_setup(cp).value.space.bf16_moments);
     cp.bf16_moments = true;
     QVERIFY(resolve_setup(cp).value.space.bf16_moments);
+    QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules), int(kDefaultRecomputeModules));
+    cp.recompute_modules = "layernorm, moe_act";
+    QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules),
+             int(module_bit(RecomputeModule::layernorm) | module_bit(RecomputeModule::moe_act)));
+    cp.recompute_modules = "attn";
+    QVERIFY(!resolve_setup(cp).ok());
     // The experts' tp to search and the dispatch, as the CLI's --expert-tp and --ep-dispatch.
     QCOMPARE(resolve_setup(cp).value.space.expert_tensor_parallel, (std::vector<std::int64_t>{0, 1}));
     QCOMPARE(resolve_setup(cp).value.space.ep_dispatch, EpDispatch::all_to_all);
