@@ -28,7 +28,7 @@ TEST(Presets, AllRequiredPresetsExist) {
   for (const auto& name : {"v100-32g", "a100-40g", "a100-80g", "h100-sxm", "h200", "tpu-v5p"}) {
     EXPECT_TRUE(load_device(name).ok()) << name;
   }
-  for (const auto& name : {"dgx-a100", "dgx-h100", "dgx-h200", "pcie-a100", "ethernet-10g"}) {
+  for (const auto& name : {"dgx-a100", "dgx-h100", "dgx-h200", "dgx-h800", "pcie-a100", "ethernet-10g"}) {
     EXPECT_TRUE(load_cluster(name).ok()) << name;
   }
 }
