@@ -297,7 +297,7 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
       for (std::int64_t world : gpus.value) {
         bool plannable = true;
         for (Precision precision : job_space.precisions) {
-          for (const Problem& p : job_problems(model, graph, cluster, world, f.seq, precision)) {
+          for (const Problem& p : job_problems(model, graph, cluster, world, f.seq, precision, job_space.recompute_modules)) {
             const std::string flag = flag_for_field(p.where);
             plannable = false;
             std::string message = p.message;

@@ -256,15 +256,21 @@ Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const Cl
 }
 
 Problems job_problems(const ModelSpec& model, const LayerGraph& graph, const ClusterSpec& cluster,
-                      std::int64_t world_size, std::int64_t seq_len, Precision precision) {
+                      std::int64_t world_size, std::int64_t seq_len, Precision precision,
+                      RecomputeModules recompute_modules) {
   Plan probe;
+  if (recompute_modules != kDefaultRecomputeModules) {
+    probe.recompute = Recompute::selective;
+    probe.recompute_modules = recompute_modules;
+  }
   probe.mesh.axes = {{Axis::dp, world_size}};
   probe.global_batch = world_size;
   probe.seq_len = seq_len;
   probe.precision = precision;
   Problems problems;
   for (Problem& p : validate_plan(model, graph, cluster, Deployment{world_size, 0}, probe))
-    if (p.severity == Severity::error && (p.where == "world_size" || p.where == "seq_len" || p.where == "precision"))
+    if (p.severity == Severity::error &&
+        (p.where == "world_size" || p.where == "seq_len" || p.where == "precision" || p.where == "recompute_modules"))
       problems.push_back(std::move(p));
   return problems;
 }

@@ -31,9 +31,11 @@ Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const Cl
 // errors of validate_plan on a one-axis probe (dp = world_size) whose field
 // is "world_size", "seq_len" or "precision", the rules no mesh can change.
 // `graph` is built for that sequence length. What `plan`, `sweep` and
-// `explain` check before they search.
+// `explain` check before they search. With `recompute_modules` other than the
+// default, also whether the model has them ("recompute_modules").
 Problems job_problems(const ModelSpec& model, const LayerGraph& graph, const ClusterSpec& cluster,
-                      std::int64_t world_size, std::int64_t seq_len, Precision precision);
+                      std::int64_t world_size, std::int64_t seq_len, Precision precision,
+                      RecomputeModules recompute_modules = kDefaultRecomputeModules);
 
 // The width tp splits in each linear of an MLP, in order (Megatron's pairs,
 // as the layer graph splits them: an even, column-parallel linear's outputs,

@@ -289,6 +289,12 @@ TEST(Cli, RecomputeModulesFlagReachesThePlan) {
                               "8", "--seq", "4096", "--top", "2", "--recompute-modules", "moe_act"});
   ASSERT_EQ(planned.status, 0) << planned.err;
   EXPECT_NE(planned.out.find("selective (moe_act)"), std::string::npos) << planned.out;
+  // A search for a model without the module refuses before it searches.
+  const CliRun dense = run({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "8",
+                            "--recompute-modules", "moe_act"});
+  EXPECT_EQ(dense.status, 2);
+  EXPECT_NE(dense.err.find("--recompute-modules: moe_act recomputes the routed experts' activation"), std::string::npos)
+      << dense.err;
 }
 
 // A Hugging Face config.json as --model hf:FILE (model/hf_config.hpp): explain
