@@ -197,7 +197,7 @@ class TransformerBuilder {
   // up-projected part and the shared rotary key; the rotation covers the queries' rotary parts and
   // that key. Training runs this unabsorbed form (the absorbed one is for decoding).
   Projected latent_projections(int block, const std::string& p, OpId ln1_id) {
-    const double rope = static_cast<double>(t.qk_rope_head_dim), nope = static_cast<double>(t.head_size()) - rope;
+    const double rope = static_cast<double>(t.qk_rope_head_dim);
     const double kv_latent = static_cast<double>(t.kv_lora_rank), q_latent = static_cast<double>(t.q_lora_rank);
     // Op-level checkpointing: of the matmuls (q down, q up, kv down, kv up, out) every second is repeated.
     OpId queries_id;
@@ -233,19 +233,20 @@ class TransformerBuilder {
       g.connect(ln1_id, queries_id);
     }
     Op down = make_op(p + "attn.kv_down", OpKind::gemm, block);
-    down.replicated_parameters = h * (kv_latent + rope);
-    down.forward_flops_per_sample = 2 * s * h * (kv_latent + rope);
-    down.output_elements_per_sample = s * (kv_latent + rope);
-    down.gemm = {s, t.kv_lora_rank + t.qk_rope_head_dim, t.hidden, 1};
+    const double kv_down = static_cast<double>(t.kv_down_width());
+    down.replicated_parameters = h * kv_down;
+    down.forward_flops_per_sample = 2 * s * h * kv_down;
+    down.output_elements_per_sample = s * kv_down;
+    down.gemm = {s, t.kv_down_width(), t.hidden, 1};
     down.tp_split = TpSplit::sequence;
-    down.op_sac_kept = {{"key/value latent and rotary key", s * (kv_latent + rope), 0, false, false}};
+    down.op_sac_kept = {{"key/value latent and rotary key", s * kv_down, 0, false, false}};
     down.op_sac_recomputed = 0;
     const OpId down_id = g.add_op(down);
     g.connect(ln1_id, down_id);
     const OpId norm_id = g.add_op(latent_norm(p + "attn.kv_norm", block, kv_latent));
     g.connect(down_id, norm_id);
-    const OpId up_id = g.add_op(up_projection(p + "attn.kv_up", block, kv_latent, t.kv_lora_rank, a * nope + vw,
-                                              t.heads * (t.head_size() - t.qk_rope_head_dim) + t.value_width()));
+    const OpId up_id = g.add_op(up_projection(p + "attn.kv_up", block, kv_latent, t.kv_lora_rank,
+                                              static_cast<double>(t.kv_up_width()), t.kv_up_width()));
     g.connect(norm_id, up_id);
 
     // The queries' rotary parts (a x rope) and the shared rotary key, which every tp rank needs whole.

@@ -177,7 +177,7 @@ void megatron_model(Writer& w, MegatronArgs& arg) {
     arg("--multi-latent-attention");
     if (t.q_lora_rank > 0) arg("--q-lora-rank", count(t.q_lora_rank));
     arg("--kv-lora-rank", count(t.kv_lora_rank));
-    arg("--qk-head-dim", count(t.head_size() - t.qk_rope_head_dim));
+    arg("--qk-head-dim", count(t.qk_nope_head_size()));
     arg("--qk-pos-emb-head-dim", count(t.qk_rope_head_dim));
     arg("--v-head-dim", count(t.v_head_dim));
   } else if (t.head_size() * t.heads != t.hidden) {

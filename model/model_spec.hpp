@@ -79,6 +79,12 @@ struct TransformerDims {
   bool latent_attention() const { return kv_lora_rank > 0; }
   // A value head's size: v_head_dim under latent attention, else the query/key head's.
   std::int64_t value_head_size() const { return v_head_dim > 0 ? v_head_dim : head_size(); }
+  // Latent attention's shapes: a query/key head's part without rotation; the key/value down-
+  // projection's output (the latent and the one rotary key all heads share); the key/value up-
+  // projection's output (each head's unrotated key and its value).
+  std::int64_t qk_nope_head_size() const { return head_size() - qk_rope_head_dim; }
+  std::int64_t kv_down_width() const { return kv_lora_rank + qk_rope_head_dim; }
+  std::int64_t kv_up_width() const { return heads * qk_nope_head_size() + value_width(); }
   // Per token: the queries', the keys' and the values' widths over all their heads.
   std::int64_t query_width() const { return heads * head_size(); }
   std::int64_t key_width() const { return key_value_heads() * head_size(); }

@@ -496,8 +496,7 @@ Plan read_plan_object(JsonObject& root) {
     if (const auto parsed = parse_recompute_modules(*modules, bad)) {
       plan.recompute_modules = *parsed;
     } else {
-      p->add_problem("recompute_modules", "'" + bad + "' is not a recompute module (" +
-                                              std::string(recompute_module_choices) + ")");
+      p->add_problem("recompute_modules", recompute_modules_problem(bad));
     }
   }
   // Optional: absent, the experts split over tp (what files written before the key meant).
@@ -605,7 +604,7 @@ nlohmann::ordered_json model_to_json(const ModelSpec& model) {
       if (t.latent_attention()) {  // the preset's fields; head_dim is their sum
         if (t.q_lora_rank > 0) j["q_lora_rank"] = t.q_lora_rank;
         j["kv_lora_rank"] = t.kv_lora_rank;
-        j["qk_nope_head_dim"] = t.head_size() - t.qk_rope_head_dim;
+        j["qk_nope_head_dim"] = t.qk_nope_head_size();
         j["qk_rope_head_dim"] = t.qk_rope_head_dim;
         j["v_head_dim"] = t.v_head_dim;
       } else {

@@ -94,7 +94,7 @@ Loaded<Located> transformer_layer_tensor(const TransformerDims& t, TransformerSi
              (rest == "attn.kv_down" || t.q_lora_rank > 0)) {
     const bool q = rest == "attn.q_down";
     l.dims = {{"hidden", t.hidden, {}},
-              {q ? "q_latent" : "kv_latent", q ? t.q_lora_rank : t.kv_lora_rank + t.qk_rope_head_dim, {}}};
+              {q ? "q_latent" : "kv_latent", q ? t.q_lora_rank : t.kv_down_width(), {}}};
     l.rule = std::string("latent down-projection") + (q ? "" : " (and the shared rotary key)") +
              ": whole on every tp rank (Megatron-Core's duplicated linear; under sequence parallelism each tp rank "
              "projects its own rows)";
@@ -107,7 +107,7 @@ Loaded<Located> transformer_layer_tensor(const TransformerDims& t, TransformerSi
              (rest == "attn.kv_up" || t.q_lora_rank > 0)) {
     const bool q = rest == "attn.q_up";
     l.dims = {{q ? "q_latent" : "kv_latent", q ? t.q_lora_rank : t.kv_lora_rank, {}},
-              {q ? "q" : "kv", q ? s.q : t.heads * (t.head_size() - t.qk_rope_head_dim) + t.value_width(), {}}};
+              {q ? "q" : "kv", q ? s.q : t.kv_up_width(), {}}};
     l.tp_dim = 1;
     l.rule = std::string("column-parallel up-projection: output columns (") + (q ? "query" : "key and value") +
              " heads) split over tp";
