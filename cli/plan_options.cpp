@@ -145,9 +145,7 @@ std::optional<RecomputeModules> parse_recompute_modules_flag(const std::optional
   std::string bad;
   const auto modules = parse_recompute_modules(*text, bad);
   if (!modules) {
-    problems.push_back({Severity::error, "--recompute-modules",
-                        (bad.empty() ? std::string("names no module") : "'" + bad + "' is not a recompute module") +
-                            " (choose from " + std::string(recompute_module_choices) + ")"});
+    problems.push_back({Severity::error, "--recompute-modules", recompute_modules_problem(bad)});
   }
   return modules;
 }

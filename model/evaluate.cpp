@@ -186,26 +186,27 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
     if (g.core_attention) core_forward_s += gc.forward_s;
     modules[static_cast<std::size_t>(g.module)] += gc.forward_s;
   }
+  // A memory-bound pass's bytes on this device: its elements at the activation dtype and its fixed-
+  // width bytes, per sample, over the split of its region (1: tensor-parallel).
+  auto pass_bytes = [&](double elements, double fixed_bytes, int region) {
+    return (elements * act + fixed_bytes) * b / ps.split.of(region == 1);
+  };
   if (plan.recompute == Recompute::selective) {  // the memory-bound passes a module repeats
     for (std::size_t m = static_cast<std::size_t>(RecomputeModule::layernorm); m < kRecomputeModules; ++m) {
       for (int region = 0; region < 2; ++region) {
         for (std::size_t cls = 0; cls < kStreamOps; ++cls) {
-          const double bytes_per_sample = bp.module_memory_elements[m][region][cls] * act + bp.module_memory_fixed_bytes[m][region][cls];
-          if (bytes_per_sample > 0) {
-            modules[m] += stream_time_s(bytes_per_sample * b / ps.split.of(region == 1), rates, static_cast<StreamOp>(cls));
-          }
+          const double bytes = pass_bytes(bp.module_memory_elements[m][region][cls], bp.module_memory_fixed_bytes[m][region][cls], region);
+          if (bytes > 0) modules[m] += stream_time_s(bytes, rates, static_cast<StreamOp>(cls));
         }
       }
     }
   }
   for (int region = 0; region < 2; ++region) {
-    const double split = ps.split.of(region == 1);
     for (int core = 0; core < (fused ? 1 : 2); ++core) {  // fused attention has no softmax / dropout passes of its own
       double t = 0;
       for (std::size_t cls = 0; cls < kStreamOps; ++cls) {
-        const double bytes_per_sample = bp.memory_elements[region][core][cls] * act + bp.memory_fixed_bytes[region][core][cls];
-        if (bytes_per_sample > 0) {
-          const double bytes = bytes_per_sample * b / split;
+        const double bytes = pass_bytes(bp.memory_elements[region][core][cls], bp.memory_fixed_bytes[region][core][cls], region);
+        if (bytes > 0) {
           const double seconds = stream_time_s(bytes, rates, static_cast<StreamOp>(cls));
           c.stream_bytes[cls] += bytes;
           c.stream_s[cls] += seconds;

@@ -126,6 +126,11 @@ std::optional<RecomputeModules> parse_recompute_modules(std::string_view text, s
   return modules;
 }
 
+std::string recompute_modules_problem(const std::string& bad) {
+  return (bad.empty() ? std::string("names no module") : "'" + bad + "' is not a recompute module") + " (choose from " +
+         std::string(recompute_module_choices) + ")";
+}
+
 std::optional<Recompute> parse_recompute(std::string_view text) {
   if (text == "none") return Recompute::none;
   if (text == "selective") return Recompute::selective;

@@ -49,6 +49,8 @@ inline constexpr std::string_view recompute_module_choices = "core_attn, layerno
 // module names, at least one; nullopt with `bad` the offending word (empty when none given).
 std::string recompute_modules_text(RecomputeModules modules);
 std::optional<RecomputeModules> parse_recompute_modules(std::string_view text, std::string& bad);
+// What a refused set says, from parse_recompute_modules' `bad`: the word, and the choices.
+std::string recompute_modules_problem(const std::string& bad);
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
 // How attention runs. `fused`: one kernel (FlashAttention-2/3, cuDNN, PyTorch
 // scaled_dot_product_attention) that keeps no s x s tensor, only per-row
@@ -61,6 +63,10 @@ enum class Attention { fused, unfused };
 // s x s tensors; fused attention keeps none, so there it repeats nothing and
 // the plan is the one without recompute (evaluate.cpp prices it so).
 inline bool recompute_repeats_nothing(Recompute r, Attention a) { return r == Recompute::selective && a == Attention::fused; }
+// The same with selective's modules: only the attention core (the default) repeats nothing under fused attention.
+inline bool recompute_repeats_nothing(Recompute r, Attention a, RecomputeModules modules) {
+  return recompute_repeats_nothing(r, a) && modules == kDefaultRecomputeModules;
+}
 // How context parallelism gives each rank the keys and values of the other
 // sequence chunks (Megatron-Core's --cp-comm-type p2p / allgather / a2a):
 // `ring`: ring attention passes key/value chunks around the cp ring under the
@@ -217,7 +223,7 @@ inline bool recomputes(const Plan& plan, RecomputeModule module) {
 // Whether the plan's recompute repeats nothing: selective with only the
 // attention core under fused attention, which keeps no s x s tensors to drop.
 inline bool recompute_repeats_nothing(const Plan& plan) {
-  return recompute_repeats_nothing(plan.recompute, plan.attention) && plan.recompute_modules == kDefaultRecomputeModules;
+  return recompute_repeats_nothing(plan.recompute, plan.attention, plan.recompute_modules);
 }
 
 // Bytes per parameter and per activation element under the plan's precision

@@ -463,7 +463,7 @@ void rank(SearchResult& result) {
 }  // namespace
 
 bool search_leaves_out(const SearchSpace& space, Recompute recompute, Attention attention) {
-  return recompute_repeats_nothing(recompute, attention) && space.recompute_modules == kDefaultRecomputeModules &&
+  return recompute_repeats_nothing(recompute, attention, space.recompute_modules) &&
          std::find(space.recomputes.begin(), space.recomputes.end(), Recompute::none) != space.recomputes.end();
 }
 

@@ -109,8 +109,7 @@ void resolve_space(const SetupInputs& in, SearchSpace& space, Problems& problems
   if (const auto modules = parse_recompute_modules(in.recompute_modules, bad)) {
     space.recompute_modules = *modules;
   } else {
-    error(problems, "recompute_modules", (bad.empty() ? std::string("names no module") : "'" + bad + "' is not a recompute module") +
-                                             " (choose from " + std::string(recompute_module_choices) + ")");
+    error(problems, "recompute_modules", recompute_modules_problem(bad));
   }
   if (auto d = parse_ep_dispatch(in.ep_dispatch)) {
     space.ep_dispatch = *d;
