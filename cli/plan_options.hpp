@@ -43,6 +43,7 @@ struct PlanFlags {
   std::string loss = "fused";
   bool fp32_gradients = false;
   bool bf16_moments = false;
+  bool overlap_expert_parallel = false;
   std::optional<std::string> recompute_modules;
   std::string ep_dispatch = "all-to-all";
   std::optional<std::string> expert_tp;      // "tp" (experts split over tp), or "1"
@@ -84,10 +85,10 @@ std::string flag_for_field(const std::string& field);
 // --cp-comm's and --loss's values (plan and search flags alike), or an error naming the choices.
 std::optional<CpComm> parse_cp_comm_flag(const std::string& text, Problems& problems);
 std::optional<Loss> parse_loss_flag(const std::string& text, Problems& problems);
-// --cp-comm, --loss, --fp32-gradients, --bf16-moments and --ep-dispatch: plan
+// --cp-comm, --loss, --fp32-gradients, --bf16-moments, --overlap-ep and --ep-dispatch: plan
 // switches the search never varies, the same flags on explain/simulate and on plan/sweep.
 void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& loss, bool& fp32_gradients,
-                          bool& bf16_moments, std::string& ep_dispatch);
+                          bool& bf16_moments, bool& overlap_expert_parallel, std::string& ep_dispatch);
 // --recompute-modules (plan and search flags alike): what selective recompute repeats.
 void add_recompute_modules_flag(CLI::App& command, std::optional<std::string>& modules);
 // Its value, or an error naming the choices; nullopt also when not given.

@@ -14,6 +14,7 @@
 #include "model/collectives.hpp"
 #include "model/model_states.hpp"
 #include "model/pipeline_time.hpp"
+#include "model/schedule.hpp"
 #include "model/sharded_replay.hpp"
 #include "model/stage_partition.hpp"
 
@@ -184,6 +185,10 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
         gc.input_gradient_s + gc.weight_gradient_s;
     if (g.has_weights) c.weight_gradient_s += gc.weight_gradient_s;
     if (g.core_attention) core_forward_s += gc.forward_s;
+    if (g.expert) {
+      c.experts_forward_s += gc.forward_s;
+      c.experts_backward_s += gc.input_gradient_s + gc.weight_gradient_s;
+    }
     modules[static_cast<std::size_t>(g.module)] += gc.forward_s;
   }
   // A memory-bound pass's bytes on this device: its elements at the activation dtype and its fixed-
@@ -191,6 +196,17 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
   auto pass_bytes = [&](double elements, double fixed_bytes, int region) {
     return (elements * act + fixed_bytes) * b / ps.split.of(region == 1);
   };
+  // The experts' activation (the moe_act module's passes): forward, its gradient, and its repeat under moe_act recompute.
+  const auto moe_act = static_cast<std::size_t>(RecomputeModule::moe_act);
+  double experts_activation_s = 0;
+  for (int region = 0; region < 2; ++region) {
+    for (std::size_t cls = 0; cls < kStreamOps; ++cls) {
+      const double bytes = pass_bytes(bp.module_memory_elements[moe_act][region][cls], bp.module_memory_fixed_bytes[moe_act][region][cls], region);
+      if (bytes > 0) experts_activation_s += stream_time_s(bytes, rates, static_cast<StreamOp>(cls));
+    }
+  }
+  c.experts_forward_s += experts_activation_s;
+  c.experts_backward_s += (recomputes(plan, RecomputeModule::moe_act) ? 3 : 2) * experts_activation_s;
   if (plan.recompute == Recompute::selective) {  // the memory-bound passes a module repeats
     for (std::size_t m = static_cast<std::size_t>(RecomputeModule::layernorm); m < kRecomputeModules; ++m) {
       for (int region = 0; region < 2; ++region) {
@@ -381,6 +397,19 @@ void block_cp_collectives(BlockCost& c, double core_forward_s, const ModelProfil
 // own 1/tp of the tokens (Megatron-Core's all-to-all dispatcher; with the
 // experts in tp, their tp collectives gather and reduce-scatter the routed
 // copies), over ep, or over ep x tp with the experts out of tp.
+// With overlap_expert_parallel (Megatron-Core's combined 1F1B) a forward and
+// another micro-batch's backward run layer by layer together, a compute
+// stream and a communication stream alternating in four phases
+// (TransformerLayerSchedulePlan.run, model_chunk_schedule_plan.py):
+//   the backward's combine      beside the forward's attention (to the router),
+//   the forward's dispatch      beside the backward's experts,
+//   the backward's dispatch     beside the forward's experts,
+//   the forward's combine       beside the backward's attention.
+// Each phase waits for both halves of the one before it (each half reads
+// what the other stream made), so a phase takes the longer of its two and
+// the pair exposes, per phase, the all-to-all beyond its compute. Not
+// priced: the SMs the all-to-all kernels take from the compute beside them
+// (docs/cost-model.md, "Expert-parallel overlap").
 void block_ep_collectives(BlockCost& c, const BlockProfile& bp, const ModelProfile& prof, const PlanScalars& ps) {
   const double act = ps.act, cp = ps.cp, b = ps.b, seq = ps.seq;
   if (ps.experts.ep > 1 && bp.expert_tp_split_parameters > 0) {
@@ -388,10 +417,17 @@ void block_ep_collectives(BlockCost& c, const BlockProfile& bp, const ModelProfi
                                 static_cast<double>(prof.hidden) * act;
     const double one = cost(Collective::all_to_all, routed_bytes, ps.expert_ep_link);
     c.ep_s = 4 * one;
-    c.collectives.push_back({Axis::ep, Collective::all_to_all, Pass::forward, HiddenUnder::nothing, routed_bytes, 2,
-                             2 * one, 2 * one});
-    c.collectives.push_back({Axis::ep, Collective::all_to_all, Pass::backward, HiddenUnder::nothing, routed_bytes, 2,
-                             2 * one, 2 * one});
+    // Priced whether or not the plan pairs its passes (the record is the same
+    // for every schedule); the evaluator and the simulator read it only under overlap_expert_parallel.
+    const bool hides = ps.expert_ep_link.overlaps_compute;
+    const double beside[] = {c.forward_compute_s - c.experts_forward_s, c.experts_backward_s, c.experts_forward_s,
+                             c.backward_compute_s - c.experts_backward_s};
+    c.ep_paired_s = 0;
+    for (double compute : beside) c.ep_paired_s += hides ? std::max(0.0, one - compute) : one;
+    const HiddenUnder hidden = hides ? HiddenUnder::paired_pass : HiddenUnder::nothing;
+    for (Pass pass : {Pass::forward, Pass::backward}) {
+      c.collectives.push_back({Axis::ep, Collective::all_to_all, pass, hidden, routed_bytes, 2, 2 * one, c.ep_paired_s / 2});
+    }
   }
 }
 
@@ -472,6 +508,7 @@ struct StageSum {
   double chunk_activation_bytes = 0, largest_layer_bytes = 0, gradient_elements = 0, loss_logits = 0;
   double forward_s = 0, backward_s = 0, weight_gradient_s = 0, compute_s = 0, backward_compute_s = 0;
   double tp_s = 0, tp_exposed_s = 0, cp_s = 0, cp_exposed_s = 0, ep_s = 0;
+  double ep_hidden_s = 0;   // what the schedule's paired passes hide of ep_s, per micro-batch on average (overlap_expert_parallel)
   std::int64_t layers = 0;
   double blocks_with_parameters = 0;
   // Filled by the memory phase.
@@ -554,6 +591,31 @@ void fold_stages(std::vector<StageSum>& sum, const ModelProfile& prof, const Pla
   for_each_stage_block(prof, plan, kind_cost, pp, v, [&](std::int64_t stage, const BlockCost& c, bool in_chunk, double count) {
     sum[static_cast<std::size_t>(stage)].add(c, in_chunk, count, plan);
   });
+}
+
+// Combined 1F1B (overlap_expert_parallel): of the stage's m v chunk-forwards
+// (and as many backwards), all but the unpaired ones at the ends of its list
+// (schedule.hpp) hide their all-to-alls under their partners' compute; the
+// per-micro-batch passes carry the average. With one stage this is exactly
+// what the simulator replays (micro-batch 1's forward and micro-batch m's
+// backward expose their all-to-alls, the others hide them); with chunks of
+// unequal size, the average is the evaluator's approximation.
+// (A fold of its own, run only for such plans: the search's hot fold stays as it was.)
+void hide_paired_all_to_alls(std::vector<StageSum>& sum, const ModelProfile& prof, const Plan& plan,
+                             const std::vector<BlockCost>& kind_cost, std::int64_t pp, std::int64_t v, std::int64_t m) {
+  thread_local std::vector<double> pairing;  // per stage: what pairing every pass would hide, per micro-batch
+  pairing.assign(static_cast<std::size_t>(pp), 0.0);
+  for_each_stage_block(prof, plan, kind_cost, pp, v, [&](std::int64_t stage, const BlockCost& c, bool, double count) {
+    pairing[static_cast<std::size_t>(stage)] += count * (c.ep_s - c.ep_paired_s);
+  });
+  const double passes = static_cast<double>(m * v);
+  for (std::int64_t r = 0; r < pp; ++r) {
+    StageSum& s = sum[static_cast<std::size_t>(r)];
+    const double unpaired = static_cast<double>(unpaired_forwards(plan.schedule, pp, m, r));
+    s.ep_hidden_s = pairing[static_cast<std::size_t>(r)] * (passes - unpaired) / passes;
+    s.forward_s -= s.ep_hidden_s / 2;
+    s.backward_s -= s.ep_hidden_s / 2;
+  }
 }
 
 // ---- phase 3: each stage's memory (the same rules as memory_model.cpp)
@@ -738,7 +800,8 @@ ShardedStep replay_cached(std::span<const ShardedRun> runs, std::int64_t micro_b
   for (const ShardedRun& run : runs) {
     const ShardedBlock& b = run.block;
     key.insert(key.end(), {static_cast<double>(run.count), b.forward_s, b.backward_s, b.backward_compute_s,
-                           b.weight_gradient_s, b.gather_s, b.scatter_s, b.gradient_bytes, b.gathers ? 1.0 : 0.0});
+                           b.weight_gradient_s, b.forward_paired_s, b.backward_paired_s, b.gather_s, b.scatter_s,
+                           b.gradient_bytes, b.gathers ? 1.0 : 0.0});
   }
   // FNV-1a over the key's 64-bit words, each folded onto its low half first:
   // a product carries differences only upwards, and keys that differ in a
@@ -797,6 +860,9 @@ ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const Pla
     b.backward_s = block_backward_s(c, plan);
     b.backward_compute_s = c.backward_compute_s;
     b.weight_gradient_s = c.weight_gradient_s;
+    const double hidden = plan.overlap_expert_parallel ? (c.ep_s - c.ep_paired_s) / 2 : 0.0;
+    b.forward_paired_s = b.forward_s - hidden;
+    b.backward_paired_s = b.backward_s - hidden;
     b.gradient_bytes = parameters * ps.bytes.gradient_bytes_per_parameter;
     b.gathers = parameters > 0;
     b.gather_s = cost(Collective::all_gather, parameters * ps.bytes.weight_bytes_per_parameter, fsdp_group);
@@ -857,9 +923,10 @@ AfterPipeline after_pipeline(const std::vector<StageSum>& sum, const Plan& plan,
     if (dp.reduced) {
       const double local_gradients = s.gradient_bytes / ps.fsdp;  // HSDP: fsdp already reduce-scattered
       // The buckets fill during the last gradient pass: ZB-H1's last W, or
-      // the last backward, whose own collectives follow its compute.
+      // the last backward, whose own collectives follow its compute (it has
+      // no partner under combined 1F1B: its all-to-alls are whole).
       const double compute = split ? s.weight_gradient_s : s.backward_compute_s;
-      const double pass = split ? s.weight_gradient_s : s.backward_s;
+      const double pass = split ? s.weight_gradient_s : s.backward_s + s.ep_hidden_s / 2;
       if (local_gradients != seen_gradients || compute != seen_compute || pass != seen_pass) {
         seen_gradients = local_gradients;
         seen_compute = compute;
@@ -895,7 +962,7 @@ void account_axes(TimeEstimate& time, const StageSum& slow, const Plan& plan, do
   time.axis_communication_s[static_cast<std::size_t>(Axis::cp)] = md * slow.cp_s;
   time.axis_exposed_s[static_cast<std::size_t>(Axis::cp)] = md * slow.cp_exposed_s;
   time.axis_communication_s[static_cast<std::size_t>(Axis::ep)] = md * slow.ep_s;
-  time.axis_exposed_s[static_cast<std::size_t>(Axis::ep)] = md * slow.ep_s;
+  time.axis_exposed_s[static_cast<std::size_t>(Axis::ep)] = md * (slow.ep_s - slow.ep_hidden_s);
   time.axis_communication_s[fsdp_axis] += md * slow.fsdp_s;
   time.axis_exposed_s[fsdp_axis] += md * slow.fsdp_exposed_s;
   time.axis_communication_s[static_cast<std::size_t>(Axis::dp)] += after.dp_s;
@@ -969,6 +1036,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   thread_local std::vector<double> stage_s;
   stage_s.assign(static_cast<std::size_t>(pp), 0.0);
   WeightShardingCost weight_sharding{fsdp_group};
+  if (plan.overlap_expert_parallel) hide_paired_all_to_alls(sum, prof, plan, kind_cost, pp, v, m);
   for (std::int64_t r = 0; r < pp; ++r) {
     StageSum& s = sum[static_cast<std::size_t>(r)];
     s.forward_s += p2p_s;

@@ -164,6 +164,8 @@ void megatron_parallelism_and_training(Writer& w, MegatronArgs& arg) {
     arg("--exp-avg-dtype", "bf16");
     arg("--exp-avg-sq-dtype", "bf16");
   }
+  // Combined 1F1B (Megatron-Core v0.14, "batch-level overlapping to hide EP-A2A communication").
+  if (plan.overlap_expert_parallel) arg("--overlap-moe-expert-parallel-comm");
 }
 
 // The model's shape.
@@ -279,6 +281,10 @@ std::string torchtitan(Writer& w) {
   if (plan.bf16_moments) {
     w.warning("bf16_moments", "torchtitan's AdamW keeps its moments in the parameters' fp32: 4 bytes per parameter "
                               "of optimizer state more than the plan prices");
+  }
+  if (plan.overlap_expert_parallel) {
+    w.warning("overlap_expert_parallel", "torchtitan runs each micro-batch's all-to-alls on its own critical path (no "
+                                         "combined 1F1B): the step is slower than the plan prices by the hidden part");
   }
   if (!plan.stage_layers.empty()) {
     w.error("stage_layers", "uneven pipeline stages: give torchtitan pipeline_parallel_split_points by hand");

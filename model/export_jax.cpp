@@ -170,6 +170,31 @@ Loaded<std::vector<ExportedArray>> exported_activations(const PlanFile& file) {
   return result;
 }
 
+namespace {
+
+// What the module cannot say of the plan: warnings, the module still written.
+void add_jax_warnings(const Plan& plan, Problems& problems) {
+  if (plan.recompute == Recompute::selective_op) {
+    problems.push_back({Severity::warning, "recompute",
+                        "JAX has no policy that saves every second matmul (torchtitan's op-level checkpointing); "
+                        "written as dots_with_no_batch_dims_saveable, which saves every weight matmul's output"});
+  }
+  if (plan.overlap_expert_parallel) {
+    problems.push_back({Severity::warning, "overlap_expert_parallel",
+                        "the module shards the experts; pairing one micro-batch's all-to-alls with another's "
+                        "compute is the training loop's (XLA schedules one step as it sees fit): the plan prices "
+                        "them hidden"});
+  }
+  if (plan.recompute == Recompute::selective && plan.recompute_modules != kDefaultRecomputeModules) {
+    problems.push_back({Severity::warning, "recompute_modules",
+                        "JAX has no policy by Megatron-Core's modules (" + recompute_modules_text(plan.recompute_modules) +
+                            "); written as dots_with_no_batch_dims_saveable, which saves every weight matmul's "
+                            "output and repeats the rest"});
+  }
+}
+
+}  // namespace
+
 Loaded<std::string> export_jax(const PlanFile& file) {
   Loaded<std::string> result;
   auto error = [&](const std::string& field, const std::string& message) {
@@ -197,17 +222,7 @@ Loaded<std::string> export_jax(const PlanFile& file) {
       if (!said) result.problems.push_back(p);
     }
   }
-  if (plan.recompute == Recompute::selective_op) {
-    result.problems.push_back({Severity::warning, "recompute",
-                               "JAX has no policy that saves every second matmul (torchtitan's op-level checkpointing); "
-                               "written as dots_with_no_batch_dims_saveable, which saves every weight matmul's output"});
-  }
-  if (plan.recompute == Recompute::selective && plan.recompute_modules != kDefaultRecomputeModules) {
-    result.problems.push_back({Severity::warning, "recompute_modules",
-                               "JAX has no policy by Megatron-Core's modules (" + recompute_modules_text(plan.recompute_modules) +
-                                   "); written as dots_with_no_batch_dims_saveable, which saves every weight matmul's "
-                                   "output and repeats the rest"});
-  }
+  add_jax_warnings(plan, result.problems);
   if (has_errors(result.problems)) return result;
 
   const Mesh& mesh = plan.mesh;

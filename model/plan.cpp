@@ -131,6 +131,23 @@ std::string recompute_modules_problem(const std::string& bad) {
          std::string(recompute_module_choices) + ")";
 }
 
+std::string expert_overlap_problem(const Plan& plan) {
+  const std::int64_t pp = plan.mesh.size(Axis::pp);
+  if (plan.recompute == Recompute::full) {
+    return "combined 1F1B does not run with full recompute (Megatron-Core; NVIDIA's expert-parallel overlap guide "
+           "rules it out); use selective or none";
+  }
+  if (plan.schedule.kind == ScheduleKind::zb_h1) {
+    return "the zero-bubble schedule splits the backward in two; combined 1F1B pairs whole forwards and backwards "
+           "(use 1f1b, or interleaved:<v> with pp > 1)";
+  }
+  if (pp > 1 && plan.schedule.kind != ScheduleKind::interleaved) {
+    return "with pipeline stages, Megatron-Core's combined 1F1B runs only the interleaved schedule (pp " +
+           std::to_string(pp) + ", schedule " + to_string(plan.schedule) + "; use interleaved:<v>)";
+  }
+  return "";
+}
+
 std::optional<Recompute> parse_recompute(std::string_view text) {
   if (text == "none") return Recompute::none;
   if (text == "selective") return Recompute::selective;

@@ -51,6 +51,14 @@ std::string recompute_modules_text(RecomputeModules modules);
 std::optional<RecomputeModules> parse_recompute_modules(std::string_view text, std::string& bad);
 // What a refused set says, from parse_recompute_modules' `bad`: the word, and the choices.
 std::string recompute_modules_problem(const std::string& bad);
+
+struct Plan;
+// Why the plan's schedule cannot pair a forward with another micro-batch's
+// backward as overlap_expert_parallel asks (Megatron-Core's combined 1F1B runs
+// without pipelining, or with the interleaved schedule, and not with full
+// recompute), or "" when it can. The model's side (experts, ep > 1) is
+// validate_plan's.
+std::string expert_overlap_problem(const Plan& plan);
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
 // How attention runs. `fused`: one kernel (FlashAttention-2/3, cuDNN, PyTorch
 // scaled_dot_product_attention) that keeps no s x s tensor, only per-row
@@ -185,6 +193,14 @@ struct Plan {
   // Megatron-LM runs of Korthikanti et al. 2022 are modelled without it, as
   // Calculon (Isaev et al. 2023) models them.
   bool overlap_tensor_parallel = false;
+  // Each expert-parallel all-to-all runs beside another micro-batch's compute:
+  // Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) runs a
+  // forward and another micro-batch's backward together, layer by layer, the
+  // dispatch and combine of each hidden under the other's attention and MLP
+  // compute. A stage's forwards before its first backward, and its backwards
+  // after its last forward, have no partner (expert_overlap_problem says which
+  // plans can run it). Off by default, as in Megatron-Core.
+  bool overlap_expert_parallel = false;
 
   // Micro-batches per optimizer step on each data-parallel rank (gradient
   // accumulation steps); 0 when the batch does not divide. Inline: the

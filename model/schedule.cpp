@@ -209,6 +209,31 @@ PipelinePrograms pipeline_schedule(const Schedule& schedule, std::int64_t stages
   return programs;
 }
 
+std::int64_t unpaired_forwards(const Schedule& schedule, std::int64_t stages, std::int64_t micro_batches, std::int64_t stage) {
+  const std::int64_t p = stages, m = micro_batches, r = stage;
+  if (m < 1) return 0;
+  switch (schedule.kind) {
+    case ScheduleKind::gpipe: return p == 1 ? 1 : m;  // with one stage, gpipe's list is 1F1B's
+    case ScheduleKind::one_f_one_b:
+    case ScheduleKind::zb_h1: return std::min(p - r, m);  // the warm-up and the first steady forward
+    case ScheduleKind::interleaved: {
+      const std::int64_t total = m * schedule.virtual_stages;
+      return std::min(std::min(2 * (p - r - 1) + (schedule.virtual_stages - 1) * p, total) + 1, total);
+    }
+  }
+  return m;
+}
+
+PassPairing pass_pairing(const std::vector<Instruction>& program) {
+  PassPairing pairing{program.size(), 0};
+  for (std::size_t pc = 0; pc < program.size(); ++pc) {
+    const Kind kind = program[pc].kind;
+    if ((kind == Kind::backward || kind == Kind::backward_input) && pairing.first_backward == program.size()) pairing.first_backward = pc;
+    if (kind == Kind::forward) pairing.last_forward = pc;
+  }
+  return pairing;
+}
+
 InFlightPeak peak_in_flight(const std::vector<Instruction>& program) {
   InFlightPeak peak;
   std::int64_t held_input = 0, held_weight = 0;

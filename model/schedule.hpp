@@ -98,6 +98,29 @@ PipelinePrograms pipeline_schedule(const Schedule& schedule, std::int64_t stages
 // backward (until_input_gradient) or, for split backwards, by its W pass
 // (until_weight_gradient, which is the same number for unsplit schedules).
 // Comparable with in_flight_chunk_micro_batches (memory_model.hpp).
+// Combined 1F1B (Plan::overlap_expert_parallel) runs each forward beside
+// another micro-batch's backward. In a stage's list, the forwards before its
+// first backward and the backwards after its last forward have no partner
+// (Megatron-Core's combined schedule adds one warm-up forward to the list's
+// own and pairs the rest: the same passes). A split backward's B counts as a
+// backward.
+//
+// How many chunk-forwards of stage r have no partner (as many backwards have
+// none), in closed form for the evaluator; equal to counting them in
+// pipeline_schedule's list (tests/test_schedule.cpp).
+std::int64_t unpaired_forwards(const Schedule& schedule, std::int64_t stages, std::int64_t micro_batches, std::int64_t stage);
+// In one stage's list: whether the compute instruction at `pc` has a partner.
+struct PassPairing {
+  std::size_t first_backward = 0;  // pc of the first backward (or B); the list's size when none
+  std::size_t last_forward = 0;    // pc of the last forward; 0 when none
+  bool paired(std::size_t pc, Instruction::Kind kind) const {
+    if (kind == Instruction::forward) return first_backward < pc;
+    if (kind == Instruction::backward || kind == Instruction::backward_input) return pc < last_forward;
+    return false;
+  }
+};
+PassPairing pass_pairing(const std::vector<Instruction>& program);
+
 struct InFlightPeak {
   std::int64_t until_input_gradient = 0;
   std::int64_t until_weight_gradient = 0;

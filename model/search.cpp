@@ -264,6 +264,10 @@ Rejection check_rules(const Evaluator& evaluator, const Plan& plan, bool split_c
   if (model.kind == ModelKind::mlp && (cp > 1 || ep > 1)) return Rejection::axis_unsupported;
   if (plan.sequence_parallel && model.kind != ModelKind::transformer) return Rejection::axis_unsupported;
   if (plan.recompute == Recompute::selective_op && model.kind != ModelKind::transformer) return Rejection::axis_unsupported;
+  if (plan.overlap_expert_parallel && (model.kind != ModelKind::transformer || model.transformer.experts == 0 ||
+                                       !expert_overlap_problem(plan).empty())) {
+    return Rejection::axis_unsupported;  // validate.cpp says why
+  }
   if (model.kind == ModelKind::transformer) {
     const auto& t = model.transformer;
     if (t.heads % tp != 0) return Rejection::tp_heads;  // key/value heads tp does not divide are replicated
@@ -420,6 +424,8 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
                   if (kind == ScheduleKind::interleaved) vs = space.interleave;
                   for (std::int64_t v : vs) {
                     plan.schedule = {kind, v};
+                    plan.overlap_expert_parallel = space.overlap_expert_parallel && ctx.experts > 0 &&
+                                                   expert_split(plan).ep > 1 && expert_overlap_problem(plan).empty();
                     Candidate candidate;
                     plan.stage_layers.clear();
                     candidate.rejection = check_rules(evaluator, plan, true);

@@ -64,6 +64,9 @@ struct SearchSpace {
   CpComm cp_comm = CpComm::ring;  // every candidate's (not searched)
   bool fp32_gradients = false;    // every candidate's (not searched)
   bool bf16_moments = false;      // every candidate's (not searched)
+  // Every candidate's whose experts split over ep and whose schedule and
+  // recompute can pair passes (expert_overlap_problem); not searched.
+  bool overlap_expert_parallel = false;
   RecomputeModules recompute_modules = kDefaultRecomputeModules;  // what every `selective` candidate recomputes
   Loss loss = Loss::fused;        // every candidate's (not searched)
   EpDispatch ep_dispatch = EpDispatch::all_to_all;  // every candidate's (not searched)

@@ -50,7 +50,7 @@ class Replay {
           have_previous = true;
         }
       }
-      micro_batch(j + 1 == m_);
+      micro_batch(j == 0, j + 1 == m_);
     }
     ShardedStep step;
     step.passes_end_s = t_;
@@ -205,17 +205,18 @@ class Replay {
   // One block's pass; `last`: the step's last gradient pass (buckets fill),
   // `last_block`: the pass's last block.
   void block_pass(const ShardedBlock& b, Pass pass, bool last, bool last_block) {
+    const double backward_s = backward_paired_ ? b.backward_paired_s : b.backward_s;
     switch (pass) {
-      case Pass::forward: t_ = begin(b, 0) + b.forward_s; break;
+      case Pass::forward: t_ = begin(b, 0) + (forward_paired_ ? b.forward_paired_s : b.forward_s); break;
       case Pass::backward: {
         const double start = begin(b, 1);
         last_start_ = start;
         if (last) fill_buckets(start, b.backward_compute_s, b.gradient_bytes, last_block);
-        t_ = start + b.backward_s;
+        t_ = start + backward_s;
         reduce_scatter(b);
         break;
       }
-      case Pass::input_gradient: t_ = begin(b, 1) + std::max(b.backward_s - b.weight_gradient_s, 0.0); break;
+      case Pass::input_gradient: t_ = begin(b, 1) + std::max(backward_s - b.weight_gradient_s, 0.0); break;
       case Pass::weight_gradient:
         last_start_ = t_;
         if (last) fill_buckets(t_, b.weight_gradient_s, b.gradient_bytes, last_block);
@@ -283,7 +284,11 @@ class Replay {
     }
   }
 
-  void micro_batch(bool last) {
+  // The first micro-batch's forward and the last one's backward have no
+  // partner (schedule.hpp, PassPairing); the others run beside one.
+  void micro_batch(bool first, bool last) {
+    forward_paired_ = !first;
+    backward_paired_ = !last;
     micro_batch_wait_[0] = micro_batch_wait_[1] = 0;
     for (const ShardedRun& run : runs_) run_pass(run, Pass::forward, false, false);
     const Pass backward = split_ ? Pass::input_gradient : Pass::backward;
@@ -311,6 +316,7 @@ class Replay {
   double produced_ = 0, bucket_free_ = 0;
   std::int64_t next_bucket_ = 0;
   double last_start_ = 0;  // when the last backward or W block started computing
+  bool forward_paired_ = false, backward_paired_ = false;  // this micro-batch's passes (ShardedBlock)
   double block_wait_ = 0;                                 // the last block's wait for its gather
   double wait_[2] = {}, micro_batch_wait_[2] = {};        // forward / backward: over the step, this micro-batch
 };

@@ -33,6 +33,11 @@ struct ShardedBlock {
   double backward_s = 0;          // backward (input and weight gradients): compute and its exposed collectives
   double backward_compute_s = 0;  // the backward's compute alone (gradient buckets fill over it)
   double weight_gradient_s = 0;   // the weight-gradient GEMMs alone (ZB-H1's W pass)
+  // The passes beside another micro-batch's (overlap_expert_parallel; else
+  // equal to forward_s and backward_s): every forward but the first
+  // micro-batch's, every backward but the last's.
+  double forward_paired_s = 0;
+  double backward_paired_s = 0;
   double gather_s = 0;            // all-gather of its weight shards
   double scatter_s = 0;           // reduce-scatter of its gradients
   double gradient_bytes = 0;      // gradients its gradient pass produces (before the reduce-scatter)

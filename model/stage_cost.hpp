@@ -131,6 +131,7 @@ enum class HiddenUnder : std::uint8_t {
   nothing,          // on the critical path (forward tp all-reduces, expert all-to-alls)
   weight_gradient,  // backward tp collectives under the W GEMMs (overlap_tensor_parallel)
   attention,        // ring-attention key/value passes under the chunk in hand (Liu et al. 2023)
+  paired_pass,      // expert all-to-alls under another micro-batch's pass, where the plan pairs them (overlap_expert_parallel)
 };
 
 // One collective of a block, or `count` alike run back to back, per micro-batch.
@@ -142,8 +143,8 @@ struct BlockCollective {
   double bytes = 0;      // each (nccl-tests' S)
   double count = 1;
   double seconds = 0;    // count x collective_time on the axis's link, alone
-  double exposed_s = 0;  // the part the analytical model leaves exposed (ring attention only; the
-                         // weight-gradient overlap is decided per block, BlockCost::tp_backward_s)
+  double exposed_s = 0;  // the part the analytical model leaves exposed (ring attention; a paired pass's
+                         // all-to-alls; the weight-gradient overlap is decided per block, BlockCost::tp_backward_s)
 };
 
 struct GemmCost {
@@ -191,6 +192,18 @@ struct BlockCost {  // depends only on micro-batch, tp, cp, ep, sequence paralle
   double cp_forward_exposed_s = 0;
   double cp_backward_exposed_s = 0;
   double ep_s = 0;                   // all-to-all dispatch and combine, forward + backward
+  // The routed experts' share of forward_compute_s and backward_compute_s
+  // (their grouped GEMMs and activation): Megatron-Core's "mlp" node, which
+  // combined 1F1B runs between the dispatch and the combine.
+  double experts_forward_s = 0;
+  double experts_backward_s = 0;
+  // What of ep_s stays exposed when the forward and the backward each run
+  // beside another micro-batch's pass (read under overlap_expert_parallel;
+  // docs/cost-model.md, "Expert-parallel overlap"): each of the pair's four
+  // all-to-alls beside the compute Megatron-Core's combined 1F1B runs with
+  // it, the part longer than that compute; ep_s where the ep link cannot
+  // overlap compute. A pass without a partner exposes its half of ep_s.
+  double ep_paired_s = 0;
   std::array<double, kComputeParts> compute_parts_s{};  // sum: forward_compute_s + backward_compute_s
   // The record behind the totals above.
   std::vector<GemmCost> gemms;                        // in the block's op order

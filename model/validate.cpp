@@ -219,6 +219,24 @@ void check_schedule(Checker& check, const Plan& plan) {
   }
 }
 
+void check_expert_overlap(Checker& check, const ModelSpec& model, const Plan& plan) {
+  if (!plan.overlap_expert_parallel) return;
+  const bool experts = model.kind == ModelKind::transformer && model.transformer.experts > 0;
+  if (!experts) {
+    check.error("overlap_expert_parallel", "hides the experts' all-to-alls; this " + to_string(model.kind) +
+                                               " model has no experts");
+    return;
+  }
+  if (const std::string problem = expert_overlap_problem(plan); !problem.empty()) {
+    check.error("overlap_expert_parallel", problem);
+  } else if (expert_split(plan).ep == 1) {
+    check.warning("overlap_expert_parallel", "hides the expert-parallel all-to-alls, and there are none here (ep 1): no effect");
+  } else if (plan.micro_batches() == 1) {
+    check.warning("overlap_expert_parallel", "pairs a micro-batch's forward with another's backward; with one "
+                                             "micro-batch there is none to pair: no effect");
+  }
+}
+
 void check_precision(Checker& check, const ClusterSpec& cluster, const Plan& plan) {
   const Dtype dtype = gemm_dtype(plan.precision);
   if (!cluster.device.peak_for(dtype)) check.error("precision", missing_peak_message(cluster.device, dtype));
@@ -247,6 +265,7 @@ Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const Cl
   if (model.kind == ModelKind::transformer) check_transformer(check, model.transformer, plan, seq_len);
   if (model.kind == ModelKind::mlp) check_mlp(check, model.mlp, plan);
   check_schedule(check, plan);
+  check_expert_overlap(check, model, plan);
   check_precision(check, cluster, plan);
   if (model.kind != ModelKind::cnn || plan.mesh.size(Axis::pp) == 1) {
     auto partition = partition_stages(graph, plan.mesh.size(Axis::pp), plan.schedule.virtual_stages, plan.stage_layers);

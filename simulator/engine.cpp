@@ -94,6 +94,7 @@ struct StageRun {
   std::int64_t reductions_outstanding = 0;
   std::vector<std::int32_t> activation_arrived, gradient_arrived;  // [local chunk x m + micro-batch]
   std::vector<std::size_t> last_gradient_pc;                        // per local chunk
+  PassPairing pairing;                                              // overlap_expert_parallel
   Channel channels[track_count];
   double activation_bytes = 0;
 };
@@ -129,6 +130,7 @@ class Engine {
       st.activation_arrived.assign(static_cast<std::size_t>(v_ * m_), kNotArrived);
       st.gradient_arrived.assign(static_cast<std::size_t>(v_ * m_), kNotArrived);
       st.last_gradient_pc.assign(static_cast<std::size_t>(v_), programs[r].size());
+      st.pairing = pass_pairing(programs[r]);
       for (std::size_t pc = 0; pc < programs[r].size(); ++pc) {
         const Instruction& in = programs[r][pc];
         if (in.is_compute() && produces_gradients(in.kind)) st.last_gradient_pc[local(in.chunk)] = pc;
@@ -497,12 +499,18 @@ class Engine {
     const Instruction& in = current(st);
     if (in.kind == Kind::backward_weight) return 0;
     const SegmentWork& segment = current_segment(s);
-    const auto& comms = in.kind == Kind::forward ? segment.forward_comm : segment.backward_comm;
+    const bool forward = in.kind == Kind::forward;
+    const auto& comms = forward ? segment.forward_comm : segment.backward_comm;
+    // Combined 1F1B: a pass beside a partner runs only what the partner's compute leaves of its all-to-alls.
+    const bool paired = work_.overlap_expert_parallel && st.pairing.paired(st.pc, in.kind);
+    const CommWork& paired_ep = forward ? segment.forward_paired_ep : segment.backward_paired_ep;
     const std::int32_t cause = pick == Pick::tensor_parallel ? st.compute_event : st.last_event;
     std::int32_t count = 0;
-    for (const CommWork& comm : comms) {
-      const bool tensor_parallel = comm.axis == Axis::tp;
+    for (const CommWork& listed : comms) {
+      const bool tensor_parallel = listed.axis == Axis::tp;
       if ((pick == Pick::tensor_parallel && !tensor_parallel) || (pick == Pick::others && tensor_parallel)) continue;
+      const CommWork& comm = paired && listed.axis == Axis::ep ? paired_ep : listed;
+      if (comm.empty()) continue;
       enqueue(s, &comm, Track::layer_comm, EventKind::layer_collective, JobTag::layer, cause, now,
               static_cast<std::int32_t>(in.micro_batch), static_cast<std::int32_t>(in.chunk));
       ++count;

@@ -253,6 +253,7 @@ std::vector<int> chunk_blocks(const Context& cx, std::int64_t chunk) {
 // (index: 0 tp, 1 cp, 2 ep), in the order the record lists it.
 struct SegmentComm {
   std::array<CommWork, 3> forward, backward;
+  CommWork forward_paired_ep, backward_paired_ep;  // SegmentWork's
   static std::size_t slot(Axis axis) { return axis == Axis::tp ? 0 : axis == Axis::cp ? 1 : 2; }
 };
 
@@ -263,6 +264,12 @@ void add_block_comm(SegmentComm& comm, const BlockCost& c, const Context& cx, Bu
     if (e.hidden_under == HiddenUnder::attention) {
       // Ring attention: only the part the cost model finds exposed (Liu et al. 2023).
       accumulate(into, build.exposed_time(e.exposed_s, cx.groups.cp, r), 1);
+    } else if (e.hidden_under == HiddenUnder::paired_pass) {
+      // Combined 1F1B: the whole all-to-alls where the pass has no partner,
+      // the part its partner's compute leaves exposed where it has one.
+      accumulate(into, build.collective(e.kind, e.bytes, cx.groups.of(e.axis), r), e.count);
+      accumulate(e.pass == Pass::forward ? comm.forward_paired_ep : comm.backward_paired_ep,
+                 build.exposed_time(e.exposed_s, cx.groups.ep, r), 1);
     } else {
       accumulate(into, build.collective(e.kind, e.bytes, cx.groups.of(e.axis), r), e.count);
     }
@@ -305,6 +312,8 @@ double build_chunk(ChunkWork& chunk, const Context& cx, Builder& build, std::int
     for (const CommWork& c : comm.backward) {
       if (!c.empty()) segment.backward_comm.push_back(c);
     }
+    segment.forward_paired_ep = comm.forward_paired_ep;
+    segment.backward_paired_ep = comm.backward_paired_ep;
     segment.gradient_bytes = segment_parameters * cx.bytes.gradient_bytes_per_parameter;
     if (cx.sharded) {
       segment.parameter_gather = build.collective(
@@ -425,6 +434,11 @@ Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, c
   work.stages = pp;
   work.micro_batches = m;
   work.overlap_tensor_parallel = plan.overlap_tensor_parallel && overlaps(placements, {Axis::tp});
+  // The record decides where the all-to-alls pair (and not where the ep link cannot overlap compute).
+  work.overlap_expert_parallel = plan.overlap_expert_parallel && std::any_of(costs.begin(), costs.end(), [](const BlockCost& c) {
+    return std::any_of(c.collectives.begin(), c.collectives.end(),
+                       [](const BlockCollective& e) { return e.hidden_under == HiddenUnder::paired_pass; });
+  });
   work.overlap_gradient_reduction = plan.overlap_gradient_reduction && overlaps(placements, {Axis::dp, Axis::ep});
   work.overlap_parameter_gather =
       plan.overlap_parameter_gather &&

@@ -83,6 +83,13 @@ struct SegmentWork {
   double tp_hidden_s = 0;
   std::vector<CommWork> forward_comm;   // collectives inside the blocks that the next block waits for (tp, cp, ep)
   std::vector<CommWork> backward_comm;
+  // overlap_expert_parallel: what replaces the ep entry of forward_comm /
+  // backward_comm in a pass that runs beside another micro-batch's
+  // (model/schedule.hpp, PassPairing): the part of its all-to-alls that the
+  // partner's compute leaves exposed (the hidden part is not replayed, as
+  // ring attention's is not). Empty: fully hidden, or no overlap.
+  CommWork forward_paired_ep;
+  CommWork backward_paired_ep;
   CommWork parameter_gather;            // fsdp / ZeRO-3: before the forward and again before the backward
   CommWork gradient_reduce_scatter;     // fsdp / ZeRO-3: after each gradient pass
   double gradient_bytes = 0;            // weight gradients produced per pass, per device (before dp reduction)
@@ -122,6 +129,7 @@ struct StepWork {
   std::int64_t stages = 1;
   std::int64_t micro_batches = 1;
   bool overlap_tensor_parallel = false;     // backward tp collectives run under the W part of a backward
+  bool overlap_expert_parallel = false;     // paired passes run SegmentWork's *_paired_ep instead of their ep collectives
   bool overlap_gradient_reduction = true;   // dp buckets start during the last gradient pass
   bool overlap_parameter_gather = true;     // fsdp gathers run one segment ahead (prefetch)
   std::vector<SimLink> links;

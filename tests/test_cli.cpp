@@ -251,6 +251,62 @@ TEST(Cli, Fp32GradientsFlagReachesThePlan) {
   EXPECT_NE(searched.out.find("; bf16 moments"), std::string::npos) << searched.out;
 }
 
+// --overlap-ep (Megatron-Core's combined 1F1B): with one stage and m micro-batches, the first forward and
+// the last backward have no partner, so when the compute hides the rest 1/m of the all-to-alls stays
+// exposed and the step is shorter by the rest; the search sets it where it applies; refused on a dense
+// model and with a schedule it cannot pair.
+TEST(Cli, OverlapExpertParallelHidesThePairedAllToAlls) {
+  const std::vector<std::string> job = {"explain", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16",
+                                        "--mesh", "dp=2,ep=8", "--global-batch", "64", "--seq", "4096", "--json"};
+  auto with = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> args = job;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const CliRun plain = run(job), paired = run(with({"--overlap-ep"}));
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(paired.status, 0) << paired.err;
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(paired.out);
+  EXPECT_FALSE(a["plan"].contains("overlap_expert_parallel"));
+  EXPECT_TRUE(b["plan"]["overlap_expert_parallel"].get<bool>());
+  const double total = a["communication_s_by_axis"]["ep"]["total"].get<double>();
+  ASSERT_GT(total, 0);
+  EXPECT_DOUBLE_EQ(a["communication_s_by_axis"]["ep"]["exposed"].get<double>(), total);
+  EXPECT_DOUBLE_EQ(b["communication_s_by_axis"]["ep"]["total"].get<double>(), total);
+  EXPECT_NEAR(b["communication_s_by_axis"]["ep"]["exposed"].get<double>(), total / 4, 1e-12 * total);  // m = 4
+  EXPECT_LT(b["time_s"]["step"].get<double>(), a["time_s"]["step"].get<double>() - total / 2);
+  // Refused where nothing pairs or nothing is routed.
+  std::vector<std::string> pipelined = with({"--overlap-ep"});
+  pipelined[std::find(pipelined.begin(), pipelined.end(), "dp=2,ep=8") - pipelined.begin()] = "pp=2,ep=8";
+  const CliRun staged = run(pipelined);
+  EXPECT_EQ(staged.status, 2);
+  EXPECT_NE(staged.err.find("--overlap-ep"), std::string::npos) << staged.err;
+  EXPECT_NE(staged.err.find("interleaved"), std::string::npos) << staged.err;
+  const CliRun full = run(with({"--overlap-ep", "--recompute", "full"}));
+  EXPECT_EQ(full.status, 2);
+  EXPECT_NE(full.err.find("full recompute"), std::string::npos) << full.err;
+  const CliRun dense = run({"explain", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--mesh", "dp=8",
+                            "--global-batch", "16", "--overlap-ep"});
+  EXPECT_EQ(dense.status, 2);
+  EXPECT_NE(dense.err.find("no experts"), std::string::npos) << dense.err;
+  // The search: every candidate that can pair its passes does, the others run without.
+  const CliRun searched = run({"plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16",
+                               "--global-batch", "64", "--seq", "4096", "--json", "--top", "40", "--overlap-ep"});
+  ASSERT_EQ(searched.status, 0) << searched.err;
+  int overlapped = 0;
+  for (const auto& p : nlohmann::json::parse(searched.out)) {
+    const auto& plan = p["plan"];
+    const bool has = plan.contains("overlap_expert_parallel") && plan["overlap_expert_parallel"].get<bool>();
+    const auto& mesh = plan["mesh"];
+    // Routed over ep ranks: the mesh's, or the tp ranks the experts leave (expert_tensor_parallel 1).
+    const bool routed = (mesh.contains("ep") && mesh["ep"].get<int>() > 1) ||
+                        (plan.contains("expert_tensor_parallel") && plan["expert_tensor_parallel"].get<int>() == 1);
+    if (has) ++overlapped;
+    if (!routed) EXPECT_FALSE(has) << p.dump();
+  }
+  EXPECT_GT(overlapped, 0);
+}
+
 // --recompute-modules (Megatron-Core's): selective recompute of the named parts, on explain (where it
 // implies --recompute selective) and plan; refused with a name it does not know, with another
 // recompute mode, and with a module the model lacks.

@@ -715,6 +715,69 @@ TEST(Evaluator, MixtureOfExpertsMemoryMatchesTheReferenceModel) {
   EXPECT_GT(out_of_tp, 10);
 }
 
+// Combined 1F1B (overlap_expert_parallel), from the record: the routed
+// experts' compute is part of each MoE layer's, none of the embedding's or
+// the head's; a pair of passes exposes no more than the all-to-alls and no
+// less than what outlasts all its compute. Phase by phase: with ep over two
+// nodes on 10 GbE each all-to-all outlasts the compute beside it, so the pair
+// exposes exactly what outlasts all its compute; inside a PCIe node the
+// forward's attention (to the router) is shorter than one all-to-all though
+// the pair's compute is over four times the four of them, so the pair still exposes
+// some. The step exposes the whole all-to-alls of micro-batch 1's forward and
+// micro-batch m's backward and each pair's exposed part for the other m - 1;
+// never slower.
+TEST(Evaluator, PairedPassesHideTheExpertAllToAllsPhaseByPhase) {
+  const ModelSpec model = moe_8b();
+  for (const char* cluster_name : {"dgx-h100", "ethernet-10g"}) {
+    const auto cluster = must(load_cluster(cluster_name));
+    const bool slow = std::string(cluster_name) == "ethernet-10g";
+    for (const char* mesh : {"dp=2,ep=8", "ep=16"}) {
+      for (std::int64_t b : {1, 2, 4}) {
+        Plan plan = plan_with(mesh, b, 16 * b * 4);  // 16 data-parallel ranks either way: m = 4
+        const Evaluator evaluator(model, cluster, 16, 2048);
+        const auto placements = place_axes(evaluator.topology(), plan.mesh);
+        const std::vector<BlockCost> costs = evaluator.block_costs(plan, placements);
+        const ModelProfile& prof = evaluator.profile();
+        for (std::size_t k = 0; k < costs.size(); ++k) {
+          const BlockCost& c = costs[k];
+          const bool layer = prof.kind_role[k] == BlockKind::layer;
+          const double outlasting = std::max(0.0, c.ep_s - c.forward_compute_s - c.backward_compute_s);
+          EXPECT_EQ(c.experts_forward_s > 0, layer) << cluster_name;
+          EXPECT_LT(c.experts_forward_s, c.forward_compute_s);
+          EXPECT_LT(c.experts_backward_s, c.backward_compute_s);
+          EXPECT_LE(c.ep_paired_s, c.ep_s);
+          EXPECT_GE(c.ep_paired_s, outlasting - 1e-15);
+          if (!layer) continue;
+          if (slow && std::string(mesh) == "ep=16") {
+            EXPECT_NEAR(c.ep_paired_s, outlasting, 1e-12 * c.ep_s) << b;
+          }
+          if (slow && std::string(mesh) == "dp=2,ep=8") {
+            EXPECT_GT(c.forward_compute_s + c.backward_compute_s, 4 * c.ep_s);
+            EXPECT_GT(c.ep_paired_s, 0) << b;
+          }
+        }
+        double ep = 0, paired = 0;
+        for (const int kind : prof.block_kind) {
+          ep += costs[static_cast<std::size_t>(kind)].ep_s;
+          paired += costs[static_cast<std::size_t>(kind)].ep_paired_s;
+        }
+        const std::size_t axis = static_cast<std::size_t>(Axis::ep);
+        const TimeEstimate off = evaluator.evaluate(plan).time;
+        plan.overlap_expert_parallel = true;
+        const TimeEstimate on = evaluator.evaluate(plan).time;
+        ASSERT_GT(ep, 0);
+        EXPECT_NEAR(off.axis_exposed_s[axis], 4 * ep, 1e-12 * ep);
+        EXPECT_NEAR(on.axis_exposed_s[axis], ep + 3 * paired, 1e-12 * ep) << cluster_name << " " << mesh << " b " << b;
+        EXPECT_DOUBLE_EQ(on.axis_communication_s[axis], off.axis_communication_s[axis]);
+        EXPECT_LE(on.step_s, off.step_s);
+        if (paired < ep) {
+          EXPECT_LT(on.step_s, off.step_s);
+        }
+      }
+    }
+  }
+}
+
 TEST(Evaluator, MoreBandwidthIsNeverSlower) {
   const auto model = must(load_model("llama2-70b"));
   auto cluster = must(load_cluster("dgx-a100"));

@@ -410,6 +410,18 @@ TEST(Export, LatentAttentionInMegatronAndJax) {
     EXPECT_TRUE(has_line(moments.value, line)) << line << "\n" << moments.value;
   }
   file.plan.bf16_moments = false;
+  // Combined 1F1B: Megatron-Core's flag; torchtitan's all-to-alls stay on the critical path (a warning).
+  EXPECT_EQ(megatron.value.find("--overlap-moe-expert-parallel-comm"), std::string::npos);
+  file.plan.overlap_expert_parallel = true;
+  const Loaded<std::string> overlapped = export_plan(file, ExportTarget::megatron);
+  ASSERT_TRUE(overlapped.ok()) << messages(overlapped.problems);
+  EXPECT_TRUE(has_line(overlapped.value, "--overlap-moe-expert-parallel-comm")) << overlapped.value;
+  bool warned = false;
+  for (const Problem& p : export_plan(file, ExportTarget::torchtitan).problems) {
+    warned = warned || (p.where == "overlap_expert_parallel" && p.severity == Severity::warning);
+  }
+  EXPECT_TRUE(warned);
+  file.plan.overlap_expert_parallel = false;
   // Megatron-Core's module-level recompute, space-separated as its parser takes it; torchtitan has none.
   file.plan.recompute = Recompute::selective;
   file.plan.recompute_modules = module_bit(RecomputeModule::mla_up_proj) | module_bit(RecomputeModule::moe_act);

@@ -134,6 +134,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_EQ(a.fp32_gradients, b.fp32_gradients);
   EXPECT_EQ(a.bf16_moments, b.bf16_moments);
+  EXPECT_EQ(a.overlap_expert_parallel, b.overlap_expert_parallel);
   EXPECT_EQ(a.recompute_modules, b.recompute_modules);
   EXPECT_EQ(a.expert_tensor_parallel, b.expert_tensor_parallel);
   EXPECT_EQ(a.ep_dispatch, b.ep_dispatch);
@@ -268,6 +269,21 @@ TEST(PlanFile, LatentAttentionRoundTrips) {
   made.explanation = explain_plan(made.file.model, made.file.cluster, Deployment{1024, 0}, made.file.plan);
   made.file.prediction = prediction_from(made.explanation);
   expect_round_trip(made.file);
+  EXPECT_EQ(plan_file_to_json(made.file).dump().find("overlap_expert_parallel"), std::string::npos);  // written only when set
+  // Combined 1F1B needs an interleaved schedule with pipeline stages and no full recompute.
+  made.file.plan.overlap_expert_parallel = true;
+  made.file.plan.recompute = Recompute::selective;
+  made.file.plan.schedule = {ScheduleKind::interleaved, 2};
+  made.file.plan.stage_layers = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 1};
+  made.explanation = explain_plan(made.file.model, made.file.cluster, Deployment{1024, 0}, made.file.plan);
+  ASSERT_TRUE(made.explanation.valid) << messages(made.explanation.problems);
+  made.file.prediction = prediction_from(made.explanation);
+  EXPECT_NE(plan_file_to_json(made.file).dump().find("\"overlap_expert_parallel\":true"), std::string::npos);
+  expect_round_trip(made.file);
+  made.file.plan.overlap_expert_parallel = false;
+  made.file.plan.schedule = {};
+  made.file.plan.stage_layers = {8, 8, 8, 8, 8, 8, 8, 5};
+  made.file.plan.recompute = Recompute::full;
   // Megatron-Core's DeepSeek-V3 recipe recomputes the up-projections (and, here, the norms and experts' activation).
   made.file.plan.recompute = Recompute::selective;
   made.file.plan.recompute_modules = module_bit(RecomputeModule::mla_up_proj) | module_bit(RecomputeModule::layernorm) |

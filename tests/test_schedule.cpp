@@ -231,6 +231,50 @@ TEST(Schedule, OneStageRunsEachBackwardRightAfterItsForward) {
   }
 }
 
+// Combined 1F1B (overlap_expert_parallel): the evaluator's closed count of a
+// stage's unpaired chunk-forwards equals the count in its list, as many
+// backwards are unpaired, and the pairs are the list's: after the warm-up
+// each forward follows a backward and each backward precedes a forward.
+TEST(Schedule, UnpairedPassesOfCombinedOneFOneBAreTheListsEnds) {
+  int with_pairs = 0;
+  for (const Case& c : cases()) {
+    const PipelinePrograms programs = pipeline_schedule(c.schedule, c.stages, c.micro_batches);
+    for (std::int64_t r = 0; r < c.stages; ++r) {
+      const auto& program = programs[static_cast<std::size_t>(r)];
+      const PassPairing pairing = pass_pairing(program);
+      std::int64_t forwards = 0, unpaired_forwards_counted = 0, backwards = 0, unpaired_backwards = 0;
+      for (std::size_t pc = 0; pc < program.size(); ++pc) {
+        const Kind kind = program[pc].kind;
+        if (kind == Kind::forward) {
+          ++forwards;
+          if (!pairing.paired(pc, kind)) ++unpaired_forwards_counted;
+        } else if (kind == Kind::backward || kind == Kind::backward_input) {
+          ++backwards;
+          if (!pairing.paired(pc, kind)) ++unpaired_backwards;
+        } else {
+          EXPECT_FALSE(pairing.paired(pc, kind)) << name(c) << " stage " << r << ": only passes pair";
+        }
+      }
+      EXPECT_EQ(unpaired_forwards(c.schedule, c.stages, c.micro_batches, r), unpaired_forwards_counted)
+          << name(c) << " stage " << r;
+      EXPECT_EQ(unpaired_backwards, unpaired_forwards_counted) << name(c) << " stage " << r;
+      EXPECT_EQ(forwards, backwards);
+      EXPECT_GE(unpaired_forwards_counted, 1) << name(c) << " stage " << r << ": the first forward has no partner";
+      if (unpaired_forwards_counted < forwards) ++with_pairs;
+    }
+  }
+  EXPECT_GT(with_pairs, 50);
+  // One stage, three micro-batches: F0 alone, then (B0, F1), (B1, F2), then B2 alone.
+  const auto program = pipeline_schedule({ScheduleKind::one_f_one_b, 1}, 1, 3)[0];
+  const PassPairing pairing = pass_pairing(program);
+  std::vector<bool> paired;
+  for (std::size_t pc = 0; pc < program.size(); ++pc) paired.push_back(pairing.paired(pc, program[pc].kind));
+  const std::vector<bool> expected = {false, true, true, true, true, false};  // F0 B0 F1 B1 F2 B2 (+ reduce, optimizer)
+  EXPECT_EQ(std::vector<bool>(paired.begin(), paired.begin() + 6), expected);
+  // Megatron-Core's interleaved warm-up for stage 0 of 4 with v = 2 is 2 (4 - 1) + 4 = 10; combined 1F1B adds one.
+  EXPECT_EQ(unpaired_forwards({ScheduleKind::interleaved, 2}, 4, 8, 0), 11);
+}
+
 TEST(Schedule, RejectsWhatCannotBeScheduled) {
   const Problems interleaved = schedule_problems({ScheduleKind::interleaved, 2}, 4, 6);
   ASSERT_TRUE(has_errors(interleaved));

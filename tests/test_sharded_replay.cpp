@@ -14,8 +14,8 @@ namespace {
 
 ShardedBlock block(double forward, double backward, double gather, double scatter) {
   ShardedBlock b;
-  b.forward_s = forward;
-  b.backward_s = backward;
+  b.forward_s = b.forward_paired_s = forward;
+  b.backward_s = b.backward_paired_s = backward;
   b.backward_compute_s = backward;
   b.gather_s = gather;
   b.scatter_s = scatter;

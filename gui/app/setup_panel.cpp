@@ -130,6 +130,11 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   addField("bf16_moments", tr("Adam moments"), bf16_moments_,
            tr("Keep Adam's two moments in bf16 beside fp32 master weights, as Megatron-Core's precision-aware "
               "optimizer and DeepSeek-V3 do (4 bytes per parameter of optimizer state fewer)"));
+  overlap_ep_ = new QCheckBox(tr("beside paired passes"));
+  addField("overlap_ep", tr("Expert all-to-alls"), overlap_ep_,
+           tr("Mixtures of experts: hide the dispatch and combine under another micro-batch's compute, as "
+              "Megatron-Core's combined 1F1B does (--overlap-moe-expert-parallel-comm); applied to candidates with "
+              "ep > 1, one pipeline stage or an interleaved schedule, and no full recompute"));
   expert_tp_ = new QComboBox;
   for (const char* choice : {"tp,1", "tp", "1"}) expert_tp_->addItem(QString::fromLatin1(choice));
   addField("expert_tp", tr("Experts' tp"), expert_tp_,
@@ -247,6 +252,7 @@ SetupInputs SetupPanel::inputs() const {
   in.loss = loss_->currentText().toStdString();
   in.fp32_gradients = fp32_gradients_->isChecked();
   in.bf16_moments = bf16_moments_->isChecked();
+  in.overlap_ep = overlap_ep_->isChecked();
   in.expert_tp = expert_tp_->currentText().toStdString();
   in.ep_dispatch = ep_dispatch_->currentText().toStdString();
   in.threads = threads_->value();
@@ -282,6 +288,7 @@ void SetupPanel::setInputs(const SetupInputs& in) {
   loss_->setCurrentText(QString::fromStdString(in.loss));
   fp32_gradients_->setChecked(in.fp32_gradients);
   bf16_moments_->setChecked(in.bf16_moments);
+  overlap_ep_->setChecked(in.overlap_ep);
   if (expert_tp_->findText(QString::fromStdString(in.expert_tp)) < 0) expert_tp_->addItem(QString::fromStdString(in.expert_tp));
   expert_tp_->setCurrentText(QString::fromStdString(in.expert_tp));
   if (ep_dispatch_->findText(QString::fromStdString(in.ep_dispatch)) < 0) {
@@ -370,6 +377,7 @@ void SetupPanel::save(QSettings& s) const {
   s.setValue("setup/loss", QString::fromStdString(in.loss));
   s.setValue("setup/fp32_gradients", in.fp32_gradients);
   s.setValue("setup/bf16_moments", in.bf16_moments);
+  s.setValue("setup/overlap_ep", in.overlap_ep);
   s.setValue("setup/expert_tp", QString::fromStdString(in.expert_tp));
   s.setValue("setup/ep_dispatch", QString::fromStdString(in.ep_dispatch));
   s.setValue("setup/threads", in.threads);
@@ -407,6 +415,7 @@ void SetupPanel::restore(const QSettings& s) {
   text("setup/loss", in.loss);
   if (s.contains("setup/fp32_gradients")) in.fp32_gradients = s.value("setup/fp32_gradients").toBool();
   if (s.contains("setup/bf16_moments")) in.bf16_moments = s.value("setup/bf16_moments").toBool();
+  if (s.contains("setup/overlap_ep")) in.overlap_ep = s.value("setup/overlap_ep").toBool();
   text("setup/expert_tp", in.expert_tp);
   text("setup/ep_dispatch", in.ep_dispatch);
   if (s.contains("setup/threads")) in.threads = s.value("setup/threads").toInt();

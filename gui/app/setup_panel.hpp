@@ -73,6 +73,7 @@ class SetupPanel : public QWidget {
   QComboBox* loss_ = nullptr;       // loss_choices (model/plan.hpp)
   QCheckBox* fp32_gradients_ = nullptr;
   QCheckBox* bf16_moments_ = nullptr;
+  QCheckBox* overlap_ep_ = nullptr;
   QLineEdit* recompute_modules_ = nullptr;
   QComboBox* expert_tp_ = nullptr;    // tp,1 / tp / 1
   QComboBox* ep_dispatch_ = nullptr;  // ep_dispatch_choices (model/plan.hpp)

@@ -182,6 +182,9 @@ class StudioCoreTest : public QObject {
     QVERIFY(!resolve_setup(cp).value.space.bf16_moments);
     cp.bf16_moments = true;
     QVERIFY(resolve_setup(cp).value.space.bf16_moments);
+    QVERIFY(!resolve_setup(cp).value.space.overlap_expert_parallel);
+    cp.overlap_ep = true;
+    QVERIFY(resolve_setup(cp).value.space.overlap_expert_parallel);
     QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules), int(kDefaultRecomputeModules));
     cp.recompute_modules = "layernorm, moe_act";
     QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules),
