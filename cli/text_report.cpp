@@ -50,6 +50,9 @@ std::string describe_model(const ModelSpec& model, std::int64_t seq_len) {
       if (t.experts > 0) text += ", " + std::to_string(t.experts) + " experts top-" + std::to_string(t.top_k);
       if (t.capacity_factor > 0) text += " capacity " + format("%g", t.capacity_factor) + " (padded)";
       if (t.shared_expert_ffn > 0) text += ", shared experts ffn " + std::to_string(t.shared_expert_ffn);
+      if (t.expert_groups > 0) {
+        text += ", routed within " + std::to_string(t.group_top_k) + " of " + std::to_string(t.expert_groups) + " groups";
+      }
       if (!t.dense_layers.empty()) {
         text += ", " + std::to_string(t.dense_layers.size()) + " dense layer" + (t.dense_layers.size() == 1 ? "" : "s") +
                 " (ffn " + std::to_string(t.dense_width()) + ")";

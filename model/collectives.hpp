@@ -199,6 +199,13 @@ inline double all_to_all_nic_weight(std::int64_t n, std::int64_t members_per_nod
   return groups * m * (static_cast<double>(n) - m) / (static_cast<double>(n) - 1.0);
 }
 
+// How a mixture of experts routes a token (TransformerDims): to `top_k` of
+// `experts`, and with group-limited routing (`groups` > 0) only among the
+// experts of its `group_top_k` best of `groups` equal groups.
+struct ExpertRouting {
+  std::int64_t experts = 0, top_k = 0, groups = 0, group_top_k = 0;
+};
+
 // Of the copies of a token that an all-to-all dispatch sends to other nodes
 // (k (N - 1) / N of its k, with the experts spread evenly over the N nodes of
 // the group), the share a deduplicating dispatch sends (EpDispatch::
@@ -207,16 +214,19 @@ inline double all_to_all_nic_weight(std::int64_t n, std::int64_t members_per_nod
 // balanced router), so a node holding E / N of them gets none with
 // probability C(E - E/N, k) / C(E, k), and the expected number of other nodes
 // it reaches is (N - 1)(1 - that). 1 when the group is on one node.
+//
+// With group-limited routing (G groups of E / G experts laid out in order, as
+// the ranks hold them; the token's M groups alike for every group, then its k
+// experts alike among their M E / G): where each node holds G / N whole groups,
+// the number of a node's groups chosen is hypergeometric (G, G / N, M), and
+// given x of them the node holds x E / G of the M E / G candidates; where each
+// group spans N / G nodes, a node's group is chosen with probability M / G and
+// then holds E / N of them. A node is missed with C(pool - held, k) / C(pool, k).
+// Groups that do not align with nodes (neither divides the other) are costed
+// as no groups.
+double deduplicated_remote_share(const ExpertRouting& routing, std::int64_t nodes);
 inline double deduplicated_remote_share(std::int64_t experts, std::int64_t top_k, std::int64_t nodes) {
-  if (nodes <= 1 || experts <= 0 || top_k <= 0) return 1.0;
-  const double e = static_cast<double>(experts), n = static_cast<double>(nodes), k = static_cast<double>(top_k);
-  const double per_node = e / n;
-  double none = 1.0;
-  for (std::int64_t i = 0; i < top_k && none > 0; ++i) {
-    const double left = e - per_node - static_cast<double>(i);
-    none = left > 0 ? none * left / (e - static_cast<double>(i)) : 0.0;
-  }
-  return (n - 1) * (1 - none) / (k * (n - 1) / n);
+  return deduplicated_remote_share(ExpertRouting{experts, top_k, 0, 0}, nodes);
 }
 
 }  // namespace meshplan

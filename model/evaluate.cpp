@@ -465,7 +465,7 @@ std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vecto
       if (p.axis != Axis::ep) continue;
       plan_scalars.expert_ep_link = Links({p}).of(Axis::ep);
       plan_scalars.expert_ep_link.all_to_all_bandwidth_bytes_per_s =
-          expert_dispatch_rate(p, plan, prof.experts, prof.top_k).bandwidth_bytes_per_s;
+          expert_dispatch_rate(p, plan, prof.routing()).bandwidth_bytes_per_s;
     }
   }
   const ComputeRates& rates = rates_[static_cast<std::size_t>(plan.precision)];

@@ -225,6 +225,10 @@ void megatron_experts(Writer& w, MegatronArgs& arg) {
     arg("--moe-pad-expert-input-to-capacity");
   }
   if (t.shared_expert_ffn > 0) arg("--moe-shared-expert-intermediate-size", count(t.shared_expert_ffn));
+  if (t.expert_groups > 0) {  // group-limited routing (arguments.py: --moe-router-num-groups, --moe-router-group-topk)
+    arg("--moe-router-num-groups", count(t.expert_groups));
+    arg("--moe-router-group-topk", count(t.group_top_k));
+  }
   if (!t.dense_layers.empty()) {
     // --ffn-hidden-size is then the dense layers' width; the experts' is --moe-ffn-hidden-size, and which
     // layers have experts a list of 0 (dense) and 1 (experts), one per layer (arguments.py, --moe-layer-freq).

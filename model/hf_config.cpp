@@ -250,9 +250,14 @@ class Mapper {
       r_.warning("num_nextn_predict_layers", "multi-token prediction modules (DeepSeek-V3, Sec. 2.2) are not modelled: "
                                              "their layers, weights and loss are left out");
     }
-    if (r_.text("scoring_func").value_or("softmax") != "softmax" || r_.count("topk_group")) {
-      r_.warning("topk_group", "the router's scoring and its node-limited (group) routing are not modelled: tokens are "
-                               "costed as routed evenly over all experts");
+    // Group-limited routing (V2's device-limited, V3's node-limited): n_group of 1 is none (V2-Lite).
+    if (r_.count("n_group").value_or(1) > 1 && r_.count("topk_group")) {
+      count("expert_groups", "n_group");
+      count("group_top_k", "topk_group");
+    }
+    if (r_.text("scoring_func").value_or("softmax") != "softmax") {
+      r_.warning("scoring_func", "the router's " + r_.text("scoring_func").value_or("") + " scoring is not modelled: "
+                                 "tokens are costed as routed evenly over the experts (of their chosen groups)");
     }
   }
 

@@ -21,6 +21,31 @@ constexpr std::int64_t kMaxLayers = std::int64_t{1} << 12;
 
 // Multi-head latent attention's fields (TransformerDims): all four head sizes stated, as DeepSeek's
 // configs state them; the query/key head size is qk_nope_head_dim + qk_rope_head_dim.
+// expert_groups and group_top_k (TransformerDims): both or neither, on a mixture of experts whose
+// groups are equal and whose chosen groups hold at least top_k experts.
+void read_expert_groups(YamlMap& root, TransformerDims& t) {
+  const auto groups = root.integer("expert_groups", Need::optional, 1, 1 << 20);
+  const auto chosen = root.integer("group_top_k", Need::optional, 1, 1 << 20);
+  if (!groups && !chosen) return;
+  if (!groups || !chosen) {
+    root.add_problem(groups ? "group_top_k" : "expert_groups", "group-limited routing needs both expert_groups and group_top_k");
+    return;
+  }
+  t.expert_groups = *groups;
+  t.group_top_k = *chosen;
+  const std::string g = std::to_string(*groups), m = std::to_string(*chosen);
+  if (t.experts == 0) {
+    root.add_problem("expert_groups", "groups of experts need experts (this model's MLP is dense)");
+  } else if (t.experts % *groups != 0) {
+    root.add_problem("expert_groups", "expert_groups (" + g + ") must divide the experts (" + std::to_string(t.experts) + ")");
+  } else if (*chosen > *groups) {
+    root.add_problem("group_top_k", "group_top_k (" + m + ") exceeds expert_groups (" + g + ")");
+  } else if (*chosen * (t.experts / *groups) < t.top_k) {
+    root.add_problem("group_top_k", "the " + m + " chosen groups hold " + std::to_string(*chosen * (t.experts / *groups)) +
+                                        " experts, fewer than top_k (" + std::to_string(t.top_k) + ")");
+  }
+}
+
 void read_latent_attention(YamlMap& root, TransformerDims& t, bool head_dim_given) {
   const auto kv_rank = root.integer("kv_lora_rank", Need::optional, 1, kMaxDim);
   const auto q_rank = root.integer("q_lora_rank", Need::optional, 1, kMaxDim);
@@ -118,6 +143,7 @@ void read_transformer(YamlMap& root, TransformerDims& t) {
                                               "): an expert never holds more than every token");
     }
   }
+  read_expert_groups(root, t);
   if (const auto shared = root.integer("shared_expert_ffn", Need::optional, 1, kMaxDim)) {
     t.shared_expert_ffn = *shared;
     if (t.experts == 0) root.add_problem("shared_expert_ffn", "shared experts need routed experts (this model's MLP is dense)");

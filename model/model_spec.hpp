@@ -55,6 +55,14 @@ struct TransformerDims {
   // shared_expert_intermediate_size; DeepSeekMoE's shared experts, Dai et al. 2024, Sec. 3.2, as their
   // number x the expert width; Megatron-Core's --moe-shared-expert-intermediate-size). 0: none.
   std::int64_t shared_expert_ffn = 0;
+  // Group-limited routing (DeepSeek-V2's device-limited routing, Sec. 2.2.2; DeepSeek-V3's node-
+  // limited routing, Sec. 2.1.2; Hugging Face n_group / topk_group; Megatron-Core's
+  // --moe-router-num-groups / --moe-router-group-topk): the experts in expert_groups equal groups,
+  // laid out contiguously as the expert-parallel ranks hold them, and each token's top_k chosen among
+  // the experts of its group_top_k best groups. Only the deduplicated dispatch feels it: a token then
+  // reaches fewer nodes (docs/cost-model.md, "Deduplicated dispatch"). 0: no groups.
+  std::int64_t expert_groups = 0;
+  std::int64_t group_top_k = 0;
   // Layers whose MLP is dense among a mixture of experts' (0-based, ascending): DeepSeek's first
   // first_k_dense_replace layers, Qwen-MoE's decoder_sparse_step and mlp_only_layers, Megatron-Core's
   // --moe-layer-freq. Their MLP is one of width dense_ffn (0: ffn), with no router and no shared experts.

@@ -626,6 +626,10 @@ nlohmann::ordered_json model_to_json(const ModelSpec& model) {
       j["top_k"] = t.top_k;
       if (t.capacity_factor > 0) j["capacity_factor"] = t.capacity_factor;
       if (t.shared_expert_ffn > 0) j["shared_expert_ffn"] = t.shared_expert_ffn;
+      if (t.expert_groups > 0) {
+        j["expert_groups"] = t.expert_groups;
+        j["group_top_k"] = t.group_top_k;
+      }
       if (!t.dense_layers.empty()) j["dense_layers"] = t.dense_layers;
       if (t.dense_ffn > 0) j["dense_ffn"] = t.dense_ffn;
       break;

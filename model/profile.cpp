@@ -260,6 +260,8 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
     profile.expert_slots = t.expert_slots_per_token();
     profile.experts = t.experts;
     profile.top_k = t.experts > 0 ? t.top_k : 0;
+    profile.expert_groups = t.experts > 0 ? t.expert_groups : 0;
+    profile.group_top_k = t.experts > 0 ? t.group_top_k : 0;
   }
   profile.residual_elements_per_sample = graph.largest_stage_boundary_elements_per_sample();
 

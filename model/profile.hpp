@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/collectives.hpp"
 #include "model/device_spec.hpp"
 #include "model/layer_graph.hpp"
 #include "model/model_spec.hpp"
@@ -130,6 +131,8 @@ struct ModelProfile {
   double residual_elements_per_sample = 0;  // what crosses a pipeline stage boundary
   // For communication volumes.
   std::int64_t hidden = 0, q_width = 0, kv_heads = 0, experts = 0, top_k = 0;
+  std::int64_t expert_groups = 0, group_top_k = 0;  // group-limited routing (TransformerDims); 0: none
+  ExpertRouting routing() const { return {experts, top_k, expert_groups, group_top_k}; }
   double kv_width = 0;  // TransformerDims::key_value_mean_width
   double expert_slots = 1;  // TransformerDims::expert_slots_per_token: what the dispatch moves per token
 };

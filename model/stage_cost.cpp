@@ -44,11 +44,10 @@ LocalGemm local_gemm(double rows_per_sample, double n, double k, double batch, T
   return g;
 }
 
-ExpertDispatchRate expert_dispatch_rate(const AxisPlacement& group, const Plan& plan, std::int64_t experts,
-                                        std::int64_t top_k) {
+ExpertDispatchRate expert_dispatch_rate(const AxisPlacement& group, const Plan& plan, const ExpertRouting& routing) {
   ExpertDispatchRate rate{group.all_to_all_bandwidth_bytes_per_s, 1.0};
   if (plan.ep_dispatch != EpDispatch::deduplicated || !group.crosses_nodes) return rate;
-  rate.nic_share = deduplicated_remote_share(experts, top_k, group.nodes_spanned);
+  rate.nic_share = deduplicated_remote_share(routing, group.nodes_spanned);
   rate.bandwidth_bytes_per_s = all_to_all_bus_bandwidth(group.size, group.members_per_node, group.intra_bandwidth_bytes_per_s,
                                                         group.inter_bandwidth_bytes_per_s / rate.nic_share);
   return rate;

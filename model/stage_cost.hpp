@@ -89,8 +89,7 @@ struct ExpertDispatchRate {
   double bandwidth_bytes_per_s = 0;
   double nic_share = 1;
 };
-ExpertDispatchRate expert_dispatch_rate(const AxisPlacement& group, const Plan& plan, std::int64_t experts,
-                                        std::int64_t top_k);
+ExpertDispatchRate expert_dispatch_rate(const AxisPlacement& group, const Plan& plan, const ExpertRouting& routing);
 
 // Whether ep sits directly outside tp in the mesh order (only size-1 axes
 // between them), or either is 1: then ep x tp ranks form one strided group,

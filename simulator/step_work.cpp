@@ -217,7 +217,7 @@ struct Groups {
     // The routed tokens' dispatch at the rate the evaluator prices (stage_cost.hpp, expert_dispatch_rate).
     for (const AxisPlacement& p : expert_placements) {
       if (p.axis != Axis::ep || p.size <= 1) continue;
-      const ExpertDispatchRate rate = expert_dispatch_rate(p, plan, prof.experts, prof.top_k);
+      const ExpertDispatchRate rate = expert_dispatch_rate(p, plan, prof.routing());
       ep.all_to_all_bandwidth_bytes_per_s = rate.bandwidth_bytes_per_s;
       ep.all_to_all_nic_share = rate.nic_share;
     }

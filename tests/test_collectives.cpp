@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
-#include <utility>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "model/collectives.hpp"
 
@@ -204,6 +207,56 @@ TEST(Collectives, DeduplicatedDispatchShareHandComputed) {
   EXPECT_NEAR(deduplicated_remote_share(16, 16, 4), 4.0 / 16, 1e-15);
   // More experts a token, more of its copies share a node.
   EXPECT_LT(deduplicated_remote_share(256, 8, 8), deduplicated_remote_share(256, 2, 8));
+}
+
+// Group-limited routing against a brute force: every choice of the token's M
+// groups (alike), and given it the exact chance that k distinct experts alike
+// among the chosen groups' miss a node, over the nodes' layout of the groups.
+double brute_force_share(std::int64_t experts, std::int64_t k, std::int64_t nodes, std::int64_t groups, std::int64_t chosen) {
+  const std::int64_t per_group = experts / groups, per_node = experts / nodes;
+  double hit_sum = 0;
+  int subsets = 0;
+  for (std::uint32_t mask = 0; mask < (1u << groups); ++mask) {
+    if (std::popcount(mask) != chosen) continue;
+    ++subsets;
+    // node 1 (an other node than the token's, by symmetry any): its experts among the candidates
+    std::int64_t held = 0, pool = 0;
+    for (std::int64_t e = 0; e < experts; ++e) {
+      if (!(mask >> (e / per_group) & 1u)) continue;
+      ++pool;
+      if (e / per_node == 1) ++held;
+    }
+    double none = 1;
+    for (std::int64_t i = 0; i < k; ++i) none *= std::max(0.0, double(pool - held - i)) / double(pool - i);
+    hit_sum += 1 - none;
+  }
+  const double hit = hit_sum / subsets, n = double(nodes);
+  return (n - 1) * hit / (double(k) * (n - 1) / n);
+}
+
+// DeepSeek-V3's node-limited routing (256 experts in 8 groups, a token within
+// 4 of them, top 8, 64 ranks over 8 nodes): a node's group is chosen with
+// probability 1/2, then 32 of the 128 candidates are its; a token reaches 3.2
+// other nodes instead of 4.6 without the limit. Groups as many as nodes, more
+// (c a node: the hypergeometric sum), fewer (a group over several nodes), all
+// against the brute force; all the groups chosen is no limit; groups that do
+// not align with the nodes are costed as none.
+TEST(Collectives, DeduplicatedDispatchShareUnderGroupLimitedRouting) {
+  double none = 1;
+  for (int i = 0; i < 8; ++i) none *= (96.0 - i) / (128.0 - i);
+  const double v3 = deduplicated_remote_share(ExpertRouting{256, 8, 8, 4}, 8);
+  EXPECT_NEAR(v3, 0.5 * (1 - none), 1e-12);
+  EXPECT_NEAR(v3 * 8 * 7 / 8, 3.175, 0.0005);  // other nodes a token reaches: the share of its k (N - 1) / N copies
+  EXPECT_NEAR(deduplicated_remote_share(256, 8, 8) * 8 * 7 / 8, 4.633, 0.0005);
+  EXPECT_LT(v3, deduplicated_remote_share(256, 8, 8));
+  for (const auto& [experts, k, nodes, groups, chosen] : std::vector<std::array<std::int64_t, 5>>{
+           {256, 8, 8, 8, 4}, {64, 6, 4, 16, 4}, {64, 4, 4, 8, 3}, {64, 4, 8, 4, 2}, {32, 2, 8, 2, 1}, {48, 6, 4, 12, 5}}) {
+    EXPECT_NEAR(deduplicated_remote_share(ExpertRouting{experts, k, groups, chosen}, nodes),
+                brute_force_share(experts, k, nodes, groups, chosen), 1e-12)
+        << experts << " experts, top " << k << ", " << nodes << " nodes, " << chosen << " of " << groups << " groups";
+  }
+  EXPECT_DOUBLE_EQ(deduplicated_remote_share(ExpertRouting{256, 8, 8, 8}, 8), deduplicated_remote_share(256, 8, 8));
+  EXPECT_DOUBLE_EQ(deduplicated_remote_share(ExpertRouting{24, 2, 3, 1}, 2), deduplicated_remote_share(24, 2, 2));
 }
 
 TEST(Collectives, Names) {

@@ -654,6 +654,26 @@ TEST(Evaluator, DeduplicatedDispatchSendsEachTokenOnceANode) {
     EXPECT_NEAR(b, 4 * one, 1e-9 * b) << mesh;
     EXPECT_LT(b, a) << mesh;
     EXPECT_LT(evaluator.evaluate(deep).time.step_s, evaluator.evaluate(nccl).time.step_s);
+    // Group-limited routing (a token within 1 of 2 groups, a group a node): its copies reach the other node
+    // only when that node's group is chosen, half as often; the NCCL all-to-all moves the same k copies.
+    ModelSpec grouped = model;
+    grouped.transformer.expert_groups = 2;
+    grouped.transformer.group_top_k = 1;
+    const Evaluator limited(grouped, cluster, 32, 2048);
+    double c = 0, d = 0;
+    for (const BlockCost& k : limited.block_costs(deep, place_axes(limited.topology(), deep.mesh)))
+      for (const BlockCollective& x : k.collectives)
+        if (x.axis == Axis::ep) d += x.seconds;
+    for (const BlockCost& k : limited.block_costs(nccl, place_axes(limited.topology(), nccl.mesh)))
+      for (const BlockCollective& x : k.collectives)
+        if (x.axis == Axis::ep) c += x.seconds;
+    EXPECT_DOUBLE_EQ(c, a) << mesh;
+    const double half = deduplicated_remote_share(ExpertRouting{16, 2, 2, 1}, 2);
+    EXPECT_NEAR(half, 2.0 * 0.5 / 2, 1e-15);  // hit 1/2 (the group, then surely), over k (N - 1) / N = 1 copy
+    const double grouped_rate = all_to_all_bus_bandwidth(16, group.members_per_node, group.intra_bandwidth_bytes_per_s,
+                                                         group.inter_bandwidth_bytes_per_s / half);
+    EXPECT_NEAR(d, 4 * collective_time(Collective::all_to_all, bytes, 16, grouped_rate, group.latency_s).time_s, 1e-9 * d);
+    EXPECT_LT(d, b) << mesh;
   }
 }
 

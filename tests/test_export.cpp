@@ -398,7 +398,8 @@ TEST(Export, LatentAttentionInMegatronAndJax) {
   ASSERT_TRUE(megatron.ok()) << messages(megatron.problems);
   for (const char* line : {"--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512", "--qk-head-dim 128",
                            "--qk-pos-emb-head-dim 64", "--v-head-dim 128", "--num-attention-heads 128",
-                           "--moe-shared-expert-intermediate-size 2048", "--moe-ffn-hidden-size 2048"}) {
+                           "--moe-shared-expert-intermediate-size 2048", "--moe-ffn-hidden-size 2048",
+                           "--moe-router-num-groups 8", "--moe-router-group-topk 4"}) {
     EXPECT_TRUE(has_line(megatron.value, line)) << line << "\n" << megatron.value;
   }
   EXPECT_EQ(megatron.value.find("--kv-channels"), std::string::npos);

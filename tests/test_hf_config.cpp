@@ -156,7 +156,11 @@ TEST(HfConfig, DeepSeekLatentAttentionAndExpertsMatchTheirCounts) {
   EXPECT_EQ(t.shared_expert_ffn, 2048);
   EXPECT_NEAR(build_layer_graph(v3.value.model, 4096).parameter_count() / 1e9, 671, 0.5);
   EXPECT_TRUE(mentions(v3.problems, Severity::warning, "multi-token prediction")) << messages(v3.problems);
-  EXPECT_TRUE(mentions(v3.problems, Severity::warning, "node-limited")) << messages(v3.problems);
+  // Node-limited routing as group-limited routing: 4 of 8 groups; the sigmoid scoring is named.
+  EXPECT_EQ(t.expert_groups, 8);
+  EXPECT_EQ(t.group_top_k, 4);
+  EXPECT_NE(hf_model_yaml(v3.value).find("expert_groups: 8   # n_group"), std::string::npos) << hf_model_yaml(v3.value);
+  EXPECT_TRUE(mentions(v3.problems, Severity::warning, "sigmoid scoring")) << messages(v3.problems);
   EXPECT_NE(hf_model_yaml(v3.value).find("shared_expert_ffn: 2048   # n_shared_experts x moe_intermediate_size"),
             std::string::npos) << hf_model_yaml(v3.value);
 
@@ -168,6 +172,7 @@ TEST(HfConfig, DeepSeekLatentAttentionAndExpertsMatchTheirCounts) {
       "max_position_embeddings": 163840, "tie_word_embeddings": false})", "DeepSeek-V2-Lite");
   ASSERT_TRUE(lite.ok()) << messages(lite.problems);
   EXPECT_EQ(lite.value.model.transformer.q_lora_rank, 0);
+  EXPECT_EQ(lite.value.model.transformer.expert_groups, 0);  // V2-Lite routes over all its experts
   EXPECT_NEAR(build_layer_graph(lite.value.model, 4096).parameter_count() / 1e9, 15.7, 0.05);
 }
 

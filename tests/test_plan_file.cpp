@@ -43,6 +43,8 @@ void expect_same_model(const ModelSpec& a, const ModelSpec& b) {
     EXPECT_EQ(t.top_k, u.top_k);
     EXPECT_EQ(t.capacity_factor, u.capacity_factor);
     EXPECT_EQ(t.shared_expert_ffn, u.shared_expert_ffn);
+    EXPECT_EQ(t.expert_groups, u.expert_groups);
+    EXPECT_EQ(t.group_top_k, u.group_top_k);
     EXPECT_EQ(t.dense_layers, u.dense_layers);
     EXPECT_EQ(t.dense_ffn, u.dense_ffn);
     EXPECT_EQ(t.q_lora_rank, u.q_lora_rank);
@@ -263,6 +265,7 @@ TEST(PlanFile, LatentAttentionRoundTrips) {
   const std::string text = plan_file_to_json(made.file).dump();
   EXPECT_NE(text.find("\"qk_nope_head_dim\":128"), std::string::npos) << text.substr(0, 800);
   EXPECT_EQ(text.find("\"head_dim\""), std::string::npos);
+  EXPECT_NE(text.find("\"expert_groups\":8"), std::string::npos);  // DeepSeek-V3's node-limited routing
   EXPECT_EQ(text.find("bf16_moments"), std::string::npos);  // written only when set
   expect_round_trip(made.file);
   made.file.plan.bf16_moments = true;  // as DeepSeek-V3 trained

@@ -117,7 +117,17 @@ TEST(YamlReader, ExpertCapacityIsCheckedAgainstTheExperts) {
   EXPECT_FALSE(first_dense.value.transformer.expert_layer(0));
   EXPECT_TRUE(first_dense.value.transformer.expert_layer(1));
   EXPECT_EQ(first_dense.value.transformer.dense_width(), 512);
+  auto grouped = load_model_text(std::string(kGood) + "experts: 8\ntop_k: 2\nexpert_groups: 4\ngroup_top_k: 2\n", "moe.yaml");
+  ASSERT_TRUE(grouped.ok()) << all_messages(grouped.problems);
+  EXPECT_EQ(grouped.value.transformer.expert_groups, 4);
+  EXPECT_EQ(grouped.value.transformer.group_top_k, 2);
   const std::pair<std::string, std::string> bad[] = {
+      {"experts: 8\ntop_k: 2\nexpert_groups: 4\n", "key 'group_top_k': group-limited routing needs both"},
+      {"experts: 8\ntop_k: 2\ngroup_top_k: 2\n", "key 'expert_groups': group-limited routing needs both"},
+      {"expert_groups: 4\ngroup_top_k: 2\n", "key 'expert_groups': groups of experts need experts"},
+      {"experts: 8\ntop_k: 2\nexpert_groups: 3\ngroup_top_k: 2\n", "expert_groups (3) must divide the experts (8)"},
+      {"experts: 8\ntop_k: 2\nexpert_groups: 4\ngroup_top_k: 5\n", "group_top_k (5) exceeds expert_groups (4)"},
+      {"experts: 8\ntop_k: 4\nexpert_groups: 4\ngroup_top_k: 1\n", "the 1 chosen groups hold 2 experts, fewer than top_k (4)"},
       {"capacity_factor: 1.25\n", "key 'capacity_factor': a capacity factor needs experts"},
       {"experts: 8\ntop_k: 2\ncapacity_factor: 0.5\n", "key 'capacity_factor': must be between 1"},
       {"experts: 8\ntop_k: 2\ncapacity_factor: 5\n", "capacity_factor x top_k (10) exceeds experts (8)"},
