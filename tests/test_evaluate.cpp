@@ -153,7 +153,7 @@ TEST(Evaluator, QuickCheckAgreesWithValidationOnMixturesOfExperts) {
   space.axes = {Axis::dp, Axis::tp, Axis::pp, Axis::ep, Axis::cp};
   const Evaluator evaluator(model, cluster, 64, model.default_seq_len());
   const auto meshes = enumerate_meshes(64, space, 64);
-  int checked = 0, accepted_out_of_tp = 0;
+  int checked = 0, accepted_out_of_tp = 0, accepted_pipelined_overlap = 0, refused_overlap = 0;
   for (int i = 0; i < 600; ++i) {
     Plan plan;
     plan.mesh = meshes[rng() % meshes.size()];
@@ -163,15 +163,24 @@ TEST(Evaluator, QuickCheckAgreesWithValidationOnMixturesOfExperts) {
     const std::int64_t tp = plan.mesh.size(Axis::tp);
     const std::int64_t choices[] = {0, 1, 2, tp};
     plan.expert_tensor_parallel = choices[rng() % 4];
+    // Combined 1F1B, refused with pipeline stages unless interleaved, and with full recompute.
+    plan.overlap_expert_parallel = rng() % 2 == 0;
+    plan.recompute = rng() % 4 == 0 ? Recompute::full : Recompute::selective;
+    if (plan.mesh.size(Axis::pp) > 1 && rng() % 2 == 0) plan.schedule = {ScheduleKind::interleaved, 2};
     const bool quick_ok = quick_check(evaluator, plan) == Rejection::none;
     const auto problems = validate_plan(model, evaluator.graph(), cluster, {64, 0}, plan);
     EXPECT_EQ(quick_ok, !has_errors(problems)) << plan.mesh.to_string() << " etp " << plan.expert_tensor_parallel
-                                               << " sp " << plan.sequence_parallel << "\n" << messages(problems);
+                                               << " sp " << plan.sequence_parallel << " overlap-ep "
+                                               << plan.overlap_expert_parallel << "\n" << messages(problems);
     if (quick_ok && expert_split(plan).tokens > 1) ++accepted_out_of_tp;
+    if (quick_ok && plan.overlap_expert_parallel && plan.mesh.size(Axis::pp) > 1) ++accepted_pipelined_overlap;
+    if (!quick_ok && plan.overlap_expert_parallel && !expert_overlap_problem(plan).empty()) ++refused_overlap;
     ++checked;
   }
   EXPECT_EQ(checked, 600);
   EXPECT_GT(accepted_out_of_tp, 20);
+  EXPECT_GT(accepted_pipelined_overlap, 5);
+  EXPECT_GT(refused_overlap, 20);
 }
 
 // Rotary positions are priced as their elementwise pass over the local
