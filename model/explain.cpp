@@ -15,6 +15,28 @@ std::string gib(double bytes) {
   return text;
 }
 
+// Combined 1F1B, where the plan could run it and does not: what it would
+// save, when that is more than kExpertOverlapNoteShare of the step (the same
+// record, priced again with the passes paired).
+std::optional<Problem> expert_overlap_note(const Evaluator& evaluator, const Plan& plan,
+                                           const std::vector<AxisPlacement>& placements,
+                                           const std::vector<BlockCost>& costs, double step_s) {
+  if (plan.overlap_expert_parallel || expert_split(plan).ep <= 1 || plan.micro_batches() <= 1 ||
+      !expert_overlap_problem(plan).empty()) {
+    return std::nullopt;
+  }
+  Plan paired = plan;
+  paired.overlap_expert_parallel = true;
+  const double paired_s = evaluator.evaluate(paired, placements, costs).time.step_s;
+  if (!(paired_s < step_s * (1 - kExpertOverlapNoteShare))) return std::nullopt;
+  char text[160];
+  std::snprintf(text, sizeof text, "%.4g s a step to %.4g s (-%.1f%%)", step_s, paired_s, 100 * (1 - paired_s / step_s));
+  return Problem{Severity::warning, "overlap_expert_parallel",
+                 std::string("hiding the expert all-to-alls under paired passes (Megatron-Core's combined 1F1B, "
+                             "--overlap-moe-expert-parallel-comm) would take ") + text +
+                     ", at best (docs/cost-model.md, \"Expert-parallel overlap\")"};
+}
+
 }  // namespace
 
 std::optional<Problem> dropout_mask_note(const StageMemory& stage) {
@@ -63,6 +85,9 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
       }
       ex.reordering = find_reordering(evaluator, plan, ex.time->step_s);
       if (ex.reordering) ex.problems.push_back(reordering_warning(cluster, ex.axis_links, *ex.reordering));
+      if (const auto note = expert_overlap_note(evaluator, plan, placements, costs, ex.time->step_s)) {
+        ex.problems.push_back(*note);
+      }
     }
     const StageMemory& worst = ex.memory->worst();
     if (const auto note = dropout_mask_note(worst)) ex.problems.push_back(*note);

@@ -275,6 +275,15 @@ TEST(Cli, OverlapExpertParallelHidesThePairedAllToAlls) {
   EXPECT_DOUBLE_EQ(b["communication_s_by_axis"]["ep"]["total"].get<double>(), total);
   EXPECT_NEAR(b["communication_s_by_axis"]["ep"]["exposed"].get<double>(), total / 4, 1e-12 * total);  // m = 4
   EXPECT_LT(b["time_s"]["step"].get<double>(), a["time_s"]["step"].get<double>() - total / 2);
+  // explain says so where the plan could pair its passes and does not.
+  auto mentions_overlap = [](const nlohmann::json& j) {
+    for (const auto& w : j["warnings"]) {
+      if (w.get<std::string>().starts_with("overlap_expert_parallel: hiding the expert all-to-alls")) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(mentions_overlap(a)) << a["warnings"].dump();
+  EXPECT_FALSE(mentions_overlap(b)) << b["warnings"].dump();
   // Refused where nothing pairs or nothing is routed.
   std::vector<std::string> pipelined = with({"--overlap-ep"});
   pipelined[std::find(pipelined.begin(), pipelined.end(), "dp=2,ep=8") - pipelined.begin()] = "pp=2,ep=8";
