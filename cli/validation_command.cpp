@@ -1,7 +1,8 @@
 // `meshplan validation`: the cost model against every published figure in
 // model/published_cases.cpp, as the Markdown page docs/validation.md
 // (regenerate with `meshplan validation > docs/validation.md`): Korthikanti,
-// ZeRO, published multi-GPU throughputs as step times, the H100 section.
+// ZeRO, torchtitan's H100 peak memory, published multi-GPU throughputs as
+// step times, the H100 section.
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -168,6 +169,19 @@ void write_validation_report(std::ostream& out) {
   out << "## Model states per device: ZeRO, Rajbhandari et al. 2020, Figure 1\n\n"
          "Psi = 7.5B parameters, N_d = 64, mixed-precision Adam (K = 12).\n\n";
   table(out, predict(zero_model_state_cases()));
+
+  out << "## Peak memory per device: torchtitan on H100\n\n"
+         "torchtitan's Llama 3.1 8B FSDP runs on 8 and 128 H100s (its December 2024\n"
+         "benchmark page, the rows without torch.compile or Float8), as the caching\n"
+         "allocator's peak reserved memory it logs; the prediction is the worst\n"
+         "stage's total less the CUDA context, which the allocator does not see.\n"
+         "Target: each row within 10% (issue 15's median for real steps).\n\n";
+  const std::vector<PublishedResult> peaks = predict(torchtitan_h100_memory_cases());
+  const auto [peak_mean, peak_worst] = table(out, peaks);
+  if (!peaks.empty()) out << "Assumed for both rows: " << peaks.front().c.note << ".\n";
+  out << "\nTarget " << (peak_worst <= kPeakMemoryTarget ? "met" : "**not met**") << ": worst "
+      << fixed(100 * peak_worst, 2) << "% (target " << fixed(100 * kPeakMemoryTarget, 0) << "%), mean "
+      << fixed(100 * peak_mean, 2) << "%.\n\n";
 
   out << "## Published multi-GPU runs: step time\n\n"
          "Each published throughput becomes the step time it implies for the stated\n"

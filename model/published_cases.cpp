@@ -16,6 +16,12 @@ ModelSpec must_load(const std::string& yaml, const char* what) {
   return loaded.value;
 }
 
+ModelSpec must_load_preset(const std::string& name) {
+  auto model = load_model(name);
+  if (!model.ok()) throw std::logic_error(std::string(__FILE__) + ": model preset " + name + " failed to load");
+  return model.value;
+}
+
 // Korthikanti et al. 2022, Table 3 configurations (Selene, DGX A100, tp 8).
 struct KorthikantiRow {
   const char* model;
@@ -107,6 +113,7 @@ std::string unit_of(PublishedQuantity quantity) {
     case PublishedQuantity::iteration_time_s: return "s";
     case PublishedQuantity::first_stage_activations_gib: return "GiB";
     case PublishedQuantity::model_states_gb: return "GB";
+    case PublishedQuantity::peak_reserved_gib: return "GiB";
   }
   return "";
 }
@@ -173,6 +180,39 @@ std::vector<PublishedCase> zero_model_state_cases() {
     c.plan.global_batch = 64;
     c.plan.zero_stage = stage;
     c.plan.precision = Precision::bf16;
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+std::vector<PublishedCase> torchtitan_h100_memory_cases() {
+  // benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan, torchtitan 9dec370, torch 1963fc8,
+  // December 2024): "Llama 3.1 8B model. 8 GPUs [128 GPUs]. Local batch size 2 ... Selective activation
+  // checkpointing", FSDP, 82.4 [67.0] GiB; H100s of 96 GB HBM2e at 500 W, 8 a host over NVLink, 400 Gb/s
+  // RDMA per GPU. Memory is read as torchtitan logs it, the caching allocator's peak reserved bytes (the
+  // maximum over the GPUs).
+  std::vector<PublishedCase> cases;
+  for (const auto& [gpus, gib] : {std::pair<std::int64_t, double>{8, 82.4}, {128, 67.0}}) {
+    PublishedCase c;
+    c.name = "Llama 3.1 8B, " + std::to_string(gpus) + " H100, FSDP";
+    c.source = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table " + std::string(gpus == 8 ? "1" : "3");
+    c.quantity = PublishedQuantity::peak_reserved_gib;
+    c.published = gib;
+    c.model = must_load_preset("llama3-8b");  // Llama 3.1 8B's shapes are Llama 3 8B's
+    c.cluster = "dgx-h100";
+    Plan& plan = c.plan;
+    plan.mesh.axes = {{Axis::fsdp, gpus}};
+    plan.micro_batch = 2;
+    plan.global_batch = 2 * gpus;
+    plan.seq_len = 8192;                     // torchtitan's llama3_8b.toml
+    plan.recompute = Recompute::selective_op;  // its default selective mode, "op"
+    plan.attention = Attention::fused;       // SDPA
+    plan.loss = Loss::eager;                 // the rows without torch.compile
+    plan.fp32_gradients = true;              // mixed_precision_reduce = "float32"
+    c.note = "the rows without torch.compile or Float8; 96 GB HBM2e H100s (capacity does not enter the "
+             "estimate); sequence 8192 from torchtitan's llama3_8b.toml; selective checkpointing in its default "
+             "op mode; gradients reduced in fp32 (mixed_precision_reduce); memory read as the caching allocator's "
+             "peak reserved bytes, so the prediction leaves the CUDA context out";
     cases.push_back(std::move(c));
   }
   return cases;
@@ -266,9 +306,7 @@ void add_torchtitan_cases(std::vector<PublishedCase>& cases) {
     PublishedCase c;
     c.name = row.name;
     c.source = std::string("torchtitan docs/performance.md, ") + row.table + " table (WPS per GPU)";
-    auto model = load_model(row.model);
-    if (!model.ok()) throw std::logic_error(std::string(__FILE__) + ": model preset " + row.model + " failed to load");
-    c.model = model.value;
+    c.model = must_load_preset(row.model);
     c.cluster = "dgx-a100";
     c.plan.mesh.axes = {{Axis::fsdp, 64}};
     c.plan.micro_batch = row.local_batch;
@@ -303,9 +341,7 @@ void add_llama3_cases(std::vector<PublishedCase>& cases) {
     PublishedCase c;
     c.name = "Llama 3 405B, " + std::to_string(row.gpus) + " H100, seq " + std::to_string(row.seq_len);
     c.source = "Llama Team 2024 (arXiv 2407.21783), Table 4";
-    auto model = load_model("llama3-405b");
-    if (!model.ok()) throw std::logic_error(std::string(__FILE__) + ": model preset llama3-405b failed to load");
-    c.model = model.value;
+    c.model = must_load_preset("llama3-405b");
     c.cluster = "dgx-h100";
     Plan& plan = c.plan;
     // The paper orders the groups [TP, CP, PP, DP] from the innermost; meshplan lists the outermost first.
@@ -401,6 +437,11 @@ std::vector<PublishedResult> predict(const std::vector<PublishedCase>& cases) {
         case PublishedQuantity::model_states_gb:
           r.predicted = (stage0.parameters_bytes + stage0.gradients_bytes + stage0.optimizer_bytes) / 1e9;
           break;
+        case PublishedQuantity::peak_reserved_gib: {
+          const MemoryBreakdown& worst = ex.memory->worst().memory;
+          r.predicted = (worst.total_bytes() - worst.runtime_context_bytes) / (1024.0 * 1024 * 1024);
+          break;
+        }
       }
     }
     results.push_back(std::move(r));

@@ -1,9 +1,9 @@
 // Published training runs the cost model is checked against
 // (../shared/reference/validation-visible.md): Korthikanti et al. 2022's
 // Table 5 iteration times and Figure 1 activation memory, the ZeRO paper's
-// model-state figures, and published multi-GPU throughputs (Narayanan et al.
-// 2021 Table 1, torchtitan, the Llama 3 paper's Table 4), each turned into
-// the step time it implies. The golden tests and `meshplan validation`
+// model-state figures, torchtitan's H100 peak memory, and published multi-GPU
+// throughputs (Narayanan et al. 2021 Table 1, torchtitan, the Llama 3 paper's
+// Table 4), each turned into the step time it implies. The golden tests and `meshplan validation`
 // (which writes docs/validation.md) both read this one list; no constant of
 // the model is fitted to it.
 #pragma once
@@ -21,6 +21,7 @@ enum class PublishedQuantity {
   iteration_time_s,             // seconds per optimizer step
   first_stage_activations_gib,  // activation memory per GPU of pipeline stage 0
   model_states_gb,              // parameters + gradients + optimizer state per device, 1e9 bytes
+  peak_reserved_gib,            // the caching allocator's peak per device, the worst stage's (the CUDA context aside)
 };
 
 std::string unit_of(PublishedQuantity quantity);
@@ -66,6 +67,9 @@ ModelSpec zero_paper_model();
 std::vector<PublishedCase> korthikanti_iteration_time_cases();    // Table 5, 8 rows
 std::vector<PublishedCase> korthikanti_activation_cases();        // Figure 1, 8 rows
 std::vector<PublishedCase> zero_model_state_cases();              // ZeRO Figure 1, 4 rows
+// torchtitan's Llama 3.1 8B FSDP runs on H100 (benchmarks/llama3_h100_202412_torchtitan.md,
+// Tables 1 and 3, the rows without torch.compile or Float8): peak memory per GPU, 2 rows.
+std::vector<PublishedCase> torchtitan_h100_memory_cases();
 // Step times implied by published multi-GPU throughputs (A100 and H100):
 // Narayanan et al. 2021 Table 1 (10 rows, Selene A100), torchtitan's Llama 3
 // 8B / 70B on 64 A100 (2 rows), the Llama 3 paper's Table 4 (3 rows, 8K-16K H100).
@@ -78,6 +82,8 @@ std::vector<PublishedResult> predict(const std::vector<PublishedCase>& cases);
 // within 5%, the 90th percentile within 12%. A row "passes" within the latter.
 inline constexpr double kMultiGpuMedianTarget = 0.05;
 inline constexpr double kMultiGpuP90Target = 0.12;
+// Issue 15's peak-memory target (its single-H100 steps' median), held row by row on the published ones.
+inline constexpr double kPeakMemoryTarget = 0.10;
 // |error| at quantile q of the results (nearest rank, q in (0, 1]).
 double error_quantile(const std::vector<PublishedResult>& results, double q);
 
