@@ -141,7 +141,8 @@ void add_recompute_modules_flag(CLI::App& command, std::optional<std::string>& m
   command.add_option("--recompute-modules", modules,
                      "What selective recompute repeats, Megatron-Core's --recompute-modules: core_attn (the attention "
                      "core, the default), layernorm (the pre-norms' outputs), mla_up_proj (latent attention's "
-                     "up-projections), moe_act (the experts' activation), comma-separated; implies --recompute "
+                     "up-projections), moe_act (the experts' activation), mlp (a dense MLP whole), shared_experts (the "
+                     "shared experts whole), comma-separated; implies --recompute "
                      "selective on explain and simulate");
 }
 

@@ -374,7 +374,7 @@ class TransformerBuilder {
       g.connect(norm_id, id);
       mlp_input_id = id;
     }
-    const MlpBranch main = moe ? MlpBranch{"mlp.", "mlp ", "", t.ffn, experts, routed, expert_slots, true}
+    const MlpBranch main = moe ? MlpBranch{"mlp.", "mlp ", "", t.ffn, experts, routed, expert_slots, true, true, RecomputeModule::none}
                                : MlpBranch{"mlp.", "mlp ", "", t.dense_width(), 1, 1, 1, false};
     OpId mlp_output_id = mlp_branch(block, p, mlp_input_id, main);
     if (moe && t.shared_expert_ffn > 0) {
@@ -382,7 +382,7 @@ class TransformerBuilder {
       // always-on experts, Megatron-Core's --moe-shared-expert-intermediate-size):
       // a dense MLP beside the routed experts on every token, split over tp
       // like any dense MLP, its output added to theirs.
-      const OpId shared_id = mlp_branch(block, p, norm_id, {"mlp.shared.", "shared expert ", "shared expert ", t.shared_expert_ffn, 1, 1, 1, false, false});
+      const OpId shared_id = mlp_branch(block, p, norm_id, {"mlp.shared.", "shared expert ", "shared expert ", t.shared_expert_ffn, 1, 1, 1, false, false, RecomputeModule::shared_experts});
       Op add = make_op(p + "mlp.shared.add", OpKind::elementwise, block);
       add.forward_flops_per_sample = s * h;
       add.output_elements_per_sample = s * h;
@@ -411,11 +411,16 @@ class TransformerBuilder {
     double experts, routed, slots;
     bool expert;
     bool saves_input = true;  // false where another op saves the same input (the router, for shared experts)
+    // Megatron-Core's whole-module checkpoint of this MLP (`mlp`, `shared_experts`; none for the routed experts):
+    // its input stays (the checkpoint's, or the norm output's own module's); what is inside goes.
+    RecomputeModule whole = RecomputeModule::mlp;
   };
   OpId mlp_branch(int block, const std::string& p, OpId input_id, const MlpBranch& b) {
     const double width = static_cast<double>(b.width), in_width = static_cast<double>(t.in_projection_width(b.width));
     const std::string name = p + b.op_prefix, tensor = b.tensor_name, hidden = b.hidden_name;
+    const RecomputeModule whole = b.whole;
     Op w_in = make_op(name + "w_in", OpKind::gemm, block, b.expert);
+    w_in.module = whole;
     w_in.tp_split_parameters = b.experts * (h * in_width + bias(in_width));
     w_in.forward_flops_per_sample = b.routed * 2 * s * h * in_width;
     w_in.output_elements_per_sample = b.slots * s * in_width;
@@ -444,7 +449,8 @@ class TransformerBuilder {
     }
     act.memory_elements_per_sample = b.slots * (gated ? 3 : 2) * s * width;  // fused bias + activation (x gate)
     act.tensor_parallel_region = true;
-    if (b.expert) act.module = RecomputeModule::moe_act;
+    act.module = b.expert ? RecomputeModule::moe_act : whole;
+    for (SavedTensor& saved : act.saved) saved.module = whole;
     const OpId act_id = g.add_op(act);
     g.connect(w_in_id, act_id);
 
@@ -454,7 +460,8 @@ class TransformerBuilder {
     w_out.forward_flops_per_sample = b.routed * 2 * s * width * h;
     w_out.output_elements_per_sample = s * h;
     w_out.saved = {{tensor + "projection input", b.slots * s * width, 0, true, false}};
-    if (b.expert) w_out.saved[0].module = RecomputeModule::moe_act;  // the activation's output
+    w_out.saved[0].module = b.expert ? RecomputeModule::moe_act : whole;  // the activation's output
+    w_out.module = whole;
     w_out.gemm = {b.slots * s / b.experts, t.hidden, b.width, expert_count};
     w_out.tp_split = TpSplit::rows;
     if (!b.expert && gated) {  // matmul 7 kept; 6 of a plain MLP repeated

@@ -312,6 +312,15 @@ void block_tp_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, 
     if (!recomputes(plan, static_cast<RecomputeModule>(m)) || role != BlockKind::layer) continue;
     c.backward_compute_s += modules[m];
     part(c, ComputePart::recompute) += modules[m];
+    // A whole-module checkpoint (mlp, shared_experts) runs the module's forward again, its
+    // row-parallel GEMM's reduction too (all-gather and reduce-scatter under sequence parallelism).
+    if (const int count = bp.module_tp_forward_collectives[m]; count > 0) {
+      const double each = bp.module_tp_forward_reduce_elements[m] * b / cp * act / count;
+      const double again = add_collective(c, Axis::tp, Collective::all_reduce, Pass::backward, HiddenUnder::nothing,
+                                          each, count, tp_link);
+      c.tp_backward_s += again;
+      c.tp_backward_total_s += again;
+    }
   }
   // A recomputed forward's tp collectives run again in the backward, exposed
   // (`gathers_only`: only the all-gather half of each all-reduce).

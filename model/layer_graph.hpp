@@ -110,7 +110,8 @@ struct Op {
   bool tensor_parallel_region = false;
   bool core_attention = false;      // recomputed by "selective" recompute (QK^T, softmax, dropout, PV)
   // The module whose selective recompute repeats this op's forward in the
-  // backward (layernorm, mla_up_proj, moe_act; core_attn is core_attention's).
+  // backward (layernorm, mla_up_proj, moe_act, and the whole-module mlp and
+  // shared_experts; core_attn is core_attention's).
   RecomputeModule module = RecomputeModule::none;
   // Elements per sample of an input from the sequence-parallel region that
   // this op, inside the tensor-parallel region, reads whole on every tp rank

@@ -84,13 +84,15 @@ std::string to_string(RecomputeModule module) {
     case RecomputeModule::layernorm: return "layernorm";
     case RecomputeModule::mla_up_proj: return "mla_up_proj";
     case RecomputeModule::moe_act: return "moe_act";
+    case RecomputeModule::mlp: return "mlp";
+    case RecomputeModule::shared_experts: return "shared_experts";
   }
   return "?";
 }
 
 std::optional<RecomputeModule> parse_recompute_module(std::string_view text) {
   for (RecomputeModule m : {RecomputeModule::core_attn, RecomputeModule::layernorm, RecomputeModule::mla_up_proj,
-                            RecomputeModule::moe_act}) {
+                            RecomputeModule::moe_act, RecomputeModule::mlp, RecomputeModule::shared_experts}) {
     if (text == to_string(m)) return m;
   }
   return std::nullopt;

@@ -36,15 +36,19 @@ inline bool recompute_of_transformer_layers(Recompute r) { return r == Recompute
 // `mla_up_proj` latent attention's up-projections and rotation (its queries,
 // keys and values); `moe_act` the routed experts' activation function. Each
 // drops what the part's output kept and repeats the part's forward in the
-// backward. `none` tags what no module drops.
-enum class RecomputeModule : std::uint8_t { none, core_attn, layernorm, mla_up_proj, moe_act };
-inline constexpr int kRecomputeModules = 5;
+// backward. Two are checkpointed whole (Megatron-Core's standard
+// checkpointing: the part's input kept, everything inside dropped, its
+// forward and its tensor-parallel reduction run again in the backward):
+// `mlp` a dense MLP (a dense model's, or the dense layers' among experts),
+// `shared_experts` the shared experts' MLP. `none` tags what no module drops.
+enum class RecomputeModule : std::uint8_t { none, core_attn, layernorm, mla_up_proj, moe_act, mlp, shared_experts };
+inline constexpr int kRecomputeModules = 7;
 using RecomputeModules = std::uint8_t;  // bit m: RecomputeModule m
 constexpr RecomputeModules module_bit(RecomputeModule m) { return static_cast<RecomputeModules>(1u << static_cast<unsigned>(m)); }
 inline constexpr RecomputeModules kDefaultRecomputeModules = module_bit(RecomputeModule::core_attn);
 std::string to_string(RecomputeModule module);
 std::optional<RecomputeModule> parse_recompute_module(std::string_view text);
-inline constexpr std::string_view recompute_module_choices = "core_attn, layernorm, mla_up_proj, moe_act";
+inline constexpr std::string_view recompute_module_choices = "core_attn, layernorm, mla_up_proj, moe_act, mlp, shared_experts";
 // "core_attn,layernorm" for a set (in the enum's order), and back: comma-separated
 // module names, at least one; nullopt with `bad` the offending word (empty when none given).
 std::string recompute_modules_text(RecomputeModules modules);

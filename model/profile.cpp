@@ -22,8 +22,8 @@ bool same_2x2(const double (&a)[2][2], const double (&b)[2][2]) {
   return a[0][0] == b[0][0] && a[0][1] == b[0][1] && a[1][0] == b[1][0] && a[1][1] == b[1][1];
 }
 
-template <std::size_t N>
-bool same_array(const double (&a)[N], const double (&b)[N]) {
+template <typename T, std::size_t N>
+bool same_array(const T (&a)[N], const T (&b)[N]) {
   for (std::size_t i = 0; i < N; ++i) {
     if (a[i] != b[i]) return false;
   }
@@ -82,6 +82,8 @@ bool BlockProfile::same_as(const BlockProfile& o) const {
          op_sac_key_value_elements[1] == o.op_sac_key_value_elements[1] &&
          same_2x2xk(memory_elements, o.memory_elements) && same_2x2xk(memory_fixed_bytes, o.memory_fixed_bytes) &&
          same_array(module_memory_elements, o.module_memory_elements) &&
+         same_array(module_tp_forward_reduce_elements, o.module_tp_forward_reduce_elements) &&
+         same_array(module_tp_forward_collectives, o.module_tp_forward_collectives) &&
          same_array(module_memory_fixed_bytes, o.module_memory_fixed_bytes) &&
          matmul_forward_flops_per_sample == o.matmul_forward_flops_per_sample &&
          padding_forward_flops_per_sample == o.padding_forward_flops_per_sample &&
@@ -181,6 +183,8 @@ void add_gemm(BlockProfile& bp, const Op& op, bool needs_input_gradient, double 
                                           : op.output_elements_per_sample;
     bp.tp_forward_reduce_elements += partial_sums;
     ++bp.tp_forward_collectives;
+    bp.module_tp_forward_reduce_elements[static_cast<std::size_t>(op.module)] += partial_sums;
+    ++bp.module_tp_forward_collectives[static_cast<std::size_t>(op.module)];
     if (op.expert) {
       bp.expert_tp_forward_reduce_elements += partial_sums;
       ++bp.expert_tp_forward_collectives;

@@ -101,6 +101,10 @@ struct BlockProfile {
   double expert_tp_backward_reduce_elements = 0;
   int expert_tp_forward_collectives = 0;
   int expert_tp_backward_collectives = 0;
+  // Of the forward ones, each recompute module's (a whole-module checkpoint, `mlp` and
+  // `shared_experts`, runs its reduction again in the backward).
+  double module_tp_forward_reduce_elements[kRecomputeModules] = {};
+  int module_tp_forward_collectives[kRecomputeModules] = {};
 
   bool same_as(const BlockProfile& other) const;
 };

@@ -112,6 +112,11 @@ void check_unsupported_axes(Checker& check, const ModelSpec& model, const Plan& 
                                        "model's attention has none (kv_lora_rank)");
     } else if (recomputes(plan, RecomputeModule::moe_act) && t.experts == 0) {
       check.error("recompute_modules", "moe_act recomputes the routed experts' activation; this model has no experts");
+    } else if (recomputes(plan, RecomputeModule::mlp) && t.experts > 0 && t.dense_layers.empty()) {
+      check.error("recompute_modules", "mlp checkpoints a dense MLP; every layer of this model has experts (moe_act "
+                                       "recomputes theirs)");
+    } else if (recomputes(plan, RecomputeModule::shared_experts) && t.shared_expert_ffn == 0) {
+      check.error("recompute_modules", "shared_experts checkpoints the shared experts; this model has none");
     }
   }
   if (plan.sequence_parallel && model.kind != ModelKind::transformer) {

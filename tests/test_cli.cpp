@@ -349,6 +349,17 @@ TEST(Cli, RecomputeModulesFlagReachesThePlan) {
   const CliRun lacking = run(with({"--recompute-modules", "mla_up_proj"}));
   EXPECT_EQ(lacking.status, 2);
   EXPECT_NE(lacking.err.find("latent attention"), std::string::npos) << lacking.err;
+  // Whole-module checkpoints: Qwen3-30B-A3B has experts in every layer and no shared experts.
+  const CliRun no_dense = run(with({"--recompute-modules", "mlp"}));
+  EXPECT_EQ(no_dense.status, 2);
+  EXPECT_NE(no_dense.err.find("every layer of this model has experts"), std::string::npos) << no_dense.err;
+  const CliRun no_shared = run(with({"--recompute-modules", "shared_experts"}));
+  EXPECT_EQ(no_shared.status, 2);
+  EXPECT_NE(no_shared.err.find("this model has none"), std::string::npos) << no_shared.err;
+  const CliRun dense_mlp = run({"explain", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--mesh",
+                                "dp=4,tp=2", "--global-batch", "4", "--recompute-modules", "mlp,layernorm"});
+  ASSERT_EQ(dense_mlp.status, 0) << dense_mlp.err;
+  EXPECT_NE(dense_mlp.out.find("recompute selective (layernorm,mlp)"), std::string::npos) << dense_mlp.out;
 
   const CliRun planned = run({"plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch",
                               "8", "--seq", "4096", "--top", "2", "--recompute-modules", "moe_act"});

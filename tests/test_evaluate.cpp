@@ -79,6 +79,7 @@ TEST(Evaluator, MemoryMatchesTheReferenceModel) {
       plan.bf16_moments = i % 3 == 0;
       if (plan.recompute == Recompute::selective && model.kind == ModelKind::transformer && i % 2 == 1) {
         plan.recompute_modules |= module_bit(RecomputeModule::layernorm);
+        if (i % 4 == 3) plan.recompute_modules |= module_bit(RecomputeModule::mlp);  // every layer's MLP is dense
       }
       plan.loss = i % 2 == 0 ? Loss::eager : Loss::fused;
       const ScheduleKind kinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1,
@@ -418,6 +419,69 @@ TEST(Evaluator, RecomputeModulesDropTheirTensorsAndRepeatTheirForward) {
   EXPECT_GT(after.time.step_s, before.time.step_s);
   EXPECT_LT(after.worst_memory.activations_bytes, before.worst_memory.activations_bytes);
   EXPECT_EQ(after.time.hardware_flops_per_step, before.time.hardware_flops_per_step);
+}
+
+// Megatron-Core's whole-module checkpoints. `mlp` on Llama 3 8B (tp 2, sequence
+// parallelism): a layer keeps its MLP's input (the second norm's output) and
+// drops the rest inside, the gate and up projections and the down
+// projection's input, 3 s f / tp; its backward runs the MLP's forward again
+// (both GEMMs and the activation) and one more all-reduce's volume of s h
+// over tp (the down projection's reduce-scatter and the gather before the
+// up projection). `shared_experts` on a mixture with shared experts drops
+// the same three of the shared width. Neither touches the attention; the
+// hardware FLOPs grow by the repeated GEMMs.
+TEST(Evaluator, WholeModuleCheckpointsRepeatTheirForwardAndReduction) {
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const double s = 4096, bytes = 2;
+  struct Case {
+    const char* model;
+    RecomputeModule module;
+    double h, width;  // hidden, and the checkpointed MLP's width
+  };
+  ModelSpec shared = must(load_model("llama3-8b"));  // 16 experts, top 2, shared experts of width 4096
+  shared.transformer.experts = 16;
+  shared.transformer.top_k = 2;
+  shared.transformer.shared_expert_ffn = 4096;
+  for (const Case& k : {Case{"llama3-8b", RecomputeModule::mlp, 4096, 14336},
+                        Case{"shared", RecomputeModule::shared_experts, 4096, 4096}}) {
+    const ModelSpec model = std::string(k.model) == "shared" ? shared : must(load_model(k.model));
+    const Evaluator evaluator(model, cluster, 8, 4096);
+    Plan plan = plan_with(std::string(k.model) == "shared" ? "ep=4,tp=2" : "dp=4,tp=2", 1, 4);
+    plan.sequence_parallel = true;
+    plan.recompute = Recompute::selective;
+    const auto placements = place_axes(evaluator.topology(), plan.mesh);
+    const int layer = evaluator.profile().block_kind[static_cast<std::size_t>(evaluator.profile().layer_blocks.front())];
+    Plan checkpointed = plan;
+    checkpointed.recompute_modules = module_bit(k.module);
+    const BlockCost core = evaluator.block_costs(plan, placements)[static_cast<std::size_t>(layer)];
+    const BlockCost whole = evaluator.block_costs(checkpointed, placements)[static_cast<std::size_t>(layer)];
+    EXPECT_NEAR(core.activation_bytes - whole.activation_bytes, 3 * s * k.width / 2 * bytes, 1e-6 * core.activation_bytes)
+        << k.model;
+    // The repeated forward: the MLP's two GEMMs (their forward as the record prices them) and the activation.
+    double gemms = 0;
+    const auto& gemm_work = evaluator.profile().kinds[static_cast<std::size_t>(layer)].gemms;
+    for (std::size_t i = 0; i < gemm_work.size(); ++i) {
+      if (gemm_work[i].module == k.module) gemms += core.gemms[i].forward_s;
+    }
+    EXPECT_GT(gemms, 0) << k.model;
+    const double repeated = whole.backward_compute_s - core.backward_compute_s;
+    EXPECT_GT(repeated, gemms) << k.model;  // and the activation's pass
+    EXPECT_LT(repeated, gemms + core.stream_s[static_cast<std::size_t>(StreamOp::activation)] + 1e-12) << k.model;
+    // One more all-reduce of s h over tp in the backward, exposed.
+    const AxisPlacement* tp = nullptr;
+    for (const AxisPlacement& p : placements) {
+      if (p.axis == Axis::tp) tp = &p;
+    }
+    ASSERT_NE(tp, nullptr);
+    const double reduce =
+        collective_time(Collective::all_reduce, s * k.h * bytes, tp->size, tp->bandwidth_bytes_per_s, tp->latency_s).time_s;
+    EXPECT_NEAR(whole.tp_backward_s - core.tp_backward_s, reduce, 1e-12) << k.model;
+    EXPECT_EQ(whole.forward_compute_s, core.forward_compute_s);
+    const PlanEstimate before = evaluator.evaluate(plan), after = evaluator.evaluate(checkpointed);
+    EXPECT_GT(after.time.step_s, before.time.step_s);
+    EXPECT_GT(after.time.hardware_flops_per_step, before.time.hardware_flops_per_step);
+    EXPECT_LT(after.worst_memory.activations_bytes, before.worst_memory.activations_bytes);
+  }
 }
 
 // Latent attention's mla_up_proj drops the queries, keys and values the

@@ -138,6 +138,9 @@ Plan draw_plan(const PlanSetup& s, std::mt19937_64& rng, std::vector<Axis> axes)
     plan.recompute_modules |= module_bit(RecomputeModule::layernorm);
     if (t.experts > 0 && rng() % 2 == 0) plan.recompute_modules |= module_bit(RecomputeModule::moe_act);
     if (t.latent_attention() && rng() % 2 == 0) plan.recompute_modules |= module_bit(RecomputeModule::mla_up_proj);
+    // Whole-module checkpoints, where the model has the module (their reductions run again in the backward).
+    if ((t.experts == 0 || !t.dense_layers.empty()) && rng() % 2 == 0) plan.recompute_modules |= module_bit(RecomputeModule::mlp);
+    if (t.shared_expert_ffn > 0 && rng() % 2 == 0) plan.recompute_modules |= module_bit(RecomputeModule::shared_experts);
   }
   // Experts out of tp (valid with sequence parallelism and ep directly outside tp).
   if (s.model.kind == ModelKind::transformer && s.model.transformer.experts > 0) {

@@ -107,7 +107,7 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   recompute_modules_ = new QLineEdit;
   addField("recompute_modules", tr("Selective modules"), recompute_modules_,
            tr("What selective recompute repeats (Megatron-Core's --recompute-modules): core_attn, layernorm, "
-              "mla_up_proj, moe_act, comma-separated"));
+              "mla_up_proj, moe_act, mlp, shared_experts, comma-separated"));
   attention_ = new QComboBox;
   for (const char* choice : kAttentionChoices) attention_->addItem(QString::fromLatin1(choice));
   addField("attention", tr("Attention"), attention_,
