@@ -429,6 +429,12 @@ TEST(Export, LatentAttentionInMegatronAndJax) {
   const Loaded<std::string> modules = export_plan(file, ExportTarget::megatron);
   ASSERT_TRUE(modules.ok()) << messages(modules.problems);
   EXPECT_TRUE(has_line(modules.value, "--recompute-modules mla_up_proj moe_act")) << modules.value;
+  // The whole-module checkpoints by the same names (DeepSeek-V3's dense layers and shared experts).
+  file.plan.recompute_modules = module_bit(RecomputeModule::mlp) | module_bit(RecomputeModule::shared_experts);
+  const Loaded<std::string> whole = export_plan(file, ExportTarget::megatron);
+  ASSERT_TRUE(whole.ok()) << messages(whole.problems);
+  EXPECT_TRUE(has_line(whole.value, "--recompute-modules mlp shared_experts")) << whole.value;
+  file.plan.recompute_modules = module_bit(RecomputeModule::mla_up_proj) | module_bit(RecomputeModule::moe_act);
   EXPECT_TRUE(has_line(modules.value, "--recompute-granularity selective")) << modules.value;
   EXPECT_NE(error_on(export_plan(file, ExportTarget::torchtitan).problems, "recompute_modules"), nullptr);
   file.plan.recompute = Recompute::none;
