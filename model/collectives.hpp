@@ -11,7 +11,8 @@
 //
 // Defines: Collective, CollectiveAlgorithm, bus_bandwidth_factor,
 // latency_steps, moved_time, collective_time, hierarchical_all_reduce_time,
-// all_to_all_bus_bandwidth, all_to_all_nic_weight.
+// all_to_all_bus_bandwidth, all_to_all_nic_weight, ExpertRouting,
+// deduplicated_remote_share.
 #pragma once
 
 #include <bit>

@@ -40,7 +40,8 @@
 // forward (gradient accumulation), as the memory model assumes.
 //
 // Defines: Instruction, PipelinePrograms, schedule_problems,
-// pipeline_schedule, InFlightPeak, peak_in_flight.
+// pipeline_schedule, unpaired_forwards, PassPairing, pass_pairing,
+// InFlightPeak, peak_in_flight.
 #pragma once
 
 #include <cstdint>
@@ -93,11 +94,6 @@ Problems schedule_problems(const Schedule& schedule, std::int64_t stages, std::i
 // the same rules); otherwise throws std::invalid_argument naming this file.
 PipelinePrograms pipeline_schedule(const Schedule& schedule, std::int64_t stages, std::int64_t micro_batches);
 
-// The most (chunk, micro-batch) activation sets one stage holds at once,
-// counted from its list: a set is taken by its forward and released by its
-// backward (until_input_gradient) or, for split backwards, by its W pass
-// (until_weight_gradient, which is the same number for unsplit schedules).
-// Comparable with in_flight_chunk_micro_batches (memory_model.hpp).
 // Combined 1F1B (Plan::overlap_expert_parallel) runs each forward beside
 // another micro-batch's backward. In a stage's list, the forwards before its
 // first backward and the backwards after its last forward have no partner
@@ -121,6 +117,11 @@ struct PassPairing {
 };
 PassPairing pass_pairing(const std::vector<Instruction>& program);
 
+// The most (chunk, micro-batch) activation sets one stage holds at once,
+// counted from its list: a set is taken by its forward and released by its
+// backward (until_input_gradient) or, for split backwards, by its W pass
+// (until_weight_gradient, which is the same number for unsplit schedules).
+// Comparable with in_flight_chunk_micro_batches (memory_model.hpp).
 struct InFlightPeak {
   std::int64_t until_input_gradient = 0;
   std::int64_t until_weight_gradient = 0;
