@@ -196,19 +196,23 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
   auto pass_bytes = [&](double elements, double fixed_bytes, int region) {
     return (elements * act + fixed_bytes) * b / ps.split.of(region == 1);
   };
-  // The experts' activation (the moe_act module's passes): forward, its gradient, and its repeat under moe_act recompute.
-  const auto moe_act = static_cast<std::size_t>(RecomputeModule::moe_act);
-  double experts_activation_s = 0;
-  for (int region = 0; region < 2; ++region) {
-    for (std::size_t cls = 0; cls < kStreamOps; ++cls) {
-      const double bytes = pass_bytes(bp.module_memory_elements[moe_act][region][cls], bp.module_memory_fixed_bytes[moe_act][region][cls], region);
-      if (bytes > 0) experts_activation_s += stream_time_s(bytes, rates, static_cast<StreamOp>(cls));
+  // The experts' activation (the moe_act module's passes): forward, its gradient, and its repeat under moe_act
+  // recompute. Only blocks with routed experts have one (the search prices millions of dense blocks).
+  if (bp.expert_tp_split_parameters > 0) {
+    const auto moe_act = static_cast<std::size_t>(RecomputeModule::moe_act);
+    double experts_activation_s = 0;
+    for (int region = 0; region < 2; ++region) {
+      for (std::size_t cls = 0; cls < kStreamOps; ++cls) {
+        const double bytes = pass_bytes(bp.module_memory_elements[moe_act][region][cls], bp.module_memory_fixed_bytes[moe_act][region][cls], region);
+        if (bytes > 0) experts_activation_s += stream_time_s(bytes, rates, static_cast<StreamOp>(cls));
+      }
     }
+    c.experts_forward_s += experts_activation_s;
+    c.experts_backward_s += (recomputes(plan, RecomputeModule::moe_act) ? 3 : 2) * experts_activation_s;
   }
-  c.experts_forward_s += experts_activation_s;
-  c.experts_backward_s += (recomputes(plan, RecomputeModule::moe_act) ? 3 : 2) * experts_activation_s;
-  if (plan.recompute == Recompute::selective) {  // the memory-bound passes a module repeats
+  if (plan.recompute == Recompute::selective) {  // the memory-bound passes a module repeats (of the plan's modules)
     for (std::size_t m = static_cast<std::size_t>(RecomputeModule::layernorm); m < kRecomputeModules; ++m) {
+      if (!recomputes(plan, static_cast<RecomputeModule>(m))) continue;
       for (int region = 0; region < 2; ++region) {
         for (std::size_t cls = 0; cls < kStreamOps; ++cls) {
           const double bytes = pass_bytes(bp.module_memory_elements[m][region][cls], bp.module_memory_fixed_bytes[m][region][cls], region);
@@ -806,11 +810,18 @@ ShardedStep replay_cached(std::span<const ShardedRun> runs, std::int64_t micro_b
   key.insert(key.end(), {static_cast<double>(micro_batches), split ? 1.0 : 0.0, prefetch ? 1.0 : 0.0,
                          static_cast<double>(buckets.count), buckets.threshold_each, buckets.each_s, buckets.last_s,
                          buckets.overlapped ? 1.0 : 0.0});
+  bool paired = false;
   for (const ShardedRun& run : runs) {
     const ShardedBlock& b = run.block;
     key.insert(key.end(), {static_cast<double>(run.count), b.forward_s, b.backward_s, b.backward_compute_s,
-                           b.weight_gradient_s, b.forward_paired_s, b.backward_paired_s, b.gather_s, b.scatter_s,
-                           b.gradient_bytes, b.gathers ? 1.0 : 0.0});
+                           b.weight_gradient_s, b.gather_s, b.scatter_s, b.gradient_bytes, b.gathers ? 1.0 : 0.0});
+    paired = paired || b.forward_paired_s != b.forward_s || b.backward_paired_s != b.backward_s;
+  }
+  // Paired passes (combined 1F1B) after a -1 where the next run's count (>= 1) would stand: the other
+  // keys stay as they were, and no key of one kind reads as one of the other.
+  if (paired) {
+    key.push_back(-1.0);
+    for (const ShardedRun& run : runs) key.insert(key.end(), {run.block.forward_paired_s, run.block.backward_paired_s});
   }
   // FNV-1a over the key's 64-bit words, each folded onto its low half first:
   // a product carries differences only upwards, and keys that differ in a
