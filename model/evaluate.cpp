@@ -196,29 +196,27 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
   auto pass_bytes = [&](double elements, double fixed_bytes, int region) {
     return (elements * act + fixed_bytes) * b / ps.split.of(region == 1);
   };
+  // The forward seconds of module m's memory-bound passes.
+  auto module_passes_s = [&](std::size_t m) {
+    double seconds = 0;
+    for (int region = 0; region < 2; ++region) {
+      for (std::size_t cls = 0; cls < kStreamOps; ++cls) {
+        const double bytes = pass_bytes(bp.module_memory_elements[m][region][cls], bp.module_memory_fixed_bytes[m][region][cls], region);
+        if (bytes > 0) seconds += stream_time_s(bytes, rates, static_cast<StreamOp>(cls));
+      }
+    }
+    return seconds;
+  };
   // The experts' activation (the moe_act module's passes): forward, its gradient, and its repeat under moe_act
   // recompute. Only blocks with routed experts have one (the search prices millions of dense blocks).
   if (bp.expert_tp_split_parameters > 0) {
-    const auto moe_act = static_cast<std::size_t>(RecomputeModule::moe_act);
-    double experts_activation_s = 0;
-    for (int region = 0; region < 2; ++region) {
-      for (std::size_t cls = 0; cls < kStreamOps; ++cls) {
-        const double bytes = pass_bytes(bp.module_memory_elements[moe_act][region][cls], bp.module_memory_fixed_bytes[moe_act][region][cls], region);
-        if (bytes > 0) experts_activation_s += stream_time_s(bytes, rates, static_cast<StreamOp>(cls));
-      }
-    }
+    const double experts_activation_s = module_passes_s(static_cast<std::size_t>(RecomputeModule::moe_act));
     c.experts_forward_s += experts_activation_s;
     c.experts_backward_s += (recomputes(plan, RecomputeModule::moe_act) ? 3 : 2) * experts_activation_s;
   }
   if (plan.recompute == Recompute::selective) {  // the memory-bound passes a module repeats (of the plan's modules)
     for (std::size_t m = static_cast<std::size_t>(RecomputeModule::layernorm); m < kRecomputeModules; ++m) {
-      if (!recomputes(plan, static_cast<RecomputeModule>(m))) continue;
-      for (int region = 0; region < 2; ++region) {
-        for (std::size_t cls = 0; cls < kStreamOps; ++cls) {
-          const double bytes = pass_bytes(bp.module_memory_elements[m][region][cls], bp.module_memory_fixed_bytes[m][region][cls], region);
-          if (bytes > 0) modules[m] += stream_time_s(bytes, rates, static_cast<StreamOp>(cls));
-        }
-      }
+      if (recomputes(plan, static_cast<RecomputeModule>(m))) modules[m] += module_passes_s(m);
     }
   }
   for (int region = 0; region < 2; ++region) {
@@ -283,18 +281,20 @@ void block_tp_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, 
   // 4.2.2), can run under the weight-gradient GEMMs when the plan says so.
   // Routed experts out of tp (Plan::expert_tensor_parallel) run none of theirs.
   const bool experts_in_tp = ps.experts.tokens == 1;
+  // Bytes each of `count` collectives moves for `elements` per sample of the micro-batch, over cp.
+  auto bytes_each = [&](double elements, int count) { return elements * b / cp * act / count; };
   const int forward_collectives = bp.tp_forward_collectives - (experts_in_tp ? 0 : bp.expert_tp_forward_collectives);
   const int backward_collectives = bp.tp_backward_collectives - (experts_in_tp ? 0 : bp.expert_tp_backward_collectives);
   if (forward_collectives > 0) {
     const double elements = bp.tp_forward_reduce_elements - (experts_in_tp ? 0 : bp.expert_tp_forward_reduce_elements);
-    const double each = elements * b / cp * act / forward_collectives;
+    const double each = bytes_each(elements, forward_collectives);
     c.tp_forward_s = add_collective(c, Axis::tp, Collective::all_reduce, Pass::forward, HiddenUnder::nothing, each,
                                     forward_collectives, tp_link);
   }
   double backward_tp_s = 0;
   if (backward_collectives > 0) {
     const double elements = bp.tp_backward_reduce_elements - (experts_in_tp ? 0 : bp.expert_tp_backward_reduce_elements);
-    const double each = elements * b / cp * act / backward_collectives;
+    const double each = bytes_each(elements, backward_collectives);
     backward_tp_s = add_collective(c, Axis::tp, Collective::all_reduce, Pass::backward, HiddenUnder::weight_gradient,
                                    each, backward_collectives, tp_link);
     if (ps.sp) {
@@ -319,9 +319,8 @@ void block_tp_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, 
     // A whole-module checkpoint (mlp, shared_experts) runs the module's forward again, its
     // row-parallel GEMM's reduction too (all-gather and reduce-scatter under sequence parallelism).
     if (const int count = bp.module_tp_forward_collectives[m]; count > 0) {
-      const double each = bp.module_tp_forward_reduce_elements[m] * b / cp * act / count;
       const double again = add_collective(c, Axis::tp, Collective::all_reduce, Pass::backward, HiddenUnder::nothing,
-                                          each, count, tp_link);
+                                          bytes_each(bp.module_tp_forward_reduce_elements[m], count), count, tp_link);
       c.tp_backward_s += again;
       c.tp_backward_total_s += again;
     }
@@ -619,7 +618,7 @@ void hide_paired_all_to_alls(std::vector<StageSum>& sum, const ModelProfile& pro
   thread_local std::vector<double> pairing;  // per stage: what pairing every pass would hide, per micro-batch
   pairing.assign(static_cast<std::size_t>(pp), 0.0);
   for_each_stage_block(prof, plan, kind_cost, pp, v, [&](std::int64_t stage, const BlockCost& c, bool, double count) {
-    pairing[static_cast<std::size_t>(stage)] += count * (c.ep_s - c.ep_paired_s);
+    pairing[static_cast<std::size_t>(stage)] += count * c.ep_hidden_by_pairing_s();
   });
   const double passes = static_cast<double>(m * v);
   for (std::int64_t r = 0; r < pp; ++r) {
@@ -880,7 +879,7 @@ ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const Pla
     b.backward_s = block_backward_s(c, plan);
     b.backward_compute_s = c.backward_compute_s;
     b.weight_gradient_s = c.weight_gradient_s;
-    const double hidden = plan.overlap_expert_parallel ? (c.ep_s - c.ep_paired_s) / 2 : 0.0;
+    const double hidden = plan.overlap_expert_parallel ? c.ep_hidden_by_pairing_s() / 2 : 0.0;
     b.forward_paired_s = b.forward_s - hidden;
     b.backward_paired_s = b.backward_s - hidden;
     b.gradient_bytes = parameters * ps.bytes.gradient_bytes_per_parameter;

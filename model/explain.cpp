@@ -21,8 +21,7 @@ std::string gib(double bytes) {
 std::optional<Problem> expert_overlap_note(const Evaluator& evaluator, const Plan& plan,
                                            const std::vector<AxisPlacement>& placements,
                                            const std::vector<BlockCost>& costs, double step_s) {
-  if (plan.overlap_expert_parallel || expert_split(plan).ep <= 1 || plan.micro_batches() <= 1 ||
-      !expert_overlap_problem(plan).empty()) {
+  if (plan.overlap_expert_parallel || plan.micro_batches() <= 1 || !expert_overlap_applies(plan)) {
     return std::nullopt;
   }
   Plan paired = plan;

@@ -150,6 +150,8 @@ std::string expert_overlap_problem(const Plan& plan) {
   return "";
 }
 
+bool expert_overlap_applies(const Plan& plan) { return expert_split(plan).ep > 1 && expert_overlap_problem(plan).empty(); }
+
 std::optional<Recompute> parse_recompute(std::string_view text) {
   if (text == "none") return Recompute::none;
   if (text == "selective") return Recompute::selective;

@@ -63,6 +63,9 @@ struct Plan;
 // recompute), or "" when it can. The model's side (experts, ep > 1) is
 // validate_plan's.
 std::string expert_overlap_problem(const Plan& plan);
+// Whether overlap_expert_parallel would change the plan: its experts split over
+// ep ranks (so there are all-to-alls) and its schedule can pair passes.
+bool expert_overlap_applies(const Plan& plan);
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
 // How attention runs. `fused`: one kernel (FlashAttention-2/3, cuDNN, PyTorch
 // scaled_dot_product_attention) that keeps no s x s tensor, only per-row

@@ -424,8 +424,8 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
                   if (kind == ScheduleKind::interleaved) vs = space.interleave;
                   for (std::int64_t v : vs) {
                     plan.schedule = {kind, v};
-                    plan.overlap_expert_parallel = space.overlap_expert_parallel && ctx.experts > 0 &&
-                                                   expert_split(plan).ep > 1 && expert_overlap_problem(plan).empty();
+                    plan.overlap_expert_parallel =
+                        space.overlap_expert_parallel && ctx.experts > 0 && expert_overlap_applies(plan);
                     Candidate candidate;
                     plan.stage_layers.clear();
                     candidate.rejection = check_rules(evaluator, plan, true);

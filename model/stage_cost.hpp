@@ -203,6 +203,8 @@ struct BlockCost {  // depends only on micro-batch, tp, cp, ep, sequence paralle
   // it, the part longer than that compute; ep_s where the ep link cannot
   // overlap compute. A pass without a partner exposes its half of ep_s.
   double ep_paired_s = 0;
+  // What pairing a forward and a backward hides of ep_s (half of it in each pass).
+  double ep_hidden_by_pairing_s() const { return ep_s - ep_paired_s; }
   std::array<double, kComputeParts> compute_parts_s{};  // sum: forward_compute_s + backward_compute_s
   // The record behind the totals above.
   std::vector<GemmCost> gemms;                        // in the block's op order
