@@ -51,7 +51,7 @@ struct Links {
 // The plan's sizes and byte widths both halves of the evaluation read.
 struct PlanScalars {
   PrecisionBytes bytes;
-  double act, gemm_bytes, tp, cp, ep, dp, fsdp, b, seq;
+  double act, tp, cp, ep, dp, fsdp, b, seq;
   std::int64_t kv_heads;
   double kv_tp;  // ways tp splits the key/value heads (kv_tp_split)
   bool sp;
@@ -62,7 +62,6 @@ struct PlanScalars {
   PlanScalars(const Plan& plan, const std::vector<AxisPlacement>& placements, const ModelProfile& prof)
       : bytes(bytes_for(plan)),
         act(bytes.activation_bytes_per_element),
-        gemm_bytes(plan.precision == Precision::fp8 ? 1.0 : act),
         tp(static_cast<double>(plan.mesh.size(Axis::tp))),
         cp(static_cast<double>(plan.mesh.size(Axis::cp))),
         ep(static_cast<double>(plan.mesh.size(Axis::ep))),
@@ -155,13 +154,22 @@ using ModuleSeconds = std::array<double, kRecomputeModules>;
 // GEMMs, memory-bound passes, fused attention and the launch floor; returns
 // the forward seconds of core attention (what selective recompute repeats and
 // ring attention hides under), and the other modules' in `modules`.
-double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, const PlanScalars& ps,
-                     const ComputeRates& rates, ModuleSeconds& modules) {
-  const double b = ps.b, act = ps.act, gemm_bytes = ps.gemm_bytes;
+// The rates of a plan's GEMMs: at the plan's precision, and where an fp8 plan
+// keeps a GEMM in bf16 (gemm_in_fp8), at bf16's.
+struct GemmRates {
+  const ComputeRates& plan;
+  const ComputeRates& high_precision;
+};
+
+double block_compute(BlockCost& c, const BlockProfile& bp, BlockKind role, const Plan& plan, const PlanScalars& ps,
+                     const GemmRates& gemm_rates, ModuleSeconds& modules) {
+  const ComputeRates& rates = gemm_rates.plan;
+  const double b = ps.b, act = ps.act;
   const std::size_t a = attention_index(plan.attention);
   const bool fused = plan.attention == Attention::fused;
   double core_forward_s = 0;
   double unfused_attention_gemms_s = 0;  // fused attention's fallback price
+  double cast_kernels[2] = {0, 0};       // [forward, backward] kernels of the fp8 casts
   c.gemms.reserve(bp.gemms.size());
   for (const GemmWork& g : bp.gemms) {
     GemmCost& gc = c.gemms.emplace_back();
@@ -169,27 +177,46 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
     gc.core_attention = g.core_attention;
     gc.has_weights = g.has_weights;
     const LocalGemm& s = gc.shape;
-    gc.forward_s = gemm_time_s(s.rows, s.n, s.k, s.batch, gemm_bytes, rates);
+    const bool fp8 = gemm_in_fp8(plan, role, g.has_weights);
+    const ComputeRates& r = fp8 ? rates : gemm_rates.high_precision;
+    const double element_bytes = fp8 ? 1.0 : act;
+    gc.forward_s = gemm_time_s(s.rows, s.n, s.k, s.batch, element_bytes, r);
     if (fused && g.core_attention) {  // priced as one fused kernel below
       gc.fused_away = true;
       unfused_attention_gemms_s += gc.forward_s;
       continue;
     }
-    gc.input_gradient_s = g.needs_input_gradient ? gemm_time_s(s.rows, s.k, s.n, s.batch, gemm_bytes, rates) : 0.0;
-    gc.weight_gradient_s = gemm_time_s(s.k, s.n, s.rows, s.batch, gemm_bytes, rates);
-    c.forward_compute_s += gc.forward_s;
-    c.op_sac_recompute_s += gc.forward_s * g.op_sac_recomputed;
-    c.backward_compute_s += gc.input_gradient_s + gc.weight_gradient_s;
+    gc.input_gradient_s = g.needs_input_gradient ? gemm_time_s(s.rows, s.k, s.n, s.batch, element_bytes, r) : 0.0;
+    gc.weight_gradient_s = gemm_time_s(s.k, s.n, s.rows, s.batch, element_bytes, r);
+    double cast_forward_s = 0, cast_backward_s = 0;
+    if (fp8) {  // memory-bound: the casts stream at the device's copy bandwidth
+      const Fp8CastBytes cast = fp8_cast_bytes(s, act);
+      cast_forward_s = memory_time_s(cast.forward, rates);
+      cast_backward_s = memory_time_s(cast.backward, rates);
+      c.fp8_cast_bytes.forward += cast.forward;
+      c.fp8_cast_bytes.backward += cast.backward;
+      c.fp8_cast_forward_s += cast_forward_s;
+      c.fp8_cast_backward_s += cast_backward_s;
+      part(c, ComputePart::memory_bound_forward) += cast_forward_s;
+      part(c, ComputePart::memory_bound_backward) += cast_backward_s;
+      cast_kernels[0] += 2;  // input and weight
+      cast_kernels[1] += 1;  // output gradient
+    }
+    const double forward_s = gc.forward_s + cast_forward_s;
+    const double backward_s = gc.input_gradient_s + gc.weight_gradient_s + cast_backward_s;
+    c.forward_compute_s += forward_s;
+    c.op_sac_recompute_s += forward_s * g.op_sac_recomputed;
+    c.backward_compute_s += backward_s;
     part(c, g.core_attention ? ComputePart::attention_forward : ComputePart::matmul_forward) += gc.forward_s;
     part(c, g.core_attention ? ComputePart::attention_backward : ComputePart::matmul_backward) +=
         gc.input_gradient_s + gc.weight_gradient_s;
     if (g.has_weights) c.weight_gradient_s += gc.weight_gradient_s;
     if (g.core_attention) core_forward_s += gc.forward_s;
     if (g.expert) {
-      c.experts_forward_s += gc.forward_s;
-      c.experts_backward_s += gc.input_gradient_s + gc.weight_gradient_s;
+      c.experts_forward_s += forward_s;
+      c.experts_backward_s += backward_s;
     }
-    modules[static_cast<std::size_t>(g.module)] += gc.forward_s;
+    modules[static_cast<std::size_t>(g.module)] += forward_s;
   }
   // A memory-bound pass's bytes on this device: its elements at the activation dtype and its fixed-
   // width bytes, per sample, over the split of its region (1: tensor-parallel).
@@ -251,8 +278,8 @@ double block_compute(BlockCost& c, const BlockProfile& bp, const Plan& plan, con
   }
   // Launch floor: the host issues each kernel (one per op forward, two backward).
   const double kernels_s = c.forward_compute_s + c.backward_compute_s;
-  c.forward_compute_s = launch_floor_s(c.forward_compute_s, bp.forward_kernels[a], rates);
-  c.backward_compute_s = launch_floor_s(c.backward_compute_s, 2 * bp.forward_kernels[a], rates);
+  c.forward_compute_s = launch_floor_s(c.forward_compute_s, bp.forward_kernels[a] + cast_kernels[0], rates);
+  c.backward_compute_s = launch_floor_s(c.backward_compute_s, 2 * bp.forward_kernels[a] + cast_kernels[1], rates);
   part(c, ComputePart::launch_overhead) += c.forward_compute_s + c.backward_compute_s - kernels_s;
   return core_forward_s;
 }
@@ -480,14 +507,15 @@ std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vecto
           expert_dispatch_rate(p, plan, prof.routing()).bandwidth_bytes_per_s;
     }
   }
-  const ComputeRates& rates = rates_[static_cast<std::size_t>(plan.precision)];
+  const Precision high = plan.precision == Precision::fp8 ? Precision::bf16 : plan.precision;
+  const GemmRates rates{rates_[static_cast<std::size_t>(plan.precision)], rates_[static_cast<std::size_t>(high)]};
   std::vector<BlockCost> kind_cost(prof.kinds.size());
   for (std::size_t k = 0; k < prof.kinds.size(); ++k) {
     const BlockProfile& bp = prof.kinds[k];
     BlockCost& c = kind_cost[k];
     block_memory(c, bp, prof.kind_role[k], prof, plan, plan_scalars);
     ModuleSeconds modules{};
-    const double core_forward_s = block_compute(c, bp, plan, plan_scalars, rates, modules);
+    const double core_forward_s = block_compute(c, bp, prof.kind_role[k], plan, plan_scalars, rates, modules);
     block_collectives(c, bp, prof.kind_role[k], core_forward_s, modules, prof, plan, plan_scalars);
   }
   return kind_cost;

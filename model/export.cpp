@@ -304,7 +304,10 @@ std::string torchtitan(Writer& w) {
     w.warning("zero", "ZeRO-2 as FSDP2 with fsdp_reshard_after_forward = \"never\": parameters stay gathered from the "
                       "forward to the backward, where ZeRO-2 keeps them whole all the time");
   }
-  if (plan.precision == Precision::fp8) w.warning("precision", "fp8: add [model] converters = [\"float8\"] (torchao)");
+  if (plan.precision == Precision::fp8) {
+    w.warning("precision", "fp8: add [model] converters = [\"float8\"] and [float8] filter_fqns = [\"output\"] (torchao; "
+                           "the plan prices the LM head in bf16)");
+  }
   if (!gradients_in_fp32(plan) && plan.mesh.data_parallel_size() > 1) {
     w.warning("fp32_gradients", "torchtitan reduces gradients in float32 (FSDP2's mixed_precision_reduce; DDP under "
                                 "autocast keeps fp32 gradients), twice the bytes the plan's 16-bit gradients are "

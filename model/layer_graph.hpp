@@ -127,6 +127,8 @@ struct Op {
   // Attention geometry for core-attention ops (the fused kernel's shape).
   std::int64_t attention_heads = 0;
   std::int64_t head_dim = 0;
+  // A GEMM with weights (a linear or a convolution), not attention's QK^T or PV.
+  bool has_weights() const { return kind == OpKind::gemm || kind == OpKind::conv; }
   // torchtitan's op-level selective checkpointing (Recompute::selective_op),
   // in a layer block: the parts of this op's output it keeps, and the share
   // of this op's forward the backward repeats. Every op outside torchtitan's

@@ -171,7 +171,7 @@ void add_gemm(BlockProfile& bp, const Op& op, bool needs_input_gradient, double 
   work.batch = static_cast<double>(op.gemm.batch);
   work.tp_split = op.tp_split;
   work.core_attention = op.core_attention;
-  work.has_weights = op.kind == OpKind::gemm || op.kind == OpKind::conv;
+  work.has_weights = op.has_weights();
   work.needs_input_gradient = needs_input_gradient;
   work.op_sac_recomputed = op.op_sac_recomputed;
   work.expert = op.expert;

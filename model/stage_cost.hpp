@@ -21,7 +21,7 @@
 // - expert_mesh: the mesh the routed experts' collectives run over (ep and tp
 //   folded into one ep axis when the experts leave tp, expert_split).
 //
-// Defines: ActivationSplit, activation_split, LocalGemm, local_gemm, Pass,
+// Defines: ActivationSplit, activation_split, LocalGemm, local_gemm, gemm_in_fp8, Fp8CastBytes, fp8_cast_bytes, Pass,
 // HiddenUnder, BlockCollective, GemmCost, BlockCost, PipelineTransfer,
 // pipeline_transfer, gradient_reduction, GradientBuckets, gradient_buckets,
 // bucket_reduction_end_s, optimizer_traffic_bytes.
@@ -77,6 +77,27 @@ inline LocalGemm local_gemm(const Op& op, const Plan& plan, std::int64_t kv_head
   return local_gemm(op.gemm.rows_per_sample, static_cast<double>(op.gemm.n), static_cast<double>(op.gemm.k),
                     static_cast<double>(op.gemm.batch), op.tp_split, plan, static_cast<double>(op.gemm.kv_n), kv_heads,
                     op.expert);
+}
+
+// FP8 training as Transformer Engine (Megatron-Core's --fp8-format) and
+// torchao's Float8Linear (torchtitan's float8 converter) run it: the layers'
+// weight GEMMs in fp8; the LM head (Megatron-Core's output layer is not a TE
+// module; torchtitan's recipes filter "output"), the embedding and the
+// attention core stay bf16 (docs/cost-model.md, "FP8 GEMMs").
+inline bool gemm_in_fp8(const Plan& plan, BlockKind role, bool has_weights) {
+  return plan.precision == Precision::fp8 && role == BlockKind::layer && has_weights;
+}
+// Traffic of the casts one fp8 GEMM runs per micro-batch: the forward casts
+// its input and its weight, the backward its output gradient; each reads the
+// tensor at `act` bytes an element and writes it twice in fp8 (row- and
+// column-major: the two GEMMs that read it want both; TE's fused
+// cast-transpose, with the scaling factor's amax taken in the same pass).
+struct Fp8CastBytes {
+  double forward = 0, backward = 0;
+};
+inline Fp8CastBytes fp8_cast_bytes(const LocalGemm& g, double act) {
+  const double per_element = act + 2;
+  return {(g.rows * g.k + g.k * g.n) * g.batch * per_element, g.rows * g.n * g.batch * per_element};
 }
 
 struct AxisPlacement;
@@ -210,6 +231,8 @@ struct BlockCost {  // depends only on micro-batch, tp, cp, ep, sequence paralle
   std::vector<GemmCost> gemms;                        // in the block's op order
   std::array<double, kStreamOps> stream_bytes{};      // forward traffic of the memory-bound ops, by StreamOp
   std::array<double, kStreamOps> stream_s{};          // their forward seconds
+  Fp8CastBytes fp8_cast_bytes;                         // the fp8 GEMMs' casts (gemm_in_fp8), in the compute above
+  double fp8_cast_forward_s = 0, fp8_cast_backward_s = 0;
   std::vector<BlockCollective> collectives;            // tp, cp and ep, in the order they run within a pass
 };
 

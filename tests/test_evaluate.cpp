@@ -218,6 +218,79 @@ TEST(Evaluator, RotaryPositionsCostTheirElementwisePass) {
 // gradient where the eager one holds two fp32 gradients beside the bf16 one:
 // per logit 2 bytes fewer kept and 8 fewer at the loss's backward, in the
 // evaluator and in the reference memory model alike; time unchanged.
+// FP8 (gemm_in_fp8): a layer's four weight GEMMs of gpt2-124m (b 1, s 1024,
+// no tp) run at the fp8 peak and cast, each per micro-batch, its input and
+// weight forward and its output gradient backward, reading bf16 and writing
+// two fp8 copies (4 bytes an element): forward (1024 x (768 x 3 + 3072) +
+// 768 x 2304 + 768 x 768 + 2 x 768 x 3072) x 4 = 50,331,648 bytes, backward
+// 1024 x (2304 + 768 + 3072 + 768) x 4 = 28,311,552, at the device's copy
+// bandwidth. The LM head and the unfused attention core stay bf16: the same
+// seconds as in the bf16 plan.
+TEST(Evaluator, Fp8RunsTheLayersWeightGemmsAndCastsThem) {
+  const auto model = must(load_model("gpt2-124m"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator(model, cluster, 1, 1024);
+  const ModelProfile& prof = evaluator.profile();
+  Plan plan = plan_with("dp=1", 1, 1);
+  plan.attention = Attention::unfused;
+  auto costs = [&](Precision precision) {
+    plan.precision = precision;
+    return evaluator.block_costs(plan, place_axes(evaluator.topology(), plan.mesh));
+  };
+  const auto bf16 = costs(Precision::bf16), fp8 = costs(Precision::fp8);
+  const std::size_t layer = static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(prof.layer_blocks.front())]);
+  EXPECT_DOUBLE_EQ(fp8[layer].fp8_cast_bytes.forward, 50331648.0);
+  EXPECT_DOUBLE_EQ(fp8[layer].fp8_cast_bytes.backward, 28311552.0);
+  const ComputeRates rates = rates_for(cluster.device, Precision::fp8);
+  EXPECT_NEAR(fp8[layer].fp8_cast_forward_s, 50331648.0 / rates.memory_bytes_per_s, 1e-15);
+  EXPECT_NEAR(fp8[layer].fp8_cast_backward_s, 28311552.0 / rates.memory_bytes_per_s, 1e-15);
+  int weight_gemms = 0, core_gemms = 0;
+  for (std::size_t k = 0; k < prof.kinds.size(); ++k) {
+    ASSERT_EQ(fp8[k].gemms.size(), bf16[k].gemms.size());
+    const bool is_layer = prof.kind_role[k] == BlockKind::layer;
+    if (!is_layer) {
+      EXPECT_EQ(fp8[k].fp8_cast_bytes.forward + fp8[k].fp8_cast_bytes.backward, 0.0);
+    }
+    for (std::size_t g = 0; g < fp8[k].gemms.size(); ++g) {
+      const GemmCost &a = fp8[k].gemms[g], &b = bf16[k].gemms[g];
+      if (is_layer && a.has_weights) {
+        ++weight_gemms;
+        EXPECT_LT(a.forward_s, b.forward_s);
+        EXPECT_LT(a.weight_gradient_s, b.weight_gradient_s);
+      } else {
+        core_gemms += a.core_attention ? 1 : 0;
+        EXPECT_EQ(a.forward_s, b.forward_s) << "block kind " << k << ", GEMM " << g;
+        EXPECT_EQ(a.input_gradient_s, b.input_gradient_s);
+      }
+    }
+  }
+  EXPECT_EQ(weight_gemms, 4);
+  EXPECT_EQ(core_gemms, 2);
+  // At b 1 the host's launches bound both plans' layer (h100-sxm: 26 us a kernel), the fp8 one with its 8
+  // cast kernels more forward and 4 backward.
+  const double launch_s = cluster.device.launch_overhead_s;
+  ASSERT_GT(launch_s, 0);
+  EXPECT_NEAR(fp8[layer].forward_compute_s - bf16[layer].forward_compute_s, 8 * launch_s, 1e-12);
+  EXPECT_NEAR(fp8[layer].backward_compute_s - bf16[layer].backward_compute_s, 4 * launch_s, 1e-12);
+  // Without the floor the casts are in the layer's compute: the bf16 plan's, with the fp8 GEMMs' seconds in
+  // place of the bf16 ones, and the casts.
+  ClusterSpec unbound = cluster;
+  unbound.device.launch_overhead_s = 0;
+  const Evaluator device_only(model, unbound, 1, 1024);
+  auto layer_cost = [&](Precision precision) {
+    plan.precision = precision;
+    return device_only.block_costs(plan, place_axes(device_only.topology(), plan.mesh))[layer];
+  };
+  const BlockCost a = layer_cost(Precision::fp8), b = layer_cost(Precision::bf16);
+  double forward = b.forward_compute_s + a.fp8_cast_forward_s, backward = b.backward_compute_s + a.fp8_cast_backward_s;
+  for (std::size_t g = 0; g < a.gemms.size(); ++g) {
+    forward += a.gemms[g].forward_s - b.gemms[g].forward_s;
+    backward += a.gemms[g].input_gradient_s + a.gemms[g].weight_gradient_s - b.gemms[g].input_gradient_s - b.gemms[g].weight_gradient_s;
+  }
+  EXPECT_NEAR(a.forward_compute_s, forward, 1e-15);
+  EXPECT_NEAR(a.backward_compute_s, backward, 1e-15);
+}
+
 TEST(Evaluator, FusedLossKeepsTheLogitsInTheirOwnDtype) {
   const auto model = must(load_model("llama3.2-1b"));
   const auto cluster = must(load_cluster("dgx-h200"));

@@ -149,6 +149,8 @@ Plan draw_plan(const PlanSetup& s, std::mt19937_64& rng, std::vector<Axis> axes)
     // Combined 1F1B where the schedule and recompute allow it.
     if (expert_overlap_problem(plan).empty()) plan.overlap_expert_parallel = rng() % 2 == 0;
   }
+  // FP8 where the device has it: the layers' weight GEMMs and their casts (gemm_in_fp8).
+  if (s.cluster.device.peak_for(Dtype::fp8) && rng() % 3 == 0) plan.precision = Precision::fp8;
   return plan;
 }
 
@@ -167,7 +169,7 @@ std::string describe(const PlanSetup& s, const Plan& plan) {
          " sp=" + std::to_string(plan.sequence_parallel) +
          " zero=" + std::to_string(plan.zero_stage) + " " + to_string(plan.attention) +
          " overlap-tp=" + std::to_string(plan.overlap_tensor_parallel) +
-         " overlap-ep=" + std::to_string(plan.overlap_expert_parallel);
+         " overlap-ep=" + std::to_string(plan.overlap_expert_parallel) + " " + to_string(plan.precision);
 }
 
 // One pipeline stage (meshes over dp, fsdp, tp, cp and ep, ZeRO 0-3), every

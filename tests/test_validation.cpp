@@ -147,6 +147,21 @@ TEST(Validation, RankOutsideWorld) {
   EXPECT_EQ(ex.problems[0].where, "rank");
 }
 
+// An fp8 plan prices its LM head and attention core at bf16 (gemm_in_fp8): a device without a bf16 figure is refused.
+TEST(Validation, Fp8NeedsTheDevicesBf16Peak) {
+  const auto model = must(load_model("gpt2-124m"));
+  auto cluster = must(load_cluster("dgx-h100"));
+  Plan plan = plan_with("dp=8", 1, 8);
+  plan.precision = Precision::fp8;
+  EXPECT_TRUE(explain_plan(model, cluster, {8, 0}, plan).valid);
+  cluster.device.peak_flops_per_s.erase(Dtype::bf16);
+  const auto ex = explain_plan(model, cluster, {8, 0}, plan);
+  ASSERT_FALSE(ex.valid);
+  EXPECT_NE(messages(ex.problems).find("fp8 runs the LM head and the attention core in bf16: h100-sxm has no bf16 support"),
+            std::string::npos)
+      << messages(ex.problems);
+}
+
 TEST(Validation, ReportsEveryProblemAtOnce) {
   const auto model = must(load_model("gpt3-175b"));
   const auto cluster = must(load_cluster("dgx-a100"));
