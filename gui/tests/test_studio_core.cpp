@@ -636,6 +636,25 @@ class StudioCoreTest : public QObject {
     for (const auto& p : roofline.points) {
       QVERIFY(p.achieved_flops_per_s() <= roofline_ceiling(p.intensity(), roofline.peak_flops_per_s, roofline.memory_bytes_per_s) * (1 + 1e-9));
     }
+
+    // fp8 on H100s (gemm_in_fp8): a layer's weight GEMMs move 1-byte operands at the fp8 peak; the LM head
+    // keeps bf16's bytes and time.
+    SetupInputs h100;
+    h100.cluster = "dgx-h100";
+    auto h100_job = resolve_setup(h100);
+    const Evaluator hopper(h100_job.value.model, h100_job.value.cluster, h100_job.value.world_size, h100_job.value.seq_len);
+    auto point = [&](Precision precision, const std::string& name) {
+      plan.precision = precision;
+      const Roofline r = plan_roofline(hopper, plan);
+      const auto found = std::find_if(r.points.begin(), r.points.end(), [&](const RooflinePoint& p) { return p.name == name; });
+      return found == r.points.end() ? RooflinePoint{} : *found;
+    };
+    QCOMPARE(point(Precision::fp8, "layer0.mlp.w_in").bytes, 2048.0 * 12288 + 12288.0 * 6144 + 2048.0 * 6144);
+    QVERIFY(point(Precision::fp8, "layer0.mlp.w_in").time_s < point(Precision::bf16, "layer0.mlp.w_in").time_s);
+    const RooflinePoint head8 = point(Precision::fp8, "head.output"), head16 = point(Precision::bf16, "head.output");
+    QVERIFY(head16.time_s > 0);
+    QCOMPARE(head8.bytes, head16.bytes);
+    QCOMPARE(head8.time_s, head16.time_s);
   }
 
   void timelineZoomAndPan() {
