@@ -179,7 +179,7 @@ double block_compute(BlockCost& c, const BlockProfile& bp, BlockKind role, const
     const LocalGemm& s = gc.shape;
     const bool fp8 = gemm_in_fp8(plan, role, g.has_weights);
     const ComputeRates& r = fp8 ? rates : gemm_rates.high_precision;
-    const double element_bytes = fp8 ? 1.0 : act;
+    const double element_bytes = gc.element_bytes = fp8 ? 1.0 : act;
     gc.forward_s = gemm_time_s(s.rows, s.n, s.k, s.batch, element_bytes, r);
     if (fused && g.core_attention) {  // priced as one fused kernel below
       gc.fused_away = true;
@@ -221,7 +221,7 @@ double block_compute(BlockCost& c, const BlockProfile& bp, BlockKind role, const
   // A memory-bound pass's bytes on this device: its elements at the activation dtype and its fixed-
   // width bytes, per sample, over the split of its region (1: tensor-parallel).
   auto pass_bytes = [&](double elements, double fixed_bytes, int region) {
-    return (elements * act + fixed_bytes) * b / ps.split.of(region == 1);
+    return memory_pass_bytes(elements, fixed_bytes, act, b, ps.split, region == 1);
   };
   // The forward seconds of module m's memory-bound passes.
   auto module_passes_s = [&](std::size_t m) {

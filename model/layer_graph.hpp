@@ -129,6 +129,8 @@ struct Op {
   std::int64_t head_dim = 0;
   // A GEMM with weights (a linear or a convolution), not attention's QK^T or PV.
   bool has_weights() const { return kind == OpKind::gemm || kind == OpKind::conv; }
+  // Priced as a GEMM (`gemm` holds its shape): the weighted ones and attention's QK^T and PV.
+  bool gemm_like() const { return has_weights() || kind == OpKind::attention_scores || kind == OpKind::attention_values; }
   // torchtitan's op-level selective checkpointing (Recompute::selective_op),
   // in a layer block: the parts of this op's output it keeps, and the share
   // of this op's forward the backward repeats. Every op outside torchtitan's

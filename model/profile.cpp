@@ -276,9 +276,7 @@ ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph) {
     for (OpId id : block.ops) {
       const Op& op = graph.op(id);
       add_memory(bp, op);
-      const bool gemm_like = op.kind == OpKind::gemm || op.kind == OpKind::attention_scores ||
-                             op.kind == OpKind::attention_values || op.kind == OpKind::conv;
-      if (gemm_like) {
+      if (op.gemm_like()) {
         add_gemm(bp, op, boost::in_degree(id, graph.graph) > 0, model.transformer.dropout);
       } else {
         add_stream(bp, op, graph.seq_len);

@@ -21,7 +21,7 @@
 // - expert_mesh: the mesh the routed experts' collectives run over (ep and tp
 //   folded into one ep axis when the experts leave tp, expert_split).
 //
-// Defines: ActivationSplit, activation_split, LocalGemm, local_gemm, gemm_in_fp8, Fp8CastBytes, fp8_cast_bytes, Pass,
+// Defines: ActivationSplit, activation_split, LocalGemm, local_gemm, memory_pass_bytes, gemm_in_fp8, Fp8CastBytes, fp8_cast_bytes, Pass,
 // HiddenUnder, BlockCollective, GemmCost, BlockCost, PipelineTransfer,
 // pipeline_transfer, gradient_reduction, GradientBuckets, gradient_buckets,
 // bucket_reduction_end_s, optimizer_traffic_bytes.
@@ -77,6 +77,14 @@ inline LocalGemm local_gemm(const Op& op, const Plan& plan, std::int64_t kv_head
   return local_gemm(op.gemm.rows_per_sample, static_cast<double>(op.gemm.n), static_cast<double>(op.gemm.k),
                     static_cast<double>(op.gemm.batch), op.tp_split, plan, static_cast<double>(op.gemm.kv_n), kv_heads,
                     op.expert);
+}
+
+// A memory-bound pass's bytes on one device for a micro-batch of `b`: its
+// `elements` per sample at `act` bytes and its fixed-width bytes, over the
+// split of its region (`tensor_parallel`: inside Megatron's f/g region).
+inline double memory_pass_bytes(double elements, double fixed_bytes, double act, double b, const ActivationSplit& split,
+                                bool tensor_parallel) {
+  return (elements * act + fixed_bytes) * b / split.of(tensor_parallel);
 }
 
 // FP8 training as Transformer Engine (Megatron-Core's --fp8-format) and
@@ -169,6 +177,7 @@ struct BlockCollective {
 
 struct GemmCost {
   LocalGemm shape;
+  double element_bytes = 2;  // of its operands and result: 1 in fp8 (gemm_in_fp8), else the activation width
   bool core_attention = false;
   bool has_weights = true;
   bool fused_away = false;  // core attention under fused attention: priced by the fused kernel

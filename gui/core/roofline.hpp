@@ -1,11 +1,11 @@
 // The roofline of one plan's step (Williams et al. 2009; "How to Scale Your
 // Model", Part 1): every op of one transformer layer (and of the embedding
 // and head blocks) on one device of the plan, as a point (arithmetic
-// intensity, achieved FLOP/s) under the device's ceilings, with the shapes
-// the fast evaluator costs: model/stage_cost.hpp's local_gemm for GEMMs and
-// activation_split for memory-bound ops, the one statement of both rules.
-// Time comes from compute_model.hpp's gemm_time_s and stream_time_s, so a
-// point sits where the cost model puts that op.
+// intensity, achieved FLOP/s) under the device's ceilings. GEMMs are the
+// evaluator's record (Evaluator::block_costs: each GEMM's local shape,
+// operand width and forward seconds); a memory-bound op is its own pass,
+// with model/stage_cost.hpp's memory_pass_bytes and compute_model.hpp's
+// stream_time_s, so a point sits where the cost model puts that op.
 //
 // Defines: RooflinePoint, Roofline, plan_roofline.
 #pragma once
