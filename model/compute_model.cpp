@@ -8,7 +8,8 @@ namespace meshplan {
 ComputeRates rates_for(const DeviceSpec& device, Precision precision) {
   ComputeRates rates;
   rates.peak_flops_per_s = device.peak_for(gemm_dtype(precision)).value_or(0);
-  rates.gemm_efficiency = device.gemm_efficiency;
+  rates.gemm_efficiency =
+      precision == Precision::fp8 && device.fp8_gemm_efficiency > 0 ? device.fp8_gemm_efficiency : device.gemm_efficiency;
   rates.memory_bytes_per_s = device.memory_bandwidth_bytes_per_s * device.memory_efficiency;
   rates.compute_units = device.compute_units;
   rates.l2_bytes_per_s = device.l2_bandwidth_bytes_per_s;

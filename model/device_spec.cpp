@@ -174,6 +174,10 @@ Loaded<DeviceSpec> read_device(const YAML::Node& node, const std::string& displa
   if (auto achievable = root.map("achievable", Need::optional)) {
     device.gemm_efficiency =
         achievable->number("gemm_fraction", Need::optional, kAchievableFractionMin, 1.0).value_or(device.gemm_efficiency);
+    device.fp8_gemm_efficiency = achievable->number("fp8_gemm_fraction", Need::optional, kAchievableFractionMin, 1.0).value_or(0);
+    if (device.fp8_gemm_efficiency > 0 && !device.peak_flops_per_s.contains(Dtype::fp8)) {
+      achievable->add_problem("fp8_gemm_fraction", "is a fraction of the fp8 peak, and peak_tflops has no fp8");
+    }
     device.memory_efficiency =
         achievable->number("memory_bandwidth_fraction", Need::optional, kAchievableFractionMin, 1.0).value_or(device.memory_efficiency);
     read_measured_rates(*achievable, device.gemm_curve, device.op_bandwidth_bytes_per_s);

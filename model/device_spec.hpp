@@ -77,6 +77,9 @@ struct DeviceSpec {
   // and the number of parallel compute units (SMs) for wave quantization
   // (0 = not modelled).
   double gemm_efficiency = 0.8;
+  // An fp8 GEMM's large-GEMM fraction of the fp8 peak, where measured
+  // (achievable.fp8_gemm_fraction); 0: gemm_efficiency, as bf16's.
+  double fp8_gemm_efficiency = 0;
   double memory_efficiency = 0.85;
   std::int64_t compute_units = 0;
   // Achievable bandwidth from the L2 cache into the SMs' shared memory, all

@@ -157,10 +157,13 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
       const std::string what = row.text("what");
       if (what == "bf16_gemm_8192") {
         m.gemm_ceiling_flops_per_s = row.positive("tflops_med").value_or(0) * 1e12;
+      } else if (what == "fp8_gemm_8192") {
+        m.fp8_gemm_ceiling_flops_per_s = row.positive("tflops_med").value_or(0) * 1e12;
       } else if (what == "d2d_copy_1GiB") {
         m.copy_bytes_per_s = row.positive("gb_per_s_med").value_or(0) * 1e9;
       } else {
-        problems.push_back({Severity::warning, where, "ceiling '" + what + "' is not used (bf16_gemm_8192 and d2d_copy_1GiB are)"});
+        problems.push_back({Severity::warning, where,
+                            "ceiling '" + what + "' is not used (bf16_gemm_8192, fp8_gemm_8192 and d2d_copy_1GiB are)"});
       }
     } else if (section == "gemm") {
       DeviceMeasurements::Gemm g{row.count("m"), row.count("n"), row.count("k"), row.positive("s_med").value_or(0),
@@ -360,6 +363,10 @@ void check_figures(const MeasuredDeviceFigures& f, const DeviceMeasurements& m, 
     problems.push_back({Severity::error, m.file, "the bf16_gemm_8192 ceiling is " + format("%.3g", *f.gemm_fraction) +
                                                      " x the dense bf16 peak; it must be in " + fraction_range + ": is the peak right?"});
   }
+  if (f.fp8_gemm_fraction && !(*f.fp8_gemm_fraction >= kAchievableFractionMin && *f.fp8_gemm_fraction <= 1)) {
+    problems.push_back({Severity::error, m.file, "the fp8_gemm_8192 ceiling is " + format("%.3g", *f.fp8_gemm_fraction) +
+                                                     " x the dense fp8 peak; it must be in " + fraction_range + ": is the peak right?"});
+  }
   if (f.attention_dropout_slowdown) {
     const auto& [forward, backward] = *f.attention_dropout_slowdown;
     if (forward > kDropoutSlowdownMax || backward > kDropoutSlowdownMax) {
@@ -411,6 +418,15 @@ Loaded<MeasuredDeviceFigures> derive_device_figures(const DeviceMeasurements& m,
   const double gemm_fraction = m.gemm_ceiling_flops_per_s / f.peak_flops_per_s;  // unrounded for the residuals, as measured
   if (m.gemm_ceiling_flops_per_s > 0) f.gemm_fraction = rounded("%.4f", gemm_fraction);
   if (m.copy_bytes_per_s > 0) f.memory_bandwidth_fraction = rounded("%.3f", m.copy_bytes_per_s / f.memory_bandwidth_bytes_per_s);
+  if (m.fp8_gemm_ceiling_flops_per_s > 0) {
+    if (const auto fp8_peak = base.peak_for(Dtype::fp8)) {
+      f.fp8_gemm_fraction = rounded("%.4f", m.fp8_gemm_ceiling_flops_per_s / *fp8_peak);
+    } else {
+      result.problems.push_back({Severity::warning, m.file, "the fp8_gemm_8192 ceiling is not used: " +
+                                                                missing_peak_message(base, Dtype::fp8) +
+                                                                " (give --peak-tflops fp8=... or a --base device that has one)"});
+    }
+  }
   if (!m.gemms.empty()) {
     if (m.gemm_ceiling_flops_per_s <= 0) {
       result.problems.push_back({Severity::error, m.file, "GEMM rows need a 'ceiling' row 'bf16_gemm_8192' (the large-GEMM rate they are fractions of)"});
@@ -431,6 +447,7 @@ DeviceSpec apply_measured_figures(const DeviceSpec& base, const MeasuredDeviceFi
   if (m.memory_bytes > 0) d.memory_bytes = rounded("%.2f", m.memory_bytes / (1024.0 * 1024 * 1024)) * 1024.0 * 1024 * 1024;
   d.compute_units = f.compute_units;
   if (f.gemm_fraction) d.gemm_efficiency = *f.gemm_fraction;
+  if (f.fp8_gemm_fraction) d.fp8_gemm_efficiency = *f.fp8_gemm_fraction;
   if (f.memory_bandwidth_fraction) d.memory_efficiency = *f.memory_bandwidth_fraction;
   if (!f.gemm_curve.empty()) d.gemm_curve = f.gemm_curve;
   if (!f.attention_forward_curve.empty()) {
@@ -592,6 +609,13 @@ std::string measured_device_yaml(const DeviceSpec& d, const MeasuredDeviceFigure
       << " dense peak\n";
   } else {
     y << "  gemm_fraction: " << number(d.gemm_efficiency) << "           # " << from_base << " (no bf16_gemm_8192 row)\n";
+  }
+  if (f.fp8_gemm_fraction) {
+    y << "  fp8_gemm_fraction: " << number(*f.fp8_gemm_fraction) << "       # measured: fp8 (e4m3) 8192^3 GEMM, median "
+      << format("%.1f", m.fp8_gemm_ceiling_flops_per_s / 1e12) << " TFLOP/s / " << number(*d.peak_for(Dtype::fp8) / 1e12)
+      << " dense fp8 peak; the gemm_curve's shape applies to it\n";
+  } else if (d.fp8_gemm_efficiency > 0) {
+    y << "  fp8_gemm_fraction: " << number(d.fp8_gemm_efficiency) << "       # " << kept("achievable.fp8_gemm_fraction") << "\n";
   }
   if (f.memory_bandwidth_fraction) {
     y << "  memory_bandwidth_fraction: " << number(*f.memory_bandwidth_fraction) << " # measured: 1 GiB device-to-device copy, median "

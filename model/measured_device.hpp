@@ -48,6 +48,7 @@ struct DeviceMeasurements {
   double memory_bytes = 0;         // 0 when the file does not say
   double l2_bytes = 0;             // 0 when the file does not say
   double gemm_ceiling_flops_per_s = 0;  // bf16_gemm_8192, median
+  double fp8_gemm_ceiling_flops_per_s = 0;  // fp8_gemm_8192 (e4m3 operands, bf16 result), median
   double copy_bytes_per_s = 0;          // d2d_copy_1GiB, median, read + written
   struct Gemm {
     std::int64_t m = 0, n = 0, k = 0;
@@ -97,6 +98,7 @@ struct MeasuredDeviceFigures {
   double launch_overhead_s = 0;
   std::string launch_floor_call;           // "GEMM 1024x768x3072"
   std::optional<double> gemm_fraction;     // ceiling / peak
+  std::optional<double> fp8_gemm_fraction; // fp8 ceiling / the base's fp8 peak
   std::optional<double> memory_bandwidth_fraction;  // copy / bandwidth
   std::vector<GemmCurvePoint> gemm_curve;
   int gemm_curve_measured = 0;             // GEMMs timed above twice the launch floor
@@ -111,6 +113,7 @@ struct MeasuredDeviceFigures {
 // The reductions of docs/cost-model.md, "Measured device curves":
 // - launch floor: the shortest timed call of any kind (GEMM or op forward);
 // - gemm_fraction: the bf16 8192^3 ceiling / the base's dense bf16 peak;
+// - fp8_gemm_fraction: the fp8 8192^3 ceiling / the base's dense fp8 peak;
 // - memory_bandwidth_fraction: the 1 GiB device copy / the base's bandwidth;
 // - gemm_curve: for every GEMM timed above twice the launch floor, the rate /
 //   (peak x gemm_fraction x tile_efficiency of compute_model.hpp, bf16), in

@@ -207,6 +207,7 @@ Json device_to_json(const DeviceSpec& device) {
   j["memory_bytes"] = device.memory_bytes;
   j["memory_bandwidth_bytes_per_s"] = device.memory_bandwidth_bytes_per_s;
   j["gemm_efficiency"] = device.gemm_efficiency;
+  if (device.fp8_gemm_efficiency > 0) j["fp8_gemm_efficiency"] = device.fp8_gemm_efficiency;
   j["memory_efficiency"] = device.memory_efficiency;
   j["compute_units"] = device.compute_units;
   j["l2_bandwidth_bytes_per_s"] = device.l2_bandwidth_bytes_per_s;
@@ -340,6 +341,8 @@ void read_device(JsonObject& device, DeviceSpec& out) {
   out.memory_bytes = device.number("memory_bytes", Need::required, 1, 1e18).value_or(0);
   out.memory_bandwidth_bytes_per_s = device.number("memory_bandwidth_bytes_per_s", Need::required, 1, 1e18).value_or(0);
   out.gemm_efficiency = device.number("gemm_efficiency", Need::required, 0.01, 1).value_or(out.gemm_efficiency);
+  // Optional: written only where the device measured its fp8 GEMMs (since 2026-11-29).
+  out.fp8_gemm_efficiency = device.number("fp8_gemm_efficiency", Need::optional, 0.01, 1).value_or(0);
   out.memory_efficiency = device.number("memory_efficiency", Need::required, 0.01, 1).value_or(out.memory_efficiency);
   out.compute_units = device.integer("compute_units", Need::required, 0, 1 << 20).value_or(0);
   // Optional: files written before 2026-11-23 have no L2 figure (read as not modelled).

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "model/compute_model.hpp"
 #include "model/measured_device.hpp"
 #include "model/presets.hpp"
 #include "read_text.hpp"
@@ -100,6 +101,43 @@ TEST(MeasuredDevice, AttentionDropoutRowsGiveTheMedianSlowdowns) {
       "bad.jsonl");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(describe(bad.problems.front()).find("bad.jsonl:1"), std::string::npos) << describe(bad.problems.front());
+}
+
+// An fp8 8192^3 ceiling (scripts/gpu/measure_device.py: torch._scaled_mm, e4m3) is a fraction of the
+// base's fp8 peak: 1385.2 of 1978.9 TFLOP/s is 0.7000. It prices the fp8 plans' GEMMs (rates_for), is written
+// into the preset, which loads with it, and is a warning, not used, where the base has no fp8 peak.
+TEST(MeasuredDevice, TheFp8CeilingIsAFractionOfTheFp8Peak) {
+  const std::string text =
+      R"({"section": "ceiling", "what": "bf16_gemm_8192", "tflops_med": 795.2})"
+      "\n"
+      R"({"section": "ceiling", "what": "fp8_gemm_8192", "tflops_med": 1385.23})"
+      "\n";
+  const auto measured = parse_device_measurements(text, "fp8.jsonl");
+  ASSERT_TRUE(measured.ok()) << messages(measured.problems);
+  EXPECT_TRUE(measured.problems.empty()) << messages(measured.problems);
+  DeviceSpec base = datasheet();
+  base.peak_flops_per_s[Dtype::fp8] = 1978.9e12;
+  base.memory_bytes = 80.0 * 1024 * 1024 * 1024;  // the file has no device row; a preset needs a capacity
+  const auto figures = derive_device_figures(measured.value, base);
+  ASSERT_TRUE(figures.ok()) << messages(figures.problems);
+  ASSERT_TRUE(figures.value.fp8_gemm_fraction.has_value());
+  EXPECT_DOUBLE_EQ(*figures.value.fp8_gemm_fraction, 0.7);
+  const DeviceSpec device = apply_measured_figures(base, figures.value, measured.value);
+  EXPECT_DOUBLE_EQ(device.fp8_gemm_efficiency, 0.7);
+  EXPECT_DOUBLE_EQ(rates_for(device, Precision::fp8).gemm_efficiency, 0.7);
+  EXPECT_DOUBLE_EQ(rates_for(device, Precision::bf16).gemm_efficiency, device.gemm_efficiency);
+  const std::string yaml = measured_device_yaml(device, figures.value, measured.value, "flags", "meshplan calibrate --from x");
+  const auto loaded = load_device_text(yaml, "written.yaml");
+  ASSERT_TRUE(loaded.ok()) << (loaded.problems.empty() ? yaml : describe(loaded.problems.front()) + "\n" + yaml);
+  EXPECT_DOUBLE_EQ(loaded.value.fp8_gemm_efficiency, 0.7);
+  EXPECT_NE(yaml.find("fp8 (e4m3) 8192^3 GEMM, median 1385.2 TFLOP/s"), std::string::npos) << yaml;
+  // Without an fp8 peak the row is not used, and says why.
+  const auto no_peak = derive_device_figures(measured.value, datasheet());
+  ASSERT_TRUE(no_peak.ok());
+  EXPECT_FALSE(no_peak.value.fp8_gemm_fraction.has_value());
+  EXPECT_NE(messages(no_peak.problems).find("the fp8_gemm_8192 ceiling is not used: h100-sxm has no fp8 support"),
+            std::string::npos)
+      << messages(no_peak.problems);
 }
 
 TEST(MeasuredDevice, TheLossRateComesFromTheFusedLossAndTheEagerOneIsAWarning) {

@@ -90,6 +90,7 @@ void expect_same_cluster(const ClusterSpec& a, const ClusterSpec& b) {
   EXPECT_EQ(d.memory_bytes, e.memory_bytes);
   EXPECT_EQ(d.memory_bandwidth_bytes_per_s, e.memory_bandwidth_bytes_per_s);
   EXPECT_EQ(d.gemm_efficiency, e.gemm_efficiency);
+  EXPECT_EQ(d.fp8_gemm_efficiency, e.fp8_gemm_efficiency);
   EXPECT_EQ(d.memory_efficiency, e.memory_efficiency);
   EXPECT_EQ(d.compute_units, e.compute_units);
   EXPECT_EQ(d.l2_bandwidth_bytes_per_s, e.l2_bandwidth_bytes_per_s);
@@ -470,6 +471,7 @@ TEST(PlanFile, MeasuredRefinementsRoundTripAndOlderFilesReadWithout) {
   threaded.op_bandwidth_bytes_per_s[static_cast<std::size_t>(StreamOp::norm)] = 2.39e9;
   cluster.device.threaded = threaded;
   cluster.device.l2_bandwidth_bytes_per_s = 4.958e12;
+  cluster.device.fp8_gemm_efficiency = 0.7;
   expect_round_trip(made.file);
 
   Json old = plan_file_to_json(made.file);
@@ -477,6 +479,7 @@ TEST(PlanFile, MeasuredRefinementsRoundTripAndOlderFilesReadWithout) {
   old["cluster"]["device"].erase("op_bandwidth_bytes_per_s");
   old["cluster"]["device"].erase("threaded");
   old["cluster"]["device"].erase("l2_bandwidth_bytes_per_s");
+  old["cluster"]["device"].erase("fp8_gemm_efficiency");
   old["cluster"]["intra_node"].erase("overlaps_compute");
   const auto back = parse_plan_file(old.dump(2), "old.json");
   ASSERT_TRUE(back.ok()) << messages(back.problems);
@@ -484,6 +487,7 @@ TEST(PlanFile, MeasuredRefinementsRoundTripAndOlderFilesReadWithout) {
   EXPECT_EQ(back.value.cluster.device.op_bandwidth_bytes_per_s, (std::array<double, kStreamOps>{}));
   EXPECT_FALSE(back.value.cluster.device.threaded.has_value());
   EXPECT_EQ(back.value.cluster.device.l2_bandwidth_bytes_per_s, 0);
+  EXPECT_EQ(back.value.cluster.device.fp8_gemm_efficiency, 0);
   EXPECT_TRUE(back.value.cluster.intra_node.overlaps_compute);
 
   Json bad = plan_file_to_json(made.file);

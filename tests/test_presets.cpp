@@ -67,6 +67,24 @@ TEST(Presets, EveryDeviceSaysWhatKindItIs) {
   EXPECT_NE(messages(bad.problems).find("nvidia-gpu"), std::string::npos) << messages(bad.problems);
 }
 
+// achievable.fp8_gemm_fraction is a fraction of the fp8 peak: in (0, 1], and only beside peak_tflops.fp8.
+TEST(Presets, Fp8GemmFractionNeedsTheFp8Peak) {
+  const std::string head = "name: dev\nsource: test\npeak_tflops:\n  bf16: 100\n";
+  const std::string tail = "memory_gib: 8\nmemory_bandwidth_gb_per_s: 100\nachievable:\n  fp8_gemm_fraction: 0.6\n";
+  const auto good = load_device_text(head + "  fp8: 200\n" + tail, "dev.yaml");
+  ASSERT_TRUE(good.ok()) << messages(good.problems);
+  EXPECT_DOUBLE_EQ(good.value.fp8_gemm_efficiency, 0.6);
+  EXPECT_EQ(load_device("h100-sxm").value.fp8_gemm_efficiency, 0.0);  // not measured: bf16's fraction prices fp8
+  const auto no_peak = load_device_text(head + tail, "dev.yaml");
+  ASSERT_FALSE(no_peak.ok());
+  EXPECT_NE(messages(no_peak.problems).find("fp8_gemm_fraction"), std::string::npos) << messages(no_peak.problems);
+  EXPECT_NE(messages(no_peak.problems).find("peak_tflops has no fp8"), std::string::npos) << messages(no_peak.problems);
+  const auto too_big = load_device_text(head + "  fp8: 200\n" + "memory_gib: 8\nmemory_bandwidth_gb_per_s: 100\nachievable:\n  fp8_gemm_fraction: 1.5\n",
+                                        "dev.yaml");
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_NE(messages(too_big.problems).find("fp8_gemm_fraction"), std::string::npos) << messages(too_big.problems);
+}
+
 TEST(Presets, InterconnectFiguresOfTheSeedGuides) {
   // NVLink A100/H100 600/900 GB/s counting both directions, PCIe 4.0 64 GB/s,
   // 8 x 200 Gb/s HDR = 200 GB/s per DGX A100 node, 10 GbE = 1.25 GB/s.

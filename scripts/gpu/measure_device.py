@@ -2,7 +2,8 @@
 """Measures one CUDA GPU the way shared/reference/h100-measured.md was measured,
 and writes the same JSON lines, which `meshplan calibrate --from FILE` reads.
 
-Sections: device, ceiling (bf16 and tf32 GEMM 8192^3, device-to-device copy),
+Sections: device, ceiling (bf16, fp8 where the GPU has it, and tf32 GEMM
+8192^3, device-to-device copy),
 gemm (25 shapes x 5 token counts, bf16), attention (causal
 scaled_dot_product_attention, bf16), op (memory-bound ops, cross-entropy,
 fused AdamW). Timed with CUDA events after warm-up; the median of the timed
@@ -68,6 +69,31 @@ def gemm_row(m, k, n, dtype=torch.bfloat16):
     return med / 1e3, flops / (med / 1e3) / 1e12, flops / (best / 1e3) / 1e12
 
 
+def fp8_gemm_row(m, k, n):
+    """An e4m3 x e4m3 GEMM with tensorwise scales and a bf16 result (torch._scaled_mm,
+    what torchao's Float8Linear runs); None where the GPU or PyTorch has none."""
+    if torch.cuda.get_device_capability() < (8, 9) or not hasattr(torch, "_scaled_mm"):
+        return None
+    e4m3 = torch.float8_e4m3fn
+    one = torch.ones((), device=DEV, dtype=torch.float32)
+    sets = [(torch.randn(m, k, device=DEV).to(e4m3), torch.randn(n, k, device=DEV).to(e4m3).t()) for _ in range(3)]
+    i = [0]
+
+    def run():
+        a, b = sets[i[0] % 3]
+        i[0] += 1
+        torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    try:
+        run()
+    except (RuntimeError, TypeError) as e:  # an older signature or an unsupported layout: say so, measure the rest
+        print(f"fp8 GEMM not measured: {e}", flush=True)
+        return None
+    med, best = time_ms(run, warmup=3, reps=15)
+    flops = 2.0 * m * n * k
+    return flops / (med / 1e3) / 1e12, flops / (best / 1e3) / 1e12
+
+
 def main():
     path = sys.argv[1]
     torch.manual_seed(0)
@@ -77,6 +103,9 @@ def main():
                    "l2_bytes": getattr(p, "L2_cache_size", 0), "torch": torch.__version__})
         s, med, best = gemm_row(8192, 8192, 8192)
         emit(out, {"section": "ceiling", "what": "bf16_gemm_8192", "tflops_med": med, "tflops_best": best})
+        fp8 = fp8_gemm_row(8192, 8192, 8192)
+        if fp8 is not None:
+            emit(out, {"section": "ceiling", "what": "fp8_gemm_8192", "tflops_med": fp8[0], "tflops_best": fp8[1]})
         torch.backends.cuda.matmul.allow_tf32 = True
         s, med, best = gemm_row(8192, 8192, 8192, torch.float32)
         torch.backends.cuda.matmul.allow_tf32 = False
