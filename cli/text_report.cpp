@@ -146,6 +146,9 @@ void print_compute_parts(std::ostream& out, const TimeEstimate& t, const std::ar
   row("matmuls", at(ComputePart::matmul_forward), at(ComputePart::matmul_backward));
   row("attention", at(ComputePart::attention_forward), at(ComputePart::attention_backward));
   row("memory-bound ops", at(ComputePart::memory_bound_forward), at(ComputePart::memory_bound_backward));
+  if (at(ComputePart::fp8_cast_forward) + at(ComputePart::fp8_cast_backward) > 0) {  // fp8 plans only
+    row("fp8 casts", at(ComputePart::fp8_cast_forward), at(ComputePart::fp8_cast_backward));
+  }
   row("recomputation", 0, at(ComputePart::recompute));
   row("launch overhead", 0, at(ComputePart::launch_overhead));
 }

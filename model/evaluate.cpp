@@ -197,8 +197,8 @@ double block_compute(BlockCost& c, const BlockProfile& bp, BlockKind role, const
       c.fp8_cast_bytes.backward += cast.backward;
       c.fp8_cast_forward_s += cast_forward_s;
       c.fp8_cast_backward_s += cast_backward_s;
-      part(c, ComputePart::memory_bound_forward) += cast_forward_s;
-      part(c, ComputePart::memory_bound_backward) += cast_backward_s;
+      part(c, ComputePart::fp8_cast_forward) += cast_forward_s;
+      part(c, ComputePart::fp8_cast_backward) += cast_backward_s;
       cast_kernels[0] += 2;  // input and weight
       cast_kernels[1] += 1;  // output gradient
     }

@@ -16,6 +16,8 @@ std::string to_string(ComputePart part) {
     case ComputePart::attention_backward: return "attention_backward";
     case ComputePart::memory_bound_forward: return "memory_bound_forward";
     case ComputePart::memory_bound_backward: return "memory_bound_backward";
+    case ComputePart::fp8_cast_forward: return "fp8_cast_forward";
+    case ComputePart::fp8_cast_backward: return "fp8_cast_backward";
     case ComputePart::recompute: return "recompute";
     case ComputePart::launch_overhead: return "launch_overhead";
   }

@@ -194,10 +194,12 @@ enum class ComputePart {
   attention_backward,
   memory_bound_forward,  // norms, activations, residual adds, rotary, embedding, the loss's passes
   memory_bound_backward,
+  fp8_cast_forward,      // the fp8 GEMMs' casts of their inputs and weights (gemm_in_fp8)
+  fp8_cast_backward,     // and of their output gradients
   recompute,             // what the backward repeats of the forward (selective, op-level, full)
   launch_overhead,       // the launch floor's excess over the kernels' own time
 };
-inline constexpr std::size_t kComputeParts = 8;
+inline constexpr std::size_t kComputeParts = 10;
 std::string to_string(ComputePart part);  // "matmul_forward"
 
 // One block of one kind, per micro-batch, on one device.

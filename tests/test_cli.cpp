@@ -34,6 +34,11 @@ TEST(Cli, QuickStartExplainsGpt3) {
                           "compute by kind", "matmuls", "attention", "memory-bound ops", "recomputation", "launch overhead"}) {
     EXPECT_NE(r.out.find(row), std::string::npos) << row;
   }
+  EXPECT_EQ(r.out.find("fp8 casts"), std::string::npos);  // bf16: no cast row
+  const CliRun fp8 = run({"explain", "--model", "gpt2-350m", "--cluster", "dgx-h100", "--gpus", "8", "--mesh", "dp=8",
+                          "--micro-batch", "8", "--global-batch", "64", "--precision", "fp8"});
+  EXPECT_EQ(fp8.status, 0) << fp8.err;
+  EXPECT_NE(fp8.out.find("\n  fp8 casts "), std::string::npos) << fp8.out;
 }
 
 // explain names what priced the step beyond the roofline: a link that hides
@@ -84,11 +89,11 @@ TEST(Cli, JsonHasTheDocumentedKeys) {
   EXPECT_GT(j["time_s"]["step"].get<double>(), j["time_s"]["compute"].get<double>() * 0.5);
   double by_kind = 0;
   for (const char* key : {"matmul_forward", "matmul_backward", "attention_forward", "attention_backward", "memory_bound_forward",
-                          "memory_bound_backward", "recompute", "launch_overhead"}) {
+                          "memory_bound_backward", "fp8_cast_forward", "fp8_cast_backward", "recompute", "launch_overhead"}) {
     ASSERT_TRUE(j["compute_s_by_kind"].contains(key)) << key;
     by_kind += j["compute_s_by_kind"][key].get<double>();
   }
-  EXPECT_EQ(j["compute_s_by_kind"].size(), 8u);
+  EXPECT_EQ(j["compute_s_by_kind"].size(), 10u);
   EXPECT_NEAR(by_kind, j["time_s"]["compute"].get<double>(), 1e-9 * j["time_s"]["compute"].get<double>());
   // The quick start's default selective recompute repeats nothing under fused attention.
   EXPECT_EQ(j["compute_s_by_kind"]["recompute"].get<double>(), 0);

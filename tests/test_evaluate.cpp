@@ -289,6 +289,10 @@ TEST(Evaluator, Fp8RunsTheLayersWeightGemmsAndCastsThem) {
   }
   EXPECT_NEAR(a.forward_compute_s, forward, 1e-15);
   EXPECT_NEAR(a.backward_compute_s, backward, 1e-15);
+  // explain's "fp8 casts" row (ComputePart): the casts, and none in the bf16 plan.
+  EXPECT_EQ(a.compute_parts_s[static_cast<std::size_t>(ComputePart::fp8_cast_forward)], a.fp8_cast_forward_s);
+  EXPECT_EQ(a.compute_parts_s[static_cast<std::size_t>(ComputePart::fp8_cast_backward)], a.fp8_cast_backward_s);
+  EXPECT_EQ(b.compute_parts_s[static_cast<std::size_t>(ComputePart::fp8_cast_forward)], 0.0);
 }
 
 TEST(Evaluator, FusedLossKeepsTheLogitsInTheirOwnDtype) {

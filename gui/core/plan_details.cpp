@@ -90,7 +90,10 @@ std::vector<Figure> plan_figures(const ModelSpec& model, const Plan& plan, const
     out.push_back(number("compute", "s", t.compute_s, 3));
     // By kind, as `meshplan explain` prints it (model/stage_cost.hpp, ComputePart).
     for (std::size_t i = 0; i < kComputeParts; ++i) {
-      std::string kind = to_string(static_cast<ComputePart>(i));
+      const auto part = static_cast<ComputePart>(i);
+      const bool fp8_cast = part == ComputePart::fp8_cast_forward || part == ComputePart::fp8_cast_backward;
+      if (fp8_cast && ex.compute_parts_s[i] == 0) continue;  // fp8 plans only, as explain shows them
+      std::string kind = to_string(part);
       std::replace(kind.begin(), kind.end(), '_', ' ');
       out.push_back(number("compute: " + kind, "s", ex.compute_parts_s[i], 3));
     }
