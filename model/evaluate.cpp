@@ -707,18 +707,13 @@ struct StageMemoryInputs {
   double activations = s.chunk_activation_bytes / chunks_here * in_flight;
   if (recomputes_layer_forward(plan.recompute)) activations += s.largest_layer_bytes;
   sm.in_flight_micro_batches = in_flight / chunks_here;
-  const double m_at_least_one = static_cast<double>(in.m);
-  const bool pipelined = pp > 1;
   if (r == 0 && prof.embedding_block >= 0) {
-    const double embedding_in_flight = !pipelined ? 1
-                                       : plan.schedule.kind == ScheduleKind::gpipe
-                                           ? m_at_least_one
-                                           : std::min(static_cast<double>(pp), m_at_least_one);
-    activations += embedding_in_flight * cost_of_block(prof, in.kind_cost, prof.embedding_block).activation_bytes;
+    activations += embedding_in_flight_micro_batches(plan.schedule, pp, in.m) *
+                   cost_of_block(prof, in.kind_cost, prof.embedding_block).activation_bytes;
   }
   if (r == pp - 1 && prof.head_block >= 0) {
-    const double head_in_flight = pipelined && plan.schedule.kind == ScheduleKind::gpipe ? m_at_least_one : 1;
-    activations += head_in_flight * cost_of_block(prof, in.kind_cost, prof.head_block).activation_bytes;
+    activations += head_in_flight_micro_batches(plan.schedule, pp, in.m) *
+                   cost_of_block(prof, in.kind_cost, prof.head_block).activation_bytes;
   }
   mem.activations_bytes = activations;
 

@@ -179,6 +179,23 @@ void add_peak_memory(MemoryBreakdown& memory, double loss_logits, double gradien
   memory.allocator_reserve_bytes = device.allocator_reserve_fraction * memory.allocated_peak_bytes();
 }
 
+double embedding_in_flight_micro_batches(const Schedule& schedule, std::int64_t pp, std::int64_t micro_batches) {
+  const auto m = static_cast<double>(std::max<std::int64_t>(micro_batches, 1));
+  if (pp <= 1) return 1;
+  const auto p = static_cast<double>(pp);
+  switch (schedule.kind) {
+    case ScheduleKind::gpipe: return m;
+    case ScheduleKind::interleaved: return std::min(2 * p, m);
+    case ScheduleKind::one_f_one_b:
+    case ScheduleKind::zb_h1: return std::min(p, m);
+  }
+  return m;
+}
+
+double head_in_flight_micro_batches(const Schedule& schedule, std::int64_t pp, std::int64_t micro_batches) {
+  return pp > 1 && schedule.kind == ScheduleKind::gpipe ? static_cast<double>(std::max<std::int64_t>(micro_batches, 1)) : 1;
+}
+
 double in_flight_chunk_micro_batches(const Schedule& schedule, std::int64_t pp, std::int64_t stage,
                                      std::int64_t micro_batches) {
   const auto m = static_cast<double>(std::max<std::int64_t>(micro_batches, 1));
@@ -263,12 +280,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, 
     sm.in_flight_micro_batches = in_flight / static_cast<double>(partition.chunks_per_stage);
 
     // Embedding (stage 0) and head (last stage) are never recomputed.
-    const bool pipelined = pp > 1;
-    const double embedding_in_flight =
-        !pipelined ? 1 : plan.schedule.kind == ScheduleKind::gpipe ? static_cast<double>(std::max<std::int64_t>(m, 1))
-                                                                   : std::min<double>(static_cast<double>(pp), static_cast<double>(std::max<std::int64_t>(m, 1)));
-    const double head_in_flight =
-        pipelined && plan.schedule.kind == ScheduleKind::gpipe ? static_cast<double>(std::max<std::int64_t>(m, 1)) : 1;
+    const double embedding_in_flight = embedding_in_flight_micro_batches(plan.schedule, pp, m);
+    const double head_in_flight = head_in_flight_micro_batches(plan.schedule, pp, m);
     for (int b : blocks) {
       const auto kind = graph.blocks[static_cast<std::size_t>(b)].kind;
       if (kind == BlockKind::embedding) {

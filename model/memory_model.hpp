@@ -125,6 +125,14 @@ double op_sac_kept_bytes_per_sample(const Op& op, const ActivationSharding& shar
 // micro-batch's backward before the next forward).
 double in_flight_chunk_micro_batches(const Schedule& schedule, std::int64_t pp, std::int64_t stage,
                                      std::int64_t micro_batches);
+// Micro-batches of the embedding's activations stage 0 holds at once (its
+// chunk 0 only): GPipe m, 1F1B and ZB-H1 min(p, m), interleaved min(2p, m)
+// (the warm-up runs chunk 0 of two rounds of p micro-batches before chunk
+// 0's first backward); 1 when pp = 1. And of the head's on the last stage:
+// GPipe m, else 1 (its backward follows its forward). Equal to counting
+// chunk 0 and chunk p v - 1 in pipeline_schedule's lists (tests/test_schedule.cpp).
+double embedding_in_flight_micro_batches(const Schedule& schedule, std::int64_t pp, std::int64_t micro_batches);
+double head_in_flight_micro_batches(const Schedule& schedule, std::int64_t pp, std::int64_t micro_batches);
 
 MemoryEstimate estimate_memory(const ModelSpec& model, const LayerGraph& graph, const StagePartition& partition,
                                const Plan& plan, const ClusterSpec& cluster);

@@ -234,10 +234,11 @@ PassPairing pass_pairing(const std::vector<Instruction>& program) {
   return pairing;
 }
 
-InFlightPeak peak_in_flight(const std::vector<Instruction>& program) {
+InFlightPeak peak_in_flight(const std::vector<Instruction>& program, std::int64_t chunk) {
   InFlightPeak peak;
   std::int64_t held_input = 0, held_weight = 0;
   for (const Instruction& in : program) {
+    if (chunk >= 0 && in.chunk != chunk) continue;
     switch (in.kind) {
       case Kind::forward:
         ++held_input;

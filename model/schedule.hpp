@@ -126,6 +126,7 @@ struct InFlightPeak {
   std::int64_t until_input_gradient = 0;
   std::int64_t until_weight_gradient = 0;
 };
-InFlightPeak peak_in_flight(const std::vector<Instruction>& program);
+// With `chunk` >= 0, only that global chunk's sets.
+InFlightPeak peak_in_flight(const std::vector<Instruction>& program, std::int64_t chunk = -1);
 
 }  // namespace meshplan

@@ -170,6 +170,28 @@ TEST(Schedule, InFlightCountsAgreeWithTheMemoryModel) {
   }
 }
 
+// The embedding (chunk 0 on stage 0) and the head (chunk p v - 1 on the last
+// stage) hold as many micro-batches as the memory model's closed forms say:
+// the embedding until its weight gradient (ZB-H1 defers it), the head until
+// its input gradient (its logits go then).
+TEST(Schedule, EmbeddingAndHeadInFlightCountsAgreeWithTheMemoryModel) {
+  int interleaved_beyond_p = 0;
+  for (const Case& c : cases()) {
+    if (c.stages == 1 && c.schedule.kind == ScheduleKind::interleaved) continue;  // validation rejects it
+    const PipelinePrograms programs = pipeline_schedule(c.schedule, c.stages, c.micro_batches);
+    const std::int64_t v = c.schedule.kind == ScheduleKind::interleaved ? c.schedule.virtual_stages : 1;
+    const InFlightPeak embedding = peak_in_flight(programs.front(), 0);
+    const InFlightPeak head = peak_in_flight(programs.back(), c.stages * v - 1);
+    EXPECT_EQ(static_cast<double>(embedding.until_weight_gradient),
+              embedding_in_flight_micro_batches(c.schedule, c.stages, c.micro_batches))
+        << name(c);
+    EXPECT_EQ(static_cast<double>(head.until_input_gradient), head_in_flight_micro_batches(c.schedule, c.stages, c.micro_batches))
+        << name(c);
+    if (c.schedule.kind == ScheduleKind::interleaved && embedding.until_weight_gradient > c.stages) ++interleaved_beyond_p;
+  }
+  EXPECT_GT(interleaved_beyond_p, 0);  // the cases reach the interleaved warm-up's second round
+}
+
 std::vector<std::tuple<Kind, std::int64_t, std::int64_t>> compute_passes(const std::vector<Instruction>& program) {
   std::vector<std::tuple<Kind, std::int64_t, std::int64_t>> out;
   for (const Instruction& in : program) {
