@@ -367,6 +367,7 @@ class TransformerBuilder {
       router.saved[1].module = RecomputeModule::layernorm;  // the second norm's output
       router.gemm = {s, t.experts, t.hidden, 1};
       router.tp_split = TpSplit::sequence;  // each tp rank routes its own tokens under sequence parallelism (Megatron-Core)
+      router.keeps_precision = true;
       router.memory_fixed_bytes_per_sample = 2 * s * experts * 4;  // fp32 softmax over experts
       router.op_sac_kept = {{"router logits", s * experts, 0, false, false}};  // matmul 5 (the experts' grouped matmuls are repeated)
       router.op_sac_recomputed = 0;

@@ -177,7 +177,7 @@ double block_compute(BlockCost& c, const BlockProfile& bp, BlockKind role, const
     gc.core_attention = g.core_attention;
     gc.has_weights = g.has_weights;
     const LocalGemm& s = gc.shape;
-    const bool fp8 = gemm_in_fp8(plan, role, g.has_weights);
+    const bool fp8 = gemm_in_fp8(plan, role, g);
     const ComputeRates& r = fp8 ? rates : gemm_rates.high_precision;
     const double element_bytes = gc.element_bytes = fp8 ? 1.0 : act;
     gc.forward_s = gemm_time_s(s.rows, s.n, s.k, s.batch, element_bytes, r);

@@ -127,6 +127,10 @@ struct Op {
   // Attention geometry for core-attention ops (the fused kernel's shape).
   std::int64_t attention_heads = 0;
   std::int64_t head_dim = 0;
+  // A GEMM that fp8 recipes keep in bf16 or fp32 though it has weights: the
+  // MoE router (DeepSeek-V3 report, Sec. 3.3.1, "MoE gating modules";
+  // Megatron-Core's TopKRouter is not a Transformer Engine module).
+  bool keeps_precision = false;
   // A GEMM with weights (a linear or a convolution), not attention's QK^T or PV.
   bool has_weights() const { return kind == OpKind::gemm || kind == OpKind::conv; }
   // Priced as a GEMM (`gemm` holds its shape): the weighted ones and attention's QK^T and PV.

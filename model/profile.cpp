@@ -10,7 +10,7 @@ bool same_gemms(const std::vector<GemmWork>& a, const std::vector<GemmWork>& b) 
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (a[i].rows_per_sample != b[i].rows_per_sample || a[i].n != b[i].n || a[i].kv_n != b[i].kv_n || a[i].k != b[i].k ||
         a[i].batch != b[i].batch || a[i].tp_split != b[i].tp_split || a[i].core_attention != b[i].core_attention ||
-        a[i].has_weights != b[i].has_weights || a[i].needs_input_gradient != b[i].needs_input_gradient ||
+        a[i].has_weights != b[i].has_weights || a[i].keeps_precision != b[i].keeps_precision || a[i].needs_input_gradient != b[i].needs_input_gradient ||
         a[i].op_sac_recomputed != b[i].op_sac_recomputed || a[i].expert != b[i].expert || a[i].module != b[i].module) {
       return false;
     }
@@ -172,6 +172,7 @@ void add_gemm(BlockProfile& bp, const Op& op, bool needs_input_gradient, double 
   work.tp_split = op.tp_split;
   work.core_attention = op.core_attention;
   work.has_weights = op.has_weights();
+  work.keeps_precision = op.keeps_precision;
   work.needs_input_gradient = needs_input_gradient;
   work.op_sac_recomputed = op.op_sac_recomputed;
   work.expert = op.expert;

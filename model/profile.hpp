@@ -23,6 +23,7 @@ struct GemmWork {
   TpSplit tp_split = TpSplit::none;
   bool core_attention = false;
   bool has_weights = true;  // false for QK^T and PV: their backward has no weight-gradient half
+  bool keeps_precision = false;  // Op::keeps_precision: not in fp8 under an fp8 plan (gemm_in_fp8)
   // false when the GEMM reads the model's input data (an MLP's or CNN's first
   // layer): nothing needs the gradient of the data, so no framework computes it.
   bool needs_input_gradient = true;

@@ -90,10 +90,11 @@ inline double memory_pass_bytes(double elements, double fixed_bytes, double act,
 // FP8 training as Transformer Engine (Megatron-Core's --fp8-format) and
 // torchao's Float8Linear (torchtitan's float8 converter) run it: the layers'
 // weight GEMMs in fp8; the LM head (Megatron-Core's output layer is not a TE
-// module; torchtitan's recipes filter "output"), the embedding and the
-// attention core stay bf16 (docs/cost-model.md, "FP8 GEMMs").
-inline bool gemm_in_fp8(const Plan& plan, BlockKind role, bool has_weights) {
-  return plan.precision == Precision::fp8 && role == BlockKind::layer && has_weights;
+// module; torchtitan's recipes filter "output"), the embedding, the
+// attention core and the GEMMs that keep their precision (Op::keeps_precision:
+// the MoE router) stay bf16 (docs/cost-model.md, "FP8 GEMMs").
+inline bool gemm_in_fp8(const Plan& plan, BlockKind role, const GemmWork& g) {
+  return plan.precision == Precision::fp8 && role == BlockKind::layer && g.has_weights && !g.keeps_precision;
 }
 // Traffic of the casts one fp8 GEMM runs per micro-batch: the forward casts
 // its input and its weight, the backward its output gradient; each reads the

@@ -295,6 +295,43 @@ TEST(Evaluator, Fp8RunsTheLayersWeightGemmsAndCastsThem) {
   EXPECT_EQ(b.compute_parts_s[static_cast<std::size_t>(ComputePart::fp8_cast_forward)], 0.0);
 }
 
+// An fp8 plan keeps the MoE router in bf16 (Op::keeps_precision: DeepSeek-V3's report, Sec. 3.3.1, keeps its
+// "MoE gating modules" in BF16 or FP32; Megatron-Core's router is not a Transformer Engine module): it
+// casts nothing and takes the bf16 plan's seconds; the experts' and attention's weight GEMMs run in fp8.
+TEST(Evaluator, Fp8KeepsTheRouterInBf16) {
+  const auto model = must(load_model("mixtral-8x7b"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator(model, cluster, 8, 4096);
+  const ModelProfile& prof = evaluator.profile();
+  Plan plan = plan_with("ep=8", 1, 8);
+  plan.seq_len = 4096;
+  auto layer_cost = [&](Precision precision) {
+    plan.precision = precision;
+    return evaluator.block_costs(plan, place_axes(evaluator.topology(), plan.mesh))[static_cast<std::size_t>(
+        prof.block_kind[static_cast<std::size_t>(prof.layer_blocks.front())])];
+  };
+  const BlockCost fp8 = layer_cost(Precision::fp8), bf16 = layer_cost(Precision::bf16);
+  const LayerGraph& graph = evaluator.graph();
+  std::size_t g = 0, routers = 0, in_fp8 = 0;
+  for (OpId id : graph.blocks[static_cast<std::size_t>(prof.layer_blocks.front())].ops) {
+    const Op& op = graph.op(id);
+    if (!op.gemm_like()) continue;
+    const GemmCost &a = fp8.gemms.at(g), &b = bf16.gemms.at(g);
+    ++g;
+    if (op.name.ends_with("mlp.router")) {
+      ++routers;
+      EXPECT_EQ(a.element_bytes, 2.0);
+      EXPECT_EQ(a.forward_s, b.forward_s);
+    } else if (op.has_weights()) {
+      ++in_fp8;
+      EXPECT_EQ(a.element_bytes, 1.0) << op.name;
+    }
+  }
+  EXPECT_EQ(routers, 1u);
+  EXPECT_GE(in_fp8, 4u);
+  EXPECT_GT(fp8.fp8_cast_bytes.forward, 0);
+}
+
 TEST(Evaluator, FusedLossKeepsTheLogitsInTheirOwnDtype) {
   const auto model = must(load_model("llama3.2-1b"));
   const auto cluster = must(load_cluster("dgx-h200"));
