@@ -154,6 +154,27 @@ using ModuleSeconds = std::array<double, kRecomputeModules>;
 // GEMMs, memory-bound passes, fused attention and the launch floor; returns
 // the forward seconds of core attention (what selective recompute repeats and
 // ring attention hides under), and the other modules' in `modules`.
+// One fp8 GEMM's casts (fp8_cast_bytes), added to the record: memory-bound,
+// streamed at the device's copy bandwidth; 2 kernels forward (input and
+// weight), 1 backward (output gradient).
+struct Fp8CastSeconds {
+  double forward_s = 0, backward_s = 0;
+};
+Fp8CastSeconds add_fp8_casts(BlockCost& c, const LocalGemm& gemm, double act, const ComputeRates& rates,
+                             double (&kernels)[2]) {
+  const Fp8CastBytes bytes = fp8_cast_bytes(gemm, act);
+  const Fp8CastSeconds cast{memory_time_s(bytes.forward, rates), memory_time_s(bytes.backward, rates)};
+  c.fp8_cast_bytes.forward += bytes.forward;
+  c.fp8_cast_bytes.backward += bytes.backward;
+  c.fp8_cast_forward_s += cast.forward_s;
+  c.fp8_cast_backward_s += cast.backward_s;
+  part(c, ComputePart::fp8_cast_forward) += cast.forward_s;
+  part(c, ComputePart::fp8_cast_backward) += cast.backward_s;
+  kernels[0] += 2;
+  kernels[1] += 1;
+  return cast;
+}
+
 // The rates of a plan's GEMMs: at the plan's precision, and where an fp8 plan
 // keeps a GEMM in bf16 (gemm_in_fp8), at bf16's.
 struct GemmRates {
@@ -188,22 +209,9 @@ double block_compute(BlockCost& c, const BlockProfile& bp, BlockKind role, const
     }
     gc.input_gradient_s = g.needs_input_gradient ? gemm_time_s(s.rows, s.k, s.n, s.batch, element_bytes, r) : 0.0;
     gc.weight_gradient_s = gemm_time_s(s.k, s.n, s.rows, s.batch, element_bytes, r);
-    double cast_forward_s = 0, cast_backward_s = 0;
-    if (fp8) {  // memory-bound: the casts stream at the device's copy bandwidth
-      const Fp8CastBytes cast = fp8_cast_bytes(s, act);
-      cast_forward_s = memory_time_s(cast.forward, rates);
-      cast_backward_s = memory_time_s(cast.backward, rates);
-      c.fp8_cast_bytes.forward += cast.forward;
-      c.fp8_cast_bytes.backward += cast.backward;
-      c.fp8_cast_forward_s += cast_forward_s;
-      c.fp8_cast_backward_s += cast_backward_s;
-      part(c, ComputePart::fp8_cast_forward) += cast_forward_s;
-      part(c, ComputePart::fp8_cast_backward) += cast_backward_s;
-      cast_kernels[0] += 2;  // input and weight
-      cast_kernels[1] += 1;  // output gradient
-    }
-    const double forward_s = gc.forward_s + cast_forward_s;
-    const double backward_s = gc.input_gradient_s + gc.weight_gradient_s + cast_backward_s;
+    const Fp8CastSeconds cast = fp8 ? add_fp8_casts(c, s, act, rates, cast_kernels) : Fp8CastSeconds{};
+    const double forward_s = gc.forward_s + cast.forward_s;
+    const double backward_s = gc.input_gradient_s + gc.weight_gradient_s + cast.backward_s;
     c.forward_compute_s += forward_s;
     c.op_sac_recompute_s += forward_s * g.op_sac_recomputed;
     c.backward_compute_s += backward_s;
