@@ -708,7 +708,7 @@ struct StageMemoryInputs {
   s.optimizer_parameters = s.dense / dense_group(ModelState::optimizer) + s.expert / expert_group(ModelState::optimizer);
   mem.optimizer_bytes = s.optimizer_parameters * bytes.optimizer_bytes_per_parameter;
   s.gradient_bytes = (s.dense + s.expert) * bytes.gradient_bytes_per_parameter;
-  s.parameter_bytes = (s.dense + s.expert) * bytes.weight_bytes_per_parameter;
+  s.parameter_bytes = (s.dense + s.expert) * bytes.gathered_bytes_per_parameter;  // what gathering them moves
 
   const double in_flight = in_flight_chunk_micro_batches(plan.schedule, pp, r, in.micro_batches);
   const double chunks_here = static_cast<double>(in.v);
@@ -915,7 +915,7 @@ ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const Pla
     b.backward_paired_s = b.backward_s - hidden;
     b.gradient_bytes = parameters * ps.bytes.gradient_bytes_per_parameter;
     b.gathers = parameters > 0;
-    b.gather_s = cost(Collective::all_gather, parameters * ps.bytes.weight_bytes_per_parameter, fsdp_group);
+    b.gather_s = cost(Collective::all_gather, parameters * ps.bytes.gathered_bytes_per_parameter, fsdp_group);
     b.scatter_s = cost(Collective::reduce_scatter, b.gradient_bytes, fsdp_group);
   }
   // The blocks in forward order, alike neighbours as one run.

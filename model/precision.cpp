@@ -33,12 +33,12 @@ std::optional<Precision> parse_precision(std::string_view text) {
 
 PrecisionBytes bytes_for(Precision precision) {
   switch (precision) {
-    case Precision::fp32: return {4, 4, 8, 4};
+    case Precision::fp32: return {4, 4, 8, 4, 4};
     case Precision::bf16:
-    case Precision::fp16: return {2, 2, 12, 2};
-    case Precision::fp8: return {3, 2, 12, 2};
+    case Precision::fp16: return {2, 2, 12, 2, 2};
+    case Precision::fp8: return {3, 2, 12, 2, 2};
   }
-  return {4, 4, 8, 4};
+  return {4, 4, 8, 4, 4};
 }
 
 PrecisionBytes bytes_for(Precision precision, bool fp32_gradients) {

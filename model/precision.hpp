@@ -29,6 +29,10 @@ struct PrecisionBytes {
   double gradient_bytes_per_parameter;
   double optimizer_bytes_per_parameter;  // master weights (if any) + Adam m + v
   double activation_bytes_per_element;   // activations saved for backward
+  // The weights' 16-bit (fp32: 32-bit) copy: what the all-gathers of sharded
+  // weights move and the optimizer writes. Of fp8's 3 bytes a parameter, the
+  // 1-byte copy is made by the forward's casts (stage_cost.hpp, fp8_cast_bytes).
+  double gathered_bytes_per_parameter;
 };
 
 PrecisionBytes bytes_for(Precision precision);

@@ -290,10 +290,10 @@ GradientBuckets gradient_buckets(double reduced_bytes, double bucket_bytes);
 double bucket_reduction_end_s(const GradientBuckets& buckets, double each_s, double last_s, double compute_s);
 
 // Adam per locally owned parameter: master weights and both moments read and
-// written, gradients read, the working weights written.
+// written, gradients read, the working weights' 16-bit copy written.
 inline double optimizer_traffic_bytes(double parameters, const PrecisionBytes& bytes) {
   return parameters * (2 * bytes.optimizer_bytes_per_parameter + bytes.gradient_bytes_per_parameter +
-                       bytes.weight_bytes_per_parameter);
+                       bytes.gathered_bytes_per_parameter);
 }
 
 }  // namespace meshplan

@@ -317,7 +317,7 @@ double build_chunk(ChunkWork& chunk, const Context& cx, Builder& build, std::int
     segment.gradient_bytes = segment_parameters * cx.bytes.gradient_bytes_per_parameter;
     if (cx.sharded) {
       segment.parameter_gather = build.collective(
-          Collective::all_gather, segment_parameters * cx.bytes.weight_bytes_per_parameter, cx.groups.fsdp, r);
+          Collective::all_gather, segment_parameters * cx.bytes.gathered_bytes_per_parameter, cx.groups.fsdp, r);
       segment.gradient_reduce_scatter =
           build.collective(Collective::reduce_scatter, segment.gradient_bytes, cx.groups.fsdp, r);
     }
@@ -379,7 +379,7 @@ StageWork build_stage(const Context& cx, Builder& build, std::int64_t r, const S
   if (cx.reduce_over_dp && zero_shards(cx.plan.zero_stage, ModelState::optimizer)) {
     stage.parameter_gather_after_step =
         build.collective(Collective::all_gather,
-                         stage_parameters * cx.bytes.weight_bytes_per_parameter /
+                         stage_parameters * cx.bytes.gathered_bytes_per_parameter /
                              static_cast<double>(cx.plan.mesh.size(Axis::fsdp)),
                          cx.groups.dp, r);
   }

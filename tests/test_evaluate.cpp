@@ -332,6 +332,29 @@ TEST(Evaluator, Fp8KeepsTheRouterInBf16) {
   EXPECT_GT(fp8.fp8_cast_bytes.forward, 0);
 }
 
+// An fp8 plan gathers its sharded weights' bf16 copy, as bf16 does (B_w' = 2; the forward's casts make the
+// fp8 copy), and its optimizer writes that copy: fsdp's traffic and the optimizer step equal bf16's, while
+// the memory still holds the fp8 copy beside it (B_w = 3).
+TEST(Evaluator, Fp8GathersAndWritesTheBf16CopyOfTheWeights) {
+  const auto model = must(load_model("llama3-8b"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator(model, cluster, 8, 8192);
+  Plan plan = plan_with("fsdp=8", 2, 16);
+  plan.seq_len = 8192;
+  plan.recompute = Recompute::selective_op;
+  auto estimate = [&](Precision precision) {
+    plan.precision = precision;
+    return evaluator.evaluate(plan);
+  };
+  const PlanEstimate fp8 = estimate(Precision::fp8), bf16 = estimate(Precision::bf16);
+  const auto fsdp = static_cast<std::size_t>(Axis::fsdp);
+  EXPECT_GT(bf16.time.axis_communication_s[fsdp], 0);
+  EXPECT_DOUBLE_EQ(fp8.time.axis_communication_s[fsdp], bf16.time.axis_communication_s[fsdp]);
+  EXPECT_DOUBLE_EQ(fp8.time.optimizer_s, bf16.time.optimizer_s);
+  EXPECT_NEAR(fp8.worst_memory.parameters_bytes, 1.5 * bf16.worst_memory.parameters_bytes,
+              1e-9 * bf16.worst_memory.parameters_bytes);
+}
+
 TEST(Evaluator, FusedLossKeepsTheLogitsInTheirOwnDtype) {
   const auto model = must(load_model("llama3.2-1b"));
   const auto cluster = must(load_cluster("dgx-h200"));

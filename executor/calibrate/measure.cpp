@@ -30,6 +30,7 @@
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/residual.hpp"
 #include "model/precision.hpp"
+#include "model/stage_cost.hpp"
 #include "model/text.hpp"
 
 namespace meshplan::exec {
@@ -573,11 +574,8 @@ OpClassResult time_optimizer_cold(std::int64_t p, const ColdSettings& settings) 
       return {t, 0};
     };
   });
-  const PrecisionBytes bytes = bytes_for(Precision::fp32);
-  const double per_parameter =
-      2 * bytes.optimizer_bytes_per_parameter + bytes.gradient_bytes_per_parameter + bytes.weight_bytes_per_parameter;
   return op_result(StreamOp::optimizer, "global_l2_norm + adamw_update + zero grads", p,
-                   static_cast<double>(p) * per_parameter, settings, times);
+                   optimizer_traffic_bytes(static_cast<double>(p), bytes_for(Precision::fp32)), settings, times);
 }
 
 }  // namespace meshplan::exec

@@ -188,8 +188,7 @@ OpClassResult time_elementwise_cold(std::int64_t n, const ColdSettings& settings
 // The optimizer step of the executor (executor/train/trainer.cpp) over p fp32
 // parameters: kernels::global_l2_norm of the gradients, kernels::adamw_update,
 // and zeroing the gradients (Parameters::zero_grads); counted as the cost model
-// counts Adam (model/evaluate.cpp): p x (2 x optimizer + gradient + weight
-// bytes of bytes_for(Precision::fp32)).
+// counts Adam (model/stage_cost.hpp, optimizer_traffic_bytes, fp32).
 OpClassResult time_optimizer_cold(std::int64_t p, const ColdSettings& settings);
 
 }  // namespace meshplan::exec
