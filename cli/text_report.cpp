@@ -186,6 +186,14 @@ void print_time(std::ostream& out, const ModelSpec& model, const ClusterSpec& cl
   for (double rate : dev.op_bandwidth_bytes_per_s) classes += rate > 0 ? 1 : 0;
   if (classes > 0) measured += (measured.empty() ? "" : ", ") + std::to_string(classes) + " op-class rates";
   if (!measured.empty()) out << "  priced with " << dev.name << "'s measured " << measured << "\n";
+  if (parts[static_cast<std::size_t>(ComputePart::fp8_cast_forward)] > 0) {  // an fp8 plan (docs/cost-model.md, "FP8 GEMMs")
+    if (dev.fp8_gemm_efficiency > 0) {
+      out << "  fp8 GEMMs at " << dev.name << "'s measured fp8 fraction of peak (" << format("%.3g", dev.fp8_gemm_efficiency) << ")\n";
+    } else {
+      out << "  fp8 GEMMs at " << dev.name << "'s bf16 fraction of peak (" << format("%.3g", dev.gemm_efficiency)
+          << ") x the fp8 peak: no fp8 GEMM measured (achievable.fp8_gemm_fraction), likely optimistic\n";
+    }
+  }
   if (!cluster.intra_node.overlaps_compute || !cluster.inter_node.overlaps_compute) {
     out << "  " << (cluster.intra_node.overlaps_compute ? "inter-node" : "intra-node")
         << " communication cannot overlap compute on " << cluster.name << " (overlaps_compute: false): none of it is hidden\n";

@@ -151,9 +151,6 @@ double& part(BlockCost& c, ComputePart p) { return c.compute_parts_s[static_cast
 // (RecomputeModule; what selective recompute of it repeats).
 using ModuleSeconds = std::array<double, kRecomputeModules>;
 
-// GEMMs, memory-bound passes, fused attention and the launch floor; returns
-// the forward seconds of core attention (what selective recompute repeats and
-// ring attention hides under), and the other modules' in `modules`.
 // One fp8 GEMM's casts (fp8_cast_bytes), added to the record: memory-bound,
 // streamed at the device's copy bandwidth; 2 kernels forward (input and
 // weight), 1 backward (output gradient).
@@ -182,6 +179,9 @@ struct GemmRates {
   const ComputeRates& high_precision;
 };
 
+// GEMMs, memory-bound passes, fused attention and the launch floor; returns
+// the forward seconds of core attention (what selective recompute repeats and
+// ring attention hides under), and the other modules' in `modules`.
 double block_compute(BlockCost& c, const BlockProfile& bp, BlockKind role, const Plan& plan, const PlanScalars& ps,
                      const GemmRates& gemm_rates, ModuleSeconds& modules) {
   const ComputeRates& rates = gemm_rates.plan;

@@ -17,11 +17,14 @@
 //   kind, bytes and what it may hide under. Cached by the search per
 //   (micro-batch, tp, cp, ep, sp, recompute, precision, attention); the
 //   evaluator's per-stage fold reads only its scalar totals.
+// - gemm_in_fp8, fp8_cast_bytes: which GEMMs an fp8 plan runs in fp8 and
+//   what their casts move (docs/cost-model.md, "FP8 GEMMs").
 // - pipeline_transfer: what crosses a stage boundary per micro-batch.
 // - expert_mesh: the mesh the routed experts' collectives run over (ep and tp
 //   folded into one ep axis when the experts leave tp, expert_split).
 //
-// Defines: ActivationSplit, activation_split, LocalGemm, local_gemm, memory_pass_bytes, gemm_in_fp8, Fp8CastBytes, fp8_cast_bytes, Pass,
+// Defines: ActivationSplit, activation_split, LocalGemm, local_gemm,
+// memory_pass_bytes, gemm_in_fp8, Fp8CastBytes, fp8_cast_bytes, Pass,
 // HiddenUnder, BlockCollective, GemmCost, BlockCost, PipelineTransfer,
 // pipeline_transfer, gradient_reduction, GradientBuckets, gradient_buckets,
 // bucket_reduction_end_s, optimizer_traffic_bytes.
