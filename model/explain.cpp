@@ -36,6 +36,23 @@ std::optional<Problem> expert_overlap_note(const Evaluator& evaluator, const Pla
                      ", at best (docs/cost-model.md, \"Expert-parallel overlap\")"};
 }
 
+// An fp8 plan predicted no faster than the same plan in bf16: its casts and
+// their launches cost more than its fp8 GEMMs save (small GEMMs, or a step
+// the host's launches bound; docs/cost-model.md, "FP8 GEMMs").
+std::optional<Problem> fp8_note(const Evaluator& evaluator, const Plan& plan, const std::vector<AxisPlacement>& placements,
+                                double step_s) {
+  if (plan.precision != Precision::fp8 || !evaluator.cluster().device.peak_for(Dtype::bf16)) return std::nullopt;
+  Plan bf16 = plan;
+  bf16.precision = Precision::bf16;
+  const double bf16_s = evaluator.evaluate(bf16, placements).time.step_s;
+  if (!(bf16_s <= step_s)) return std::nullopt;
+  char text[160];
+  std::snprintf(text, sizeof text, "%.4g s a step against bf16's %.4g s (%+.1f%%)", step_s, bf16_s, 100 * (step_s / bf16_s - 1));
+  return Problem{Severity::warning, "precision",
+                 std::string("fp8 is predicted no faster than bf16 for this plan: ") + text +
+                     "; its casts and their launches cost more than its fp8 GEMMs save (docs/cost-model.md, \"FP8 GEMMs\")"};
+}
+
 }  // namespace
 
 std::optional<Problem> dropout_mask_note(const StageMemory& stage) {
@@ -87,6 +104,7 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
       if (const auto note = expert_overlap_note(evaluator, plan, placements, costs, ex.time->step_s)) {
         ex.problems.push_back(*note);
       }
+      if (const auto note = fp8_note(evaluator, plan, placements, ex.time->step_s)) ex.problems.push_back(*note);
     }
     const StageMemory& worst = ex.memory->worst();
     if (const auto note = dropout_mask_note(worst)) ex.problems.push_back(*note);
