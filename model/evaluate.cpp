@@ -515,8 +515,8 @@ std::vector<BlockCost> Evaluator::block_costs(const Plan& plan, const std::vecto
           expert_dispatch_rate(p, plan, prof.routing()).bandwidth_bytes_per_s;
     }
   }
-  const Precision high = plan.precision == Precision::fp8 ? Precision::bf16 : plan.precision;
-  const GemmRates rates{rates_[static_cast<std::size_t>(plan.precision)], rates_[static_cast<std::size_t>(high)]};
+  const GemmRates rates{rates_[static_cast<std::size_t>(plan.precision)],
+                        rates_[static_cast<std::size_t>(unquantized(plan.precision))]};
   std::vector<BlockCost> kind_cost(prof.kinds.size());
   for (std::size_t k = 0; k < prof.kinds.size(); ++k) {
     const BlockProfile& bp = prof.kinds[k];

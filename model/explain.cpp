@@ -41,9 +41,9 @@ std::optional<Problem> expert_overlap_note(const Evaluator& evaluator, const Pla
 // the host's launches bound; docs/cost-model.md, "FP8 GEMMs").
 std::optional<Problem> fp8_note(const Evaluator& evaluator, const Plan& plan, const std::vector<AxisPlacement>& placements,
                                 double step_s) {
-  if (plan.precision != Precision::fp8 || !evaluator.cluster().device.peak_for(Dtype::bf16)) return std::nullopt;
+  if (plan.precision != Precision::fp8) return std::nullopt;  // valid: the device has bf16 too (check_precision)
   Plan bf16 = plan;
-  bf16.precision = Precision::bf16;
+  bf16.precision = unquantized(plan.precision);
   const double bf16_s = evaluator.evaluate(bf16, placements).time.step_s;
   if (!(bf16_s <= step_s)) return std::nullopt;
   char text[160];

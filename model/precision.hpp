@@ -45,5 +45,9 @@ PrecisionBytes bytes_for(Precision precision, bool fp32_gradients, bool bf16_mom
 
 // The dtype whose peak the GEMMs run at under this precision.
 Dtype gemm_dtype(Precision precision);
+// The precision of the GEMMs a plan does not quantize: bf16 under fp8 (the
+// LM head, the attention core, the MoE router: stage_cost.hpp, gemm_in_fp8),
+// else the plan's own.
+inline Precision unquantized(Precision precision) { return precision == Precision::fp8 ? Precision::bf16 : precision; }
 
 }  // namespace meshplan

@@ -246,9 +246,10 @@ void check_precision(Checker& check, const ClusterSpec& cluster, const Plan& pla
   const Dtype dtype = gemm_dtype(plan.precision);
   if (!cluster.device.peak_for(dtype)) check.error("precision", missing_peak_message(cluster.device, dtype));
   // An fp8 plan keeps the LM head, the embedding and the attention core in bf16 (gemm_in_fp8).
-  if (plan.precision == Precision::fp8 && !cluster.device.peak_for(Dtype::bf16)) {
+  const Dtype unquantized_dtype = gemm_dtype(unquantized(plan.precision));
+  if (unquantized_dtype != dtype && !cluster.device.peak_for(unquantized_dtype)) {
     check.error("precision", "fp8 runs the LM head and the attention core in bf16: " +
-                                 missing_peak_message(cluster.device, Dtype::bf16));
+                                 missing_peak_message(cluster.device, unquantized_dtype));
   }
   if (plan.fp32_gradients && plan.precision == Precision::fp32) {
     check.warning("fp32_gradients", "fp32 training keeps fp32 gradients already: no effect");
