@@ -19,6 +19,15 @@ namespace meshplan {
 namespace {
 using namespace testing_support;
 
+// The block kind of a model's first layer, and a plan's block costs at `precision` (the plan keeps it).
+std::size_t first_layer_kind(const ModelProfile& prof) {
+  return static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(prof.layer_blocks.front())]);
+}
+std::vector<BlockCost> costs_at(const Evaluator& evaluator, Plan& plan, Precision precision) {
+  plan.precision = precision;
+  return evaluator.block_costs(plan, place_axes(evaluator.topology(), plan.mesh));
+}
+
 SearchSpace space_with_cp() {
   SearchSpace space;
   space.axes = {Axis::dp, Axis::fsdp, Axis::tp, Axis::pp, Axis::cp};
@@ -233,12 +242,8 @@ TEST(Evaluator, Fp8RunsTheLayersWeightGemmsAndCastsThem) {
   const ModelProfile& prof = evaluator.profile();
   Plan plan = plan_with("dp=1", 1, 1);
   plan.attention = Attention::unfused;
-  auto costs = [&](Precision precision) {
-    plan.precision = precision;
-    return evaluator.block_costs(plan, place_axes(evaluator.topology(), plan.mesh));
-  };
-  const auto bf16 = costs(Precision::bf16), fp8 = costs(Precision::fp8);
-  const std::size_t layer = static_cast<std::size_t>(prof.block_kind[static_cast<std::size_t>(prof.layer_blocks.front())]);
+  const auto bf16 = costs_at(evaluator, plan, Precision::bf16), fp8 = costs_at(evaluator, plan, Precision::fp8);
+  const std::size_t layer = first_layer_kind(prof);
   EXPECT_DOUBLE_EQ(fp8[layer].fp8_cast_bytes.forward, 50331648.0);
   EXPECT_DOUBLE_EQ(fp8[layer].fp8_cast_bytes.backward, 28311552.0);
   const ComputeRates rates = rates_for(cluster.device, Precision::fp8);
@@ -277,11 +282,8 @@ TEST(Evaluator, Fp8RunsTheLayersWeightGemmsAndCastsThem) {
   ClusterSpec unbound = cluster;
   unbound.device.launch_overhead_s = 0;
   const Evaluator device_only(model, unbound, 1, 1024);
-  auto layer_cost = [&](Precision precision) {
-    plan.precision = precision;
-    return device_only.block_costs(plan, place_axes(device_only.topology(), plan.mesh))[layer];
-  };
-  const BlockCost a = layer_cost(Precision::fp8), b = layer_cost(Precision::bf16);
+  const BlockCost a = costs_at(device_only, plan, Precision::fp8)[layer];
+  const BlockCost b = costs_at(device_only, plan, Precision::bf16)[layer];
   double forward = b.forward_compute_s + a.fp8_cast_forward_s, backward = b.backward_compute_s + a.fp8_cast_backward_s;
   for (std::size_t g = 0; g < a.gemms.size(); ++g) {
     forward += a.gemms[g].forward_s - b.gemms[g].forward_s;
@@ -305,12 +307,9 @@ TEST(Evaluator, Fp8KeepsTheRouterInBf16) {
   const ModelProfile& prof = evaluator.profile();
   Plan plan = plan_with("ep=8", 1, 8);
   plan.seq_len = 4096;
-  auto layer_cost = [&](Precision precision) {
-    plan.precision = precision;
-    return evaluator.block_costs(plan, place_axes(evaluator.topology(), plan.mesh))[static_cast<std::size_t>(
-        prof.block_kind[static_cast<std::size_t>(prof.layer_blocks.front())])];
-  };
-  const BlockCost fp8 = layer_cost(Precision::fp8), bf16 = layer_cost(Precision::bf16);
+  const std::size_t layer = first_layer_kind(prof);
+  const BlockCost fp8 = costs_at(evaluator, plan, Precision::fp8)[layer];
+  const BlockCost bf16 = costs_at(evaluator, plan, Precision::bf16)[layer];
   const LayerGraph& graph = evaluator.graph();
   std::size_t g = 0, routers = 0, in_fp8 = 0;
   for (OpId id : graph.blocks[static_cast<std::size_t>(prof.layer_blocks.front())].ops) {
