@@ -50,6 +50,7 @@ struct SearchFlags {
   bool fp32_gradients = false;
   bool bf16_moments = false;
   bool overlap_expert_parallel = false;
+  bool tp_comm_overlap = false;
   std::optional<std::string> recompute_modules;
   std::string expert_tp = "tp,1";
   std::string ep_dispatch = "all-to-all";

@@ -245,6 +245,7 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
   if (expert_split(plan).tokens > 1) out << ", experts out of tp (ep x tp = " << expert_split(plan).ep << ")";
   if (plan.ep_dispatch != EpDispatch::all_to_all) out << ", ep dispatch " << to_string(plan.ep_dispatch);
   if (plan.overlap_expert_parallel) out << ", expert all-to-alls beside paired passes";
+  if (plan.tp_comm_overlap) out << ", tp collectives chunked beside their GEMMs";
   if (!plan.stage_layers.empty()) out << ", layers per chunk " << stage_layers_text(plan.stage_layers);
   out << "\n";
 

@@ -48,13 +48,16 @@ std::pair<double, double> table(std::ostream& out, const std::vector<PublishedRe
   return {mean, worst};
 }
 
-// Mesh, stage layers when uneven, schedule and ZeRO: what the multi-GPU table's plan column says.
+// Mesh, stage layers when uneven, schedule, ZeRO, the tp overlap and a precision other than bf16 or
+// fp16: what the multi-GPU table's plan column says.
 std::string describe_mesh(const Plan& plan) {
   std::string text = plan.mesh.to_string();
   if (plan.mesh.size(Axis::pp) > 1) text += ", " + to_string(plan.schedule);
   if (!plan.stage_layers.empty()) text += ", stage layers " + stage_layers_text(plan.stage_layers);
   if (plan.zero_stage > 0) text += ", ZeRO " + std::to_string(plan.zero_stage);
   if (plan.sequence_parallel) text += ", SP";
+  if (plan.tp_comm_overlap) text += ", tp overlap";
+  if (plan.precision == Precision::fp8 || plan.precision == Precision::fp32) text += ", " + to_string(plan.precision);
   return text;
 }
 

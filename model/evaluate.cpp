@@ -300,6 +300,81 @@ double add_collective(BlockCost& c, Axis axis, Collective kind, Pass pass, Hidde
   return seconds;
 }
 
+// Transformer Engine's userbuffers overlap (Plan::tp_comm_overlap; NeMo's
+// "Communication Overlap" guide): under sequence parallelism each dense
+// GEMM of a layer is paired with the collective next to it. A pipelined pair
+// splits the GEMM and its collective into n = tp chunks (an all-gather becomes
+// n - 1 ring steps, each beside the GEMM of the chunk in hand; a reduce-scatter
+// the same, after), so it takes (n - 1) max(G / n, C / (n - 1)) + G / n and
+// exposes max(0, C - G (n - 1) / n). A bulk pair (no data dependence) runs the
+// whole collective beside the whole GEMM: max(0, C - G). Forward: the
+// reduce-scatter of a row-parallel GEMM's partial sums beside that GEMM, the
+// all-gather that follows it beside the next column-parallel GEMM (the next
+// layer's first, after the last), both pipelined. Backward, per column-
+// parallel GEMM: its input gradient's reduce-scatter beside its weight
+// gradient and its input's all-gather (kept sharded for its weight gradient)
+// beside its input gradient, both bulk; the all-gather of the next row-
+// parallel GEMM's output gradient beside that GEMM's input gradient,
+// pipelined. Collectives no dense GEMM pairs (a routed expert's in tp) stay
+// exposed. The `*_total_s` are the seconds of the record's entries.
+struct TpOverlapExposed {
+  double forward_s = 0, forward_gathers_s = 0, forward_gathers_total_s = 0;  // the gathers: what op-level checkpointing repeats
+  double backward_reduce_s = 0, backward_gather_s = 0;                        // the all-reduce entry's and the SP all-gather entry's
+};
+TpOverlapExposed tp_overlap_exposed(const BlockCost& c, const BlockProfile& bp, const PlanScalars& ps, const Link& link,
+                                    double forward_total_s, double backward_reduce_total_s, double backward_gather_total_s) {
+  const double n = ps.tp, pipelined = (n - 1) / n;
+  auto hidden = [](double comm_s, double capacity_s) { return std::max(0.0, comm_s - capacity_s); };
+  auto bytes = [&](double elements_per_sample) { return elements_per_sample * ps.b / ps.cp * ps.act; };
+  const std::size_t count = bp.gemms.size();
+  auto dense = [&](std::size_t i, TpSplit split) {
+    const GemmWork& g = bp.gemms[i];
+    return g.tp_split == split && g.has_weights && !g.expert;
+  };
+  // The first dense GEMM split `split` after i (wrapping to the block's start when `wrap`), or `count`.
+  auto next = [&](std::size_t i, TpSplit split, bool wrap) {
+    for (std::size_t step = 1; step <= count; ++step) {
+      const std::size_t j = i + step;
+      if (j >= count && !wrap) break;
+      if (dense(j % count, split)) return j % count;
+    }
+    return count;
+  };
+  TpOverlapExposed e;
+  double forward_paired_s = 0, reduce_paired_s = 0, gather_paired_s = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const GemmWork& g = bp.gemms[i];
+    if (dense(i, TpSplit::rows)) {
+      const double partial_sums = bytes(g.rows_per_sample * g.n * g.batch);
+      const double scatter = cost(Collective::reduce_scatter, partial_sums, link);
+      const double gather = cost(Collective::all_gather, partial_sums, link);
+      const std::size_t j = next(i, TpSplit::columns, true);
+      const double gather_exposed = j < count ? hidden(gather, c.gemms[j].forward_s * pipelined) : gather;
+      e.forward_s += hidden(scatter, c.gemms[i].forward_s * pipelined) + gather_exposed;
+      e.forward_gathers_s += gather_exposed;
+      e.forward_gathers_total_s += gather;
+      forward_paired_s += scatter + gather;
+    } else if (dense(i, TpSplit::columns) && g.needs_input_gradient) {
+      const double input = bytes(g.rows_per_sample * g.k * g.batch);
+      const double scatter = cost(Collective::reduce_scatter, input, link);
+      const double gather = cost(Collective::all_gather, input, link);
+      const std::size_t r = next(i, TpSplit::rows, false);
+      const double gradient_gather = r < count ? hidden(gather, c.gemms[r].input_gradient_s * pipelined) : gather;
+      e.backward_reduce_s += hidden(scatter, c.gemms[i].weight_gradient_s) + gradient_gather;
+      e.backward_gather_s += hidden(gather, c.gemms[i].input_gradient_s);
+      reduce_paired_s += scatter + gather;
+      gather_paired_s += gather;
+    }
+  }
+  // What no pair accounts for stays exposed; nothing exposes more than the entry holds.
+  e.forward_s = std::min(forward_total_s, e.forward_s + std::max(0.0, forward_total_s - forward_paired_s));
+  e.backward_reduce_s =
+      std::min(backward_reduce_total_s, e.backward_reduce_s + std::max(0.0, backward_reduce_total_s - reduce_paired_s));
+  e.backward_gather_s =
+      std::min(backward_gather_total_s, e.backward_gather_s + std::max(0.0, backward_gather_total_s - gather_paired_s));
+  return e;
+}
+
 // Tensor-parallel communication inside the block, and what recomputation repeats in the backward
 // (its compute, and a recomputed forward's tp collectives). First in the record: the repeats read
 // the forward tp collective at its front.
@@ -320,27 +395,45 @@ void block_tp_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, 
   auto bytes_each = [&](double elements, int count) { return elements * b / cp * act / count; };
   const int forward_collectives = bp.tp_forward_collectives - (experts_in_tp ? 0 : bp.expert_tp_forward_collectives);
   const int backward_collectives = bp.tp_backward_collectives - (experts_in_tp ? 0 : bp.expert_tp_backward_collectives);
+  // Transformer Engine's chunked overlap (tp_comm_overlap) prices a layer's collectives pair by pair
+  // (ZB-H1 exposes the backward's all the same: tp_backward_exposed_s).
+  const bool chunked = tp_comm_overlap_applies(plan) && tp_link.overlaps_compute && role == BlockKind::layer;
+  std::size_t forward_entry = c.collectives.size(), reduce_entry = forward_entry, gather_entry = forward_entry;
   if (forward_collectives > 0) {
     const double elements = bp.tp_forward_reduce_elements - (experts_in_tp ? 0 : bp.expert_tp_forward_reduce_elements);
     const double each = bytes_each(elements, forward_collectives);
-    c.tp_forward_s = add_collective(c, Axis::tp, Collective::all_reduce, Pass::forward, HiddenUnder::nothing, each,
-                                    forward_collectives, tp_link);
+    forward_entry = c.collectives.size();
+    c.tp_forward_total_s = c.tp_forward_s =
+        add_collective(c, Axis::tp, Collective::all_reduce, Pass::forward, chunked ? HiddenUnder::gemm : HiddenUnder::nothing,
+                       each, forward_collectives, tp_link);
   }
-  double backward_tp_s = 0;
+  double backward_tp_s = 0, backward_reduce_s = 0, backward_gather_s = 0;
   if (backward_collectives > 0) {
     const double elements = bp.tp_backward_reduce_elements - (experts_in_tp ? 0 : bp.expert_tp_backward_reduce_elements);
     const double each = bytes_each(elements, backward_collectives);
-    backward_tp_s = add_collective(c, Axis::tp, Collective::all_reduce, Pass::backward, HiddenUnder::weight_gradient,
-                                   each, backward_collectives, tp_link);
+    const HiddenUnder hidden = chunked ? HiddenUnder::gemm : HiddenUnder::weight_gradient;
+    reduce_entry = c.collectives.size();
+    backward_reduce_s = add_collective(c, Axis::tp, Collective::all_reduce, Pass::backward, hidden, each,
+                                       backward_collectives, tp_link);
     if (ps.sp) {
-      backward_tp_s += add_collective(c, Axis::tp, Collective::all_gather, Pass::backward,
-                                      HiddenUnder::weight_gradient, each, backward_collectives, tp_link);
+      gather_entry = c.collectives.size();
+      backward_gather_s = add_collective(c, Axis::tp, Collective::all_gather, Pass::backward, hidden, each,
+                                         backward_collectives, tp_link);
     }
+    backward_tp_s = backward_reduce_s + backward_gather_s;
   }
   c.tp_backward_total_s = backward_tp_s;
-  c.tp_backward_s = plan.overlap_tensor_parallel && tp_link.overlaps_compute
+  c.tp_backward_s = plan.overlap_tensor_parallel && !plan.tp_comm_overlap && tp_link.overlaps_compute
                         ? std::max(0.0, backward_tp_s - c.weight_gradient_s)
                         : backward_tp_s;
+  TpOverlapExposed overlap;
+  if (chunked) {
+    overlap = tp_overlap_exposed(c, bp, ps, tp_link, c.tp_forward_total_s, backward_reduce_s, backward_gather_s);
+    if (forward_entry < c.collectives.size()) c.tp_forward_s = c.collectives[forward_entry].exposed_s = overlap.forward_s;
+    if (reduce_entry < c.collectives.size()) c.collectives[reduce_entry].exposed_s = overlap.backward_reduce_s;
+    if (gather_entry < c.collectives.size()) c.collectives[gather_entry].exposed_s = overlap.backward_gather_s;
+    c.tp_backward_s = overlap.backward_reduce_s + overlap.backward_gather_s;
+  }
   // Selective recompute drops the s x s tensors; fused attention keeps none to drop. The other
   // modules (Plan::recompute_modules) repeat their ops' forward.
   if (recomputes(plan, RecomputeModule::core_attn) && plan.attention == Attention::unfused) {
@@ -361,16 +454,21 @@ void block_tp_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, 
     }
   }
   // A recomputed forward's tp collectives run again in the backward, exposed
-  // (`gathers_only`: only the all-gather half of each all-reduce).
+  // (`gathers_only`: only the all-gather half of each all-reduce); under
+  // tp_comm_overlap as much of it as of the forward's.
   auto repeat_forward_tp = [&](bool gathers_only) {
     if (forward_collectives == 0) return;
-    BlockCollective again = c.collectives.front();
+    BlockCollective again = c.collectives[forward_entry];
     again.pass = Pass::backward;
     if (gathers_only) {
       again.kind = Collective::all_gather;
-      again.seconds = again.exposed_s = again.count * cost(Collective::all_gather, again.bytes, tp_link);
+      again.seconds = again.count * cost(Collective::all_gather, again.bytes, tp_link);
+      again.exposed_s = chunked ? std::min(again.seconds, overlap.forward_gathers_s +
+                                                              std::max(0.0, again.seconds - overlap.forward_gathers_total_s))
+                                : again.seconds;
     }
-    c.tp_backward_s += again.seconds;
+    if (!chunked) again.exposed_s = again.seconds;
+    c.tp_backward_s += again.exposed_s;
     c.tp_backward_total_s += again.seconds;
     c.collectives.push_back(again);
   };
@@ -572,7 +670,7 @@ struct StageSum {
     const double parameters = c.dense_parameters + c.expert_parameters;
     const double block_activation_bytes = plan.recompute == Recompute::full ? c.input_bytes : c.activation_bytes;  // selective-op: in activation_bytes
     const double forward = block_forward_s(c), backward = block_backward_s(c, plan);
-    const double tp_exposed = c.tp_forward_s + tp_backward_exposed_s(c, plan), tp = c.tp_forward_s + c.tp_backward_total_s;
+    const double tp_exposed = c.tp_forward_s + tp_backward_exposed_s(c, plan), tp = c.tp_forward_total_s + c.tp_backward_total_s;
     const double weight_gradient = c.weight_gradient_s, backward_compute = c.backward_compute_s;
     const double compute = c.forward_compute_s + c.backward_compute_s;
     const double cp = c.cp_s, cp_exposed = c.cp_forward_exposed_s + c.cp_backward_exposed_s, ep = c.ep_s;

@@ -15,9 +15,20 @@ std::string gib(double bytes) {
   return text;
 }
 
-// Combined 1F1B, where the plan could run it and does not: what it would
-// save, when that is more than kExpertOverlapNoteShare of the step (the same
-// record, priced again with the passes paired).
+// An overlap the plan could run and does not, when it would save more than
+// kExpertOverlapNoteShare of the step: "<change> would take 11.08 s a step to
+// 9.54 s (-13.9%), at best (docs/cost-model.md, "<section>")".
+std::optional<Problem> overlap_note(const char* field, const char* change, const char* section, double step_s,
+                                    double overlapped_s) {
+  if (!(overlapped_s < step_s * (1 - kExpertOverlapNoteShare))) return std::nullopt;
+  char text[160];
+  std::snprintf(text, sizeof text, "%.4g s a step to %.4g s (-%.1f%%)", step_s, overlapped_s,
+                100 * (1 - overlapped_s / step_s));
+  return Problem{Severity::warning, field,
+                 std::string(change) + " would take " + text + ", at best (docs/cost-model.md, \"" + section + "\")"};
+}
+
+// Combined 1F1B (the same record, priced again with the passes paired).
 std::optional<Problem> expert_overlap_note(const Evaluator& evaluator, const Plan& plan,
                                            const std::vector<AxisPlacement>& placements,
                                            const std::vector<BlockCost>& costs, double step_s) {
@@ -26,14 +37,23 @@ std::optional<Problem> expert_overlap_note(const Evaluator& evaluator, const Pla
   }
   Plan paired = plan;
   paired.overlap_expert_parallel = true;
-  const double paired_s = evaluator.evaluate(paired, placements, costs).time.step_s;
-  if (!(paired_s < step_s * (1 - kExpertOverlapNoteShare))) return std::nullopt;
-  char text[160];
-  std::snprintf(text, sizeof text, "%.4g s a step to %.4g s (-%.1f%%)", step_s, paired_s, 100 * (1 - paired_s / step_s));
-  return Problem{Severity::warning, "overlap_expert_parallel",
-                 std::string("hiding the expert all-to-alls under paired passes (Megatron-Core's combined 1F1B, "
-                             "--overlap-moe-expert-parallel-comm) would take ") + text +
-                     ", at best (docs/cost-model.md, \"Expert-parallel overlap\")"};
+  return overlap_note("overlap_expert_parallel",
+                      "hiding the expert all-to-alls under paired passes (Megatron-Core's combined 1F1B, "
+                      "--overlap-moe-expert-parallel-comm)",
+                      "Expert-parallel overlap", step_s, evaluator.evaluate(paired, placements, costs).time.step_s);
+}
+
+// Transformer Engine's chunked tp overlap, where the plan has tp > 1 and
+// sequence parallelism (block costs priced again with it: the record changes).
+std::optional<Problem> tp_overlap_note(const Evaluator& evaluator, const Plan& plan,
+                                       const std::vector<AxisPlacement>& placements, double step_s) {
+  Plan chunked = plan;
+  chunked.tp_comm_overlap = true;
+  if (plan.tp_comm_overlap || !tp_comm_overlap_applies(chunked)) return std::nullopt;
+  return overlap_note("tp_comm_overlap",
+                      "running the tp collectives in chunks beside their GEMMs (Transformer Engine's userbuffers, "
+                      "--tp-comm-overlap)",
+                      "Tensor-parallel communication overlap", step_s, evaluator.evaluate(chunked, placements).time.step_s);
 }
 
 // An fp8 plan predicted no faster than the same plan in bf16: its casts and
@@ -104,6 +124,7 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
       if (const auto note = expert_overlap_note(evaluator, plan, placements, costs, ex.time->step_s)) {
         ex.problems.push_back(*note);
       }
+      if (const auto note = tp_overlap_note(evaluator, plan, placements, ex.time->step_s)) ex.problems.push_back(*note);
       if (const auto note = fp8_note(evaluator, plan, placements, ex.time->step_s)) ex.problems.push_back(*note);
     }
     const StageMemory& worst = ex.memory->worst();

@@ -166,6 +166,8 @@ void megatron_parallelism_and_training(Writer& w, MegatronArgs& arg) {
   }
   // Combined 1F1B (Megatron-Core v0.14, "batch-level overlapping to hide EP-A2A communication").
   if (plan.overlap_expert_parallel) arg("--overlap-moe-expert-parallel-comm");
+  // Transformer Engine's userbuffers overlap of the sequence-parallel collectives (arguments.py).
+  if (tp_comm_overlap_applies(plan)) arg("--tp-comm-overlap");
 }
 
 // The model's shape.
@@ -286,6 +288,10 @@ std::string torchtitan(Writer& w) {
     w.warning("bf16_moments", "torchtitan's AdamW keeps its moments in the parameters' fp32: 4 bytes per parameter "
                               "of optimizer state more than the plan prices");
   }
+  if (tp_comm_overlap_applies(plan)) {
+    w.warning("tp_comm_overlap", "torchtitan's async tensor parallelism needs the model compiled, so [compile] is "
+                                 "on: compiled memory-bound passes run faster than the eager ones the plan prices");
+  }
   if (plan.overlap_expert_parallel) {
     w.warning("overlap_expert_parallel", "torchtitan runs each micro-batch's all-to-alls on its own critical path (no "
                                          "combined 1F1B): the step is slower than the plan prices by the hidden part");
@@ -342,6 +348,9 @@ std::string torchtitan(Writer& w) {
   o << "tensor_parallel_degree = " << w.size(Axis::tp) << "\n"
     << "context_parallel_degree = " << w.size(Axis::cp) << "\n"
     << "pipeline_parallel_degree = " << pp << "\n";
+  // Async TP: torch.compile's micro-pipelined all-gather / reduce-scatter matmuls (torchtitan
+  // distributed/tensor_parallel.py, maybe_enable_async_tp: needs the model compiled).
+  if (tp_comm_overlap_applies(plan)) o << "enable_async_tensor_parallel = true\n";
   if (pp > 1) {
     const char* schedule = plan.schedule.kind == ScheduleKind::gpipe         ? "GPipe"
                            : plan.schedule.kind == ScheduleKind::interleaved ? "Interleaved1F1B"
@@ -362,6 +371,7 @@ std::string torchtitan(Writer& w) {
     << "mode = \"" << (plan.recompute == Recompute::full ? "full" : plan.recompute == Recompute::selective_op ? "selective" : "none")
     << "\"\n";
   if (plan.recompute == Recompute::selective_op) o << "selective_ac_option = \"op\"\n";
+  if (tp_comm_overlap_applies(plan)) o << "\n[compile]\nenable = true\ncomponents = [\"model\"]  # async tensor parallelism needs it\n";
   return o.str();
 }
 

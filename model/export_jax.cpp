@@ -185,6 +185,11 @@ void add_jax_warnings(const Plan& plan, Problems& problems) {
                         "compute is the training loop's (XLA schedules one step as it sees fit): the plan prices "
                         "them hidden"});
   }
+  if (tp_comm_overlap_applies(plan)) {
+    problems.push_back({Severity::warning, "tp_comm_overlap",
+                        "chunking the tp collectives beside their matmuls is XLA's choice (its collective-matmul "
+                        "decomposition), not the module's: the plan prices them mostly hidden"});
+  }
   if (plan.recompute == Recompute::selective && plan.recompute_modules != kDefaultRecomputeModules) {
     problems.push_back({Severity::warning, "recompute_modules",
                         "JAX has no policy by Megatron-Core's modules (" + recompute_modules_text(plan.recompute_modules) +

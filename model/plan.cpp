@@ -152,6 +152,10 @@ std::string expert_overlap_problem(const Plan& plan) {
 
 bool expert_overlap_applies(const Plan& plan) { return expert_split(plan).ep > 1 && expert_overlap_problem(plan).empty(); }
 
+bool tp_comm_overlap_applies(const Plan& plan) {
+  return plan.tp_comm_overlap && plan.sequence_parallel && plan.mesh.size(Axis::tp) > 1;
+}
+
 std::optional<Recompute> parse_recompute(std::string_view text) {
   if (text == "none") return Recompute::none;
   if (text == "selective") return Recompute::selective;

@@ -66,6 +66,10 @@ std::string expert_overlap_problem(const Plan& plan);
 // Whether overlap_expert_parallel would change the plan: its experts split over
 // ep ranks (so there are all-to-alls) and its schedule can pair passes.
 bool expert_overlap_applies(const Plan& plan);
+// Whether tp_comm_overlap changes the plan: it asks for it, with tp > 1 and
+// sequence parallelism (Transformer Engine overlaps only the sequence-parallel
+// all-gathers and reduce-scatters).
+bool tp_comm_overlap_applies(const Plan& plan);
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
 // How attention runs. `fused`: one kernel (FlashAttention-2/3, cuDNN, PyTorch
 // scaled_dot_product_attention) that keeps no s x s tensor, only per-row
@@ -200,6 +204,14 @@ struct Plan {
   // Megatron-LM runs of Korthikanti et al. 2022 are modelled without it, as
   // Calculon (Isaev et al. 2023) models them.
   bool overlap_tensor_parallel = false;
+  // Transformer Engine's userbuffers overlap (Megatron-Core --tp-comm-overlap;
+  // torchtitan's async tensor parallelism does the same with torch.compile):
+  // every sequence-parallel all-gather and reduce-scatter of a layer runs in
+  // tp chunks beside the GEMM it feeds or follows (docs/cost-model.md,
+  // "Tensor-parallel communication overlap"). Needs tp > 1 and sequence
+  // parallelism, as TE does; it replaces overlap_tensor_parallel's rule for
+  // the layers. Off by default.
+  bool tp_comm_overlap = false;
   // Each expert-parallel all-to-all runs beside another micro-batch's compute:
   // Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) runs a
   // forward and another micro-batch's backward together, layer by layer, the

@@ -72,7 +72,8 @@ std::vector<PublishedCase> zero_model_state_cases();              // ZeRO Figure
 std::vector<PublishedCase> torchtitan_h100_memory_cases();
 // Step times implied by published multi-GPU throughputs (A100 and H100):
 // Narayanan et al. 2021 Table 1 (10 rows, Selene A100), torchtitan's Llama 3
-// 8B / 70B and Llama 2 13B / 70B on 64 A100 (6 rows), the Llama 3 paper's Table 4 (3 rows, 8K-16K H100).
+// 8B / 70B and Llama 2 13B / 70B on 64 A100 (6 rows), the Llama 3 paper's Table 4 (3 rows, 8K-16K H100),
+// Megatron Bridge's DGX-H100 Llama 3 70B and 3.1 405B FP8 rows (4 rows, 64 and 1024 H100).
 std::vector<PublishedCase> published_multi_gpu_cases();
 // The published figure in its own words: "142 TFLOP/s per GPU", or the plain value.
 std::string published_figure_text(const PublishedCase& c);

@@ -39,6 +39,7 @@ nlohmann::ordered_json plan_to_json(const Plan& plan) {
   j["overlap_parameter_gather"] = plan.overlap_parameter_gather;
   j["overlap_tensor_parallel"] = plan.overlap_tensor_parallel;
   if (plan.overlap_expert_parallel) j["overlap_expert_parallel"] = true;
+  if (plan.tp_comm_overlap) j["tp_comm_overlap"] = true;
   return j;
 }
 

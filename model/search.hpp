@@ -67,6 +67,9 @@ struct SearchSpace {
   // Every candidate's whose experts split over ep and whose schedule and
   // recompute can pair passes (expert_overlap_problem); not searched.
   bool overlap_expert_parallel = false;
+  // Every transformer candidate's with tp > 1 and sequence parallelism
+  // (tp_comm_overlap_applies); not searched.
+  bool tp_comm_overlap = false;
   RecomputeModules recompute_modules = kDefaultRecomputeModules;  // what every `selective` candidate recomputes
   Loss loss = Loss::fused;        // every candidate's (not searched)
   EpDispatch ep_dispatch = EpDispatch::all_to_all;  // every candidate's (not searched)

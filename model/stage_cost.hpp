@@ -164,6 +164,7 @@ enum class HiddenUnder : std::uint8_t {
   weight_gradient,  // backward tp collectives under the W GEMMs (overlap_tensor_parallel)
   attention,        // ring-attention key/value passes under the chunk in hand (Liu et al. 2023)
   paired_pass,      // expert all-to-alls under another micro-batch's pass, where the plan pairs them (overlap_expert_parallel)
+  gemm,             // a layer's tp collectives in chunks beside the GEMMs they feed or follow (tp_comm_overlap)
 };
 
 // One collective of a block, or `count` alike run back to back, per micro-batch.
@@ -176,7 +177,8 @@ struct BlockCollective {
   double count = 1;
   double seconds = 0;    // count x collective_time on the axis's link, alone
   double exposed_s = 0;  // the part the analytical model leaves exposed (ring attention; a paired pass's
-                         // all-to-alls; the weight-gradient overlap is decided per block, BlockCost::tp_backward_s)
+                         // all-to-alls; tp_comm_overlap's chunks; the weight-gradient overlap is decided per
+                         // block, BlockCost::tp_backward_s)
 };
 
 struct GemmCost {
@@ -220,7 +222,8 @@ struct BlockCost {  // depends only on micro-batch, tp, cp, ep, sequence paralle
   double backward_compute_s = 0;     // including recomputation
   double op_sac_recompute_s = 0;     // what op-level checkpointing repeats of the forward compute (in backward_compute_s for its layers)
   double weight_gradient_s = 0;
-  double tp_forward_s = 0;
+  double tp_forward_s = 0;           // exposed part (all of it but under tp_comm_overlap)
+  double tp_forward_total_s = 0;
   double tp_backward_s = 0;          // exposed part
   double tp_backward_total_s = 0;
   double cp_s = 0;                   // ring-attention transfers, forward + backward

@@ -242,6 +242,22 @@ void check_expert_overlap(Checker& check, const ModelSpec& model, const Plan& pl
   }
 }
 
+// Megatron-LM refuses --tp-comm-overlap without sequence parallelism
+// (arguments.py: "Tensor parallel communication/GEMM overlap can happen only
+// when sequence parallelism is enabled").
+void check_tp_comm_overlap(Checker& check, const ModelSpec& model, const Plan& plan) {
+  if (!plan.tp_comm_overlap) return;
+  if (model.kind != ModelKind::transformer) {
+    check.error("tp_comm_overlap", "overlaps the sequence-parallel collectives of transformer layers; this " +
+                                       to_string(model.kind) + " model has none");
+  } else if (plan.mesh.size(Axis::tp) == 1) {
+    check.warning("tp_comm_overlap", "overlaps tensor-parallel collectives, and there are none here (tp 1): no effect");
+  } else if (!plan.sequence_parallel) {
+    check.error("tp_comm_overlap", "overlaps the all-gathers and reduce-scatters of sequence parallelism; it needs "
+                                   "sequence parallelism on (Megatron-LM refuses --tp-comm-overlap without it)");
+  }
+}
+
 void check_precision(Checker& check, const ClusterSpec& cluster, const Plan& plan) {
   const Dtype dtype = gemm_dtype(plan.precision);
   if (!cluster.device.peak_for(dtype)) check.error("precision", missing_peak_message(cluster.device, dtype));
@@ -277,6 +293,7 @@ Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const Cl
   if (model.kind == ModelKind::mlp) check_mlp(check, model.mlp, plan);
   check_schedule(check, plan);
   check_expert_overlap(check, model, plan);
+  check_tp_comm_overlap(check, model, plan);
   check_precision(check, cluster, plan);
   if (model.kind != ModelKind::cnn || plan.mesh.size(Axis::pp) == 1) {
     auto partition = partition_stages(graph, plan.mesh.size(Axis::pp), plan.schedule.virtual_stages, plan.stage_layers);

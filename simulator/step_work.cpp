@@ -261,9 +261,12 @@ struct SegmentComm {
 void add_block_comm(SegmentComm& comm, const BlockCost& c, const Context& cx, Builder& build, std::int64_t r) {
   for (const BlockCollective& e : c.collectives) {
     CommWork& into = (e.pass == Pass::forward ? comm.forward : comm.backward)[SegmentComm::slot(e.axis)];
-    if (e.hidden_under == HiddenUnder::attention) {
-      // Ring attention: only the part the cost model finds exposed (Liu et al. 2023).
-      accumulate(into, build.exposed_time(e.exposed_s, cx.groups.cp, r), 1);
+    // ZB-H1's B pass has no W GEMMs beside it: its tp collectives run whole (evaluate.cpp, tp_backward_exposed_s).
+    const bool zb_backward = e.pass == Pass::backward && cx.plan.schedule.kind == ScheduleKind::zb_h1;
+    if (e.hidden_under == HiddenUnder::attention || (e.hidden_under == HiddenUnder::gemm && !zb_backward)) {
+      // Ring attention (Liu et al. 2023) and tp collectives chunked beside their GEMMs
+      // (tp_comm_overlap): only the part the cost model finds exposed.
+      accumulate(into, build.exposed_time(e.exposed_s, cx.groups.of(e.axis), r), 1);
     } else if (e.hidden_under == HiddenUnder::paired_pass) {
       // Combined 1F1B: the whole all-to-alls where the pass has no partner,
       // the part its partner's compute leaves exposed where it has one.
@@ -433,7 +436,8 @@ Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, c
   work.schedule = plan.schedule;
   work.stages = pp;
   work.micro_batches = m;
-  work.overlap_tensor_parallel = plan.overlap_tensor_parallel && overlaps(placements, {Axis::tp});
+  // tp_comm_overlap prices its own pairs (HiddenUnder::gemm) in place of this rule.
+  work.overlap_tensor_parallel = plan.overlap_tensor_parallel && !plan.tp_comm_overlap && overlaps(placements, {Axis::tp});
   // The record decides where the all-to-alls pair (and not where the ep link cannot overlap compute).
   work.overlap_expert_parallel = plan.overlap_expert_parallel && std::any_of(costs.begin(), costs.end(), [](const BlockCost& c) {
     return std::any_of(c.collectives.begin(), c.collectives.end(),

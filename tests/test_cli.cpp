@@ -326,6 +326,77 @@ TEST(Cli, OverlapExpertParallelHidesThePairedAllToAlls) {
   EXPECT_GT(overlapped, 0);
 }
 
+// --tp-comm-overlap (Transformer Engine's userbuffers, Megatron-Core's flag): the layers' tp
+// collectives run in chunks beside their GEMMs, so less of the same total is exposed and the step is
+// shorter; the search sets it on candidates with tp > 1 and sequence parallelism only; refused without
+// sequence parallelism (as Megatron-LM refuses it) and on a model without layers; a warning with tp 1.
+TEST(Cli, TpCommOverlapHidesTensorParallelCollectivesBesideTheirGemms) {
+  const std::vector<std::string> job = {"explain", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "64",
+                                        "--mesh", "dp=2,pp=8,tp=4", "--schedule", "interleaved:5", "--global-batch",
+                                        "128", "--seq", "8192", "--recompute", "none", "--zero", "1", "--json"};
+  auto with = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> args = job;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const CliRun plain = run(job), chunked = run(with({"--tp-comm-overlap"}));
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(chunked.status, 0) << chunked.err;
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(chunked.out);
+  EXPECT_FALSE(a["plan"].contains("tp_comm_overlap"));
+  EXPECT_TRUE(b["plan"]["tp_comm_overlap"].get<bool>());
+  const double total = a["communication_s_by_axis"]["tp"]["total"].get<double>();
+  const double exposed = b["communication_s_by_axis"]["tp"]["exposed"].get<double>();
+  ASSERT_GT(total, 0);
+  EXPECT_DOUBLE_EQ(a["communication_s_by_axis"]["tp"]["exposed"].get<double>(), total);
+  EXPECT_DOUBLE_EQ(b["communication_s_by_axis"]["tp"]["total"].get<double>(), total);
+  EXPECT_GT(exposed, 0);            // attention's narrow GEMMs do not hide theirs
+  EXPECT_LT(exposed, total / 2);    // the MLP's do
+  EXPECT_LT(b["time_s"]["step"].get<double>(), a["time_s"]["step"].get<double>());
+  // explain says so where the plan could chunk its tp collectives and does not.
+  auto mentions_overlap = [](const nlohmann::json& j) {
+    for (const auto& w : j["warnings"]) {
+      if (w.get<std::string>().starts_with("tp_comm_overlap: running the tp collectives in chunks")) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(mentions_overlap(a)) << a["warnings"].dump();
+  EXPECT_FALSE(mentions_overlap(b)) << b["warnings"].dump();
+  std::vector<std::string> table = job;
+  table.back() = "--tp-comm-overlap";  // in place of --json
+  const CliRun human = run(table);
+  ASSERT_EQ(human.status, 0) << human.err;
+  EXPECT_NE(human.out.find("tp collectives chunked beside their GEMMs"), std::string::npos) << human.out;
+  // Refused without sequence parallelism and without layers; no effect with tp 1.
+  const CliRun no_sp = run(with({"--tp-comm-overlap", "--no-sequence-parallel"}));
+  EXPECT_EQ(no_sp.status, 2);
+  EXPECT_NE(no_sp.err.find("--tp-comm-overlap"), std::string::npos) << no_sp.err;
+  EXPECT_NE(no_sp.err.find("sequence parallelism"), std::string::npos) << no_sp.err;
+  const CliRun mlp = run({"explain", "--model", "mlp-fashion", "--cluster", "dgx-h100", "--gpus", "2", "--mesh", "tp=2",
+                          "--global-batch", "16", "--tp-comm-overlap"});
+  EXPECT_EQ(mlp.status, 2);
+  EXPECT_NE(mlp.err.find("transformer layers"), std::string::npos) << mlp.err;
+  const CliRun one = run({"explain", "--model", "gpt2-124m", "--cluster", "dgx-h100", "--gpus", "8", "--mesh", "dp=8",
+                          "--global-batch", "16", "--tp-comm-overlap", "--json"});
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_NE(one.out.find("tp_comm_overlap: overlaps tensor-parallel collectives, and there are none here"),
+            std::string::npos) << one.out;
+  // The search: candidates with tp > 1 and sequence parallelism carry it, the others do not.
+  const CliRun searched = run({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch",
+                               "64", "--seq", "4096", "--json", "--top", "60", "--tp-comm-overlap"});
+  ASSERT_EQ(searched.status, 0) << searched.err;
+  int with_flag = 0;
+  for (const auto& p : nlohmann::json::parse(searched.out)) {
+    const auto& plan = p["plan"];
+    const bool has = plan.contains("tp_comm_overlap") && plan["tp_comm_overlap"].get<bool>();
+    const bool applies = plan["mesh"].contains("tp") && plan["mesh"]["tp"].get<int>() > 1 &&
+                         plan["sequence_parallel"].get<bool>();
+    EXPECT_EQ(has, applies) << p.dump();
+    if (has) ++with_flag;
+  }
+  EXPECT_GT(with_flag, 0);
+}
+
 // --recompute-modules (Megatron-Core's): selective recompute of the named parts, on explain (where it
 // implies --recompute selective) and plan; refused with a name it does not know, with another
 // recompute mode, and with a module the model lacks.

@@ -72,7 +72,7 @@ Csv parse_csv(const std::string& text) {
 const std::vector<std::string> kSweepColumns = {
     "model", "cluster", "world_size", "global_batch", "mesh", "dp", "fsdp", "tp", "pp", "cp", "ep", "micro_batch",
     "micro_batches", "zero", "recompute", "recompute_modules", "sequence_parallel", "schedule", "precision", "attention", "cp_comm", "fp32_gradients",
-    "bf16_moments", "loss", "expert_tensor_parallel", "ep_dispatch", "overlap_expert_parallel", "stage_layers", "feasible", "reason",
+    "bf16_moments", "loss", "expert_tensor_parallel", "ep_dispatch", "overlap_expert_parallel", "tp_comm_overlap", "stage_layers", "feasible", "reason",
     "memory_total_bytes", "memory_parameters_bytes", "memory_gradients_bytes", "memory_optimizer_bytes",
     "memory_activations_bytes", "memory_buffers_bytes", "step_s", "compute_s", "communication_s",
     "communication_exposed_s", "bubble_s", "tokens_per_s", "mfu", "hfu"};
@@ -536,14 +536,17 @@ TEST(CliExplain, WarnsWhenTensorParallelismLeavesTheNode) {
   EXPECT_EQ(i["axis_links"][1]["link"], "nvlink");
   EXPECT_GT(i["axis_links"][1]["bandwidth_bytes_per_s"].get<double>(), c["axis_links"][0]["bandwidth_bytes_per_s"].get<double>());
   // The warning is a warning (exit status unchanged), and its step times are the two plans' own.
-  ASSERT_EQ(c["warnings"].size(), 1u);
+  // Beside it, explain's note on the chunked tp overlap this plan (tp 8, sequence parallelism) could run.
+  ASSERT_EQ(c["warnings"].size(), 2u);
   EXPECT_NE(c["warnings"][0].get<std::string>().find("--mesh dp=8,tp=8"), std::string::npos);
+  EXPECT_TRUE(c["warnings"][1].get<std::string>().starts_with("tp_comm_overlap: ")) << c["warnings"].dump();
   EXPECT_EQ(c["mesh_reordering"]["mesh"], "dp=8,tp=8");
   EXPECT_DOUBLE_EQ(c["mesh_reordering"]["step_s"].get<double>(), c["time_s"]["step"].get<double>());
   EXPECT_DOUBLE_EQ(c["mesh_reordering"]["reordered_step_s"].get<double>(), i["time_s"]["step"].get<double>());
   EXPECT_LT(i["time_s"]["step"].get<double>(), c["time_s"]["step"].get<double>());
   EXPECT_TRUE(i["mesh_reordering"].is_null());
-  EXPECT_EQ(i["warnings"].size(), 0u);
+  ASSERT_EQ(i["warnings"].size(), 1u);  // the tp overlap note alone
+  EXPECT_TRUE(i["warnings"][0].get<std::string>().starts_with("tp_comm_overlap: ")) << i["warnings"].dump();
 }
 
 // A reordering may trade which axis crosses nodes: an MoE whose ep=4 crosses

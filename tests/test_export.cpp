@@ -273,6 +273,37 @@ TEST(Export, GradientPrecisionIsTheFrameworksOwnSwitch) {
   }
 }
 
+// The chunked tp overlap is Megatron-LM's --tp-comm-overlap and torchtitan's
+// async tensor parallelism (which needs the model compiled: the export turns
+// compile on, and says what that changes); JAX leaves it to XLA (a warning).
+// Nothing is written where it does not apply (no sequence parallelism).
+TEST(Export, TpCommOverlapIsEachFrameworksOwnSwitch) {
+  for (bool overlap : {false, true}) {
+    PlanFile file = plan_file("llama3-8b", "dp=2,tp=4", 1, 8);
+    file.plan.sequence_parallel = true;
+    file.plan.tp_comm_overlap = overlap;
+    const Loaded<std::string> megatron = export_plan(file, ExportTarget::megatron);
+    ASSERT_TRUE(megatron.ok()) << messages(megatron.problems);
+    EXPECT_EQ(has_line(megatron.value, "--tp-comm-overlap"), overlap) << megatron.value;
+    const Loaded<std::string> torchtitan = export_plan(file, ExportTarget::torchtitan);
+    ASSERT_TRUE(torchtitan.ok()) << messages(torchtitan.problems);
+    EXPECT_EQ(has_line(torchtitan.value, "enable_async_tensor_parallel = true"), overlap) << torchtitan.value;
+    EXPECT_EQ(torchtitan.value.find("[compile]") != std::string::npos, overlap) << torchtitan.value;
+    const Loaded<std::string> jax = export_plan(file, ExportTarget::jax);
+    ASSERT_TRUE(jax.ok()) << messages(jax.problems);
+    for (const auto* problems : {&torchtitan.problems, &jax.problems}) {
+      bool noted = false;
+      for (const Problem& p : *problems) noted = noted || (p.severity == Severity::warning && p.where == "tp_comm_overlap");
+      EXPECT_EQ(noted, overlap) << messages(*problems);
+    }
+  }
+  PlanFile unsequenced = plan_file("llama3-8b", "dp=2,tp=4", 1, 8);
+  unsequenced.plan.sequence_parallel = false;
+  unsequenced.plan.tp_comm_overlap = true;  // validation refuses it; the writers add nothing it cannot run
+  const std::string args = export_plan(unsequenced, ExportTarget::megatron).value;
+  EXPECT_EQ(args.find("--tp-comm-overlap"), std::string::npos) << args;
+}
+
 // The fused loss is Megatron-LM's --cross-entropy-loss-fusion; torchtitan and
 // DeepSpeed have no switch for it, and say so.
 TEST(Export, FusedLossIsMegatronsLossFusionAndANoteElsewhere) {

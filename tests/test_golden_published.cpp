@@ -54,7 +54,7 @@ TEST(KorthikantiFigure1, FirstStageActivationsWithinFivePercent) {
 // multi-GPU runs"). The conversions first, by hand from the sources' numbers.
 TEST(PublishedMultiGpu, StepTimesImpliedByThePublishedThroughputs) {
   const auto cases = published_multi_gpu_cases();
-  ASSERT_EQ(cases.size(), 19u);
+  ASSERT_EQ(cases.size(), 23u);
   const auto results = predict(cases);
   // Narayanan et al. 2021 Table 1, 1T row: Eq. 3 with B 3072, s 2048, l 128,
   // h 25600, V 51200, at 163 TFLOP/s on each of 3072 GPUs.
@@ -76,6 +76,16 @@ TEST(PublishedMultiGpu, StepTimesImpliedByThePublishedThroughputs) {
   EXPECT_EQ(results[16].c.plan.mesh.world_size(), 8192);
   EXPECT_EQ(results[18].c.plan.mesh.world_size(), 16384);
   EXPECT_EQ(results[18].c.plan.global_batch * results[18].c.plan.seq_len, 16 * 8 * 131072);
+  // Megatron Bridge, Llama 3 70B FP8 (NeMo 25.11): 128 x 8192 tokens at 1602 tokens/s on each of 64 GPUs,
+  // dp 64 / (tp 4 x pp 8); Llama 3.1 405B: 126 layers and the embedding and loss in 64 chunks of 2.
+  EXPECT_NEAR(results[19].c.published, 128.0 * 8192 / (1602.0 * 64), 1e-12);
+  EXPECT_EQ(results[19].c.plan.mesh.size(Axis::dp), 2);
+  EXPECT_TRUE(results[19].c.plan.tp_comm_overlap);
+  EXPECT_EQ(results[21].c.plan.mesh.size(Axis::dp), 8);
+  EXPECT_EQ(results[21].c.plan.stage_layers.size(), 64u);
+  std::int64_t layers = 0;
+  for (std::int64_t n : results[21].c.plan.stage_layers) layers += n;
+  EXPECT_EQ(layers, 126);
   for (const auto& r : results) {
     std::printf("[ golden ] %-36s implied %8.3f s  predicted %8.3f s  %+6.1f%%\n", r.c.name.c_str(), r.c.published,
                 r.predicted, 100 * r.error());
@@ -100,6 +110,8 @@ TEST(PublishedMultiGpu, RowsWithinTargetOrStatedMiss) {
       {"Llama 2 70B, 64 A100, FSDP, op AC", 0.274},
       {"Llama 2 70B, 64 A100, FSDP, full AC", 0.151},
       {"Llama 3 405B, 16384 H100, seq 131072", 0.128},
+      {"Llama 3.1 405B, 1024 H100, FP8, GBS 512", 0.159},
+      {"Llama 3.1 405B, 1024 H100, FP8, GBS 1536", 0.132},
   };
   const auto results = predict(published_multi_gpu_cases());
   for (const auto& r : results) {

@@ -150,6 +150,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.overlap_gradient_reduction, b.overlap_gradient_reduction);
   EXPECT_EQ(a.overlap_parameter_gather, b.overlap_parameter_gather);
   EXPECT_EQ(a.overlap_tensor_parallel, b.overlap_tensor_parallel);
+  EXPECT_EQ(a.tp_comm_overlap, b.tp_comm_overlap);
 }
 
 struct Case {
@@ -221,6 +222,7 @@ TEST(PlanFile, RoundTripOtherModelKindsAndKnobs) {
   expect_round_trip(make({"llama3-70b", "dgx-h100", "fsdp=8,tp=8", 64, 1, 512}, [](Plan& p) {
                       p.seq_len = 4096;
                       p.overlap_tensor_parallel = true;
+                      p.sequence_parallel = p.tp_comm_overlap = true;
                       p.memory_headroom = 0.1;
                     }).file);
   expect_round_trip(make({"mlp-seed", "pcie-a100", "dp=2,tp=4", 8, 4, 64}).file);

@@ -151,6 +151,8 @@ Plan draw_plan(const PlanSetup& s, std::mt19937_64& rng, std::vector<Axis> axes)
   }
   // FP8 where the device has it: the layers' weight GEMMs and their casts (gemm_in_fp8).
   if (s.cluster.device.peak_for(Dtype::fp8) && rng() % 3 == 0) plan.precision = Precision::fp8;
+  // Transformer Engine's chunked tp overlap, where sequence parallelism runs (validate.cpp refuses it elsewhere).
+  if (plan.sequence_parallel && rng() % 2 == 0) plan.tp_comm_overlap = true;
   return plan;
 }
 
@@ -169,7 +171,8 @@ std::string describe(const PlanSetup& s, const Plan& plan) {
          " sp=" + std::to_string(plan.sequence_parallel) +
          " zero=" + std::to_string(plan.zero_stage) + " " + to_string(plan.attention) +
          " overlap-tp=" + std::to_string(plan.overlap_tensor_parallel) +
-         " overlap-ep=" + std::to_string(plan.overlap_expert_parallel) + " " + to_string(plan.precision);
+         " overlap-ep=" + std::to_string(plan.overlap_expert_parallel) +
+         " tp-comm-overlap=" + std::to_string(plan.tp_comm_overlap) + " " + to_string(plan.precision);
 }
 
 // One pipeline stage (meshes over dp, fsdp, tp, cp and ep, ZeRO 0-3), every
@@ -188,7 +191,7 @@ TEST(SimulatedStepExactly, OneStageEqualsTheEvaluator) {
   std::vector<PlanSetup> setups = make_setups();
   std::mt19937_64 rng(20261125);
   int checked = 0, reduced = 0, hidden = 0, sharded = 0, hybrid = 0, experts_out_of_tp = 0, deduplicated = 0;
-  int paired = 0, paired_sharded = 0;
+  int paired = 0, paired_sharded = 0, chunked = 0;
   for (int tried = 0; checked < 400 && tried < 40000; ++tried) {
     const PlanSetup& s = setups[std::uniform_int_distribution<std::size_t>(0, setups.size() - 1)(rng)];
     Plan plan = draw_plan(s, rng, {Axis::dp, Axis::fsdp, Axis::tp, Axis::cp, Axis::ep});
@@ -201,6 +204,11 @@ TEST(SimulatedStepExactly, OneStageEqualsTheEvaluator) {
     const bool weights_sharded = plan.mesh.size(Axis::fsdp) > 1 || (plan.zero_stage == 3 && plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) > 1);
     if (plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) > 1 && plan.zero_stage < 3) ++reduced;
     if (plan.overlap_tensor_parallel && plan.mesh.size(Axis::tp) > 1) ++hidden;
+    // Chunked tp overlap that hides something: the engine's exposed parts against the evaluator's.
+    if (tp_comm_overlap_applies(plan) && sim.value.analytical.axis_exposed_s[static_cast<std::size_t>(Axis::tp)] <
+                                             sim.value.analytical.axis_communication_s[static_cast<std::size_t>(Axis::tp)]) {
+      ++chunked;
+    }
     if (weights_sharded) ++sharded;
     if (weights_sharded && plan.mesh.size(Axis::fsdp) > 1 && plan.zero_stage < 3 && plan.mesh.size(Axis::dp) > 1) ++hybrid;
     if (expert_split(plan).tokens > 1) ++experts_out_of_tp;
@@ -221,11 +229,13 @@ TEST(SimulatedStepExactly, OneStageEqualsTheEvaluator) {
   // The draw must reach the cases this test is about.
   EXPECT_GT(reduced, 100);
   EXPECT_GT(hidden, 50);
+  EXPECT_GT(chunked, 20);
   EXPECT_GT(sharded, 100);
   EXPECT_GT(hybrid, 20);
   std::printf("[ exact    ] 400 one-stage plans: %d with a data-parallel reduction, %d hiding tp under W, %d with sharded "
               "weights (%d HSDP), %d with experts out of tp, %d with the deduplicated dispatch, %d pairing all-to-alls "
-              "(%d of them sharded)\n", reduced, hidden, sharded, hybrid, experts_out_of_tp, deduplicated, paired, paired_sharded);
+              "(%d of them sharded), %d chunking tp beside the GEMMs\n", reduced, hidden, sharded, hybrid, experts_out_of_tp,
+              deduplicated, paired, paired_sharded, chunked);
 }
 
 // Over every axis, schedule and switch: the work the simulator replays is the
@@ -250,12 +260,14 @@ TEST(SimulatedStepExactly, StepWorkIsTheCostRecordOnRandomPlans) {
     const std::vector<BlockCost> costs = s.evaluator->block_costs(plan, placements);
     const ModelProfile& prof = s.evaluator->profile();
     const bool tp_hides = work.value.overlap_tensor_parallel;
+    const bool zb = plan.schedule.kind == ScheduleKind::zb_h1;
     double record_forward = 0, record_backward = 0;
     for (int kind : prof.block_kind) {
       const BlockCost& c = costs[static_cast<std::size_t>(kind)];
       record_forward += c.forward_compute_s + c.tp_forward_s + c.cp_forward_exposed_s + c.ep_s / 2;
-      // The engine runs hidden tp collectives beside the W pass itself: it gets them whole.
-      record_backward += c.backward_compute_s + (tp_hides ? c.tp_backward_total_s : c.tp_backward_s) +
+      // The engine runs hidden tp collectives beside the W pass itself: it gets them whole; so does
+      // ZB-H1's B pass, which has no W GEMMs beside it.
+      record_backward += c.backward_compute_s + (tp_hides || zb ? c.tp_backward_total_s : c.tp_backward_s) +
                          c.cp_backward_exposed_s + c.ep_s / 2;
     }
     double forward = 0, backward = 0;

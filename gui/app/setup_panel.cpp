@@ -135,6 +135,11 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
            tr("Mixtures of experts: hide the dispatch and combine under another micro-batch's compute, as "
               "Megatron-Core's combined 1F1B does (--overlap-moe-expert-parallel-comm); applied to candidates with "
               "ep > 1, one pipeline stage or an interleaved schedule, and no full recompute"));
+  tp_comm_overlap_ = new QCheckBox(tr("chunked beside GEMMs"));
+  addField("tp_comm_overlap", tr("TP collectives"), tp_comm_overlap_,
+           tr("Run each sequence-parallel all-gather and reduce-scatter in tp chunks beside the GEMM it feeds or "
+              "follows, as Transformer Engine's userbuffers (Megatron-Core --tp-comm-overlap) and torchtitan's async "
+              "tensor parallelism do; applied to candidates with tp > 1 and sequence parallelism"));
   expert_tp_ = new QComboBox;
   for (const char* choice : {"tp,1", "tp", "1"}) expert_tp_->addItem(QString::fromLatin1(choice));
   addField("expert_tp", tr("Experts' tp"), expert_tp_,
@@ -253,6 +258,7 @@ SetupInputs SetupPanel::inputs() const {
   in.fp32_gradients = fp32_gradients_->isChecked();
   in.bf16_moments = bf16_moments_->isChecked();
   in.overlap_ep = overlap_ep_->isChecked();
+  in.tp_comm_overlap = tp_comm_overlap_->isChecked();
   in.expert_tp = expert_tp_->currentText().toStdString();
   in.ep_dispatch = ep_dispatch_->currentText().toStdString();
   in.threads = threads_->value();
@@ -289,6 +295,7 @@ void SetupPanel::setInputs(const SetupInputs& in) {
   fp32_gradients_->setChecked(in.fp32_gradients);
   bf16_moments_->setChecked(in.bf16_moments);
   overlap_ep_->setChecked(in.overlap_ep);
+  tp_comm_overlap_->setChecked(in.tp_comm_overlap);
   if (expert_tp_->findText(QString::fromStdString(in.expert_tp)) < 0) expert_tp_->addItem(QString::fromStdString(in.expert_tp));
   expert_tp_->setCurrentText(QString::fromStdString(in.expert_tp));
   if (ep_dispatch_->findText(QString::fromStdString(in.ep_dispatch)) < 0) {
@@ -378,6 +385,7 @@ void SetupPanel::save(QSettings& s) const {
   s.setValue("setup/fp32_gradients", in.fp32_gradients);
   s.setValue("setup/bf16_moments", in.bf16_moments);
   s.setValue("setup/overlap_ep", in.overlap_ep);
+  s.setValue("setup/tp_comm_overlap", in.tp_comm_overlap);
   s.setValue("setup/expert_tp", QString::fromStdString(in.expert_tp));
   s.setValue("setup/ep_dispatch", QString::fromStdString(in.ep_dispatch));
   s.setValue("setup/threads", in.threads);
@@ -416,6 +424,7 @@ void SetupPanel::restore(const QSettings& s) {
   if (s.contains("setup/fp32_gradients")) in.fp32_gradients = s.value("setup/fp32_gradients").toBool();
   if (s.contains("setup/bf16_moments")) in.bf16_moments = s.value("setup/bf16_moments").toBool();
   if (s.contains("setup/overlap_ep")) in.overlap_ep = s.value("setup/overlap_ep").toBool();
+  if (s.contains("setup/tp_comm_overlap")) in.tp_comm_overlap = s.value("setup/tp_comm_overlap").toBool();
   text("setup/expert_tp", in.expert_tp);
   text("setup/ep_dispatch", in.ep_dispatch);
   if (s.contains("setup/threads")) in.threads = s.value("setup/threads").toInt();

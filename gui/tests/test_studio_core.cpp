@@ -185,6 +185,9 @@ class StudioCoreTest : public QObject {
     QVERIFY(!resolve_setup(cp).value.space.overlap_expert_parallel);
     cp.overlap_ep = true;
     QVERIFY(resolve_setup(cp).value.space.overlap_expert_parallel);
+    QVERIFY(!resolve_setup(cp).value.space.tp_comm_overlap);
+    cp.tp_comm_overlap = true;
+    QVERIFY(resolve_setup(cp).value.space.tp_comm_overlap);
     QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules), int(kDefaultRecomputeModules));
     cp.recompute_modules = "layernorm, moe_act";
     QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules),
