@@ -179,6 +179,13 @@ struct GemmRates {
   const ComputeRates& high_precision;
 };
 
+// Whether a block's tp collectives run in chunks beside its GEMMs: Transformer
+// Engine's overlap (Plan::tp_comm_overlap) on a link that can overlap
+// compute, in the layers (tp_overlap_exposed says what stays exposed).
+bool chunks_tp(const Plan& plan, const PlanScalars& ps, BlockKind role) {
+  return role == BlockKind::layer && tp_comm_overlap_applies(plan) && ps.links.of(Axis::tp).overlaps_compute;
+}
+
 // GEMMs, memory-bound passes, fused attention and the launch floor; returns
 // the forward seconds of core attention (what selective recompute repeats and
 // ring attention hides under), and the other modules' in `modules`.
@@ -191,6 +198,8 @@ double block_compute(BlockCost& c, const BlockProfile& bp, BlockKind role, const
   double core_forward_s = 0;
   double unfused_attention_gemms_s = 0;  // fused attention's fallback price
   double cast_kernels[2] = {0, 0};       // [forward, backward] kernels of the fp8 casts
+  double chunk_kernels[2] = {0, 0};      // and of the tp overlap's chunked GEMMs beyond one each
+  const bool chunked = chunks_tp(plan, ps, role);
   c.gemms.reserve(bp.gemms.size());
   for (const GemmWork& g : bp.gemms) {
     GemmCost& gc = c.gemms.emplace_back();
@@ -201,13 +210,24 @@ double block_compute(BlockCost& c, const BlockProfile& bp, BlockKind role, const
     const bool fp8 = gemm_in_fp8(plan, role, g);
     const ComputeRates& r = fp8 ? rates : gemm_rates.high_precision;
     const double element_bytes = gc.element_bytes = fp8 ? 1.0 : act;
-    gc.forward_s = gemm_time_s(s.rows, s.n, s.k, s.batch, element_bytes, r);
+    // Under the chunked tp overlap a pipelined pair's GEMM runs as tp GEMMs of rows / tp: a column
+    // GEMM's forward and a row GEMM's forward and input gradient (docs/cost-model.md).
+    const bool dense_split = chunked && g.has_weights && !g.expert &&
+                             (g.tp_split == TpSplit::rows || g.tp_split == TpSplit::columns);
+    const double forward_chunks = dense_split ? ps.tp : 1;
+    const double gradient_chunks = dense_split && g.tp_split == TpSplit::rows ? ps.tp : 1;
+    gc.forward_s = forward_chunks * gemm_time_s(s.rows / forward_chunks, s.n, s.k, s.batch, element_bytes, r);
     if (fused && g.core_attention) {  // priced as one fused kernel below
       gc.fused_away = true;
       unfused_attention_gemms_s += gc.forward_s;
       continue;
     }
-    gc.input_gradient_s = g.needs_input_gradient ? gemm_time_s(s.rows, s.k, s.n, s.batch, element_bytes, r) : 0.0;
+    gc.input_gradient_s =
+        g.needs_input_gradient
+            ? gradient_chunks * gemm_time_s(s.rows / gradient_chunks, s.k, s.n, s.batch, element_bytes, r)
+            : 0.0;
+    chunk_kernels[0] += forward_chunks - 1;
+    chunk_kernels[1] += g.needs_input_gradient ? gradient_chunks - 1 : 0;
     gc.weight_gradient_s = gemm_time_s(s.k, s.n, s.rows, s.batch, element_bytes, r);
     const Fp8CastSeconds cast = fp8 ? add_fp8_casts(c, s, act, rates, cast_kernels) : Fp8CastSeconds{};
     const double forward_s = gc.forward_s + cast.forward_s;
@@ -286,8 +306,9 @@ double block_compute(BlockCost& c, const BlockProfile& bp, BlockKind role, const
   }
   // Launch floor: the host issues each kernel (one per op forward, two backward).
   const double kernels_s = c.forward_compute_s + c.backward_compute_s;
-  c.forward_compute_s = launch_floor_s(c.forward_compute_s, bp.forward_kernels[a] + cast_kernels[0], rates);
-  c.backward_compute_s = launch_floor_s(c.backward_compute_s, 2 * bp.forward_kernels[a] + cast_kernels[1], rates);
+  c.forward_compute_s = launch_floor_s(c.forward_compute_s, bp.forward_kernels[a] + cast_kernels[0] + chunk_kernels[0], rates);
+  c.backward_compute_s =
+      launch_floor_s(c.backward_compute_s, 2 * bp.forward_kernels[a] + cast_kernels[1] + chunk_kernels[1], rates);
   part(c, ComputePart::launch_overhead) += c.forward_compute_s + c.backward_compute_s - kernels_s;
   return core_forward_s;
 }
@@ -397,7 +418,7 @@ void block_tp_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, 
   const int backward_collectives = bp.tp_backward_collectives - (experts_in_tp ? 0 : bp.expert_tp_backward_collectives);
   // Transformer Engine's chunked overlap (tp_comm_overlap) prices a layer's collectives pair by pair
   // (ZB-H1 exposes the backward's all the same: tp_backward_exposed_s).
-  const bool chunked = tp_comm_overlap_applies(plan) && tp_link.overlaps_compute && role == BlockKind::layer;
+  const bool chunked = chunks_tp(plan, ps, role);
   std::size_t forward_entry = c.collectives.size(), reduce_entry = forward_entry, gather_entry = forward_entry;
   if (forward_collectives > 0) {
     const double elements = bp.tp_forward_reduce_elements - (experts_in_tp ? 0 : bp.expert_tp_forward_reduce_elements);

@@ -299,7 +299,8 @@ TEST(Evaluator, Fp8RunsTheLayersWeightGemmsAndCastsThem) {
 
 // Transformer Engine's chunked tp overlap (Plan::tp_comm_overlap), pair by
 // pair on gpt2-124m over tp 4 on H100s (b 8, s 1024: each reduce-scatter and
-// all-gather 31.6 us on NVLink). Forward, pipelined in 4 chunks: the
+// all-gather 31.6 us on NVLink), each pipelined GEMM run as 4 GEMMs of 2048
+// rows at the device's curve. Forward, pipelined in 4 chunks: the
 // reduce-scatters after proj and fc2 beside 3/4 of those GEMMs, the all-
 // gathers before fc1 and qkv beside 3/4 of theirs. Backward: each column
 // GEMM's input-gradient reduce-scatter beside its whole weight gradient and
@@ -324,6 +325,25 @@ TEST(Evaluator, TpCommOverlapExposesWhatEachGemmCannotHide) {
   }
   ASSERT_EQ(weights.size(), 4u);
   const GemmCost &qkv = *weights[0], &proj = *weights[1], &fc1 = *weights[2], &fc2 = *weights[3];
+  // A pipelined pair's GEMM runs as 4 GEMMs of a quarter of the rows: every forward, and the row GEMMs'
+  // (proj, fc2) input gradients; the bulk pairs' GEMMs run whole.
+  const ComputeRates rates = rates_for(cluster.device, Precision::bf16);
+  auto quarters = [&](const LocalGemm& s, bool gradient) {
+    return gradient ? 4 * gemm_time_s(s.rows / 4, s.k, s.n, s.batch, 2, rates) : 4 * gemm_time_s(s.rows / 4, s.n, s.k, s.batch, 2, rates);
+  };
+  std::size_t w = 0;
+  for (std::size_t g = 0; g < plain.gemms.size(); ++g) {
+    if (!plain.gemms[g].has_weights) continue;
+    const GemmCost& before = plain.gemms[g];
+    const GemmCost& after = *weights[w++];
+    EXPECT_NEAR(before.forward_s, gemm_time_s(before.shape.rows, before.shape.n, before.shape.k, 1, 2, rates), 1e-18);
+    EXPECT_NEAR(after.forward_s, quarters(after.shape, false), 1e-18);
+    EXPECT_GE(after.forward_s, before.forward_s);  // no faster in pieces; as fast on the curve's plateau
+    EXPECT_DOUBLE_EQ(after.weight_gradient_s, before.weight_gradient_s);
+    const bool row = &after == &proj || &after == &fc2;
+    EXPECT_NEAR(after.input_gradient_s, row ? quarters(after.shape, true) : before.input_gradient_s, 1e-18);
+  }
+  EXPECT_GT(qkv.forward_s, plain.gemms[0].forward_s);  // 2048 x 2304 x 768 sits below the plateau
   // Two all-reduces a pass (a reduce-scatter and an all-gather each, ring) and the backward's two all-gathers.
   ASSERT_EQ(plain.collectives.size(), 3u);
   ASSERT_EQ(plain.collectives[0].count, 2);
