@@ -209,8 +209,9 @@ struct Plan {
   // every sequence-parallel all-gather and reduce-scatter of a layer runs in
   // tp chunks beside the GEMM it feeds or follows (docs/cost-model.md,
   // "Tensor-parallel communication overlap"). Needs tp > 1 and sequence
-  // parallelism, as TE does; it replaces overlap_tensor_parallel's rule for
-  // the layers. Off by default.
+  // parallelism, as TE does. It replaces overlap_tensor_parallel's rule: the
+  // layers' collectives pair with GEMMs, the embedding's and head's stay
+  // exposed. Off by default.
   bool tp_comm_overlap = false;
   // Each expert-parallel all-to-all runs beside another micro-batch's compute:
   // Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) runs a
