@@ -336,8 +336,10 @@ double add_collective(BlockCost& c, Axis axis, Collective kind, Pass pass, Hidde
 // gradient and its input's all-gather (kept sharded for its weight gradient)
 // beside its input gradient, both bulk; the all-gather of the next row-
 // parallel GEMM's output gradient beside that GEMM's input gradient,
-// pipelined. Collectives no dense GEMM pairs (a routed expert's in tp) stay
-// exposed. The `*_total_s` are the seconds of the record's entries.
+// pipelined: the pairs Megatron Bridge's userbuffers configurations name
+// (training/comm_overlap.py). Collectives no dense GEMM pairs (a routed
+// expert's in tp) stay exposed. The `*_total_s` are the seconds of the
+// record's entries.
 struct TpOverlapExposed {
   double forward_s = 0, forward_gathers_s = 0, forward_gathers_total_s = 0;  // the gathers: what op-level checkpointing repeats
   double backward_reduce_s = 0, backward_gather_s = 0;                        // the all-reduce entry's and the SP all-gather entry's
