@@ -58,7 +58,7 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
                      "Attention kernels: fused (FlashAttention / cuDNN / SDPA: no s x s tensors) or unfused")
       ->capture_default_str();
   add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients, f.bf16_moments, f.overlap_expert_parallel,
-                       f.tp_comm_overlap, f.ep_dispatch);
+                       f.tp_comm_overlap, f.overlap_p2p_comm, f.ep_dispatch);
   add_recompute_modules_flag(command, f.recompute_modules);
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
                               "Sequence parallelism in tp regions (default: on for transformers with tp > 1)");
@@ -108,7 +108,7 @@ std::optional<EpDispatch> parse_ep_dispatch_flag(const std::string& text, Proble
 
 void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& loss, bool& fp32_gradients,
                           bool& bf16_moments, bool& overlap_expert_parallel, bool& tp_comm_overlap,
-                          std::string& ep_dispatch) {
+                          bool& overlap_p2p_comm, std::string& ep_dispatch) {
   command.add_option("--ep-dispatch", ep_dispatch,
                      "How routed tokens reach their experts across nodes: all-to-all (NCCL; a token crosses once per "
                      "expert on another node) or deduplicated (DeepEP, Megatron-Core's flex dispatcher: once per other "
@@ -140,6 +140,10 @@ void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& 
                    "Run each sequence-parallel all-gather and reduce-scatter of a layer in tp chunks beside the GEMM "
                    "it feeds or follows: Transformer Engine's userbuffers (Megatron-Core --tp-comm-overlap), "
                    "torchtitan's async tensor parallelism; needs tp > 1 and sequence parallelism");
+  command.add_flag("--overlap-p2p", overlap_p2p_comm,
+                   "Run the pipeline sends and receives of the steady state beside other chunks' compute, the fill's "
+                   "and drain's exposed: Megatron-Core's --overlap-p2p-communication; needs pp > 1 and the "
+                   "interleaved schedule");
 }
 
 void add_recompute_modules_flag(CLI::App& command, std::optional<std::string>& modules) {
@@ -171,6 +175,7 @@ std::string flag_for_field(const std::string& field) {
       {"attention", "--attention"},       {"cp_comm", "--cp-comm"},
       {"fp32_gradients", "--fp32-gradients"}, {"bf16_moments", "--bf16-moments"}, {"loss", "--loss"},
       {"overlap_expert_parallel", "--overlap-ep"},  {"tp_comm_overlap", "--tp-comm-overlap"},
+      {"overlap_p2p_comm", "--overlap-p2p"},
       {"recompute_modules", "--recompute-modules"},
       {"expert_tensor_parallel", "--expert-tp"}, {"ep_dispatch", "--ep-dispatch"},
   };
@@ -265,6 +270,7 @@ void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs&
   plan.bf16_moments = space.bf16_moments = f.bf16_moments;
   plan.overlap_expert_parallel = space.overlap_expert_parallel = f.overlap_expert_parallel;
   plan.tp_comm_overlap = space.tp_comm_overlap = f.tp_comm_overlap;
+  plan.overlap_p2p_comm = space.overlap_p2p_comm = f.overlap_p2p_comm;
   if (f.expert_tp) {
     if (auto e = parse_choice_flag<std::int64_t>(*f.expert_tp, "--expert-tp", expert_tp_choices, parse_expert_tp, problems)) {
       plan.expert_tensor_parallel = *e;

@@ -63,7 +63,7 @@ class SigintGuard {
 const std::vector<std::string> kColumns = {
     "model", "cluster", "world_size", "global_batch", "mesh", "dp", "fsdp", "tp", "pp", "cp", "ep", "micro_batch",
     "micro_batches", "zero", "recompute", "recompute_modules", "sequence_parallel", "schedule", "precision", "attention", "cp_comm", "fp32_gradients",
-    "bf16_moments", "loss", "expert_tensor_parallel", "ep_dispatch", "overlap_expert_parallel", "tp_comm_overlap", "stage_layers", "feasible", "reason",
+    "bf16_moments", "loss", "expert_tensor_parallel", "ep_dispatch", "overlap_expert_parallel", "tp_comm_overlap", "overlap_p2p_comm", "stage_layers", "feasible", "reason",
     "memory_total_bytes", "memory_parameters_bytes", "memory_gradients_bytes", "memory_optimizer_bytes",
     "memory_activations_bytes", "memory_buffers_bytes", "step_s", "compute_s", "communication_s",
     "communication_exposed_s", "bubble_s", "tokens_per_s", "mfu", "hfu"};
@@ -112,6 +112,7 @@ std::vector<Cell> row_cells(const Job& job, const Candidate& c, double usable_by
   row.push_back(text_cell(to_string(plan.ep_dispatch)));
   row.push_back(bool_cell(plan.overlap_expert_parallel));
   row.push_back(bool_cell(plan.tp_comm_overlap));
+  row.push_back(bool_cell(plan.overlap_p2p_comm));
   std::string stage_layers;  // as --stage-layers takes it; empty for an even split
   for (std::int64_t n : plan.stage_layers) stage_layers += (stage_layers.empty() ? "" : ",") + std::to_string(n);
   row.push_back(text_cell(stage_layers));

@@ -57,6 +57,7 @@ std::string describe_mesh(const Plan& plan) {
   if (plan.zero_stage > 0) text += ", ZeRO " + std::to_string(plan.zero_stage);
   if (plan.sequence_parallel) text += ", SP";
   if (plan.tp_comm_overlap) text += ", tp overlap";
+  if (plan.overlap_p2p_comm) text += ", p2p overlap";
   if (plan.precision == Precision::fp8 || plan.precision == Precision::fp32) text += ", " + to_string(plan.precision);
   return text;
 }

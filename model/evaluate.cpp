@@ -1124,12 +1124,12 @@ AfterPipeline after_pipeline(const std::vector<StageSum>& sum, const Plan& plan,
 
 // Communication per axis and in total, of the slowest stage over the step.
 void account_axes(TimeEstimate& time, const StageSum& slow, const Plan& plan, double fsdp, double md, double p2p_s,
-                  const AfterPipeline& after) {
+                  double p2p_exposed_s, const AfterPipeline& after) {
   const std::size_t fsdp_axis = zero_shards(plan.zero_stage, ModelState::parameters) && fsdp == 1 ? static_cast<std::size_t>(Axis::dp) : static_cast<std::size_t>(Axis::fsdp);
   time.axis_communication_s[static_cast<std::size_t>(Axis::tp)] = md * slow.tp_s;
   time.axis_exposed_s[static_cast<std::size_t>(Axis::tp)] = md * slow.tp_exposed_s;
   time.axis_communication_s[static_cast<std::size_t>(Axis::pp)] = md * 2 * p2p_s;
-  time.axis_exposed_s[static_cast<std::size_t>(Axis::pp)] = md * 2 * p2p_s;
+  time.axis_exposed_s[static_cast<std::size_t>(Axis::pp)] = p2p_exposed_s;
   time.axis_communication_s[static_cast<std::size_t>(Axis::cp)] = md * slow.cp_s;
   time.axis_exposed_s[static_cast<std::size_t>(Axis::cp)] = md * slow.cp_exposed_s;
   time.axis_communication_s[static_cast<std::size_t>(Axis::ep)] = md * slow.ep_s;
@@ -1204,14 +1204,19 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
                                                : ps.links.of(Axis::fsdp);
   const double p2p_gather_s = transfer.gather_after_receive ? cost(Collective::all_gather, transfer.boundary_bytes, tp_link) : 0;
   const double p2p_s = pp > 1 ? static_cast<double>(v) * (cost(Collective::send_recv, transfer.send_bytes, ps.links.of(Axis::pp)) + p2p_gather_s) : 0;
+  // Overlapped pipeline transfers (Plan::overlap_p2p_comm) leave each pass;
+  // the fill's and the drain's, p - 1 chunk transfers each, stay on the step.
+  const bool p2p_hidden = p2p_overlap_applies(plan);
+  const double p2p_pass_s = p2p_hidden ? 0.0 : p2p_s;
+  const double p2p_fill_drain_s = p2p_hidden ? 2.0 * static_cast<double>(pp - 1) * p2p_s / static_cast<double>(v) : 0.0;
   thread_local std::vector<double> stage_s;
   stage_s.assign(static_cast<std::size_t>(pp), 0.0);
   WeightShardingCost weight_sharding{fsdp_group};
   if (plan.overlap_expert_parallel) hide_paired_all_to_alls(sum, prof, plan, kind_cost, pp, v, m);
   for (std::int64_t r = 0; r < pp; ++r) {
     StageSum& s = sum[static_cast<std::size_t>(r)];
-    s.forward_s += p2p_s;
-    s.backward_s += p2p_s;
+    s.forward_s += p2p_pass_s;
+    s.backward_s += p2p_pass_s;
     if (fsdp_group.size > 1 && pp > 1) add_weight_sharding(s, plan, weight_sharding);
     stage_s[static_cast<std::size_t>(r)] = s.forward_s + s.backward_s;
   }
@@ -1224,7 +1229,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   const PipelineTiming pipeline = pipeline_timing(stage_s, m, plan.schedule, slow.weight_gradient_s);
   time.bubble_s = pipeline.bubble_s;
   AfterPipeline after = after_pipeline(sum, plan, ps, rates);
-  double before_optimizer_s = pipeline.step_s + after.dp_exposed_s;
+  double before_optimizer_s = pipeline.step_s + p2p_fill_drain_s + after.dp_exposed_s;
   if (fsdp_group.size > 1 && pp == 1) {
     // The replay's waits for gathers and its reduce-scatter tail are fsdp's
     // exposed time; what the buckets add after both is dp's.
@@ -1242,7 +1247,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
 
   time.compute_s = md * slow.compute_s;  // the optimizer is reported on its own
   time.slowest_stage = static_cast<std::int64_t>(slowest);
-  account_axes(time, slow, plan, ps.fsdp, md, p2p_s, after);
+  account_axes(time, slow, plan, ps.fsdp, md, p2p_s, p2p_hidden ? p2p_fill_drain_s : md * 2 * p2p_s, after);
   time.stage_forward_s = slow.forward_s;
   time.stage_backward_s = slow.backward_s;
   time.stage_weight_gradient_s = slow.weight_gradient_s;

@@ -168,6 +168,7 @@ void megatron_parallelism_and_training(Writer& w, MegatronArgs& arg) {
   if (plan.overlap_expert_parallel) arg("--overlap-moe-expert-parallel-comm");
   // Transformer Engine's userbuffers overlap of the sequence-parallel collectives (arguments.py).
   if (tp_comm_overlap_applies(plan)) arg("--tp-comm-overlap");
+  if (p2p_overlap_applies(plan)) arg("--overlap-p2p-communication");
 }
 
 // The model's shape.

@@ -156,6 +156,10 @@ bool tp_comm_overlap_applies(const Plan& plan) {
   return plan.tp_comm_overlap && plan.sequence_parallel && plan.mesh.size(Axis::tp) > 1;
 }
 
+bool p2p_overlap_applies(const Plan& plan) {
+  return plan.overlap_p2p_comm && plan.mesh.size(Axis::pp) > 1 && plan.schedule.kind == ScheduleKind::interleaved;
+}
+
 std::optional<Recompute> parse_recompute(std::string_view text) {
   if (text == "none") return Recompute::none;
   if (text == "selective") return Recompute::selective;

@@ -70,6 +70,9 @@ bool expert_overlap_applies(const Plan& plan);
 // sequence parallelism (Transformer Engine overlaps only the sequence-parallel
 // all-gathers and reduce-scatters).
 bool tp_comm_overlap_applies(const Plan& plan);
+// Whether overlap_p2p_comm changes the plan: it asks for it, with pp > 1
+// under the interleaved schedule (the one Megatron-Core overlaps).
+bool p2p_overlap_applies(const Plan& plan);
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
 // How attention runs. `fused`: one kernel (FlashAttention-2/3, cuDNN, PyTorch
 // scaled_dot_product_attention) that keeps no s x s tensor, only per-row
@@ -213,6 +216,12 @@ struct Plan {
   // layers' collectives pair with GEMMs, the embedding's and head's stay
   // exposed. Off by default.
   bool tp_comm_overlap = false;
+  // Megatron-Core's overlapped pipeline transfers (--overlap-p2p-communication,
+  // Megatron Bridge's overlap_p2p_comm, on wherever it interleaves): in the
+  // steady state each send and receive runs beside another chunk's compute;
+  // the fill's and the drain's stay exposed (NeMo's "Communication Overlap"
+  // guide). Interleaved schedule only, as NeMo supports it. Off by default.
+  bool overlap_p2p_comm = false;
   // Each expert-parallel all-to-all runs beside another micro-batch's compute:
   // Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) runs a
   // forward and another micro-batch's backward together, layer by layer, the

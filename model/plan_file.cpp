@@ -492,6 +492,8 @@ Plan read_plan_object(JsonObject& root) {
   plan.overlap_expert_parallel = p->boolean("overlap_expert_parallel", Need::optional).value_or(false);
   // Optional: absent, no chunked tp overlap (written only when set).
   plan.tp_comm_overlap = p->boolean("tp_comm_overlap", Need::optional).value_or(false);
+  // Optional: absent, the pipeline transfers on each pass (written only when set).
+  plan.overlap_p2p_comm = p->boolean("overlap_p2p_comm", Need::optional).value_or(false);
   // Optional: files written before the key existed kept 16-bit gradients.
   plan.fp32_gradients = p->boolean("fp32_gradients", Need::optional).value_or(plan.fp32_gradients);
   // Optional: absent, fp32 moments (written only when set).

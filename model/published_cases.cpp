@@ -417,6 +417,7 @@ void add_megatron_bridge_cases(std::vector<PublishedCase>& cases) {
     plan.zero_stage = 1;  // use_distributed_optimizer
     plan.sequence_parallel = true;
     plan.tp_comm_overlap = true;
+    plan.overlap_p2p_comm = true;  // overlap_p2p_comm where vp > 1 (Megatron Bridge's CommOverlapConfig)
     plan.recompute = Recompute::none;
     plan.attention = Attention::fused;
     plan.loss = Loss::fused;
@@ -434,7 +435,8 @@ void add_megatron_bridge_cases(std::vector<PublishedCase>& cases) {
     c.throughput = row.tokens_per_s_per_gpu;
     c.note = std::string("FP8 with current scaling (FP8-CS) priced as meshplan's fp8 (its casts' amax in the same "
                          "pass; weights gathered in bf16); DGX-H100 as dgx-h100; tp communication overlap "
-                         "(tp_comm_overlap) and no recompute from the recipe; ZeRO-1 (distributed optimizer), "
+                         "(tp_comm_overlap), overlapped pipeline transfers (overlap_p2p_comm, on where vp > 1) and no "
+                         "recompute from the recipe; ZeRO-1 (distributed optimizer), "
                          "gradients in bf16, fused loss; micro-batch 1") +
              (plan.stage_layers.empty() ? "" : "; the embedding and the loss each count as a layer in the pipeline "
                                                "split (account_for_embedding / _loss_in_pipeline_split): chunks of "

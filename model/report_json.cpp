@@ -40,6 +40,7 @@ nlohmann::ordered_json plan_to_json(const Plan& plan) {
   j["overlap_tensor_parallel"] = plan.overlap_tensor_parallel;
   if (plan.overlap_expert_parallel) j["overlap_expert_parallel"] = true;
   if (plan.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (plan.overlap_p2p_comm) j["overlap_p2p_comm"] = true;
   return j;
 }
 

@@ -70,6 +70,8 @@ struct SearchSpace {
   // Every transformer candidate's with tp > 1 and sequence parallelism
   // (tp_comm_overlap_applies); not searched.
   bool tp_comm_overlap = false;
+  // Every interleaved candidate's with pp > 1 (p2p_overlap_applies); not searched.
+  bool overlap_p2p_comm = false;
   RecomputeModules recompute_modules = kDefaultRecomputeModules;  // what every `selective` candidate recomputes
   Loss loss = Loss::fused;        // every candidate's (not searched)
   EpDispatch ep_dispatch = EpDispatch::all_to_all;  // every candidate's (not searched)

@@ -258,6 +258,18 @@ void check_tp_comm_overlap(Checker& check, const ModelSpec& model, const Plan& p
   }
 }
 
+// NeMo's "Communication Overlap" guide: "NeMo supports PP communication
+// overlap only with virtual pipelining".
+void check_p2p_overlap(Checker& check, const Plan& plan) {
+  if (!plan.overlap_p2p_comm) return;
+  if (plan.mesh.size(Axis::pp) == 1) {
+    check.warning("overlap_p2p_comm", "overlaps pipeline transfers, and there are none here (pp 1): no effect");
+  } else if (plan.schedule.kind != ScheduleKind::interleaved) {
+    check.error("overlap_p2p_comm", "overlaps pipeline transfers under the interleaved schedule only (as Megatron-Core "
+                                    "and NeMo run it); this plan's schedule is " + to_string(plan.schedule));
+  }
+}
+
 void check_precision(Checker& check, const ClusterSpec& cluster, const Plan& plan) {
   const Dtype dtype = gemm_dtype(plan.precision);
   if (!cluster.device.peak_for(dtype)) check.error("precision", missing_peak_message(cluster.device, dtype));
@@ -294,6 +306,7 @@ Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const Cl
   check_schedule(check, plan);
   check_expert_overlap(check, model, plan);
   check_tp_comm_overlap(check, model, plan);
+  check_p2p_overlap(check, plan);
   check_precision(check, cluster, plan);
   if (model.kind != ModelKind::cnn || plan.mesh.size(Axis::pp) == 1) {
     auto partition = partition_stages(graph, plan.mesh.size(Axis::pp), plan.schedule.virtual_stages, plan.stage_layers);

@@ -397,6 +397,54 @@ TEST(Cli, TpCommOverlapHidesTensorParallelCollectivesBesideTheirGemms) {
   EXPECT_GT(with_flag, 0);
 }
 
+// --overlap-p2p (Megatron-Core's --overlap-p2p-communication): the same pipeline transfers, the fill's and
+// drain's alone exposed, so the step is shorter; refused without the interleaved schedule (as NeMo runs it
+// only there), a warning with pp 1; the search sets it on interleaved candidates only; Megatron's export
+// writes the flag.
+TEST(Cli, OverlapP2pHidesTheSteadyStatesPipelineTransfers) {
+  const std::vector<std::string> job = {"explain", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                                        "--mesh", "pp=4,tp=2", "--schedule", "interleaved:2", "--global-batch", "16",
+                                        "--seq", "4096", "--json"};
+  auto with = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> args = job;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const CliRun plain = run(job), overlapped = run(with({"--overlap-p2p"}));
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(overlapped.status, 0) << overlapped.err;
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(overlapped.out);
+  EXPECT_FALSE(a["plan"].contains("overlap_p2p_comm"));
+  EXPECT_TRUE(b["plan"]["overlap_p2p_comm"].get<bool>());
+  const double total = a["communication_s_by_axis"]["pp"]["total"].get<double>();
+  ASSERT_GT(total, 0);
+  EXPECT_DOUBLE_EQ(b["communication_s_by_axis"]["pp"]["total"].get<double>(), total);
+  // 16 micro-batches, 4 stages, 2 chunks: 2 x 3 of the 2 x 16 x 2 chunk transfers exposed.
+  EXPECT_NEAR(b["communication_s_by_axis"]["pp"]["exposed"].get<double>(), total * 6 / 64, 1e-9 * total);
+  EXPECT_LT(b["time_s"]["step"].get<double>(), a["time_s"]["step"].get<double>());
+  std::vector<std::string> one_f_one_b = with({"--overlap-p2p"});
+  one_f_one_b[std::find(one_f_one_b.begin(), one_f_one_b.end(), "interleaved:2") - one_f_one_b.begin()] = "1f1b";
+  const CliRun refused = run(one_f_one_b);
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_NE(refused.err.find("--overlap-p2p"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("interleaved"), std::string::npos) << refused.err;
+  const CliRun flat = run({"explain", "--model", "gpt2-124m", "--cluster", "dgx-h100", "--gpus", "8", "--mesh", "dp=8",
+                           "--global-batch", "16", "--overlap-p2p", "--json"});
+  ASSERT_EQ(flat.status, 0) << flat.err;
+  EXPECT_NE(flat.out.find("overlap_p2p_comm: overlaps pipeline transfers, and there are none here"), std::string::npos)
+      << flat.out;
+  const CliRun searched = run({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch",
+                               "64", "--seq", "4096", "--json", "--top", "80", "--overlap-p2p"});
+  ASSERT_EQ(searched.status, 0) << searched.err;
+  for (const auto& p : nlohmann::json::parse(searched.out)) {
+    const auto& plan = p["plan"];
+    const bool has = plan.contains("overlap_p2p_comm") && plan["overlap_p2p_comm"].get<bool>();
+    const bool applies = plan["mesh"].contains("pp") && plan["mesh"]["pp"].get<int>() > 1 &&
+                         plan["schedule"].get<std::string>().starts_with("interleaved");
+    EXPECT_EQ(has, applies) << p.dump();
+  }
+}
+
 // --recompute-modules (Megatron-Core's): selective recompute of the named parts, on explain (where it
 // implies --recompute selective) and plan; refused with a name it does not know, with another
 // recompute mode, and with a module the model lacks.

@@ -386,6 +386,42 @@ TEST(Evaluator, TpCommOverlapExposesWhatEachGemmCannotHide) {
   EXPECT_EQ(hidden.tp_backward_s, 0);
 }
 
+// Megatron-Core's overlapped pipeline transfers (Plan::overlap_p2p_comm):
+// Llama 3 8B over pp 4, interleaved:2, 8 micro-batches. The same transfers
+// (2 x 8 x 2 chunk sends and receives a stage), of which only the fill's and
+// the drain's, 3 chunk transfers each, stay exposed: 6 / 32 of them. The
+// compute is the same and the step shorter by the rest, less the bubble's
+// share of the transfers the passes no longer carry.
+TEST(Evaluator, OverlappedPipelineTransfersExposeTheFillAndDrain) {
+  const auto model = must(load_model("llama3-8b"));
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator(model, cluster, 4, 4096);
+  Plan plan = plan_with("pp=4", 1, 8);
+  plan.schedule = *parse_schedule("interleaved:2");
+  const auto placements = place_axes(evaluator.topology(), plan.mesh);
+  const TimeEstimate plain = evaluator.evaluate(plan, placements).time;
+  plan.overlap_p2p_comm = true;
+  const TimeEstimate overlapped = evaluator.evaluate(plan, placements).time;
+  const auto pp = static_cast<std::size_t>(Axis::pp);
+  const double total = plain.axis_communication_s[pp];
+  ASSERT_GT(total, 0);
+  EXPECT_DOUBLE_EQ(plain.axis_exposed_s[pp], total);
+  EXPECT_DOUBLE_EQ(overlapped.axis_communication_s[pp], total);
+  EXPECT_NEAR(overlapped.axis_exposed_s[pp], total * 6 / 32, 1e-12 * total);
+  EXPECT_DOUBLE_EQ(overlapped.compute_s, plain.compute_s);
+  // The passes lose their transfers (per micro-batch: total / 8 on each stage); the bubble scales with them.
+  const double per_pass = total / 8;
+  EXPECT_NEAR(overlapped.stage_forward_s + overlapped.stage_backward_s, plain.stage_forward_s + plain.stage_backward_s - per_pass,
+              1e-12 * plain.step_s);
+  EXPECT_NEAR(plain.step_s - overlapped.step_s,
+              total - overlapped.axis_exposed_s[pp] + (plain.bubble_s - overlapped.bubble_s), 1e-9 * plain.step_s);
+  EXPECT_GT(plain.bubble_s, overlapped.bubble_s);
+  // The 1F1B schedule does not run it (validation refuses it); the evaluator leaves its transfers on the passes.
+  plan.schedule = *parse_schedule("1f1b");
+  EXPECT_DOUBLE_EQ(evaluator.evaluate(plan, placements).time.axis_exposed_s[pp],
+                   evaluator.evaluate(plan, placements).time.axis_communication_s[pp]);
+}
+
 // An fp8 plan keeps the MoE router in bf16 (Op::keeps_precision: DeepSeek-V3's report, Sec. 3.3.1, keeps its
 // "MoE gating modules" in BF16 or FP32; Megatron-Core's router is not a Transformer Engine module): it
 // casts nothing and takes the bf16 plan's seconds; the experts' and attention's weight GEMMs run in fp8.

@@ -297,6 +297,14 @@ TEST(Export, TpCommOverlapIsEachFrameworksOwnSwitch) {
       EXPECT_EQ(noted, overlap) << messages(*problems);
     }
   }
+  // Megatron-Core's overlapped pipeline transfers, where the plan interleaves.
+  PlanFile pipelined = plan_file("llama3-8b", "pp=4", 1, 8);
+  pipelined.plan.schedule = {ScheduleKind::interleaved, 2};
+  EXPECT_EQ(export_plan(pipelined, ExportTarget::megatron).value.find("--overlap-p2p-communication"), std::string::npos);
+  pipelined.plan.overlap_p2p_comm = true;
+  const Loaded<std::string> p2p = export_plan(pipelined, ExportTarget::megatron);
+  ASSERT_TRUE(p2p.ok()) << messages(p2p.problems);
+  EXPECT_TRUE(has_line(p2p.value, "--overlap-p2p-communication")) << p2p.value;
   PlanFile unsequenced = plan_file("llama3-8b", "dp=2,tp=4", 1, 8);
   unsequenced.plan.sequence_parallel = false;
   unsequenced.plan.tp_comm_overlap = true;  // validation refuses it; the writers add nothing it cannot run

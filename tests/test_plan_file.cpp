@@ -151,6 +151,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.overlap_parameter_gather, b.overlap_parameter_gather);
   EXPECT_EQ(a.overlap_tensor_parallel, b.overlap_tensor_parallel);
   EXPECT_EQ(a.tp_comm_overlap, b.tp_comm_overlap);
+  EXPECT_EQ(a.overlap_p2p_comm, b.overlap_p2p_comm);
 }
 
 struct Case {
@@ -231,6 +232,10 @@ TEST(PlanFile, RoundTripOtherModelKindsAndKnobs) {
                       p.stage_layers = {4, 2, 3, 3};
                       p.schedule = {ScheduleKind::gpipe, 1};
                       p.precision = Precision::fp32;
+                    }).file);
+  expect_round_trip(make({"gpt2-124m", "dgx-h100", "pp=4", 4, 1, 16}, [](Plan& p) {
+                      p.schedule = {ScheduleKind::interleaved, 3};
+                      p.overlap_p2p_comm = true;
                     }).file);
 }
 

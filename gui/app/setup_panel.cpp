@@ -140,6 +140,10 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
            tr("Run each sequence-parallel all-gather and reduce-scatter in tp chunks beside the GEMM it feeds or "
               "follows, as Transformer Engine's userbuffers (Megatron-Core --tp-comm-overlap) and torchtitan's async "
               "tensor parallelism do; applied to candidates with tp > 1 and sequence parallelism"));
+  overlap_p2p_ = new QCheckBox(tr("overlapped"));
+  addField("overlap_p2p", tr("Pipeline transfers"), overlap_p2p_,
+           tr("Run the steady state's pipeline sends and receives beside other chunks' compute (Megatron-Core's "
+              "--overlap-p2p-communication); the fill's and drain's stay exposed; applied to interleaved candidates"));
   expert_tp_ = new QComboBox;
   for (const char* choice : {"tp,1", "tp", "1"}) expert_tp_->addItem(QString::fromLatin1(choice));
   addField("expert_tp", tr("Experts' tp"), expert_tp_,
@@ -259,6 +263,7 @@ SetupInputs SetupPanel::inputs() const {
   in.bf16_moments = bf16_moments_->isChecked();
   in.overlap_ep = overlap_ep_->isChecked();
   in.tp_comm_overlap = tp_comm_overlap_->isChecked();
+  in.overlap_p2p = overlap_p2p_->isChecked();
   in.expert_tp = expert_tp_->currentText().toStdString();
   in.ep_dispatch = ep_dispatch_->currentText().toStdString();
   in.threads = threads_->value();
@@ -296,6 +301,7 @@ void SetupPanel::setInputs(const SetupInputs& in) {
   bf16_moments_->setChecked(in.bf16_moments);
   overlap_ep_->setChecked(in.overlap_ep);
   tp_comm_overlap_->setChecked(in.tp_comm_overlap);
+  overlap_p2p_->setChecked(in.overlap_p2p);
   if (expert_tp_->findText(QString::fromStdString(in.expert_tp)) < 0) expert_tp_->addItem(QString::fromStdString(in.expert_tp));
   expert_tp_->setCurrentText(QString::fromStdString(in.expert_tp));
   if (ep_dispatch_->findText(QString::fromStdString(in.ep_dispatch)) < 0) {
@@ -386,6 +392,7 @@ void SetupPanel::save(QSettings& s) const {
   s.setValue("setup/bf16_moments", in.bf16_moments);
   s.setValue("setup/overlap_ep", in.overlap_ep);
   s.setValue("setup/tp_comm_overlap", in.tp_comm_overlap);
+  s.setValue("setup/overlap_p2p", in.overlap_p2p);
   s.setValue("setup/expert_tp", QString::fromStdString(in.expert_tp));
   s.setValue("setup/ep_dispatch", QString::fromStdString(in.ep_dispatch));
   s.setValue("setup/threads", in.threads);
@@ -425,6 +432,7 @@ void SetupPanel::restore(const QSettings& s) {
   if (s.contains("setup/bf16_moments")) in.bf16_moments = s.value("setup/bf16_moments").toBool();
   if (s.contains("setup/overlap_ep")) in.overlap_ep = s.value("setup/overlap_ep").toBool();
   if (s.contains("setup/tp_comm_overlap")) in.tp_comm_overlap = s.value("setup/tp_comm_overlap").toBool();
+  if (s.contains("setup/overlap_p2p")) in.overlap_p2p = s.value("setup/overlap_p2p").toBool();
   text("setup/expert_tp", in.expert_tp);
   text("setup/ep_dispatch", in.ep_dispatch);
   if (s.contains("setup/threads")) in.threads = s.value("setup/threads").toInt();

@@ -75,6 +75,7 @@ class SetupPanel : public QWidget {
   QCheckBox* bf16_moments_ = nullptr;
   QCheckBox* overlap_ep_ = nullptr;
   QCheckBox* tp_comm_overlap_ = nullptr;
+  QCheckBox* overlap_p2p_ = nullptr;
   QLineEdit* recompute_modules_ = nullptr;
   QComboBox* expert_tp_ = nullptr;    // tp,1 / tp / 1
   QComboBox* ep_dispatch_ = nullptr;  // ep_dispatch_choices (model/plan.hpp)

@@ -188,6 +188,9 @@ class StudioCoreTest : public QObject {
     QVERIFY(!resolve_setup(cp).value.space.tp_comm_overlap);
     cp.tp_comm_overlap = true;
     QVERIFY(resolve_setup(cp).value.space.tp_comm_overlap);
+    QVERIFY(!resolve_setup(cp).value.space.overlap_p2p_comm);
+    cp.overlap_p2p = true;
+    QVERIFY(resolve_setup(cp).value.space.overlap_p2p_comm);
     QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules), int(kDefaultRecomputeModules));
     cp.recompute_modules = "layernorm, moe_act";
     QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules),
