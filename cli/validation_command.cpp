@@ -48,8 +48,8 @@ std::pair<double, double> table(std::ostream& out, const std::vector<PublishedRe
   return {mean, worst};
 }
 
-// Mesh, stage layers when uneven, schedule, ZeRO, the tp overlap and a precision other than bf16 or
-// fp16: what the multi-GPU table's plan column says.
+// Mesh, stage layers when uneven, schedule, ZeRO, the tp and p2p overlaps and a precision other than
+// bf16 or fp16: what the multi-GPU table's plan column says.
 std::string describe_mesh(const Plan& plan) {
   std::string text = plan.mesh.to_string();
   if (plan.mesh.size(Axis::pp) > 1) text += ", " + to_string(plan.schedule);
