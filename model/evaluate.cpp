@@ -185,6 +185,15 @@ struct GemmRates {
 bool chunks_tp(const Plan& plan, const PlanScalars& ps, BlockKind role) {
   return role == BlockKind::layer && tp_comm_overlap_applies(plan) && ps.links.of(Axis::tp).overlaps_compute;
 }
+// The GEMMs that overlap pairs with a collective: a dense layer's weight GEMMs split over tp by rows or
+// columns (TE's linear layers; routed experts' grouped GEMMs are not among them).
+bool pairs_with_tp_collective(const GemmWork& g) {
+  return g.has_weights && !g.expert && (g.tp_split == TpSplit::rows || g.tp_split == TpSplit::columns);
+}
+// Bytes one device's tp collective moves for `elements` per sample of the micro-batch, over cp.
+double tp_collective_bytes(double elements_per_sample, const PlanScalars& ps) {
+  return elements_per_sample * ps.b / ps.cp * ps.act;
+}
 
 // GEMMs, memory-bound passes, fused attention and the launch floor; returns
 // the forward seconds of core attention (what selective recompute repeats and
@@ -212,8 +221,7 @@ double block_compute(BlockCost& c, const BlockProfile& bp, BlockKind role, const
     const double element_bytes = gc.element_bytes = fp8 ? 1.0 : act;
     // Under the chunked tp overlap a pipelined pair's GEMM runs as tp GEMMs of rows / tp: a column
     // GEMM's forward and a row GEMM's forward and input gradient (docs/cost-model.md).
-    const bool dense_split = chunked && g.has_weights && !g.expert &&
-                             (g.tp_split == TpSplit::rows || g.tp_split == TpSplit::columns);
+    const bool dense_split = chunked && pairs_with_tp_collective(g);
     const double forward_chunks = dense_split ? ps.tp : 1;
     const double gradient_chunks = dense_split && g.tp_split == TpSplit::rows ? ps.tp : 1;
     gc.forward_s = forward_chunks * gemm_time_s(s.rows / forward_chunks, s.n, s.k, s.batch, element_bytes, r);
@@ -348,11 +356,9 @@ TpOverlapExposed tp_overlap_exposed(const BlockCost& c, const BlockProfile& bp, 
                                     double forward_total_s, double backward_reduce_total_s, double backward_gather_total_s) {
   const double n = ps.tp, pipelined = (n - 1) / n;
   auto hidden = [](double comm_s, double capacity_s) { return std::max(0.0, comm_s - capacity_s); };
-  auto bytes = [&](double elements_per_sample) { return elements_per_sample * ps.b / ps.cp * ps.act; };
   const std::size_t count = bp.gemms.size();
   auto dense = [&](std::size_t i, TpSplit split) {
-    const GemmWork& g = bp.gemms[i];
-    return g.tp_split == split && g.has_weights && !g.expert;
+    return bp.gemms[i].tp_split == split && pairs_with_tp_collective(bp.gemms[i]);
   };
   // The first dense GEMM split `split` after i (wrapping to the block's start when `wrap`), or `count`.
   auto next = [&](std::size_t i, TpSplit split, bool wrap) {
@@ -368,7 +374,7 @@ TpOverlapExposed tp_overlap_exposed(const BlockCost& c, const BlockProfile& bp, 
   for (std::size_t i = 0; i < count; ++i) {
     const GemmWork& g = bp.gemms[i];
     if (dense(i, TpSplit::rows)) {
-      const double partial_sums = bytes(g.rows_per_sample * g.n * g.batch);
+      const double partial_sums = tp_collective_bytes(g.tp_reduce_elements, ps);
       const double scatter = cost(Collective::reduce_scatter, partial_sums, link);
       const double gather = cost(Collective::all_gather, partial_sums, link);
       const std::size_t j = next(i, TpSplit::columns, true);
@@ -378,7 +384,7 @@ TpOverlapExposed tp_overlap_exposed(const BlockCost& c, const BlockProfile& bp, 
       e.forward_gathers_total_s += gather;
       forward_paired_s += scatter + gather;
     } else if (dense(i, TpSplit::columns) && g.needs_input_gradient) {
-      const double input = bytes(g.rows_per_sample * g.k * g.batch);
+      const double input = tp_collective_bytes(g.tp_reduce_elements, ps);
       const double scatter = cost(Collective::reduce_scatter, input, link);
       const double gather = cost(Collective::all_gather, input, link);
       const std::size_t r = next(i, TpSplit::rows, false);
@@ -403,7 +409,6 @@ TpOverlapExposed tp_overlap_exposed(const BlockCost& c, const BlockProfile& bp, 
 // the forward tp collective at its front.
 void block_tp_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, double core_forward_s,
                           const ModuleSeconds& modules, const Plan& plan, const PlanScalars& ps) {
-  const double act = ps.act, cp = ps.cp, b = ps.b;
   const Link& tp_link = ps.links.of(Axis::tp);
   const bool full_recompute = plan.recompute == Recompute::full && role == BlockKind::layer;
   // Tensor-parallel all-reduces (reduce-scatter + all-gather under sequence
@@ -414,8 +419,8 @@ void block_tp_collectives(BlockCost& c, const BlockProfile& bp, BlockKind role, 
   // 4.2.2), can run under the weight-gradient GEMMs when the plan says so.
   // Routed experts out of tp (Plan::expert_tensor_parallel) run none of theirs.
   const bool experts_in_tp = ps.experts.tokens == 1;
-  // Bytes each of `count` collectives moves for `elements` per sample of the micro-batch, over cp.
-  auto bytes_each = [&](double elements, int count) { return elements * b / cp * act / count; };
+  // Bytes each of `count` collectives moves for `elements` per sample of the micro-batch.
+  auto bytes_each = [&](double elements, int count) { return tp_collective_bytes(elements, ps) / count; };
   const int forward_collectives = bp.tp_forward_collectives - (experts_in_tp ? 0 : bp.expert_tp_forward_collectives);
   const int backward_collectives = bp.tp_backward_collectives - (experts_in_tp ? 0 : bp.expert_tp_backward_collectives);
   // Transformer Engine's chunked overlap (tp_comm_overlap) prices a layer's collectives pair by pair

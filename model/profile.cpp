@@ -11,7 +11,8 @@ bool same_gemms(const std::vector<GemmWork>& a, const std::vector<GemmWork>& b) 
     if (a[i].rows_per_sample != b[i].rows_per_sample || a[i].n != b[i].n || a[i].kv_n != b[i].kv_n || a[i].k != b[i].k ||
         a[i].batch != b[i].batch || a[i].tp_split != b[i].tp_split || a[i].core_attention != b[i].core_attention ||
         a[i].has_weights != b[i].has_weights || a[i].keeps_precision != b[i].keeps_precision || a[i].needs_input_gradient != b[i].needs_input_gradient ||
-        a[i].op_sac_recomputed != b[i].op_sac_recomputed || a[i].expert != b[i].expert || a[i].module != b[i].module) {
+        a[i].op_sac_recomputed != b[i].op_sac_recomputed || a[i].expert != b[i].expert || a[i].module != b[i].module ||
+        a[i].tp_reduce_elements != b[i].tp_reduce_elements) {
       return false;
     }
   }
@@ -182,6 +183,7 @@ void add_gemm(BlockProfile& bp, const Op& op, bool needs_input_gradient, double 
     // the combine adds them up).
     const double partial_sums = op.expert ? op.gemm.rows_per_sample * static_cast<double>(op.gemm.n * op.gemm.batch)
                                           : op.output_elements_per_sample;
+    work.tp_reduce_elements = partial_sums;
     bp.tp_forward_reduce_elements += partial_sums;
     ++bp.tp_forward_collectives;
     bp.module_tp_forward_reduce_elements[static_cast<std::size_t>(op.module)] += partial_sums;
@@ -192,6 +194,7 @@ void add_gemm(BlockProfile& bp, const Op& op, bool needs_input_gradient, double 
     }
   } else if (op.tp_split == TpSplit::columns && needs_input_gradient) {  // the data needs no gradient
     const double input_elements = op.gemm.rows_per_sample * static_cast<double>(op.gemm.k * op.gemm.batch);
+    work.tp_reduce_elements = input_elements;
     bp.tp_backward_reduce_elements += input_elements;
     ++bp.tp_backward_collectives;
     if (op.expert) {

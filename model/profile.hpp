@@ -30,6 +30,10 @@ struct GemmWork {
   double op_sac_recomputed = 1;  // Op::op_sac_recomputed: the share of the forward op-level checkpointing repeats
   bool expert = false;  // a routed expert's (Op::expert): split as expert_split(plan) says (stage_cost.hpp)
   RecomputeModule module = RecomputeModule::none;  // Op::module: what selective recompute of it repeats
+  // Per sample, the elements of its tensor-parallel all-reduce (add_gemm): a
+  // row-parallel GEMM's partial sums (forward), a column-parallel GEMM's input
+  // gradient (backward); 0 for a GEMM with none.
+  double tp_reduce_elements = 0;
 };
 
 struct BlockProfile {
