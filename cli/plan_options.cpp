@@ -57,8 +57,7 @@ void add_plan_flags(CLI::App& command, PlanFlags& f) {
   command.add_option("--attention", f.attention,
                      "Attention kernels: fused (FlashAttention / cuDNN / SDPA: no s x s tensors) or unfused")
       ->capture_default_str();
-  add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients, f.bf16_moments, f.overlap_expert_parallel,
-                       f.tp_comm_overlap, f.overlap_p2p_comm, f.ep_dispatch);
+  add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients, f.bf16_moments, f.overlaps, f.ep_dispatch);
   add_recompute_modules_flag(command, f.recompute_modules);
   auto* sp = command.add_flag("--sequence-parallel", f.sequence_parallel,
                               "Sequence parallelism in tp regions (default: on for transformers with tp > 1)");
@@ -107,8 +106,7 @@ std::optional<EpDispatch> parse_ep_dispatch_flag(const std::string& text, Proble
 }
 
 void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& loss, bool& fp32_gradients,
-                          bool& bf16_moments, bool& overlap_expert_parallel, bool& tp_comm_overlap,
-                          bool& overlap_p2p_comm, std::string& ep_dispatch) {
+                          bool& bf16_moments, OverlapWanted& overlaps, std::string& ep_dispatch) {
   command.add_option("--ep-dispatch", ep_dispatch,
                      "How routed tokens reach their experts across nodes: all-to-all (NCCL; a token crosses once per "
                      "expert on another node) or deduplicated (DeepEP, Megatron-Core's flex dispatcher: once per other "
@@ -132,18 +130,9 @@ void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& 
                    "Adam's two moments kept in bf16 beside fp32 master weights (Megatron-Core's precision-aware "
                    "optimizer, --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; DeepSeek-V3): 4 bytes per parameter of "
                    "optimizer state fewer");
-  command.add_flag("--overlap-ep", overlap_expert_parallel,
-                   "Hide the experts' all-to-alls under another micro-batch's compute: Megatron-Core's combined 1F1B "
-                   "(--overlap-moe-expert-parallel-comm), each forward run beside another micro-batch's backward; "
-                   "needs ep > 1, pp 1 or an interleaved schedule, and no full recompute");
-  command.add_flag("--tp-comm-overlap", tp_comm_overlap,
-                   "Run each sequence-parallel all-gather and reduce-scatter of a layer in tp chunks beside the GEMM "
-                   "it feeds or follows: Transformer Engine's userbuffers (Megatron-Core --tp-comm-overlap), "
-                   "torchtitan's async tensor parallelism; needs tp > 1 and sequence parallelism");
-  command.add_flag("--overlap-p2p", overlap_p2p_comm,
-                   "Run the pipeline sends and receives of the steady state beside other chunks' compute, the fill's "
-                   "and drain's exposed: Megatron-Core's --overlap-p2p-communication; needs pp > 1 and the "
-                   "interleaved schedule");
+  for (const OverlapSwitch& s : kOverlapSwitches) {
+    command.add_flag(std::string(s.flag), overlaps.*s.wanted, std::string(s.help));
+  }
 }
 
 void add_recompute_modules_flag(CLI::App& command, std::optional<std::string>& modules) {
@@ -174,13 +163,14 @@ std::string flag_for_field(const std::string& field) {
       {"rank", "--rank"},                 {"world_size", "--gpus"},           {"sequence_parallel", "--sequence-parallel"},
       {"attention", "--attention"},       {"cp_comm", "--cp-comm"},
       {"fp32_gradients", "--fp32-gradients"}, {"bf16_moments", "--bf16-moments"}, {"loss", "--loss"},
-      {"overlap_expert_parallel", "--overlap-ep"},  {"tp_comm_overlap", "--tp-comm-overlap"},
-      {"overlap_p2p_comm", "--overlap-p2p"},
       {"recompute_modules", "--recompute-modules"},
       {"expert_tensor_parallel", "--expert-tp"}, {"ep_dispatch", "--ep-dispatch"},
   };
   for (const auto& [name, flag] : table) {
     if (field == name) return flag;
+  }
+  for (const OverlapSwitch& s : kOverlapSwitches) {
+    if (field == s.key) return std::string(s.flag);
   }
   return field;
 }
@@ -268,9 +258,8 @@ void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs&
   if (auto d = parse_ep_dispatch_flag(f.ep_dispatch, problems)) plan.ep_dispatch = space.ep_dispatch = *d;
   plan.fp32_gradients = space.fp32_gradients = f.fp32_gradients;
   plan.bf16_moments = space.bf16_moments = f.bf16_moments;
-  plan.overlap_expert_parallel = space.overlap_expert_parallel = f.overlap_expert_parallel;
-  plan.tp_comm_overlap = space.tp_comm_overlap = f.tp_comm_overlap;
-  plan.overlap_p2p_comm = space.overlap_p2p_comm = f.overlap_p2p_comm;
+  space.overlaps = f.overlaps;
+  for (const OverlapSwitch& s : kOverlapSwitches) plan.*s.field = f.overlaps.*s.wanted;  // as asked: validation says where it cannot apply
   if (f.expert_tp) {
     if (auto e = parse_choice_flag<std::int64_t>(*f.expert_tp, "--expert-tp", expert_tp_choices, parse_expert_tp, problems)) {
       plan.expert_tensor_parallel = *e;

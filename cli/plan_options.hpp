@@ -43,9 +43,7 @@ struct PlanFlags {
   std::string loss = "fused";
   bool fp32_gradients = false;
   bool bf16_moments = false;
-  bool overlap_expert_parallel = false;
-  bool tp_comm_overlap = false;
-  bool overlap_p2p_comm = false;
+  OverlapWanted overlaps;
   std::optional<std::string> recompute_modules;
   std::string ep_dispatch = "all-to-all";
   std::optional<std::string> expert_tp;      // "tp" (experts split over tp), or "1"
@@ -90,8 +88,7 @@ std::optional<Loss> parse_loss_flag(const std::string& text, Problems& problems)
 // --cp-comm, --loss, --fp32-gradients, --bf16-moments, --overlap-ep and --ep-dispatch: plan
 // switches the search never varies, the same flags on explain/simulate and on plan/sweep.
 void add_fixed_plan_flags(CLI::App& command, std::string& cp_comm, std::string& loss, bool& fp32_gradients,
-                          bool& bf16_moments, bool& overlap_expert_parallel, bool& tp_comm_overlap,
-                          bool& overlap_p2p_comm, std::string& ep_dispatch);
+                          bool& bf16_moments, OverlapWanted& overlaps, std::string& ep_dispatch);
 // --recompute-modules (plan and search flags alike): what selective recompute repeats.
 void add_recompute_modules_flag(CLI::App& command, std::optional<std::string>& modules);
 // Its value, or an error naming the choices; nullopt also when not given.

@@ -96,9 +96,7 @@ Loaded<SearchSpace> resolve_space(const SearchFlags& f) {
   }
   space.fp32_gradients = f.fp32_gradients;
   space.bf16_moments = f.bf16_moments;
-  space.overlap_expert_parallel = f.overlap_expert_parallel;
-  space.tp_comm_overlap = f.tp_comm_overlap;
-  space.overlap_p2p_comm = f.overlap_p2p_comm;
+  space.overlaps = f.overlaps;
   if (const auto modules = parse_recompute_modules_flag(f.recompute_modules, problems)) {
     space.recompute_modules = *modules;
     if (std::find(space.recomputes.begin(), space.recomputes.end(), Recompute::selective) == space.recomputes.end()) {
@@ -220,8 +218,7 @@ void add_search_flags(CLI::App& command, SearchFlags& f) {
   command.add_option("--zero", f.zero, "ZeRO stages on dp to try (0-3)")->capture_default_str();
   command.add_option("--recompute", f.recompute, "Recompute modes to try: none, selective, full, selective-op (torchtitan's op-level checkpointing)")->capture_default_str();
   command.add_option("--attention", f.attention, "Attention kernels to try: fused, unfused")->capture_default_str();
-  add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients, f.bf16_moments, f.overlap_expert_parallel,
-                       f.tp_comm_overlap, f.overlap_p2p_comm, f.ep_dispatch);
+  add_fixed_plan_flags(command, f.cp_comm, f.loss, f.fp32_gradients, f.bf16_moments, f.overlaps, f.ep_dispatch);
   add_recompute_modules_flag(command, f.recompute_modules);
   command.add_option("--expert-tp", f.expert_tp,
                      "Routed experts' tensor parallelism to try: tp (split over tp like the dense layers), 1 (each "
@@ -381,9 +378,7 @@ std::string describe_space(const SearchSpace& space) {
          join(precisions) + (std::find(space.axes.begin(), space.axes.end(), Axis::cp) != space.axes.end()
                                  ? "; cp " + to_string(space.cp_comm)
                                  : "") +
-         (space.fp32_gradients ? "; fp32 gradients" : "") + (space.bf16_moments ? "; bf16 moments" : "") + (space.overlap_expert_parallel ? "; expert all-to-alls overlapped where the schedule pairs passes" : "") +
-         (space.tp_comm_overlap ? "; tp collectives chunked beside their GEMMs where tp > 1" : "") +
-         (space.overlap_p2p_comm ? "; pipeline transfers overlapped where interleaved" : "") + "; loss " + to_string(space.loss) +
+         (space.fp32_gradients ? "; fp32 gradients" : "") + (space.bf16_moments ? "; bf16 moments" : "") + overlaps_searched(space.overlaps) + "; loss " + to_string(space.loss) +
          (space.ep_dispatch != EpDispatch::all_to_all ? "; ep dispatch " + to_string(space.ep_dispatch) : "") +
          (space.expert_tensor_parallel.size() == 1
               ? std::string("; expert tp ") + (space.expert_tensor_parallel[0] == 1 ? "1" : "tp")

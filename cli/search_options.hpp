@@ -49,9 +49,7 @@ struct SearchFlags {
   std::string loss = "fused";
   bool fp32_gradients = false;
   bool bf16_moments = false;
-  bool overlap_expert_parallel = false;
-  bool tp_comm_overlap = false;
-  bool overlap_p2p_comm = false;
+  OverlapWanted overlaps;
   std::optional<std::string> recompute_modules;
   std::string expert_tp = "tp,1";
   std::string ep_dispatch = "all-to-all";

@@ -60,13 +60,20 @@ class SigintGuard {
   struct sigaction previous_ {};
 };
 
-const std::vector<std::string> kColumns = {
-    "model", "cluster", "world_size", "global_batch", "mesh", "dp", "fsdp", "tp", "pp", "cp", "ep", "micro_batch",
-    "micro_batches", "zero", "recompute", "recompute_modules", "sequence_parallel", "schedule", "precision", "attention", "cp_comm", "fp32_gradients",
-    "bf16_moments", "loss", "expert_tensor_parallel", "ep_dispatch", "overlap_expert_parallel", "tp_comm_overlap", "overlap_p2p_comm", "stage_layers", "feasible", "reason",
-    "memory_total_bytes", "memory_parameters_bytes", "memory_gradients_bytes", "memory_optimizer_bytes",
-    "memory_activations_bytes", "memory_buffers_bytes", "step_s", "compute_s", "communication_s",
-    "communication_exposed_s", "bubble_s", "tokens_per_s", "mfu", "hfu"};
+// The overlap switches' columns (model/overlap_switches.hpp) stand after ep_dispatch, in the table's order.
+std::vector<std::string> columns() {
+  std::vector<std::string> names = {
+      "model", "cluster", "world_size", "global_batch", "mesh", "dp", "fsdp", "tp", "pp", "cp", "ep", "micro_batch",
+      "micro_batches", "zero", "recompute", "recompute_modules", "sequence_parallel", "schedule", "precision",
+      "attention", "cp_comm", "fp32_gradients", "bf16_moments", "loss", "expert_tensor_parallel", "ep_dispatch"};
+  for (const OverlapSwitch& s : kOverlapSwitches) names.emplace_back(s.key);
+  names.insert(names.end(), {"stage_layers", "feasible", "reason", "memory_total_bytes", "memory_parameters_bytes",
+                             "memory_gradients_bytes", "memory_optimizer_bytes", "memory_activations_bytes",
+                             "memory_buffers_bytes", "step_s", "compute_s", "communication_s", "communication_exposed_s",
+                             "bubble_s", "tokens_per_s", "mfu", "hfu"});
+  return names;
+}
+const std::vector<std::string> kColumns = columns();
 
 // A cell: text, a whole number, a real number or empty (not evaluated).
 struct Cell {
@@ -110,9 +117,7 @@ std::vector<Cell> row_cells(const Job& job, const Candidate& c, double usable_by
   row.push_back(text_cell(to_string(plan.loss)));
   row.push_back(int_cell(expert_split(plan).tp));  // what splits each expert's width: tp, or 1 when the experts leave it
   row.push_back(text_cell(to_string(plan.ep_dispatch)));
-  row.push_back(bool_cell(plan.overlap_expert_parallel));
-  row.push_back(bool_cell(plan.tp_comm_overlap));
-  row.push_back(bool_cell(plan.overlap_p2p_comm));
+  for (const OverlapSwitch& s : kOverlapSwitches) row.push_back(bool_cell(plan.*s.field));
   std::string stage_layers;  // as --stage-layers takes it; empty for an even split
   for (std::int64_t n : plan.stage_layers) stage_layers += (stage_layers.empty() ? "" : ",") + std::to_string(n);
   row.push_back(text_cell(stage_layers));

@@ -244,9 +244,9 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
   if (plan.bf16_moments) out << ", bf16 moments";
   if (expert_split(plan).tokens > 1) out << ", experts out of tp (ep x tp = " << expert_split(plan).ep << ")";
   if (plan.ep_dispatch != EpDispatch::all_to_all) out << ", ep dispatch " << to_string(plan.ep_dispatch);
-  if (plan.overlap_expert_parallel) out << ", expert all-to-alls beside paired passes";
-  if (plan.tp_comm_overlap) out << ", tp collectives chunked beside their GEMMs";
-  if (plan.overlap_p2p_comm) out << ", pipeline transfers overlapped";
+  for (const OverlapSwitch& s : kOverlapSwitches) {
+    if (plan.*s.field) out << ", " << s.described;
+  }
   if (!plan.stage_layers.empty()) out << ", layers per chunk " << stage_layers_text(plan.stage_layers);
   out << "\n";
 

@@ -11,6 +11,7 @@
 
 #include "cli/commands.hpp"
 #include "model/collectives.hpp"
+#include "model/overlap_switches.hpp"
 #include "model/pipeline_time.hpp"
 #include "model/published_cases.hpp"
 #include "model/stage_partition.hpp"
@@ -56,8 +57,9 @@ std::string describe_mesh(const Plan& plan) {
   if (!plan.stage_layers.empty()) text += ", stage layers " + stage_layers_text(plan.stage_layers);
   if (plan.zero_stage > 0) text += ", ZeRO " + std::to_string(plan.zero_stage);
   if (plan.sequence_parallel) text += ", SP";
-  if (plan.tp_comm_overlap) text += ", tp overlap";
-  if (plan.overlap_p2p_comm) text += ", p2p overlap";
+  for (const OverlapSwitch& s : kOverlapSwitches) {
+    if (plan.*s.field) text += ", " + std::string(s.short_name);
+  }
   if (plan.precision == Precision::fp8 || plan.precision == Precision::fp32) text += ", " + to_string(plan.precision);
   return text;
 }

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "model/layer_graph.hpp"
+#include "model/overlap_switches.hpp"
 #include "model/suggest.hpp"
 #include "model/plan_defaults.hpp"
 #include "model/report_json.hpp"
@@ -489,11 +490,8 @@ Plan read_plan_object(JsonObject& root) {
       p->boolean("overlap_gradient_reduction", Need::optional).value_or(plan.overlap_gradient_reduction);
   plan.overlap_parameter_gather = p->boolean("overlap_parameter_gather", Need::optional).value_or(plan.overlap_parameter_gather);
   plan.overlap_tensor_parallel = p->boolean("overlap_tensor_parallel", Need::optional).value_or(plan.overlap_tensor_parallel);
-  plan.overlap_expert_parallel = p->boolean("overlap_expert_parallel", Need::optional).value_or(false);
-  // Optional: absent, no chunked tp overlap (written only when set).
-  plan.tp_comm_overlap = p->boolean("tp_comm_overlap", Need::optional).value_or(false);
-  // Optional: absent, the pipeline transfers on each pass (written only when set).
-  plan.overlap_p2p_comm = p->boolean("overlap_p2p_comm", Need::optional).value_or(false);
+  // Optional: absent, off (written only when set).
+  for (const OverlapSwitch& s : kOverlapSwitches) plan.*s.field = p->boolean(std::string(s.key), Need::optional).value_or(false);
   // Optional: files written before the key existed kept 16-bit gradients.
   plan.fp32_gradients = p->boolean("fp32_gradients", Need::optional).value_or(plan.fp32_gradients);
   // Optional: absent, fp32 moments (written only when set).

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "model/overlap_switches.hpp"
+
 namespace meshplan {
 
 nlohmann::ordered_json whole_count(double count) {
@@ -38,9 +40,9 @@ nlohmann::ordered_json plan_to_json(const Plan& plan) {
   j["overlap_gradient_reduction"] = plan.overlap_gradient_reduction;
   j["overlap_parameter_gather"] = plan.overlap_parameter_gather;
   j["overlap_tensor_parallel"] = plan.overlap_tensor_parallel;
-  if (plan.overlap_expert_parallel) j["overlap_expert_parallel"] = true;
-  if (plan.tp_comm_overlap) j["tp_comm_overlap"] = true;
-  if (plan.overlap_p2p_comm) j["overlap_p2p_comm"] = true;
+  for (const OverlapSwitch& s : kOverlapSwitches) {
+    if (plan.*s.field) j[std::string(s.key)] = true;  // written only when set
+  }
   return j;
 }
 

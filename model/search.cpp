@@ -424,12 +424,7 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
                   if (kind == ScheduleKind::interleaved) vs = space.interleave;
                   for (std::int64_t v : vs) {
                     plan.schedule = {kind, v};
-                    plan.overlap_expert_parallel =
-                        space.overlap_expert_parallel && ctx.experts > 0 && expert_overlap_applies(plan);
-                    plan.tp_comm_overlap = space.tp_comm_overlap;
-                    plan.tp_comm_overlap = tp_comm_overlap_applies(plan);
-                    plan.overlap_p2p_comm = space.overlap_p2p_comm;
-                    plan.overlap_p2p_comm = p2p_overlap_applies(plan);
+                    set_overlap_switches(plan, space.overlaps, ctx.experts);
                     Candidate candidate;
                     plan.stage_layers.clear();
                     candidate.rejection = check_rules(evaluator, plan, true);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "model/evaluate.hpp"
+#include "model/overlap_switches.hpp"
 #include "model/plan.hpp"
 
 namespace meshplan {
@@ -64,14 +65,9 @@ struct SearchSpace {
   CpComm cp_comm = CpComm::ring;  // every candidate's (not searched)
   bool fp32_gradients = false;    // every candidate's (not searched)
   bool bf16_moments = false;      // every candidate's (not searched)
-  // Every candidate's whose experts split over ep and whose schedule and
-  // recompute can pair passes (expert_overlap_problem); not searched.
-  bool overlap_expert_parallel = false;
-  // Every transformer candidate's with tp > 1 and sequence parallelism
-  // (tp_comm_overlap_applies); not searched.
-  bool tp_comm_overlap = false;
-  // Every interleaved candidate's with pp > 1 (p2p_overlap_applies); not searched.
-  bool overlap_p2p_comm = false;
+  // The overlap switches every candidate gets where it applies
+  // (model/overlap_switches.hpp); not searched.
+  OverlapWanted overlaps;
   RecomputeModules recompute_modules = kDefaultRecomputeModules;  // what every `selective` candidate recomputes
   Loss loss = Loss::fused;        // every candidate's (not searched)
   EpDispatch ep_dispatch = EpDispatch::all_to_all;  // every candidate's (not searched)

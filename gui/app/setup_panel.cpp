@@ -30,6 +30,11 @@ QSpinBox* spin(int lo, int hi, const QString& special = {}) {
   return box;
 }
 
+// Where the studio keeps an overlap switch between runs.
+QString settings_key(const OverlapSwitch& s) {
+  return QStringLiteral("setup/") + QString::fromUtf8(s.studio_key.data(), static_cast<qsizetype>(s.studio_key.size()));
+}
+
 QComboBox* preset_combo(PresetKind kind) {
   auto* box = new QComboBox;
   box->setEditable(true);
@@ -130,20 +135,14 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
   addField("bf16_moments", tr("Adam moments"), bf16_moments_,
            tr("Keep Adam's two moments in bf16 beside fp32 master weights, as Megatron-Core's precision-aware "
               "optimizer and DeepSeek-V3 do (4 bytes per parameter of optimizer state fewer)"));
-  overlap_ep_ = new QCheckBox(tr("beside paired passes"));
-  addField("overlap_ep", tr("Expert all-to-alls"), overlap_ep_,
-           tr("Mixtures of experts: hide the dispatch and combine under another micro-batch's compute, as "
-              "Megatron-Core's combined 1F1B does (--overlap-moe-expert-parallel-comm); applied to candidates with "
-              "ep > 1, one pipeline stage or an interleaved schedule, and no full recompute"));
-  tp_comm_overlap_ = new QCheckBox(tr("chunked beside GEMMs"));
-  addField("tp_comm_overlap", tr("TP collectives"), tp_comm_overlap_,
-           tr("Run each sequence-parallel all-gather and reduce-scatter in tp chunks beside the GEMM it feeds or "
-              "follows, as Transformer Engine's userbuffers (Megatron-Core --tp-comm-overlap) and torchtitan's async "
-              "tensor parallelism do; applied to candidates with tp > 1 and sequence parallelism"));
-  overlap_p2p_ = new QCheckBox(tr("overlapped"));
-  addField("overlap_p2p", tr("Pipeline transfers"), overlap_p2p_,
-           tr("Run the steady state's pipeline sends and receives beside other chunks' compute (Megatron-Core's "
-              "--overlap-p2p-communication); the fill's and drain's stay exposed; applied to interleaved candidates"));
+  for (std::size_t i = 0; i < kOverlapSwitches.size(); ++i) {
+    const OverlapSwitch& s = kOverlapSwitches[i];
+    overlaps_[i] = new QCheckBox(QString::fromUtf8(s.studio_check.data(), static_cast<qsizetype>(s.studio_check.size())));
+    addField(QString::fromUtf8(s.studio_key.data(), static_cast<qsizetype>(s.studio_key.size())),
+             QString::fromUtf8(s.studio_label.data(), static_cast<qsizetype>(s.studio_label.size())), overlaps_[i],
+             QString::fromUtf8(s.help.data(), static_cast<qsizetype>(s.help.size())) +
+                 tr("; applied to the candidates where it can run"));
+  }
   expert_tp_ = new QComboBox;
   for (const char* choice : {"tp,1", "tp", "1"}) expert_tp_->addItem(QString::fromLatin1(choice));
   addField("expert_tp", tr("Experts' tp"), expert_tp_,
@@ -261,9 +260,7 @@ SetupInputs SetupPanel::inputs() const {
   in.loss = loss_->currentText().toStdString();
   in.fp32_gradients = fp32_gradients_->isChecked();
   in.bf16_moments = bf16_moments_->isChecked();
-  in.overlap_ep = overlap_ep_->isChecked();
-  in.tp_comm_overlap = tp_comm_overlap_->isChecked();
-  in.overlap_p2p = overlap_p2p_->isChecked();
+  for (std::size_t i = 0; i < kOverlapSwitches.size(); ++i) in.overlaps.*kOverlapSwitches[i].wanted = overlaps_[i]->isChecked();
   in.expert_tp = expert_tp_->currentText().toStdString();
   in.ep_dispatch = ep_dispatch_->currentText().toStdString();
   in.threads = threads_->value();
@@ -299,9 +296,7 @@ void SetupPanel::setInputs(const SetupInputs& in) {
   loss_->setCurrentText(QString::fromStdString(in.loss));
   fp32_gradients_->setChecked(in.fp32_gradients);
   bf16_moments_->setChecked(in.bf16_moments);
-  overlap_ep_->setChecked(in.overlap_ep);
-  tp_comm_overlap_->setChecked(in.tp_comm_overlap);
-  overlap_p2p_->setChecked(in.overlap_p2p);
+  for (std::size_t i = 0; i < kOverlapSwitches.size(); ++i) overlaps_[i]->setChecked(in.overlaps.*kOverlapSwitches[i].wanted);
   if (expert_tp_->findText(QString::fromStdString(in.expert_tp)) < 0) expert_tp_->addItem(QString::fromStdString(in.expert_tp));
   expert_tp_->setCurrentText(QString::fromStdString(in.expert_tp));
   if (ep_dispatch_->findText(QString::fromStdString(in.ep_dispatch)) < 0) {
@@ -390,9 +385,7 @@ void SetupPanel::save(QSettings& s) const {
   s.setValue("setup/loss", QString::fromStdString(in.loss));
   s.setValue("setup/fp32_gradients", in.fp32_gradients);
   s.setValue("setup/bf16_moments", in.bf16_moments);
-  s.setValue("setup/overlap_ep", in.overlap_ep);
-  s.setValue("setup/tp_comm_overlap", in.tp_comm_overlap);
-  s.setValue("setup/overlap_p2p", in.overlap_p2p);
+  for (const OverlapSwitch& o : kOverlapSwitches) s.setValue(settings_key(o), in.overlaps.*o.wanted);
   s.setValue("setup/expert_tp", QString::fromStdString(in.expert_tp));
   s.setValue("setup/ep_dispatch", QString::fromStdString(in.ep_dispatch));
   s.setValue("setup/threads", in.threads);
@@ -430,9 +423,9 @@ void SetupPanel::restore(const QSettings& s) {
   text("setup/loss", in.loss);
   if (s.contains("setup/fp32_gradients")) in.fp32_gradients = s.value("setup/fp32_gradients").toBool();
   if (s.contains("setup/bf16_moments")) in.bf16_moments = s.value("setup/bf16_moments").toBool();
-  if (s.contains("setup/overlap_ep")) in.overlap_ep = s.value("setup/overlap_ep").toBool();
-  if (s.contains("setup/tp_comm_overlap")) in.tp_comm_overlap = s.value("setup/tp_comm_overlap").toBool();
-  if (s.contains("setup/overlap_p2p")) in.overlap_p2p = s.value("setup/overlap_p2p").toBool();
+  for (const OverlapSwitch& o : kOverlapSwitches) {
+    if (s.contains(settings_key(o))) in.overlaps.*o.wanted = s.value(settings_key(o)).toBool();
+  }
   text("setup/expert_tp", in.expert_tp);
   text("setup/ep_dispatch", in.ep_dispatch);
   if (s.contains("setup/threads")) in.threads = s.value("setup/threads").toInt();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <QMap>
+#include <array>
 #include <QWidget>
 
 #include "gui/core/setup.hpp"
@@ -73,9 +74,7 @@ class SetupPanel : public QWidget {
   QComboBox* loss_ = nullptr;       // loss_choices (model/plan.hpp)
   QCheckBox* fp32_gradients_ = nullptr;
   QCheckBox* bf16_moments_ = nullptr;
-  QCheckBox* overlap_ep_ = nullptr;
-  QCheckBox* tp_comm_overlap_ = nullptr;
-  QCheckBox* overlap_p2p_ = nullptr;
+  std::array<QCheckBox*, kOverlapSwitches.size()> overlaps_{};  // one per overlap switch, in the table's order
   QLineEdit* recompute_modules_ = nullptr;
   QComboBox* expert_tp_ = nullptr;    // tp,1 / tp / 1
   QComboBox* ep_dispatch_ = nullptr;  // ep_dispatch_choices (model/plan.hpp)

@@ -98,9 +98,7 @@ void resolve_space(const SetupInputs& in, SearchSpace& space, Problems& problems
   }
   space.fp32_gradients = in.fp32_gradients;
   space.bf16_moments = in.bf16_moments;
-  space.overlap_expert_parallel = in.overlap_ep;
-  space.tp_comm_overlap = in.tp_comm_overlap;
-  space.overlap_p2p_comm = in.overlap_p2p;
+  space.overlaps = in.overlaps;
   space.expert_tensor_parallel.clear();
   for (const auto& word : split(in.expert_tp, "expert_tp", problems)) {
     const auto value = parse_expert_tp(word);

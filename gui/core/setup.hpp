@@ -50,9 +50,7 @@ struct SetupInputs {
   std::string loss = "fused";       // eager, fused (plan.hpp, Loss)
   bool fp32_gradients = false;      // gradients kept and reduced in fp32 (plan.hpp, Plan::fp32_gradients)
   bool bf16_moments = false;        // Adam's moments kept in bf16 (plan.hpp, Plan::bf16_moments)
-  bool overlap_ep = false;          // experts' all-to-alls beside paired passes (plan.hpp, Plan::overlap_expert_parallel)
-  bool tp_comm_overlap = false;     // tp collectives chunked beside their GEMMs (plan.hpp, Plan::tp_comm_overlap)
-  bool overlap_p2p = false;         // steady-state pipeline transfers beside compute (plan.hpp, Plan::overlap_p2p_comm)
+  OverlapWanted overlaps;           // the overlap switches asked for (model/overlap_switches.hpp)
   std::string expert_tp = "tp,1";   // experts' tp to try: tp, 1 (plan.hpp, Plan::expert_tensor_parallel)
   std::string ep_dispatch = "all-to-all";  // all-to-all, deduplicated (plan.hpp, EpDispatch)
   int threads = 0;                  // 0: one per core

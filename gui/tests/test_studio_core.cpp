@@ -182,15 +182,15 @@ class StudioCoreTest : public QObject {
     QVERIFY(!resolve_setup(cp).value.space.bf16_moments);
     cp.bf16_moments = true;
     QVERIFY(resolve_setup(cp).value.space.bf16_moments);
-    QVERIFY(!resolve_setup(cp).value.space.overlap_expert_parallel);
-    cp.overlap_ep = true;
-    QVERIFY(resolve_setup(cp).value.space.overlap_expert_parallel);
-    QVERIFY(!resolve_setup(cp).value.space.tp_comm_overlap);
-    cp.tp_comm_overlap = true;
-    QVERIFY(resolve_setup(cp).value.space.tp_comm_overlap);
-    QVERIFY(!resolve_setup(cp).value.space.overlap_p2p_comm);
-    cp.overlap_p2p = true;
-    QVERIFY(resolve_setup(cp).value.space.overlap_p2p_comm);
+    QVERIFY(!resolve_setup(cp).value.space.overlaps.expert_parallel);
+    cp.overlaps.expert_parallel = true;
+    QVERIFY(resolve_setup(cp).value.space.overlaps.expert_parallel);
+    QVERIFY(!resolve_setup(cp).value.space.overlaps.tp_comm);
+    cp.overlaps.tp_comm = true;
+    QVERIFY(resolve_setup(cp).value.space.overlaps.tp_comm);
+    QVERIFY(!resolve_setup(cp).value.space.overlaps.p2p);
+    cp.overlaps.p2p = true;
+    QVERIFY(resolve_setup(cp).value.space.overlaps.p2p);
     QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules), int(kDefaultRecomputeModules));
     cp.recompute_modules = "layernorm, moe_act";
     QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules),

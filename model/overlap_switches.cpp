@@ -1,0 +1,45 @@
+#include "model/overlap_switches.hpp"
+
+namespace meshplan {
+
+const std::array<OverlapSwitch, 3> kOverlapSwitches = {{
+    {&Plan::overlap_expert_parallel, &OverlapWanted::expert_parallel, "overlap_expert_parallel", "--overlap-ep",
+     "Hide the experts' all-to-alls under another micro-batch's compute: Megatron-Core's combined 1F1B "
+     "(--overlap-moe-expert-parallel-comm), each forward run beside another micro-batch's backward; needs ep > 1, "
+     "pp 1 or an interleaved schedule, and no full recompute",
+     "expert all-to-alls beside paired passes", "expert all-to-alls overlapped where the schedule pairs passes",
+     "ep overlap", "Expert all-to-alls", "beside paired passes", "overlap_ep",
+     [](const Plan& plan, std::int64_t experts) {
+       return plan.overlap_expert_parallel && experts > 0 && expert_overlap_applies(plan);
+     }},
+    {&Plan::tp_comm_overlap, &OverlapWanted::tp_comm, "tp_comm_overlap", "--tp-comm-overlap",
+     "Run each sequence-parallel all-gather and reduce-scatter of a layer in tp chunks beside the GEMM it feeds or "
+     "follows: Transformer Engine's userbuffers (Megatron-Core --tp-comm-overlap), torchtitan's async tensor "
+     "parallelism; needs tp > 1 and sequence parallelism",
+     "tp collectives chunked beside their GEMMs", "tp collectives chunked beside their GEMMs where tp > 1",
+     "tp overlap", "TP collectives", "chunked beside GEMMs", "tp_comm_overlap",
+     [](const Plan& plan, std::int64_t) { return tp_comm_overlap_applies(plan); }},
+    {&Plan::overlap_p2p_comm, &OverlapWanted::p2p, "overlap_p2p_comm", "--overlap-p2p",
+     "Run the pipeline sends and receives of the steady state beside other chunks' compute, the fill's and drain's "
+     "exposed: Megatron-Core's --overlap-p2p-communication; needs pp > 1 and the interleaved schedule",
+     "pipeline transfers overlapped", "pipeline transfers overlapped where interleaved", "p2p overlap",
+     "Pipeline transfers", "overlapped", "overlap_p2p",
+     [](const Plan& plan, std::int64_t) { return p2p_overlap_applies(plan); }},
+}};
+
+void set_overlap_switches(Plan& plan, const OverlapWanted& wanted, std::int64_t experts) {
+  for (const OverlapSwitch& s : kOverlapSwitches) {
+    plan.*s.field = wanted.*s.wanted;
+    plan.*s.field = s.applies(plan, experts);
+  }
+}
+
+std::string overlaps_searched(const OverlapWanted& wanted) {
+  std::string text;
+  for (const OverlapSwitch& s : kOverlapSwitches) {
+    if (wanted.*s.wanted) text += "; " + std::string(s.searched);
+  }
+  return text;
+}
+
+}  // namespace meshplan
