@@ -1075,6 +1075,28 @@ ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const Pla
   return replay_cached(runs, plan.micro_batches(), split, prefetches_gathers(plan, fsdp_group), buckets);
 }
 
+// ZeRO-1/2's gather of the updated weights under the next step's first forward
+// (Plan::overlap_zero_gather; docs/cost-model.md, "ZeRO's gather of the updated
+// weights"), as Megatron-Core runs it: each of the stage's `chunks` gathers its
+// weights in its own buckets, and a bucket's layers, as they start, start the
+// next bucket's gather (forward pre-hooks), so a chunk's first forward goes at
+// the slower of its compute and its gathers, bucket by bucket. The first
+// chunk's first bucket is waited for whole; a later chunk's first bucket was
+// started ahead (the schedule's param_sync_func). `buckets`: the stage's
+// gradient buckets (the same parameters, bucketed alike); `forward_s`: one
+// micro-batch's forward through the stage.
+struct ZeroGather {
+  double total_s = 0, exposed_s = 0;
+};
+ZeroGather overlapped_zero_gather(double parameter_bytes, std::int64_t buckets, std::int64_t chunks, double forward_s,
+                                  const Link& group) {
+  const double v = static_cast<double>(chunks);
+  const double b = static_cast<double>(std::max<std::int64_t>(1, (buckets + chunks - 1) / chunks));  // per chunk
+  const double each_s = cost(Collective::all_gather, parameter_bytes / (v * b), group);
+  const double bucket_forward_s = forward_s / (v * b);  // the layers one bucket holds, one micro-batch
+  return {v * b * each_s, each_s + v * (b - 1) * std::max(0.0, each_s - bucket_forward_s)};
+}
+
 // Data-parallel gradient reduction after the last micro-batch (in buckets,
 // overlapping its last gradient pass), ZeRO-1/2's gather of the updated weights, and
 // the optimizer, each the largest of any stage (the slowest stage's compute
@@ -1084,16 +1106,19 @@ struct AfterPipeline {
   DataParallelReduction dp;  // as priced for the last stage priced (one stage: that stage's)
 };
 
-AfterPipeline after_pipeline(const std::vector<StageSum>& sum, const Plan& plan,
-                             const PlanScalars& ps, const ComputeRates& rates) {
+// `stages` (optional) receives each stage's exposed gather.
+AfterPipeline after_pipeline(const std::vector<StageSum>& sum, const Plan& plan, const PlanScalars& ps,
+                             const ComputeRates& rates, std::vector<StageMemory>* stages) {
   AfterPipeline out{0, 0, 0, 0, DataParallelReduction(plan, ps)};
   DataParallelReduction& dp = out.dp;
   const bool gathered = dp.reduced && zero_shards(plan.zero_stage, ModelState::optimizer);
+  const bool gather_overlapped = gathered && zero_gather_overlap_applies(plan) && dp.group.overlaps_compute;
   const bool split = plan.schedule.kind == ScheduleKind::zb_h1;  // the last gradient pass is a W
   // Stages alike (the middle ones of a pipeline) price alike: the last stage's
   // figures are reused when its gradients and last pass were the same.
-  double seen_gradients = -1, seen_compute = -1, seen_pass = -1, seen_parameters = -1;
-  double reduce = 0, gather = 0, exposed = 0;
+  double seen_gradients = -1, seen_compute = -1, seen_pass = -1, seen_parameters = -1, seen_forward = -1;
+  std::int64_t seen_buckets = -1;
+  double reduce = 0, gather = 0, gather_exposed = 0, exposed = 0;
   for (std::size_t r = 0; r < sum.size(); ++r) {
     const StageSum& s = sum[r];
     if (dp.reduced) {
@@ -1112,9 +1137,19 @@ AfterPipeline after_pipeline(const std::vector<StageSum>& sum, const Plan& plan,
         exposed = dp.overlapped ? std::max(0.0, bucket_reduction_end_s(dp.buckets, dp.each_s, dp.last_s, compute) - pass)
                                 : reduce;
       }
-      if (gathered && s.parameter_bytes != seen_parameters) {
+      if (gathered && (s.parameter_bytes != seen_parameters ||
+                       (gather_overlapped && (s.forward_s != seen_forward || dp.buckets.count != seen_buckets)))) {
         seen_parameters = s.parameter_bytes;
-        gather = cost(Collective::all_gather, s.parameter_bytes / ps.fsdp, dp.group);
+        seen_forward = s.forward_s;
+        seen_buckets = dp.buckets.count;
+        if (gather_overlapped) {
+          const ZeroGather g = overlapped_zero_gather(s.parameter_bytes / ps.fsdp, dp.buckets.count,
+                                                      plan.schedule.virtual_stages, s.forward_s, dp.group);
+          gather = g.total_s;
+          gather_exposed = g.exposed_s;
+        } else {
+          gather = gather_exposed = cost(Collective::all_gather, s.parameter_bytes / ps.fsdp, dp.group);
+        }
       }
       // The stage that communicates most, as the exposed part is that of the stage that waits longest.
       out.dp_exposed_s = std::max(out.dp_exposed_s, exposed);
@@ -1122,7 +1157,8 @@ AfterPipeline after_pipeline(const std::vector<StageSum>& sum, const Plan& plan,
     }
     out.optimizer_s = std::max(out.optimizer_s, stream_time_s(optimizer_traffic_bytes(s.optimizer_parameters, ps.bytes),
                                                               rates, StreamOp::optimizer));
-    out.gather_after_step_s = std::max(out.gather_after_step_s, gather);
+    out.gather_after_step_s = std::max(out.gather_after_step_s, gather_exposed);
+    if (stages) (*stages)[r].gather_after_step_exposed_s = gather_exposed;
   }
   return out;
 }
@@ -1233,7 +1269,7 @@ PlanEstimate Evaluator::evaluate(const Plan& plan, const std::vector<AxisPlaceme
   const double md = static_cast<double>(m);
   const PipelineTiming pipeline = pipeline_timing(stage_s, m, plan.schedule, slow.weight_gradient_s);
   time.bubble_s = pipeline.bubble_s;
-  AfterPipeline after = after_pipeline(sum, plan, ps, rates);
+  AfterPipeline after = after_pipeline(sum, plan, ps, rates, stages);
   double before_optimizer_s = pipeline.step_s + p2p_fill_drain_s + after.dp_exposed_s;
   if (fsdp_group.size > 1 && pp == 1) {
     // The replay's waits for gathers and its reduce-scatter tail are fsdp's

@@ -129,6 +129,11 @@ void megatron_parallelism_and_training(Writer& w, MegatronArgs& arg) {
   if (experts.tokens > 1) arg("--expert-tensor-parallel-size", "1");
   if (plan.sequence_parallel && w.size(Axis::tp) > 1) arg("--sequence-parallel");
   if (plan.zero_stage == 1 || plan.zero_stage == 2) arg("--use-distributed-optimizer");
+  // Megatron-LM reduces the gradients after the last backward unless told to
+  // overlap them (--overlap-grad-reduce, off by default); the plan prices
+  // what overlap_gradient_reduction says (on by default).
+  if (plan.overlap_gradient_reduction && w.size(Axis::dp) * w.size(Axis::ep) > 1) arg("--overlap-grad-reduce");
+  if (zero_gather_overlap_applies(plan)) arg("--overlap-param-gather");
   arg("--micro-batch-size", count(plan.micro_batch));
   arg("--global-batch-size", count(plan.global_batch));
   if (plan.recompute == Recompute::selective_op) {
@@ -402,13 +407,28 @@ std::string deepspeed(Writer& w) {
     w.warning("loss", "the plan prices a fused cross-entropy (logits kept in their own dtype); the model code must "
                       "run one (a compiled or fused loss), else it holds fp32 log-probabilities as --loss eager prices");
   }
-  if (has_errors(w.problems)) return "";
   const int stage = w.size(Axis::fsdp) > 1 ? 3 : plan.zero_stage;
+  // DeepSpeed overlaps the gradients' reduction with the backward (overlap_comm)
+  // from ZeRO-2 up; ZeRO-0/1 reduce after the backward (DeepSpeed PR 1246:
+  // "Overlap and contiguous grads are meaningless in stage 1").
+  const bool reduced_over_dp = w.size(Axis::dp) > 1 && stage < 3;
+  if (reduced_over_dp && plan.overlap_gradient_reduction && stage < 2) {
+    w.warning("overlap_gradient_reduction", "DeepSpeed reduces ZeRO-" + std::to_string(stage) +
+                                                " gradients after the last backward, where the plan prices the "
+                                                "reduction overlapped with it (set overlap_gradient_reduction false "
+                                                "in the plan file to price DeepSpeed's)");
+  }
+  if (zero_gather_overlap_applies(plan)) {
+    w.warning("overlap_zero_gather", "DeepSpeed gathers ZeRO-1/2's updated weights after the optimizer step, where "
+                                     "the plan prices the gather under the next step's forward");
+  }
+  if (has_errors(w.problems)) return "";
   nlohmann::ordered_json j;
   j["train_batch_size"] = plan.global_batch;
   j["train_micro_batch_size_per_gpu"] = plan.micro_batch;
   j["gradient_accumulation_steps"] = plan.micro_batches();
   j["zero_optimization"] = {{"stage", stage}};
+  if (reduced_over_dp && stage == 2) j["zero_optimization"]["overlap_comm"] = plan.overlap_gradient_reduction;
   if (plan.precision == Precision::bf16) j["bf16"] = {{"enabled", true}};
   if (plan.precision == Precision::fp16) j["fp16"] = {{"enabled", true}};
   if (gradients_in_fp32(plan) && plan.precision != Precision::fp32) {

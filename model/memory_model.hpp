@@ -64,6 +64,11 @@ struct StageMemory {
   double parameters_on_device = 0;         // count, after tp/pp/ep and ZeRO-3/fsdp sharding
   double in_flight_micro_batches = 0;      // whole-stage equivalents held at the peak
   MemoryBreakdown memory;
+  // Not memory: the stage's ZeRO-1/2 gather of the updated weights on the
+  // step's critical path (all of it, or with overlap_zero_gather what the
+  // next step's first forward leaves exposed), which the evaluator adds to the
+  // step and the simulator replays (evaluate.cpp, after_pipeline).
+  double gather_after_step_exposed_s = 0;
 };
 
 struct MemoryEstimate {

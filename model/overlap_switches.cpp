@@ -2,7 +2,7 @@
 
 namespace meshplan {
 
-const std::array<OverlapSwitch, 3> kOverlapSwitches = {{
+const std::array<OverlapSwitch, 4> kOverlapSwitches = {{
     {&Plan::overlap_expert_parallel, &OverlapWanted::expert_parallel, "overlap_expert_parallel", "--overlap-ep",
      "Hide the experts' all-to-alls under another micro-batch's compute: Megatron-Core's combined 1F1B "
      "(--overlap-moe-expert-parallel-comm), each forward run beside another micro-batch's backward; needs ep > 1, "
@@ -25,6 +25,13 @@ const std::array<OverlapSwitch, 3> kOverlapSwitches = {{
      "pipeline transfers overlapped", "pipeline transfers overlapped where interleaved", "p2p overlap",
      "Pipeline transfers", "overlapped", "overlap_p2p",
      [](const Plan& plan, std::int64_t) { return p2p_overlap_applies(plan); }},
+    {&Plan::overlap_zero_gather, &OverlapWanted::zero_gather, "overlap_zero_gather", "--overlap-zero-gather",
+     "Gather ZeRO-1/2's updated weights under the next step's first forward, bucket by bucket: Megatron-Core's "
+     "--overlap-param-gather (distributed optimizer), PyTorch FSDP's weights kept after the forward; needs ZeRO 1 "
+     "or 2 over more than one data-parallel rank",
+     "updated weights gathered under the next forward", "updated weights gathered under the next forward where ZeRO "
+     "is 1 or 2", "gather overlap", "Updated weights", "gathered under the next forward", "overlap_zero_gather",
+     [](const Plan& plan, std::int64_t) { return zero_gather_overlap_applies(plan); }},
 }};
 
 void set_overlap_switches(Plan& plan, const OverlapWanted& wanted, std::int64_t experts) {

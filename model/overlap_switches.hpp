@@ -21,6 +21,7 @@ struct OverlapWanted {
   bool expert_parallel = false;  // Plan::overlap_expert_parallel
   bool tp_comm = false;          // Plan::tp_comm_overlap
   bool p2p = false;              // Plan::overlap_p2p_comm
+  bool zero_gather = false;      // Plan::overlap_zero_gather
 };
 
 struct OverlapSwitch {
@@ -40,7 +41,7 @@ struct OverlapSwitch {
   bool (*applies)(const Plan& plan, std::int64_t experts);
 };
 
-extern const std::array<OverlapSwitch, 3> kOverlapSwitches;
+extern const std::array<OverlapSwitch, 4> kOverlapSwitches;
 
 // Every switch `wanted` asks for, set on `plan` where it applies, and off elsewhere.
 void set_overlap_switches(Plan& plan, const OverlapWanted& wanted, std::int64_t experts);

@@ -160,6 +160,11 @@ bool p2p_overlap_applies(const Plan& plan) {
   return plan.overlap_p2p_comm && plan.mesh.size(Axis::pp) > 1 && plan.schedule.kind == ScheduleKind::interleaved;
 }
 
+bool zero_gather_overlap_applies(const Plan& plan) {
+  return plan.overlap_zero_gather && (plan.zero_stage == 1 || plan.zero_stage == 2) &&
+         plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) > 1 && plan.overlap_gradient_reduction;
+}
+
 std::optional<Recompute> parse_recompute(std::string_view text) {
   if (text == "none") return Recompute::none;
   if (text == "selective") return Recompute::selective;

@@ -73,6 +73,10 @@ bool tp_comm_overlap_applies(const Plan& plan);
 // Whether overlap_p2p_comm changes the plan: it asks for it, with pp > 1
 // under the interleaved schedule (the one Megatron-Core overlaps).
 bool p2p_overlap_applies(const Plan& plan);
+// Whether overlap_zero_gather changes the plan: it asks for it, with ZeRO 1 or
+// 2 over more than one data-parallel rank (dp x ep) and the gradients'
+// reduction overlapped (as Megatron-LM asserts).
+bool zero_gather_overlap_applies(const Plan& plan);
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
 // How attention runs. `fused`: one kernel (FlashAttention-2/3, cuDNN, PyTorch
 // scaled_dot_product_attention) that keeps no s x s tensor, only per-row
@@ -222,6 +226,15 @@ struct Plan {
   // the fill's and the drain's stay exposed (NeMo's "Communication Overlap"
   // guide). Interleaved schedule only, as NeMo supports it. Off by default.
   bool overlap_p2p_comm = false;
+  // ZeRO-1/2's gather of the updated weights runs under the next step's
+  // first forward, bucket by bucket, each bucket's gather started when the
+  // previous one's layers start (Megatron-Core's --overlap-param-gather with
+  // the distributed optimizer, which needs --overlap-grad-reduce; PyTorch
+  // FSDP with weights kept after the forward gathers them the same way).
+  // Off by default: the gather follows the optimizer step, as Megatron-LM's
+  // default and DeepSpeed's ZeRO-1/2 run it (docs/cost-model.md, "ZeRO's
+  // gather of the updated weights").
+  bool overlap_zero_gather = false;
   // Each expert-parallel all-to-all runs beside another micro-batch's compute:
   // Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) runs a
   // forward and another micro-batch's backward together, layer by layer, the

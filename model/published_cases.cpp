@@ -351,6 +351,7 @@ void add_llama3_cases(std::vector<PublishedCase>& cases) {
     plan.global_batch = row.dp * row.batch_per_dp;
     plan.seq_len = row.seq_len;
     plan.zero_stage = 2;  // FSDP sharding optimizer state and gradients, weights kept after the forward (Sec. 3.3.2)
+    plan.overlap_zero_gather = true;  // FSDP gathers them in the first forward, each module's beside the one before
     plan.sequence_parallel = true;
     plan.recompute = Recompute::none;  // "pre-train on 8K tokens without activation checkpointing" (Sec. 3.3.2)
     plan.attention = Attention::fused;
@@ -364,8 +365,8 @@ void add_llama3_cases(std::vector<PublishedCase>& cases) {
     c.throughput = row.tflops_per_gpu;
     c.note = "RoCE at 400 Gb/s per GPU in the paper: dgx-h100 (8 x 400 Gb/s per node) assumed; interleaved, v "
              "unstated: 2 as in the paper's Figure 6; micro-batch 1; sequence parallelism and fused attention "
-             "assumed; FLOPs formula unstated (MFU per Chowdhery et al.): meshplan's model FLOPs used; no "
-             "recomputation" +
+             "assumed; FLOPs formula unstated (MFU per Chowdhery et al.): meshplan's model FLOPs used; FSDP's "
+             "gather of the updated weights beside the first forward (overlap_zero_gather); no recomputation" +
              std::string(row.cp > 1 ? " (stated for 8K; assumed at 128K); context parallelism all-gathers keys and "
                                       "values, exposed (Sec. 3.3.2)"
                                     : "");
@@ -415,6 +416,7 @@ void add_megatron_bridge_cases(std::vector<PublishedCase>& cases) {
     plan.global_batch = row.global_batch;
     plan.seq_len = 8192;
     plan.zero_stage = 1;  // use_distributed_optimizer
+    plan.overlap_zero_gather = true;  // overlap_param_gather
     plan.sequence_parallel = true;
     plan.tp_comm_overlap = true;
     plan.overlap_p2p_comm = true;  // overlap_p2p_comm where vp > 1 (Megatron Bridge's CommOverlapConfig)
@@ -436,7 +438,8 @@ void add_megatron_bridge_cases(std::vector<PublishedCase>& cases) {
     c.note = std::string("FP8 with current scaling (FP8-CS) priced as meshplan's fp8 (its casts' amax in the same "
                          "pass; weights gathered in bf16); DGX-H100 as dgx-h100; tp communication overlap "
                          "(tp_comm_overlap), overlapped pipeline transfers (overlap_p2p_comm, on where vp > 1) and no "
-                         "recompute from the recipe; ZeRO-1 (distributed optimizer), "
+                         "recompute from the recipe; ZeRO-1 (distributed optimizer) with its parameter gather "
+                         "overlapped (overlap_zero_gather), "
                          "gradients in bf16, fused loss; micro-batch 1") +
              (plan.stage_layers.empty() ? "" : "; the embedding and the loss each count as a layer in the pipeline "
                                                "split (account_for_embedding / _loss_in_pipeline_split): chunks of "

@@ -270,6 +270,26 @@ void check_p2p_overlap(Checker& check, const Plan& plan) {
   }
 }
 
+// Megatron-LM: "--overlap-param-gather only supported with distributed
+// optimizer", "--overlap-grad-reduce should be turned on when using
+// --overlap-param-gather" (arguments.py).
+void check_zero_gather_overlap(Checker& check, const Plan& plan) {
+  if (!plan.overlap_zero_gather) return;
+  if (plan.zero_stage != 1 && plan.zero_stage != 2) {
+    check.warning("overlap_zero_gather", "overlaps ZeRO-1/2's gather of the updated weights, and this plan has ZeRO " +
+                                             std::to_string(plan.zero_stage) +
+                                             (plan.zero_stage == 3 ? " (its gathers before each block are fsdp's prefetch)" : "") +
+                                             ": no effect");
+  } else if (plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) == 1) {
+    check.warning("overlap_zero_gather", "overlaps ZeRO's gather of the updated weights, and there is one data-parallel "
+                                         "rank (dp x ep 1): no effect");
+  } else if (!plan.overlap_gradient_reduction) {
+    check.error("overlap_zero_gather", "gathers the updated weights bucket by bucket, which needs the gradients' "
+                                       "reduction overlapped too (overlap_gradient_reduction; Megatron-LM refuses "
+                                       "--overlap-param-gather without --overlap-grad-reduce)");
+  }
+}
+
 void check_precision(Checker& check, const ClusterSpec& cluster, const Plan& plan) {
   const Dtype dtype = gemm_dtype(plan.precision);
   if (!cluster.device.peak_for(dtype)) check.error("precision", missing_peak_message(cluster.device, dtype));
@@ -307,6 +327,7 @@ Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const Cl
   check_expert_overlap(check, model, plan);
   check_tp_comm_overlap(check, model, plan);
   check_p2p_overlap(check, plan);
+  check_zero_gather_overlap(check, plan);
   check_precision(check, cluster, plan);
   if (model.kind != ModelKind::cnn || plan.mesh.size(Axis::pp) == 1) {
     auto partition = partition_stages(graph, plan.mesh.size(Axis::pp), plan.schedule.virtual_stages, plan.stage_layers);

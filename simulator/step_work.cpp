@@ -236,6 +236,9 @@ struct Context {
   PrecisionBytes bytes;
   std::int64_t pp, v;
   bool sharded, reduce_over_dp;
+  // overlap_zero_gather on links that can move data beside compute: the
+  // updated weights' gather replays as the part the evaluator finds exposed.
+  bool zero_gather_overlapped;
 };
 
 // The blocks of a global chunk in forward order: the embedding leads the
@@ -381,10 +384,12 @@ StageWork build_stage(const Context& cx, Builder& build, std::int64_t r, const S
   stage.optimizer_s = stream_time_s(optimizer_traffic_bytes(optimizer_parameters, cx.bytes), rates, StreamOp::optimizer);
   if (cx.reduce_over_dp && zero_shards(cx.plan.zero_stage, ModelState::optimizer)) {
     stage.parameter_gather_after_step =
-        build.collective(Collective::all_gather,
-                         stage_parameters * cx.bytes.gathered_bytes_per_parameter /
-                             static_cast<double>(cx.plan.mesh.size(Axis::fsdp)),
-                         cx.groups.dp, r);
+        cx.zero_gather_overlapped
+            ? build.exposed_time(memory.gather_after_step_exposed_s, cx.groups.dp, r)
+            : build.collective(Collective::all_gather,
+                               stage_parameters * cx.bytes.gathered_bytes_per_parameter /
+                                   static_cast<double>(cx.plan.mesh.size(Axis::fsdp)),
+                               cx.groups.dp, r);
   }
   // Everything but the activations: model state, buffers, and the peak's
   // transients and runtime reserves (memory_model.hpp, MemoryBreakdown), so
@@ -431,7 +436,8 @@ Loaded<StepWork> build_step_work(const Evaluator& evaluator, const Plan& plan, c
                       expert_placements(evaluator.topology(), plan, placements), plan,
                       prof);
   const Context cx{prof, plan, options, costs, partition.value, groups, bytes_for(plan), pp, v,
-                   groups.fsdp.size > 1, groups.dp.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters)};
+                   groups.fsdp.size > 1, groups.dp.size > 1 && !zero_shards(plan.zero_stage, ModelState::parameters),
+                   zero_gather_overlap_applies(plan) && overlaps(placements, {Axis::dp, Axis::ep})};
   StepWork& work = result.value;
   work.schedule = plan.schedule;
   work.stages = pp;

@@ -445,6 +445,49 @@ TEST(Cli, OverlapP2pHidesTheSteadyStatesPipelineTransfers) {
   }
 }
 
+// --overlap-zero-gather (Megatron-Core's --overlap-param-gather): ZeRO-1's gather of the updated weights
+// under the next forward, on explain (JSON: the key, dp's exposed time and the step shorter by the
+// same), a warning where there is nothing to gather, and the search setting it where ZeRO is 1 or 2
+// over data-parallel ranks.
+TEST(Cli, OverlapZeroGatherHidesTheUpdatedWeightsGatherUnderTheForward) {
+  const std::vector<std::string> job = {"explain", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16",
+                                        "--mesh", "dp=16", "--zero", "1", "--global-batch", "16",
+                                        "--seq", "4096", "--json"};
+  std::vector<std::string> with = job;
+  with.push_back("--overlap-zero-gather");
+  const CliRun plain = run(job), overlapped = run(with);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(overlapped.status, 0) << overlapped.err;
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(overlapped.out);
+  EXPECT_FALSE(a["plan"].contains("overlap_zero_gather"));
+  EXPECT_TRUE(b["plan"]["overlap_zero_gather"].get<bool>());
+  const double hidden = a["communication_s_by_axis"]["dp"]["exposed"].get<double>() -
+                        b["communication_s_by_axis"]["dp"]["exposed"].get<double>();
+  EXPECT_GT(hidden, 0.001);
+  EXPECT_NEAR(a["time_s"]["step"].get<double>() - b["time_s"]["step"].get<double>(), hidden, 1e-9);
+  std::vector<std::string> zero0 = with;
+  zero0[std::find(zero0.begin(), zero0.end(), "--zero") - zero0.begin() + 1] = "0";
+  const CliRun none = run(zero0);
+  ASSERT_EQ(none.status, 1) << none.err;  // valid (a warning), and 16 GB of gradients more: does not fit
+  EXPECT_NE(none.out.find("overlap_zero_gather: overlaps ZeRO-1/2's gather of the updated weights, and this plan has "
+                          "ZeRO 0"),
+            std::string::npos)
+      << none.out;
+  const CliRun searched = run({"plan", "--model", "gpt2-350m", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch",
+                               "64", "--json", "--top", "60", "--overlap-zero-gather"});
+  ASSERT_EQ(searched.status, 0) << searched.err;
+  int set = 0;
+  for (const auto& p : nlohmann::json::parse(searched.out)) {
+    const auto& plan = p["plan"];
+    const bool has = plan.contains("overlap_zero_gather") && plan["overlap_zero_gather"].get<bool>();
+    const int zero = plan["zero"].get<int>();
+    const int dp = plan["mesh"].contains("dp") ? plan["mesh"]["dp"].get<int>() : 1;
+    EXPECT_EQ(has, (zero == 1 || zero == 2) && dp > 1) << p.dump();
+    set += has;
+  }
+  EXPECT_GT(set, 0);
+}
+
 // --recompute-modules (Megatron-Core's): selective recompute of the named parts, on explain (where it
 // implies --recompute selective) and plan; refused with a name it does not know, with another
 // recompute mode, and with a module the model lacks.

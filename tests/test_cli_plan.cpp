@@ -72,7 +72,7 @@ Csv parse_csv(const std::string& text) {
 const std::vector<std::string> kSweepColumns = {
     "model", "cluster", "world_size", "global_batch", "mesh", "dp", "fsdp", "tp", "pp", "cp", "ep", "micro_batch",
     "micro_batches", "zero", "recompute", "recompute_modules", "sequence_parallel", "schedule", "precision", "attention", "cp_comm", "fp32_gradients",
-    "bf16_moments", "loss", "expert_tensor_parallel", "ep_dispatch", "overlap_expert_parallel", "tp_comm_overlap", "overlap_p2p_comm", "stage_layers", "feasible", "reason",
+    "bf16_moments", "loss", "expert_tensor_parallel", "ep_dispatch", "overlap_expert_parallel", "tp_comm_overlap", "overlap_p2p_comm", "overlap_zero_gather", "stage_layers", "feasible", "reason",
     "memory_total_bytes", "memory_parameters_bytes", "memory_gradients_bytes", "memory_optimizer_bytes",
     "memory_activations_bytes", "memory_buffers_bytes", "step_s", "compute_s", "communication_s",
     "communication_exposed_s", "bubble_s", "tokens_per_s", "mfu", "hfu"};

@@ -422,6 +422,78 @@ TEST(Evaluator, OverlappedPipelineTransfersExposeTheFillAndDrain) {
                    evaluator.evaluate(plan, placements).time.axis_communication_s[pp]);
 }
 
+// ZeRO-1's gather of the updated weights under the next step's first forward
+// (Plan::overlap_zero_gather): Llama 3 8B over dp 16 (two nodes), its bf16
+// weights gathered in the gradients' 25 MiB buckets, each bucket's gather
+// started as the previous bucket's layers start. Over 10 GbE a bucket's
+// layers compute for less than its gather takes: the first bucket and each
+// later one's excess are exposed, g + (B - 1) (g - F / B). Over DGX H100's
+// InfiniBand they compute longer: only the first bucket is.
+TEST(Evaluator, OverlappedZeroGatherExposesWhatTheFirstForwardCannotHide) {
+  const auto model = must(load_model("llama3-8b"));
+  for (const char* network : {"ethernet-10g", "dgx-h100"}) {
+    SCOPED_TRACE(network);
+    const auto cluster = must(load_cluster(network));
+    const Evaluator evaluator(model, cluster, 16, 4096);
+    const bool slow = std::string(network) == "ethernet-10g";
+    Plan plan = plan_with("dp=16", 1, 16);
+    plan.zero_stage = 1;
+    const auto placements = place_axes(evaluator.topology(), plan.mesh);
+    const AxisPlacement& dp = placements.front();
+    ASSERT_EQ(dp.axis, Axis::dp);
+    auto gather_s = [&](double bytes) {
+      return collective_time(Collective::all_gather, bytes, dp.size, dp.bandwidth_bytes_per_s, dp.latency_s).time_s;
+    };
+    std::vector<StageMemory> plain_stages, overlapped_stages;
+    const TimeEstimate plain = evaluator.evaluate(plan, placements, &plain_stages).time;
+    plan.overlap_zero_gather = true;
+    ASSERT_TRUE(zero_gather_overlap_applies(plan));
+    const TimeEstimate overlapped = evaluator.evaluate(plan, placements, &overlapped_stages).time;
+
+    const double parameter_bytes = 2 * plain_stages[0].parameters_on_device;  // bf16 weights, whole under ZeRO-1
+    const GradientBuckets buckets = gradient_buckets(parameter_bytes, plan.gradient_bucket_bytes);  // bf16 gradients
+    const double b = static_cast<double>(buckets.count);
+    ASSERT_GT(b, 100);
+    const double whole = gather_s(parameter_bytes), each = gather_s(parameter_bytes / b);
+    const double bucket_forward = overlapped.stage_forward_s / b;
+    const double exposed = each + (b - 1) * std::max(0.0, each - bucket_forward);
+    if (slow) {
+      EXPECT_GT(each, bucket_forward);
+      EXPECT_GT(exposed, 0.5 * whole);
+    } else {
+      EXPECT_LT(each, bucket_forward);
+      EXPECT_DOUBLE_EQ(exposed, each);
+    }
+    EXPECT_NEAR(plain_stages[0].gather_after_step_exposed_s, whole, 1e-12 * whole);
+    EXPECT_NEAR(overlapped_stages[0].gather_after_step_exposed_s, exposed, 1e-12 * whole);
+    EXPECT_DOUBLE_EQ(overlapped.compute_s, plain.compute_s);
+    // All of the gathers stay dp's communication (one latency per bucket now); the step loses what is hidden.
+    const auto dp_axis = static_cast<std::size_t>(Axis::dp);
+    EXPECT_NEAR(overlapped.axis_communication_s[dp_axis] - plain.axis_communication_s[dp_axis], b * each - whole,
+                1e-9 * whole);
+    EXPECT_NEAR(plain.axis_exposed_s[dp_axis] - overlapped.axis_exposed_s[dp_axis], whole - exposed, 1e-9 * whole);
+    EXPECT_NEAR(plain.step_s - overlapped.step_s, whole - exposed, 1e-9 * plain.step_s);
+  }
+  // ZeRO-0 gathers nothing after the step: the switch changes nothing.
+  const auto cluster = must(load_cluster("dgx-h100"));
+  const Evaluator evaluator(model, cluster, 16, 4096);
+  Plan zero0 = plan_with("dp=16", 1, 16);
+  const auto placements = place_axes(evaluator.topology(), zero0.mesh);
+  const double step = evaluator.evaluate(zero0, placements).time.step_s;
+  zero0.overlap_zero_gather = true;
+  EXPECT_FALSE(zero_gather_overlap_applies(zero0));
+  EXPECT_EQ(evaluator.evaluate(zero0, placements).time.step_s, step);
+  // Megatron-LM refuses --overlap-param-gather without --overlap-grad-reduce; so does validation.
+  Plan unoverlapped = zero0;
+  unoverlapped.zero_stage = 1;
+  unoverlapped.overlap_gradient_reduction = false;
+  bool refused = false;
+  for (const Problem& p : validate_plan(model, evaluator.graph(), cluster, {16, 0}, unoverlapped)) {
+    refused = refused || (p.severity == Severity::error && p.where == "overlap_zero_gather");
+  }
+  EXPECT_TRUE(refused);
+}
+
 // An fp8 plan keeps the MoE router in bf16 (Op::keeps_precision: DeepSeek-V3's report, Sec. 3.3.1, keeps its
 // "MoE gating modules" in BF16 or FP32; Megatron-Core's router is not a Transformer Engine module): it
 // casts nothing and takes the bf16 plan's seconds; the experts' and attention's weight GEMMs run in fp8.

@@ -312,6 +312,45 @@ TEST(Export, TpCommOverlapIsEachFrameworksOwnSwitch) {
   EXPECT_EQ(args.find("--tp-comm-overlap"), std::string::npos) << args;
 }
 
+// The data-parallel overlaps the plan prices are each framework's own switch:
+// Megatron-LM reduces after the backward and gathers ZeRO's updated weights
+// after the step unless told (--overlap-grad-reduce, --overlap-param-gather);
+// DeepSpeed overlaps the reduction from ZeRO-2 up (overlap_comm) and says
+// where it cannot run what the plan prices.
+TEST(Export, DataParallelOverlapsAreEachFrameworksOwnSwitch) {
+  auto warned = [](const Problems& problems, const char* where) {
+    bool noted = false;
+    for (const Problem& p : problems) noted = noted || (p.severity == Severity::warning && p.where == where);
+    return noted;
+  };
+  for (bool reduce_overlapped : {false, true}) {
+    for (bool gather_overlapped : {false, true}) {
+      SCOPED_TRACE(std::to_string(reduce_overlapped) + std::to_string(gather_overlapped));
+      PlanFile file = plan_file("gpt2-124m", "dp=4", 1, 8);
+      file.plan.zero_stage = 1;
+      file.plan.overlap_gradient_reduction = reduce_overlapped;
+      file.plan.overlap_zero_gather = gather_overlapped;  // validation refuses it without the reduction overlapped
+      const bool gathered = reduce_overlapped && gather_overlapped;
+      const Loaded<std::string> megatron = export_plan(file, ExportTarget::megatron);
+      ASSERT_TRUE(megatron.ok()) << messages(megatron.problems);
+      EXPECT_EQ(has_line(megatron.value, "--overlap-grad-reduce"), reduce_overlapped) << megatron.value;
+      EXPECT_EQ(has_line(megatron.value, "--overlap-param-gather"), gathered) << megatron.value;
+      const Loaded<std::string> deepspeed = export_plan(file, ExportTarget::deepspeed);
+      ASSERT_TRUE(deepspeed.ok()) << messages(deepspeed.problems);
+      EXPECT_EQ(warned(deepspeed.problems, "overlap_gradient_reduction"), reduce_overlapped) << messages(deepspeed.problems);
+      EXPECT_EQ(warned(deepspeed.problems, "overlap_zero_gather"), gathered) << messages(deepspeed.problems);
+      file.plan.zero_stage = 2;
+      const Loaded<std::string> stage2 = export_plan(file, ExportTarget::deepspeed);
+      ASSERT_TRUE(stage2.ok()) << messages(stage2.problems);
+      EXPECT_EQ(nlohmann::json::parse(stage2.value)["zero_optimization"]["overlap_comm"].get<bool>(), reduce_overlapped);
+      EXPECT_FALSE(warned(stage2.problems, "overlap_gradient_reduction")) << messages(stage2.problems);
+    }
+  }
+  // One data-parallel rank reduces nothing: no switch.
+  const std::string single = export_plan(plan_file("gpt2-124m", "tp=4", 1, 8), ExportTarget::megatron).value;
+  EXPECT_FALSE(has_line(single, "--overlap-grad-reduce")) << single;
+}
+
 // The fused loss is Megatron-LM's --cross-entropy-loss-fusion; torchtitan and
 // DeepSpeed have no switch for it, and say so.
 TEST(Export, FusedLossIsMegatronsLossFusionAndANoteElsewhere) {

@@ -152,6 +152,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.overlap_tensor_parallel, b.overlap_tensor_parallel);
   EXPECT_EQ(a.tp_comm_overlap, b.tp_comm_overlap);
   EXPECT_EQ(a.overlap_p2p_comm, b.overlap_p2p_comm);
+  EXPECT_EQ(a.overlap_zero_gather, b.overlap_zero_gather);
 }
 
 struct Case {
@@ -236,6 +237,10 @@ TEST(PlanFile, RoundTripOtherModelKindsAndKnobs) {
   expect_round_trip(make({"gpt2-124m", "dgx-h100", "pp=4", 4, 1, 16}, [](Plan& p) {
                       p.schedule = {ScheduleKind::interleaved, 3};
                       p.overlap_p2p_comm = true;
+                    }).file);
+  expect_round_trip(make({"gpt2-124m", "dgx-h100", "dp=4", 4, 1, 16}, [](Plan& p) {
+                      p.zero_stage = 2;
+                      p.overlap_zero_gather = true;
                     }).file);
 }
 

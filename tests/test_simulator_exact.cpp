@@ -153,6 +153,11 @@ Plan draw_plan(const PlanSetup& s, std::mt19937_64& rng, std::vector<Axis> axes)
   if (s.cluster.device.peak_for(Dtype::fp8) && rng() % 3 == 0) plan.precision = Precision::fp8;
   // Transformer Engine's chunked tp overlap, where sequence parallelism runs (validate.cpp refuses it elsewhere).
   if (plan.sequence_parallel && rng() % 2 == 0) plan.tp_comm_overlap = true;
+  // ZeRO-1/2's gather of the updated weights under the next forward (validate.cpp refuses it without
+  // the gradients' reduction overlapped).
+  if ((plan.zero_stage == 1 || plan.zero_stage == 2) && plan.overlap_gradient_reduction && rng() % 2 == 0) {
+    plan.overlap_zero_gather = true;
+  }
   return plan;
 }
 
@@ -172,7 +177,8 @@ std::string describe(const PlanSetup& s, const Plan& plan) {
          " zero=" + std::to_string(plan.zero_stage) + " " + to_string(plan.attention) +
          " overlap-tp=" + std::to_string(plan.overlap_tensor_parallel) +
          " overlap-ep=" + std::to_string(plan.overlap_expert_parallel) +
-         " tp-comm-overlap=" + std::to_string(plan.tp_comm_overlap) + " " + to_string(plan.precision);
+         " tp-comm-overlap=" + std::to_string(plan.tp_comm_overlap) +
+         " zero-gather-overlap=" + std::to_string(plan.overlap_zero_gather) + " " + to_string(plan.precision);
 }
 
 // One pipeline stage (meshes over dp, fsdp, tp, cp and ep, ZeRO 0-3), every
@@ -191,7 +197,7 @@ TEST(SimulatedStepExactly, OneStageEqualsTheEvaluator) {
   std::vector<PlanSetup> setups = make_setups();
   std::mt19937_64 rng(20261125);
   int checked = 0, reduced = 0, hidden = 0, sharded = 0, hybrid = 0, experts_out_of_tp = 0, deduplicated = 0;
-  int paired = 0, paired_sharded = 0, chunked = 0;
+  int paired = 0, paired_sharded = 0, chunked = 0, gather_overlapped = 0;
   for (int tried = 0; checked < 400 && tried < 40000; ++tried) {
     const PlanSetup& s = setups[std::uniform_int_distribution<std::size_t>(0, setups.size() - 1)(rng)];
     Plan plan = draw_plan(s, rng, {Axis::dp, Axis::fsdp, Axis::tp, Axis::cp, Axis::ep});
@@ -210,6 +216,8 @@ TEST(SimulatedStepExactly, OneStageEqualsTheEvaluator) {
       ++chunked;
     }
     if (weights_sharded) ++sharded;
+    // ZeRO's gather of the updated weights under the next forward: the engine replays the part the record exposes.
+    if (zero_gather_overlap_applies(plan)) ++gather_overlapped;
     if (weights_sharded && plan.mesh.size(Axis::fsdp) > 1 && plan.zero_stage < 3 && plan.mesh.size(Axis::dp) > 1) ++hybrid;
     if (expert_split(plan).tokens > 1) ++experts_out_of_tp;
     if (plan.ep_dispatch == EpDispatch::deduplicated && expert_split(plan).ep > 1) ++deduplicated;
@@ -230,12 +238,14 @@ TEST(SimulatedStepExactly, OneStageEqualsTheEvaluator) {
   EXPECT_GT(reduced, 100);
   EXPECT_GT(hidden, 50);
   EXPECT_GT(chunked, 20);
+  EXPECT_GT(gather_overlapped, 20);
   EXPECT_GT(sharded, 100);
   EXPECT_GT(hybrid, 20);
   std::printf("[ exact    ] 400 one-stage plans: %d with a data-parallel reduction, %d hiding tp under W, %d with sharded "
               "weights (%d HSDP), %d with experts out of tp, %d with the deduplicated dispatch, %d pairing all-to-alls "
-              "(%d of them sharded), %d chunking tp beside the GEMMs\n", reduced, hidden, sharded, hybrid, experts_out_of_tp,
-              deduplicated, paired, paired_sharded, chunked);
+              "(%d of them sharded), %d chunking tp beside the GEMMs, %d gathering ZeRO's weights under the forward\n",
+              reduced, hidden, sharded, hybrid, experts_out_of_tp, deduplicated, paired, paired_sharded, chunked,
+              gather_overlapped);
 }
 
 // Over every axis, schedule and switch: the work the simulator replays is the

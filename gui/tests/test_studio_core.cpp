@@ -191,6 +191,9 @@ class StudioCoreTest : public QObject {
     QVERIFY(!resolve_setup(cp).value.space.overlaps.p2p);
     cp.overlaps.p2p = true;
     QVERIFY(resolve_setup(cp).value.space.overlaps.p2p);
+    QVERIFY(!resolve_setup(cp).value.space.overlaps.zero_gather);
+    cp.overlaps.zero_gather = true;
+    QVERIFY(resolve_setup(cp).value.space.overlaps.zero_gather);
     QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules), int(kDefaultRecomputeModules));
     cp.recompute_modules = "layernorm, moe_act";
     QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules),
