@@ -302,6 +302,11 @@ std::string torchtitan(Writer& w) {
     w.warning("overlap_expert_parallel", "torchtitan runs each micro-batch's all-to-alls on its own critical path (no "
                                          "combined 1F1B): the step is slower than the plan prices by the hidden part");
   }
+  if (!plan.overlap_gradient_reduction && dp > 1 && plan.zero_stage < 3) {  // fsdp's reduce-scatters are per block anyway
+    w.warning("overlap_gradient_reduction", "torchtitan's FSDP2 and DDP reduce the gradients during the backward, "
+                                            "where the plan prices the reduction after it: the step is faster than "
+                                            "priced by the hidden part");
+  }
   if (!plan.stage_layers.empty()) {
     w.error("stage_layers", "uneven pipeline stages: give torchtitan pipeline_parallel_split_points by hand");
   } else if (pp > 1 && w.layers_per_chunk() == 0) {

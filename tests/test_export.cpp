@@ -315,8 +315,8 @@ TEST(Export, TpCommOverlapIsEachFrameworksOwnSwitch) {
 // The data-parallel overlaps the plan prices are each framework's own switch:
 // Megatron-LM reduces after the backward and gathers ZeRO's updated weights
 // after the step unless told (--overlap-grad-reduce, --overlap-param-gather);
-// DeepSpeed overlaps the reduction from ZeRO-2 up (overlap_comm) and says
-// where it cannot run what the plan prices.
+// DeepSpeed overlaps the reduction from ZeRO-2 up (overlap_comm); DeepSpeed
+// and torchtitan say where they cannot run what the plan prices.
 TEST(Export, DataParallelOverlapsAreEachFrameworksOwnSwitch) {
   auto warned = [](const Problems& problems, const char* where) {
     bool noted = false;
@@ -345,6 +345,14 @@ TEST(Export, DataParallelOverlapsAreEachFrameworksOwnSwitch) {
       EXPECT_EQ(nlohmann::json::parse(stage2.value)["zero_optimization"]["overlap_comm"].get<bool>(), reduce_overlapped);
       EXPECT_FALSE(warned(stage2.problems, "overlap_gradient_reduction")) << messages(stage2.problems);
     }
+    // torchtitan's FSDP2 (ZeRO-2 on dp) reduces during the backward whatever the plan says.
+    PlanFile titan = plan_file("llama3-8b", "dp=4", 1, 8);
+    titan.plan.zero_stage = 2;
+    titan.plan.overlap_gradient_reduction = reduce_overlapped;
+    const Loaded<std::string> torchtitan = export_plan(titan, ExportTarget::torchtitan);
+    ASSERT_TRUE(torchtitan.ok()) << messages(torchtitan.problems);
+    EXPECT_EQ(warned(torchtitan.problems, "overlap_gradient_reduction"), !reduce_overlapped)
+        << messages(torchtitan.problems);
   }
   // One data-parallel rank reduces nothing: no switch.
   const std::string single = export_plan(plan_file("gpt2-124m", "tp=4", 1, 8), ExportTarget::megatron).value;
