@@ -11,6 +11,25 @@
 #include <optional>
 
 namespace meshplan {
+namespace {
+
+// A classifier's softmax cross-entropy over `classes` logits: ~5 FLOPs a
+// logit, the fp32 logits kept for the backward (or not, by the plan's loss:
+// plan.hpp, Loss), three fp32 buffers of them at its peak. `split`: the
+// logits are split over tp (the MLP's last layer column-parallel).
+Op classification_loss(int head, double classes, bool split) {
+  Op loss = make_op("head.loss", OpKind::cross_entropy, head);
+  loss.forward_flops_per_sample = 5 * classes;
+  loss.output_elements_per_sample = 1;
+  SavedTensor logits{"logits (fp32)", classes, 4, split, false};
+  logits.loss_logits = true;
+  loss.saved = {logits};
+  loss.memory_fixed_bytes_per_sample = 3 * 4 * classes;
+  loss.tensor_parallel_region = split;
+  return loss;
+}
+
+}  // namespace
 
 LayerGraph build_mlp_graph(const MlpDims& dims) {
   LayerGraph g;
@@ -53,16 +72,7 @@ LayerGraph build_mlp_graph(const MlpDims& dims) {
   }
   const int head = static_cast<int>(g.blocks.size());
   g.blocks.push_back({"head", BlockKind::head, {}});
-  const double classes = static_cast<double>(dims.layer_sizes.back());
-  Op loss = make_op("head.loss", OpKind::cross_entropy, head);
-  loss.forward_flops_per_sample = 5 * classes;
-  loss.output_elements_per_sample = 1;
-  SavedTensor logits{"logits (fp32)", classes, 4, last_is_column, false};
-  logits.loss_logits = true;  // by the plan's loss (plan.hpp, Loss)
-  loss.saved = {logits};
-  loss.memory_fixed_bytes_per_sample = 3 * 4 * classes;
-  loss.tensor_parallel_region = last_is_column;
-  const OpId id = g.add_op(loss);
+  const OpId id = g.add_op(classification_loss(head, static_cast<double>(dims.layer_sizes.back()), last_is_column));
   if (prev) g.connect(*prev, id);
   g.index_boundaries();
   return g;
@@ -189,14 +199,7 @@ LayerGraph build_cnn_graph(const CnnDims& dims) {
   fc.gemm = {1, dims.classes, channels, 1};
   const OpId fc_id = g.add_op(fc);
   g.connect(avg_id, fc_id);
-  Op loss = make_op("head.loss", OpKind::cross_entropy, head);
-  loss.forward_flops_per_sample = 5 * classes;
-  loss.output_elements_per_sample = 1;
-  SavedTensor logits{"logits (fp32)", classes, 4, false, false};
-  logits.loss_logits = true;  // by the plan's loss (plan.hpp, Loss)
-  loss.saved = {logits};
-  loss.memory_fixed_bytes_per_sample = 3 * 4 * classes;
-  const OpId loss_id = g.add_op(loss);
+  const OpId loss_id = g.add_op(classification_loss(head, classes, false));
   g.connect(fc_id, loss_id);
   g.index_boundaries();
   return g;
