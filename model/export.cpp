@@ -302,6 +302,16 @@ std::string torchtitan(Writer& w) {
     w.warning("overlap_expert_parallel", "torchtitan runs each micro-batch's all-to-alls on its own critical path (no "
                                          "combined 1F1B): the step is slower than the plan prices by the hidden part");
   }
+  // torchtitan keeps gradient sync on while it accumulates (pytorch/torchtitan
+  // PR 1710, declined: "doing gradient sync requires extra communication but
+  // reduce the memory overhead"), and FSDP2 reshards after every backward.
+  if (dp > 1 && plan.zero_stage < 3 && plan.micro_batches() > 1) {
+    w.warning("zero", "torchtitan reduces the data-parallel gradients in every micro-batch's backward (" +
+                          std::to_string(plan.micro_batches()) + " a step)" +
+                          (plan.zero_stage == 2 ? " and gathers the weights again in every forward" : "") +
+                          ", where the plan does it once a step: the step is slower than priced by the extra "
+                          "collectives that do not hide");
+  }
   if (!plan.overlap_gradient_reduction && dp > 1 && plan.zero_stage < 3) {  // fsdp's reduce-scatters are per block anyway
     w.warning("overlap_gradient_reduction", "torchtitan's FSDP2 and DDP reduce the gradients during the backward, "
                                             "where the plan prices the reduction after it: the step is faster than "

@@ -345,7 +345,8 @@ TEST(Export, DataParallelOverlapsAreEachFrameworksOwnSwitch) {
       EXPECT_EQ(nlohmann::json::parse(stage2.value)["zero_optimization"]["overlap_comm"].get<bool>(), reduce_overlapped);
       EXPECT_FALSE(warned(stage2.problems, "overlap_gradient_reduction")) << messages(stage2.problems);
     }
-    // torchtitan's FSDP2 (ZeRO-2 on dp) reduces during the backward whatever the plan says.
+    // torchtitan's FSDP2 (ZeRO-2 on dp) reduces during the backward whatever the plan says, and in every
+    // micro-batch (here 2 a step), gathering the weights again each time.
     PlanFile titan = plan_file("llama3-8b", "dp=4", 1, 8);
     titan.plan.zero_stage = 2;
     titan.plan.overlap_gradient_reduction = reduce_overlapped;
@@ -353,7 +354,15 @@ TEST(Export, DataParallelOverlapsAreEachFrameworksOwnSwitch) {
     ASSERT_TRUE(torchtitan.ok()) << messages(torchtitan.problems);
     EXPECT_EQ(warned(torchtitan.problems, "overlap_gradient_reduction"), !reduce_overlapped)
         << messages(torchtitan.problems);
+    EXPECT_NE(messages(torchtitan.problems).find("in every micro-batch's backward (2 a step) and gathers the weights "
+                                                 "again in every forward"),
+              std::string::npos)
+        << messages(torchtitan.problems);
   }
+  PlanFile one_micro_batch = plan_file("llama3-8b", "dp=4", 1, 4);
+  one_micro_batch.plan.zero_stage = 2;
+  EXPECT_EQ(messages(export_plan(one_micro_batch, ExportTarget::torchtitan).problems).find("every micro-batch"),
+            std::string::npos);
   // One data-parallel rank reduces nothing: no switch.
   const std::string single = export_plan(plan_file("gpt2-124m", "tp=4", 1, 8), ExportTarget::megatron).value;
   EXPECT_FALSE(has_line(single, "--overlap-grad-reduce")) << single;
