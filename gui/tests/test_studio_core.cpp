@@ -182,18 +182,13 @@ class StudioCoreTest : public QObject {
     QVERIFY(!resolve_setup(cp).value.space.bf16_moments);
     cp.bf16_moments = true;
     QVERIFY(resolve_setup(cp).value.space.bf16_moments);
-    QVERIFY(!resolve_setup(cp).value.space.overlaps.expert_parallel);
-    cp.overlaps.expert_parallel = true;
-    QVERIFY(resolve_setup(cp).value.space.overlaps.expert_parallel);
-    QVERIFY(!resolve_setup(cp).value.space.overlaps.tp_comm);
-    cp.overlaps.tp_comm = true;
-    QVERIFY(resolve_setup(cp).value.space.overlaps.tp_comm);
-    QVERIFY(!resolve_setup(cp).value.space.overlaps.p2p);
-    cp.overlaps.p2p = true;
-    QVERIFY(resolve_setup(cp).value.space.overlaps.p2p);
-    QVERIFY(!resolve_setup(cp).value.space.overlaps.zero_gather);
-    cp.overlaps.zero_gather = true;
-    QVERIFY(resolve_setup(cp).value.space.overlaps.zero_gather);
+    for (const OverlapSwitch& s : kOverlapSwitches) {  // each overlap switch reaches the search space alone
+      QVERIFY(!(resolve_setup(cp).value.space.overlaps.*s.wanted));
+      cp.overlaps.*s.wanted = true;
+      const OverlapWanted wanted = resolve_setup(cp).value.space.overlaps;
+      for (const OverlapSwitch& other : kOverlapSwitches) QCOMPARE(wanted.*other.wanted, &other == &s);
+      cp.overlaps.*s.wanted = false;
+    }
     QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules), int(kDefaultRecomputeModules));
     cp.recompute_modules = "layernorm, moe_act";
     QCOMPARE(int(resolve_setup(cp).value.space.recompute_modules),
