@@ -56,6 +56,21 @@ std::optional<Problem> tp_overlap_note(const Evaluator& evaluator, const Plan& p
                       "Tensor-parallel communication overlap", step_s, evaluator.evaluate(chunked, placements).time.step_s);
 }
 
+// ZeRO-1/2's gather of the updated weights under the next forward, where the
+// plan could run it (the same record: only the step's tail is priced again).
+std::optional<Problem> zero_gather_note(const Evaluator& evaluator, const Plan& plan,
+                                        const std::vector<AxisPlacement>& placements,
+                                        const std::vector<BlockCost>& costs, double step_s) {
+  Plan overlapped = plan;
+  overlapped.overlap_zero_gather = true;
+  if (plan.overlap_zero_gather || !zero_gather_overlap_applies(overlapped)) return std::nullopt;
+  return overlap_note("overlap_zero_gather",
+                      "gathering ZeRO's updated weights under the next step's first forward (Megatron-Core's "
+                      "--overlap-param-gather)",
+                      "ZeRO's gather of the updated weights", step_s,
+                      evaluator.evaluate(overlapped, placements, costs).time.step_s);
+}
+
 // An fp8 plan predicted no faster than the same plan in bf16: its casts and
 // their launches cost more than its fp8 GEMMs save (small GEMMs, or a step
 // the host's launches bound; docs/cost-model.md, "FP8 GEMMs").
@@ -125,6 +140,9 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
         ex.problems.push_back(*note);
       }
       if (const auto note = tp_overlap_note(evaluator, plan, placements, ex.time->step_s)) ex.problems.push_back(*note);
+      if (const auto note = zero_gather_note(evaluator, plan, placements, costs, ex.time->step_s)) {
+        ex.problems.push_back(*note);
+      }
       if (const auto note = fp8_note(evaluator, plan, placements, ex.time->step_s)) ex.problems.push_back(*note);
     }
     const StageMemory& worst = ex.memory->worst();

@@ -52,9 +52,10 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
 // share of a stage's activations earn a warning: most recent recipes train
 // with dropout 0, and a preset that keeps a published 0.1 (GPT-2) pays for it.
 inline constexpr double kDropoutMaskNoteShare = 0.10;
-// explain's notes that combined 1F1B (Plan::overlap_expert_parallel) or the
-// chunked tp overlap (Plan::tp_comm_overlap) would shorten a plan that could
-// run it by more than this share of its step.
+// explain's notes that combined 1F1B (Plan::overlap_expert_parallel), the
+// chunked tp overlap (Plan::tp_comm_overlap) or ZeRO's overlapped gather
+// (Plan::overlap_zero_gather) would shorten a plan that could run it by more
+// than this share of its step.
 inline constexpr double kExpertOverlapNoteShare = 0.02;
 // That warning for `stage` (where "dropout"), or none below the share.
 std::optional<Problem> dropout_mask_note(const StageMemory& stage);

@@ -465,6 +465,15 @@ TEST(Cli, OverlapZeroGatherHidesTheUpdatedWeightsGatherUnderTheForward) {
                         b["communication_s_by_axis"]["dp"]["exposed"].get<double>();
   EXPECT_GT(hidden, 0.001);
   EXPECT_NEAR(a["time_s"]["step"].get<double>() - b["time_s"]["step"].get<double>(), hidden, 1e-9);
+  // explain says so where the plan could overlap the gather and does not (here 10% of the step).
+  auto mentions_overlap = [](const nlohmann::json& j) {
+    for (const auto& w : j["warnings"]) {
+      if (w.get<std::string>().starts_with("overlap_zero_gather: gathering ZeRO's updated weights")) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(mentions_overlap(a)) << a["warnings"].dump();
+  EXPECT_FALSE(mentions_overlap(b)) << b["warnings"].dump();
   std::vector<std::string> zero0 = with;
   zero0[std::find(zero0.begin(), zero0.end(), "--zero") - zero0.begin() + 1] = "0";
   const CliRun none = run(zero0);
