@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "model/layer_graph.hpp"
+#include "model/overlap_switches.hpp"
 #include "model/plan_defaults.hpp"
 #include "model/stage_partition.hpp"
 
@@ -15,60 +16,29 @@ std::string gib(double bytes) {
   return text;
 }
 
-// An overlap the plan could run and does not, when it would save more than
-// kExpertOverlapNoteShare of the step: "<change> would take 11.08 s a step to
-// 9.54 s (-13.9%), at best (docs/cost-model.md, "<section>")".
-std::optional<Problem> overlap_note(const char* field, const char* change, const char* section, double step_s,
-                                    double overlapped_s) {
-  if (!(overlapped_s < step_s * (1 - kExpertOverlapNoteShare))) return std::nullopt;
-  char text[160];
-  std::snprintf(text, sizeof text, "%.4g s a step to %.4g s (-%.1f%%)", step_s, overlapped_s,
-                100 * (1 - overlapped_s / step_s));
-  return Problem{Severity::warning, field,
-                 std::string(change) + " would take " + text + ", at best (docs/cost-model.md, \"" + section + "\")"};
-}
-
-// Combined 1F1B (the same record, priced again with the passes paired).
-std::optional<Problem> expert_overlap_note(const Evaluator& evaluator, const Plan& plan,
-                                           const std::vector<AxisPlacement>& placements,
-                                           const std::vector<BlockCost>& costs, double step_s) {
-  if (plan.overlap_expert_parallel || plan.micro_batches() <= 1 || !expert_overlap_applies(plan)) {
-    return std::nullopt;
+// Each overlap switch the plan could run and does not (the table's rows with
+// a note), priced again with it on, noted when it would save more than
+// kExpertOverlapNoteShare of the step: "<note> would take 11.08 s a step to
+// 9.54 s (-13.9%), at best (docs/cost-model.md, "<section>")". The plan's own
+// record serves where the switch does not change it.
+void add_overlap_notes(const Evaluator& evaluator, const Plan& plan, const std::vector<AxisPlacement>& placements,
+                       const std::vector<BlockCost>& costs, double step_s, Problems& problems) {
+  const ModelSpec& model = evaluator.model();
+  const std::int64_t experts = model.kind == ModelKind::transformer ? model.transformer.experts : 0;
+  for (const OverlapSwitch& s : kOverlapSwitches) {
+    if (s.note.empty() || plan.*s.field) continue;
+    Plan on = plan;
+    on.*s.field = true;
+    if (!s.applies(on, experts)) continue;
+    const double on_s = s.changes_record ? evaluator.evaluate(on, placements).time.step_s
+                                         : evaluator.evaluate(on, placements, costs).time.step_s;
+    if (!(on_s < step_s * (1 - kExpertOverlapNoteShare))) continue;
+    char text[160];
+    std::snprintf(text, sizeof text, "%.4g s a step to %.4g s (-%.1f%%)", step_s, on_s, 100 * (1 - on_s / step_s));
+    problems.push_back({Severity::warning, std::string(s.key),
+                        std::string(s.note) + " would take " + text + ", at best (docs/cost-model.md, \"" +
+                            std::string(s.note_section) + "\")"});
   }
-  Plan paired = plan;
-  paired.overlap_expert_parallel = true;
-  return overlap_note("overlap_expert_parallel",
-                      "hiding the expert all-to-alls under paired passes (Megatron-Core's combined 1F1B, "
-                      "--overlap-moe-expert-parallel-comm)",
-                      "Expert-parallel overlap", step_s, evaluator.evaluate(paired, placements, costs).time.step_s);
-}
-
-// Transformer Engine's chunked tp overlap, where the plan has tp > 1 and
-// sequence parallelism (block costs priced again with it: the record changes).
-std::optional<Problem> tp_overlap_note(const Evaluator& evaluator, const Plan& plan,
-                                       const std::vector<AxisPlacement>& placements, double step_s) {
-  Plan chunked = plan;
-  chunked.tp_comm_overlap = true;
-  if (plan.tp_comm_overlap || !tp_comm_overlap_applies(chunked)) return std::nullopt;
-  return overlap_note("tp_comm_overlap",
-                      "running the tp collectives in chunks beside their GEMMs (Transformer Engine's userbuffers, "
-                      "--tp-comm-overlap)",
-                      "Tensor-parallel communication overlap", step_s, evaluator.evaluate(chunked, placements).time.step_s);
-}
-
-// ZeRO-1/2's gather of the updated weights under the next forward, where the
-// plan could run it (the same record: only the step's tail is priced again).
-std::optional<Problem> zero_gather_note(const Evaluator& evaluator, const Plan& plan,
-                                        const std::vector<AxisPlacement>& placements,
-                                        const std::vector<BlockCost>& costs, double step_s) {
-  Plan overlapped = plan;
-  overlapped.overlap_zero_gather = true;
-  if (plan.overlap_zero_gather || !zero_gather_overlap_applies(overlapped)) return std::nullopt;
-  return overlap_note("overlap_zero_gather",
-                      "gathering ZeRO's updated weights under the next step's first forward (Megatron-Core's "
-                      "--overlap-param-gather)",
-                      "ZeRO's gather of the updated weights", step_s,
-                      evaluator.evaluate(overlapped, placements, costs).time.step_s);
 }
 
 // An fp8 plan predicted no faster than the same plan in bf16: its casts and
@@ -136,13 +106,7 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
       }
       ex.reordering = find_reordering(evaluator, plan, ex.time->step_s);
       if (ex.reordering) ex.problems.push_back(reordering_warning(cluster, ex.axis_links, *ex.reordering));
-      if (const auto note = expert_overlap_note(evaluator, plan, placements, costs, ex.time->step_s)) {
-        ex.problems.push_back(*note);
-      }
-      if (const auto note = tp_overlap_note(evaluator, plan, placements, ex.time->step_s)) ex.problems.push_back(*note);
-      if (const auto note = zero_gather_note(evaluator, plan, placements, costs, ex.time->step_s)) {
-        ex.problems.push_back(*note);
-      }
+      add_overlap_notes(evaluator, plan, placements, costs, ex.time->step_s, ex.problems);
       if (const auto note = fp8_note(evaluator, plan, placements, ex.time->step_s)) ex.problems.push_back(*note);
     }
     const StageMemory& worst = ex.memory->worst();

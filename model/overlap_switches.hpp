@@ -36,6 +36,10 @@ struct OverlapSwitch {
   std::string_view studio_label;  // the studio's setup row and its check box
   std::string_view studio_check;
   std::string_view studio_key;    // the studio's field name and settings key (setup/<key>)
+  // explain's note where a plan could run it and does not ("" for none): what
+  // it would change, and the docs/cost-model.md section that prices it.
+  std::string_view note, note_section;
+  bool changes_record;            // block costs must be priced again with it (else the plan's record is reused)
   // Whether a plan that asks for it runs it (the search sets it only there);
   // `experts`: the model's routed experts.
   bool (*applies)(const Plan& plan, std::int64_t experts);
