@@ -1082,16 +1082,17 @@ ShardedStep replay_sharded(const ModelProfile& prof, const Plan& plan, const Pla
 // next bucket's gather (forward pre-hooks), so a chunk's first forward goes at
 // the slower of its compute and its gathers, bucket by bucket. The first
 // chunk's first bucket is waited for whole; a later chunk's first bucket was
-// started ahead (the schedule's param_sync_func). `buckets`: the stage's
-// gradient buckets (the same parameters, bucketed alike); `forward_s`: one
-// micro-batch's forward through the stage.
+// started ahead (the schedule's param_sync_func). A chunk's buckets are its
+// gradients' (the same parameters, bucketed alike: gradient_buckets over the
+// chunk's share of `gradient_bytes`, as the simulator buckets each chunk);
+// `forward_s`: one micro-batch's forward through the stage.
 struct ZeroGather {
   double total_s = 0, exposed_s = 0;
 };
-ZeroGather overlapped_zero_gather(double parameter_bytes, std::int64_t buckets, std::int64_t chunks, double forward_s,
-                                  const Link& group) {
+ZeroGather overlapped_zero_gather(double parameter_bytes, double gradient_bytes, double bucket_bytes,
+                                  std::int64_t chunks, double forward_s, const Link& group) {
   const double v = static_cast<double>(chunks);
-  const double b = static_cast<double>(std::max<std::int64_t>(1, (buckets + chunks - 1) / chunks));  // per chunk
+  const double b = static_cast<double>(std::max<std::int64_t>(1, gradient_buckets(gradient_bytes / v, bucket_bytes).count));
   const double each_s = cost(Collective::all_gather, parameter_bytes / (v * b), group);
   const double bucket_forward_s = forward_s / (v * b);  // the layers one bucket holds, one micro-batch
   return {v * b * each_s, each_s + v * (b - 1) * std::max(0.0, each_s - bucket_forward_s)};
@@ -1117,7 +1118,7 @@ AfterPipeline after_pipeline(const std::vector<StageSum>& sum, const Plan& plan,
   // Stages alike (the middle ones of a pipeline) price alike: the last stage's
   // figures are reused when its gradients and last pass were the same.
   double seen_gradients = -1, seen_compute = -1, seen_pass = -1, seen_parameters = -1, seen_forward = -1;
-  std::int64_t seen_buckets = -1;
+  double seen_gathered_gradients = -1;
   double reduce = 0, gather = 0, gather_exposed = 0, exposed = 0;
   for (std::size_t r = 0; r < sum.size(); ++r) {
     const StageSum& s = sum[r];
@@ -1138,12 +1139,12 @@ AfterPipeline after_pipeline(const std::vector<StageSum>& sum, const Plan& plan,
                                 : reduce;
       }
       if (gathered && (s.parameter_bytes != seen_parameters ||
-                       (gather_overlapped && (s.forward_s != seen_forward || dp.buckets.count != seen_buckets)))) {
+                       (gather_overlapped && (s.forward_s != seen_forward || local_gradients != seen_gathered_gradients)))) {
         seen_parameters = s.parameter_bytes;
         seen_forward = s.forward_s;
-        seen_buckets = dp.buckets.count;
+        seen_gathered_gradients = local_gradients;
         if (gather_overlapped) {
-          const ZeroGather g = overlapped_zero_gather(s.parameter_bytes / ps.fsdp, dp.buckets.count,
+          const ZeroGather g = overlapped_zero_gather(s.parameter_bytes / ps.fsdp, local_gradients, plan.gradient_bucket_bytes,
                                                       plan.schedule.virtual_stages, s.forward_s, dp.group);
           gather = g.total_s;
           gather_exposed = g.exposed_s;
