@@ -132,7 +132,7 @@ void megatron_parallelism_and_training(Writer& w, MegatronArgs& arg) {
   // Megatron-LM reduces the gradients after the last backward unless told to
   // overlap them (--overlap-grad-reduce, off by default); the plan prices
   // what overlap_gradient_reduction says (on by default).
-  if (plan.overlap_gradient_reduction && w.size(Axis::dp) * w.size(Axis::ep) > 1) arg("--overlap-grad-reduce");
+  if (plan.overlap_gradient_reduction && plan.mesh.zero_group_size() > 1) arg("--overlap-grad-reduce");
   if (zero_gather_overlap_applies(plan)) arg("--overlap-param-gather");
   arg("--micro-batch-size", count(plan.micro_batch));
   arg("--global-batch-size", count(plan.global_batch));

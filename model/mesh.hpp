@@ -60,6 +60,10 @@ struct Mesh {
   // Devices that split one batch between them: dp x fsdp x ep (ep carves its
   // expert groups out of the data-parallel ranks, as in Megatron-LM and GShard).
   std::int64_t data_parallel_size() const { return size(Axis::dp) * size(Axis::fsdp) * size(Axis::ep); }
+  // The ranks the dp axis's ZeRO shards over and its gradients are reduced
+  // over: dp x ep (the experts' ranks hold the dense weights alike; fsdp
+  // shards and reduces on its own).
+  std::int64_t zero_group_size() const { return size(Axis::dp) * size(Axis::ep); }
   // Coordinate of `rank` on each axis, in `axes` order (row-major, last fastest).
   std::vector<std::int64_t> coordinates(std::int64_t rank) const;
   std::int64_t coordinate(std::int64_t rank, Axis axis) const;  // 0 when absent

@@ -162,7 +162,7 @@ bool p2p_overlap_applies(const Plan& plan) {
 
 bool zero_gather_overlap_applies(const Plan& plan) {
   return plan.overlap_zero_gather && (plan.zero_stage == 1 || plan.zero_stage == 2) &&
-         plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) > 1 && plan.overlap_gradient_reduction;
+         plan.mesh.zero_group_size() > 1 && plan.overlap_gradient_reduction;
 }
 
 std::optional<Recompute> parse_recompute(std::string_view text) {

@@ -3,7 +3,7 @@
 
 namespace meshplan {
 
-int default_zero_stage(const Mesh& mesh) { return mesh.size(Axis::dp) * mesh.size(Axis::ep) > 1 ? 1 : 0; }
+int default_zero_stage(const Mesh& mesh) { return mesh.zero_group_size() > 1 ? 1 : 0; }
 
 Recompute default_recompute(ModelKind kind) {
   return kind == ModelKind::transformer ? Recompute::selective : Recompute::none;

@@ -414,7 +414,7 @@ MeshResult search_mesh(const SearchContext& ctx, const Mesh& mesh, std::map<Cost
               plan.expert_tensor_parallel = etp;
               CostEntry* costs = nullptr;
               for (int zero : space.zero_stages) {
-                if (zero > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) continue;  // the same plan as ZeRO 0
+                if (zero > 0 && mesh.zero_group_size() == 1) continue;  // the same plan as ZeRO 0
                 // With fsdp in the space, dp x ZeRO-3 duplicates an fsdp mesh the search also visits.
                 if (zero == 3 && ctx.fsdp_enabled) continue;
                 plan.zero_stage = zero;

@@ -71,7 +71,7 @@ void check_batch(Checker& check, const Plan& plan) {
                                     " x ep " + str(mesh.size(Axis::ep)) + ") = " + str(per_step));
   }
   if (plan.zero_stage < 0 || plan.zero_stage > 3) check.error("zero", "ZeRO stage must be 0, 1, 2 or 3, got " + str(plan.zero_stage));
-  if (plan.zero_stage > 0 && mesh.size(Axis::dp) * mesh.size(Axis::ep) == 1) {
+  if (plan.zero_stage > 0 && mesh.zero_group_size() == 1) {
     check.warning("zero", "ZeRO stage " + str(plan.zero_stage) + " shards over dp (and ep for dense weights), which is 1 here: no effect");
   }
   if (plan.memory_headroom < 0 || plan.memory_headroom >= 1) {
@@ -280,7 +280,7 @@ void check_zero_gather_overlap(Checker& check, const Plan& plan) {
                                              std::to_string(plan.zero_stage) +
                                              (plan.zero_stage == 3 ? " (its gathers before each block are fsdp's prefetch)" : "") +
                                              ": no effect");
-  } else if (plan.mesh.size(Axis::dp) * plan.mesh.size(Axis::ep) == 1) {
+  } else if (plan.mesh.zero_group_size() == 1) {
     check.warning("overlap_zero_gather", "overlaps ZeRO's gather of the updated weights, and there is one data-parallel "
                                          "rank (dp x ep 1): no effect");
   } else if (!plan.overlap_gradient_reduction) {
