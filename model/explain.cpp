@@ -58,6 +58,19 @@ std::optional<Problem> fp8_note(const Evaluator& evaluator, const Plan& plan, co
                      "; its casts and their launches cost more than its fp8 GEMMs save (docs/cost-model.md, \"FP8 GEMMs\")"};
 }
 
+// MFU above 100%: model FLOPs count attention's whole s x s, the causal
+// fused kernel runs half (docs/cost-model.md, "Compute", its end).
+std::optional<Problem> mfu_note(const TimeEstimate& time) {
+  if (!(time.mfu > 1)) return std::nullopt;
+  char text[200];
+  std::snprintf(text, sizeof text, "MFU is %.1f%% (HFU %.1f%%): ", 100 * time.mfu, 100 * time.hfu);
+  return Problem{Severity::warning, "mfu",
+                 std::string(text) +
+                     "model FLOPs count attention's whole s x s score matrix, as published MFU figures do, while the "
+                     "causal fused kernel computes half of it; at this sequence length that half is most of the step. "
+                     "HFU counts what runs (docs/cost-model.md, \"Compute\")"};
+}
+
 }  // namespace
 
 std::optional<Problem> dropout_mask_note(const StageMemory& stage) {
@@ -108,6 +121,7 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
       if (ex.reordering) ex.problems.push_back(reordering_warning(cluster, ex.axis_links, *ex.reordering));
       add_overlap_notes(evaluator, plan, placements, costs, ex.time->step_s, ex.problems);
       if (const auto note = fp8_note(evaluator, plan, placements, ex.time->step_s)) ex.problems.push_back(*note);
+      if (const auto note = mfu_note(*ex.time)) ex.problems.push_back(*note);
     }
     const StageMemory& worst = ex.memory->worst();
     if (const auto note = dropout_mask_note(worst)) ex.problems.push_back(*note);

@@ -168,6 +168,14 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
     } else if (section == "gemm") {
       DeviceMeasurements::Gemm g{row.count("m"), row.count("n"), row.count("k"), row.positive("s_med").value_or(0),
                                  row.positive("tflops_med").value_or(0) * 1e12};
+      // The rate is the shape's FLOPs over the median time (measure_device.py); a row whose two
+      // disagree has one of them wrong, and the curve would be built from either.
+      const double implied = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) / g.time_s;
+      if (problems.size() == before && !(std::abs(implied / g.flops_per_s - 1) <= 0.1)) {
+        problems.push_back({Severity::error, where + " key 'tflops_med'",
+                            format("%.4g", g.flops_per_s / 1e12) + " TFLOP/s is not 2 m n k / s_med = " +
+                                format("%.4g", implied / 1e12) + " TFLOP/s: one of the two is wrong"});
+      }
       if (problems.size() == before) m.gemms.push_back(g);
     } else if (section == "attention") {
       DeviceMeasurements::Attention a{row.count("B"), row.count("H"), row.count("T"), row.count("D"),
@@ -411,6 +419,31 @@ Loaded<MeasuredDeviceFigures> derive_device_figures(const DeviceMeasurements& m,
   if (!(f.memory_bandwidth_bytes_per_s > 0)) {
     result.problems.push_back({Severity::error, "--memory-bandwidth-gb-per-s",
                                "give the device's memory bandwidth, or a --base device that has one"});
+  }
+  if (!result.ok()) return result;
+
+  // Nothing runs faster than the device's peak: a row that does has the wrong shape or time, or the
+  // --base device is not the one measured.
+  const double peak_tflops = f.peak_flops_per_s / 1e12;
+  for (const auto& g : m.gemms) {
+    if (g.flops_per_s > f.peak_flops_per_s) {
+      result.problems.push_back({Severity::error, m.file,
+                                 "the GEMM m x k x n = " + std::to_string(g.m) + "x" + std::to_string(g.k) + "x" +
+                                     std::to_string(g.n) + " ran at " + format("%.4g", g.flops_per_s / 1e12) +
+                                     " TFLOP/s, above the device's dense bf16 peak of " + format("%.4g", peak_tflops) +
+                                     " TFLOP/s: is the row, or the --base device, right?"});
+    }
+  }
+  for (const auto& a : m.attention) {
+    if (a.forward_flops() / a.forward_s > f.peak_flops_per_s) {
+      result.problems.push_back({Severity::error, m.file,
+                                 "the attention call B x H x T x D = " + std::to_string(a.batch) + "x" +
+                                     std::to_string(a.heads) + "x" + std::to_string(a.seq) + "x" +
+                                     std::to_string(a.head_dim) + " ran its forward at " +
+                                     format("%.4g", a.forward_flops() / a.forward_s / 1e12) +
+                                     " TFLOP/s, above the device's dense bf16 peak of " + format("%.4g", peak_tflops) +
+                                     " TFLOP/s: is the row, or the --base device, right?"});
+    }
   }
   if (!result.ok()) return result;
 

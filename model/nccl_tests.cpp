@@ -144,6 +144,17 @@ Loaded<NcclLinkFit> fit_nccl_link(const NcclTestsRun& run) {
       if (t > 0) samples.push_back({*run.collective, run.ranks, row.bytes, t});
     }
   }
+  std::vector<double> sizes;
+  for (const auto& sample : samples) sizes.push_back(sample.bytes);
+  std::sort(sizes.begin(), sizes.end());
+  const auto distinct = std::unique(sizes.begin(), sizes.end()) - sizes.begin();
+  if (distinct < 2) {
+    result.problems.push_back({Severity::error, run.file,
+                               "need rows of two or more message sizes with a time above 0 (got " +
+                                   std::to_string(distinct) +
+                                   "): one size cannot separate the latency from the bandwidth"});
+    return result;
+  }
   NcclLinkFit& link = result.value;
   link.samples = static_cast<std::int64_t>(samples.size());
   link.inter_node = run.hosts.size() > 1;

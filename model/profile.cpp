@@ -326,8 +326,12 @@ double recompute_flops_per_sample(const ModelProfile& profile, Recompute recompu
     if (profile.block_role[block] != BlockKind::layer) continue;
     const BlockProfile& bp = profile.kinds[static_cast<std::size_t>(profile.block_kind[block])];
     if (recompute == Recompute::selective && !fused) flops += bp.core_attention_flops_per_sample;
-    if (fused) flops += bp.attention_scores_flops_per_sample;  // the backward recomputes Q K^T
-    if (recompute == Recompute::full) flops += bp.matmul_forward_flops_per_sample + bp.padding_forward_flops_per_sample;
+    // A causal fused kernel runs half of the score matrix: its forward and backward (3x the forward's
+    // core FLOPs, which model FLOPs count whole) do half, and the Q K^T its backward recomputes too.
+    const double causal_skip = fused ? bp.core_attention_flops_per_sample / 2 : 0;
+    if (fused) flops += bp.attention_scores_flops_per_sample / 2 - 3 * causal_skip;
+    if (recompute == Recompute::full)
+      flops += bp.matmul_forward_flops_per_sample + bp.padding_forward_flops_per_sample - causal_skip;
     if (recompute == Recompute::selective_op) {
       for (const GemmWork& g : bp.gemms) {
         if (!(fused && g.core_attention)) flops += 2 * g.rows_per_sample * g.n * g.k * g.batch * g.op_sac_recomputed;

@@ -130,7 +130,8 @@ struct ModelProfile {
   // Forward + backward FLOPs on the experts' capacity padding (3x
   // BlockProfile::padding_forward_flops_per_sample): hardware FLOPs, not model FLOPs.
   double padding_flops_per_sample = 0;
-  // FLOPs a step does beyond the model FLOPs, per sample, by
+  // FLOPs a step executes beyond the model FLOPs (negative where causal fused
+  // attention skips more than recompute adds), per sample, by
   // [Recompute][attention_index]: recompute_flops_per_sample's sum, taken
   // once per profile instead of once per plan.
   double recompute_flops[kRecomputeModes][2] = {};
@@ -153,11 +154,14 @@ StreamOp stream_op_of(OpKind kind);
 
 ModelProfile build_profile(const ModelSpec& model, const LayerGraph& graph);
 
-// Of the profile's layers, the forward FLOPs per sample that a step runs
-// again: selective recompute's core attention (unfused), fused attention's
-// Q K^T (its backward recomputes the scores), full recompute's whole forward
-// (with the experts' capacity padding), op-level checkpointing's repeated
-// matmuls (Op::op_sac_recomputed, at their executed shapes).
+// Of the profile's layers, the FLOPs per sample that a step executes beyond
+// the model FLOPs: the forward FLOPs it runs again (selective recompute's
+// core attention, unfused; fused attention's Q K^T, which its backward
+// recomputes; full recompute's whole forward, with the experts' capacity
+// padding; op-level checkpointing's repeated matmuls, Op::op_sac_recomputed,
+// at their executed shapes), less what a causal fused kernel skips: it runs
+// the causal half of the score matrix, forward, backward and recompute, where
+// model FLOPs count it whole. Negative where the skip outweighs the recompute.
 double recompute_flops_per_sample(const ModelProfile& profile, Recompute recompute, Attention attention);
 // The same for a plan: selective recompute repeats its modules' GEMMs
 // (Plan::recompute_modules) instead of the attention core alone.

@@ -3,6 +3,7 @@
 // "Launch floor", "Measured device curves"), each against a closed form.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -160,8 +161,10 @@ TEST(FusedAttention, CurveInterpolatesInLogFlopsAndFallsBackToHalfTheGemms) {
   EXPECT_DOUBLE_EQ(fallback.backward_s, 0.5);
 }
 
-// Fused attention's backward recomputes Q K^T: hardware FLOPs, not model FLOPs.
-TEST(FusedAttention, BackwardRecomputeCountsInHfuNotMfu) {
+// Hardware FLOPs count what the causal fused kernel runs: half of the score
+// matrix forward and backward, and half of the Q K^T its backward recomputes;
+// model FLOPs count the whole matrix either way.
+TEST(FusedAttention, HardwareFlopsCountTheCausalHalfTheKernelRuns) {
   const auto model = must(load_model("gpt2-124m"));
   const auto cluster = must(load_cluster("dgx-h100"));
   const Evaluator evaluator(model, cluster, 1, 1024);
@@ -172,8 +175,44 @@ TEST(FusedAttention, BackwardRecomputeCountsInHfuNotMfu) {
   const TimeEstimate fused = evaluator.evaluate(plan).time;
   EXPECT_DOUBLE_EQ(unfused.hardware_flops_per_step, unfused.model_flops_per_step);
   EXPECT_DOUBLE_EQ(fused.model_flops_per_step, unfused.model_flops_per_step);
-  const double scores = 12 * 2.0 * 1024 * 1024 * 768;  // layers x 2 s^2 q per sample
-  EXPECT_NEAR(fused.hardware_flops_per_step - fused.model_flops_per_step, 8 * scores, 1e-9 * fused.model_flops_per_step);
+  const double scores = 12 * 2.0 * 1024 * 1024 * 768;  // layers x 2 s^2 q per sample: Q K^T, and P V the same
+  // Model: 3 x (Q K^T + P V). Runs: 3 x half of that, and half of Q K^T again.
+  EXPECT_NEAR(fused.hardware_flops_per_step - fused.model_flops_per_step, 8 * (-3 * scores + scores / 2),
+              1e-9 * fused.model_flops_per_step);
+  // Full recompute runs the layers' forward again, its attention at the causal half too.
+  plan.recompute = Recompute::full;
+  const TimeEstimate full = evaluator.evaluate(plan).time;
+  const double head = 2.0 * 1024 * 768 * 50257;  // the LM head's forward per sample, not a layer
+  const double forward = fused.model_flops_per_step / 3 - 8 * head;  // the layers' forward, 8 samples
+  EXPECT_GT(full.hardware_flops_per_step, fused.hardware_flops_per_step);
+  EXPECT_LT(full.hardware_flops_per_step - fused.hardware_flops_per_step, forward);
+  EXPECT_NEAR(full.hardware_flops_per_step - fused.hardware_flops_per_step, forward - 8 * scores, 1e-9 * forward);
+  EXPECT_LE(full.hfu, 1.0);
+}
+
+// At 131072 tokens attention is most of the step and the causal kernel runs half of what model FLOPs
+// count: MFU passes 100% by the published convention, HFU does not, and explain says why.
+TEST(FusedAttention, MfuAboveOneAtLongSequencesIsExplainedAndHfuStaysBelow) {
+  const auto model = must(load_model("llama3-8b"));
+  const auto cluster = must(load_cluster("dgx-a100"));
+  Plan plan = plan_with("dp=8", 1, 64);
+  plan.seq_len = 131072;
+  const auto ex = explain_plan(model, cluster, {8, 0}, plan);
+  ASSERT_TRUE(ex.time.has_value());
+  EXPECT_GT(ex.time->mfu, 1.0);
+  EXPECT_LT(ex.time->hfu, 1.0);
+  EXPECT_LT(ex.time->hfu, ex.time->mfu);
+  const auto note = std::find_if(ex.problems.begin(), ex.problems.end(), [](const Problem& p) { return p.where == "mfu"; });
+  ASSERT_NE(note, ex.problems.end());
+  EXPECT_EQ(note->severity, Severity::warning);
+  EXPECT_NE(note->message.find("causal fused kernel computes half"), std::string::npos) << note->message;
+  // At GPT-2's 1024 tokens the same model's MFU is far below 100%: no note.
+  plan.seq_len = 1024;
+  const auto short_ex = explain_plan(model, cluster, {8, 0}, plan);
+  ASSERT_TRUE(short_ex.time.has_value());
+  EXPECT_LT(short_ex.time->mfu, 1.0);
+  EXPECT_TRUE(std::none_of(short_ex.problems.begin(), short_ex.problems.end(),
+                           [](const Problem& p) { return p.where == "mfu"; }));
 }
 
 // Peak rows on one H100 for GPT-2 124M, 8 x 1024 tokens (dropout, tied vocab 50257).

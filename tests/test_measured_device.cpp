@@ -6,6 +6,7 @@
 // problems with their line number, and garbage does not crash the parser.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <tuple>
 
 #include <fstream>
@@ -272,6 +273,37 @@ TEST(MeasuredDevice, DerivedFiguresOutsideThePresetsBoundsAreRefused) {
             std::string::npos);
   EXPECT_NE(refusal(op("400000000", "2.0", "9.0")).find("gives a launch floor of 2 s, more than a device preset holds"),
             std::string::npos);
+}
+
+// A GEMM row whose rate is not its FLOPs over its time names its line; one above the peak (or an
+// attention call's forward above it) is refused, not written into the curve.
+TEST(MeasuredDevice, RowsFasterThanThePeakOrInconsistentAreRefused) {
+  const std::string rows = read_text(kFile);
+  const auto parsed = [&](const std::string& extra) { return parse_device_measurements(rows + extra, "m.jsonl"); };
+  const auto lines = std::count(rows.begin(), rows.end(), '\n');
+  const auto mismatch =
+      parsed("{\"section\": \"gemm\", \"m\": 8192, \"k\": 8192, \"n\": 8192, \"s_med\": 1e-300, \"tflops_med\": 1e300}\n");
+  ASSERT_FALSE(mismatch.ok());
+  const auto error = std::find_if(mismatch.problems.begin(), mismatch.problems.end(),
+                                  [](const Problem& p) { return p.severity == Severity::error; });
+  ASSERT_NE(error, mismatch.problems.end());
+  EXPECT_EQ(error->where, "m.jsonl:" + std::to_string(lines + 1) + " key 'tflops_med'");
+  EXPECT_NE(error->message.find("is not 2 m n k / s_med"), std::string::npos) << error->message;
+  // 2 x 8192^3 FLOPs in 1 ms: 1100 TFLOP/s, consistent but above the H100's 989.4.
+  const auto fast = parsed("{\"section\": \"gemm\", \"m\": 8192, \"k\": 8192, \"n\": 8192, \"s_med\": 0.001, \"tflops_med\": 1099.5}\n");
+  ASSERT_TRUE(fast.ok()) << messages(fast.problems);
+  const auto figures = derive_device_figures(fast.value, datasheet());
+  ASSERT_FALSE(figures.ok());
+  EXPECT_NE(messages(figures.problems).find("8192x8192x8192 ran at 1100 TFLOP/s, above the device's dense bf16 peak of 989.4"),
+            std::string::npos)
+      << messages(figures.problems);
+  // A forward of 1 x 64 x 8192 x 128 (2 B H T^2 D = 1099.5 GFLOP) in 1 ms.
+  const auto attention = parsed(
+      "{\"section\": \"attention\", \"B\": 1, \"H\": 64, \"T\": 8192, \"D\": 128, \"fwd_s\": 0.001, \"fwd_bwd_s\": 0.005}\n");
+  ASSERT_TRUE(attention.ok()) << messages(attention.problems);
+  EXPECT_NE(messages(derive_device_figures(attention.value, datasheet()).problems).find("ran its forward at 1100 TFLOP/s"),
+            std::string::npos);
+  EXPECT_TRUE(derive_device_figures(parsed("").value, datasheet()).ok());  // the measured rows themselves pass
 }
 
 TEST(MeasuredDevice, NeedsThePeakAndBandwidthItCannotMeasure) {

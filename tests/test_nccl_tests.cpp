@@ -63,6 +63,23 @@ TEST(NcclTests, RefusesAFitThatNoClusterPresetHolds) {
   EXPECT_NE(link.problems.front().message.find("beyond any link"), std::string::npos) << link.problems.front().message;
 }
 
+// One message size (its out-of-place and in-place times) cannot separate the latency from the
+// bandwidth: refused, not fitted to a latency of 0 and a bandwidth of a few kB/s.
+TEST(NcclTests, RefusesOneMessageSize) {
+  const std::string text = read_text(kSample);
+  const std::string header = text.substr(0, text.find("           8 "));
+  const std::string one_row = header +
+                              "           8             2     float     sum      -1    10.00    0.00    0.00      0     9.50    0.00    0.00      0\n";
+  const auto run = parse_nccl_tests(one_row, "one.txt");
+  ASSERT_TRUE(run.ok()) << describe(run.problems.front());
+  const auto link = fit_nccl_link(run.value);
+  EXPECT_FALSE(link.ok());
+  ASSERT_FALSE(link.problems.empty());
+  EXPECT_EQ(link.problems.front().where, "one.txt");
+  EXPECT_NE(link.problems.front().message.find("two or more message sizes"), std::string::npos)
+      << link.problems.front().message;
+}
+
 TEST(NcclTests, WritesTheIntraNodeLinkOfABaseCluster) {
   const auto run = parse_nccl_tests(read_text(kSample), "sample.txt");
   const auto link = fit_nccl_link(run.value);

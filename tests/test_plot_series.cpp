@@ -105,7 +105,17 @@ INSTANTIATE_TEST_SUITE_P(
                       BadLine{"no_step", R"({"kind":"train","loss":2.0})", "no 'step'"},
                       BadLine{"loss_text", R"({"kind":"train","step":3,"loss":"2.0"})", "key 'loss' is string"},
                       BadLine{"eval_accuracy_text", R"({"kind":"eval","step":3,"eval_accuracy":"high"})",
-                              "key 'eval_accuracy' is string"}),
+                              "key 'eval_accuracy' is string"},
+                      // Values no run writes: drawn, they made an empty panel and a negative peak in the title.
+                      BadLine{"negative_loss", R"({"kind":"train","step":3,"loss":-5})", "key 'loss' is -5; it must be from 0"},
+                      BadLine{"negative_time", R"({"kind":"train","step":3,"loss":1,"step_s":-1})", "key 'step_s' is -1"},
+                      BadLine{"negative_memory", R"({"kind":"train","step":3,"loss":1,"memory_bytes":-100})",
+                              "key 'memory_bytes' is -100; it must be a byte count"},
+                      BadLine{"huge_loss", R"({"kind":"train","step":3,"loss":1e308})", "fp32's largest"},
+                      BadLine{"fractional_step", R"({"kind":"train","step":2.5,"loss":1})", "key 'step' is 2.5; it must be a whole number"},
+                      BadLine{"negative_step", R"({"kind":"train","step":-1,"loss":1})", "key 'step' is -1"},
+                      BadLine{"accuracy_above_one", R"({"kind":"eval","step":3,"eval_accuracy":62.5})",
+                              "key 'eval_accuracy' is 62.5; it must be a fraction from 0 to 1"}),
     [](const ::testing::TestParamInfo<BadLine>& case_info) { return std::string(case_info.param.name); });
 
 TEST(PlotSeries, OtherKindsAreSkippedWithAWarning) {

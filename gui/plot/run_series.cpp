@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <charconv>
 #include <cstdint>
 #include <filesystem>
@@ -36,6 +38,21 @@ std::optional<double> required_number(const json& object, const char* key, const
     return std::nullopt;
   }
   return number_or_null(object, key, where, problems);
+}
+
+// A number or null that, when given, lies in [lo, hi] (`whole`: and has no fraction); a value
+// outside is a problem naming the key, as a chart of it would be meaningless.
+std::optional<double> bounded(const json& object, const char* key, double lo, double hi, const char* what,
+                              const std::string& where, Problems& problems, bool whole = false) {
+  const auto value = number_or_null(object, key, where, problems);
+  if (!value) return value;
+  if (!(*value >= lo && *value <= hi) || (whole && *value != std::floor(*value))) {
+    char text[200];
+    std::snprintf(text, sizeof text, "key '%s' is %.6g; it must be %s", key, *value, what);
+    problems.push_back({Severity::error, where, text});
+    return std::nullopt;
+  }
+  return value;
 }
 
 // nlohmann's message without its "[json.exception.parse_error.101] " tag.
@@ -96,19 +113,22 @@ Loaded<MetricsSeries> parse_metrics(std::istream& in, const std::string& display
       continue;
     }
     const std::size_t before = result.problems.size();
-    const auto step = required_number(record, "step", where, result.problems);
+    auto step = required_number(record, "step", where, result.problems);
+    // Steps count from 0; a loss is a cross-entropy or squared error, at most fp32's largest value.
+    if (step) step = bounded(record, "step", 0, 1e15, "a whole number from 0 to 1e15", where, result.problems, true);
+    constexpr double kFloatMax = 3.4028234663852886e38;
     if (kind == "train") {
-      const auto loss = number_or_null(record, "loss", where, result.problems);
-      const auto step_s = number_or_null(record, "step_s", where, result.problems);
-      const auto memory = number_or_null(record, "memory_bytes", where, result.problems);
+      const auto loss = bounded(record, "loss", 0, kFloatMax, "from 0 to fp32's largest, 3.4e38", where, result.problems);
+      const auto step_s = bounded(record, "step_s", 0, 1e9, "a time in seconds from 0 to 1e9", where, result.problems);
+      const auto memory = bounded(record, "memory_bytes", 0, 1e18, "a byte count from 0 to 1e18", where, result.problems);
       if (result.problems.size() != before) continue;
       if (loss) s.train_loss.push_back({*step, *loss});
       else ++s.null_losses;
       if (step_s) s.step_s.push_back({*step, *step_s});
       if (memory) s.memory_peak_bytes.push_back({*step, *memory});
     } else {
-      const auto loss = number_or_null(record, "eval_loss", where, result.problems);
-      const auto accuracy = number_or_null(record, "eval_accuracy", where, result.problems);
+      const auto loss = bounded(record, "eval_loss", 0, kFloatMax, "from 0 to fp32's largest, 3.4e38", where, result.problems);
+      const auto accuracy = bounded(record, "eval_accuracy", 0, 1, "a fraction from 0 to 1", where, result.problems);
       if (result.problems.size() != before) continue;
       if (loss) s.eval_loss.push_back({*step, *loss});
       if (accuracy) s.eval_accuracy.push_back({*step, *accuracy});
@@ -161,11 +181,13 @@ Loaded<ReportFigures> parse_run_report(const std::string& text, const std::strin
   }
   r.rank = rank;
   const std::string where = display_name + " ranks[rank " + std::to_string(rank) + "]";
-  r.predicted_step_s = number_or_null(*row, "predicted_step_s", where, result.problems);
-  r.measured_median_step_s = number_or_null(*row, "measured_median_step_s", where, result.problems);
-  r.predicted_memory_bytes = number_or_null(*row, "predicted_memory_bytes", where, result.problems);
-  r.measured_ledger_peak_bytes = number_or_null(*row, "measured_ledger_peak_bytes", where, result.problems);
-  r.measured_vm_hwm_bytes = number_or_null(*row, "measured_vm_hwm_bytes", where, result.problems);
+  const char* seconds = "a time in seconds from 0 to 1e9";
+  const char* bytes = "a byte count from 0 to 1e18";
+  r.predicted_step_s = bounded(*row, "predicted_step_s", 0, 1e9, seconds, where, result.problems);
+  r.measured_median_step_s = bounded(*row, "measured_median_step_s", 0, 1e9, seconds, where, result.problems);
+  r.predicted_memory_bytes = bounded(*row, "predicted_memory_bytes", 0, 1e18, bytes, where, result.problems);
+  r.measured_ledger_peak_bytes = bounded(*row, "measured_ledger_peak_bytes", 0, 1e18, bytes, where, result.problems);
+  r.measured_vm_hwm_bytes = bounded(*row, "measured_vm_hwm_bytes", 0, 1e18, bytes, where, result.problems);
   if (r.measured_vm_hwm_bytes && *r.measured_vm_hwm_bytes <= 0) r.measured_vm_hwm_bytes.reset();  // 0: unknown
   return result;
 }
