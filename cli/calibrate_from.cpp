@@ -189,6 +189,10 @@ Loaded<std::string> device_preset_yaml(const CalibrateFromFlags& f, const std::s
 }
 
 int run_calibrate_from(const CalibrateFromFlags& f) {
+  if (const auto why = why_unreadable(f.file)) {
+    report({{Severity::error, "--from", f.file + ": " + *why}});
+    return exit_bad_input;
+  }
   std::ifstream in(f.file, std::ios::binary);
   if (!in) {
     report({{Severity::error, "--from", "cannot read '" + f.file + "'"}});

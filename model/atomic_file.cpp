@@ -9,6 +9,9 @@
 namespace meshplan {
 
 Problems write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
+  std::error_code ec;
+  if (path.empty()) return {{Severity::error, "(empty path)", "give a file name to write"}};
+  if (std::filesystem::is_directory(path, ec)) return {{Severity::error, path, "is a folder; give a file name in it"}};
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
@@ -29,6 +32,16 @@ Problems write_file_atomically(const std::string& path, const std::function<void
     return {{Severity::error, path, "cannot rename '" + temporary + "' into place"}};
   }
   return {};
+}
+
+std::optional<std::string> why_unreadable(const std::string& path) {
+  std::error_code ec;
+  if (path.empty()) return "no file name given";
+  const auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) return "no such file";
+  if (std::filesystem::is_directory(status)) return "is a folder, not a file";
+  if (::access(path.c_str(), R_OK) != 0) return "cannot be read (permissions?)";
+  return std::nullopt;
 }
 
 }  // namespace meshplan

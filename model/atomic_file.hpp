@@ -1,9 +1,11 @@
 // Writing a file so that readers see the old file or the whole new one,
 // never half of one: write a temporary next to it, flush, fsync, rename.
-// Plan files, traces and checkpoints all go through here.
+// Plan files, traces and checkpoints all go through here. And why a path
+// given as an input file cannot be read, in the words every reader uses.
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -13,5 +15,10 @@ namespace meshplan {
 
 // `write` fills the stream; problems name `path` (cannot open, write failed, rename failed).
 Problems write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
+
+// Why `path` cannot be read as an input file ("no such file", "is a folder,
+// not a file", "cannot be read (permissions?)"), or nullopt when it can.
+// Pipes and devices are readable (`--plan <(...)`).
+std::optional<std::string> why_unreadable(const std::string& path);
 
 }  // namespace meshplan

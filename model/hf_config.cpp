@@ -4,13 +4,20 @@
 // kv heads divide, top_k within the experts) and says it the same way.
 #include "model/hf_config.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <string>
+#include <vector>
+
+#include "model/atomic_file.hpp"
 
 namespace meshplan {
 namespace {
@@ -113,7 +120,11 @@ class Mapper {
     set("tied_embeddings", r_.boolean("tie_word_embeddings").value_or(true) ? "true" : "false",
         "tie_word_embeddings (default true)");
     double dropout = 0;
-    for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) dropout = std::max(dropout, r_.number(key).value_or(0.1));
+    for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) {
+      const double p = r_.number(key).value_or(0.1);
+      if (!(p >= 0 && p < 1)) r_.error(key, "must be a probability from 0 to below 1, got " + number_text(p));
+      dropout = std::max(dropout, p);
+    }
     set("dropout", number_text(dropout), "resid_pdrop, embd_pdrop, attn_pdrop (the largest; default 0.1)");
     if (const auto eps = r_.number("layer_norm_epsilon")) set("norm_eps", number_text(*eps), "layer_norm_epsilon");
   }
@@ -145,7 +156,7 @@ class Mapper {
     const bool tied_default = type == "gemma";
     set("tied_embeddings", r_.boolean("tie_word_embeddings").value_or(tied_default) ? "true" : "false",
         std::string("tie_word_embeddings (default ") + (tied_default ? "true" : "false") + ")");
-    if (const auto p = r_.number("attention_dropout"); p && *p > 0) set("dropout", number_text(*p), "attention_dropout");
+    if (const auto p = r_.number("attention_dropout"); p && *p != 0) set("dropout", number_text(*p), "attention_dropout");
     set("rope_theta", number_text(r_.number("rope_theta").value_or(10000.0)), "rope_theta (default 10000)");
     if (const auto eps = r_.number("rms_norm_eps")) set("norm_eps", number_text(*eps), "rms_norm_eps");
     if (type == "mixtral") {
@@ -337,16 +348,66 @@ std::string model_name(const Json& j, const std::string& display_name, const std
   return name;
 }
 
+// A problem of the preset written from the config, in the config's terms:
+// "config.json:17 key 'num_hidden_layers'" instead of the generated preset's
+// "config.json:4 key 'layers'", with the preset field named after the message.
+// The line is that of the key's first mention in the JSON text; a field the
+// config does not state (a default, the architecture) keeps no line.
+Problem in_config_terms(Problem problem, const HfModel& hf, const std::string& json_text, const std::string& display_name) {
+  const auto at = problem.where.find(" key '");
+  if (at == std::string::npos) return problem;
+  const auto start = at + 6, end = problem.where.find('\'', start);
+  if (end == std::string::npos) return problem;
+  const std::string field = problem.where.substr(start, end - start);
+  for (const HfField& f : hf.fields) {
+    if (f.field != field) continue;
+    std::size_t n = 0;  // the config key: the first word of `keys` ("rope_theta (default 10000)")
+    while (n < f.keys.size() && (std::isalnum(static_cast<unsigned char>(f.keys[n])) || f.keys[n] == '_')) ++n;
+    const std::string key = f.keys.substr(0, n);
+    const auto mention = key.empty() ? std::string::npos : json_text.find("\"" + key + "\"");
+    if (mention == std::string::npos) {
+      problem.where = display_name;
+      problem.message = "the preset's '" + field + "' (from " + f.keys + ", " + f.value + "): " + problem.message;
+    } else {
+      const auto line = 1 + std::count(json_text.begin(), json_text.begin() + static_cast<std::ptrdiff_t>(mention), '\n');
+      problem.where = display_name + ":" + std::to_string(line) + " key '" + key + "'";
+      problem.message += " (as the preset's '" + field + "')";
+    }
+    return problem;
+  }
+  return problem;
+}
+
 }  // namespace
 
 Loaded<HfModel> read_hf_config_text(const std::string& json_text, const std::string& display_name) {
   Loaded<HfModel> result;
   HfModel& hf = result.value;
   Json j;
+  // nlohmann keeps the last of a repeated key; the config's author meant one of them, so say which is repeated.
+  std::vector<std::set<std::string>> keys_of_open_objects;
+  std::string repeated;
+  const Json::parser_callback_t note_repeats = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) keys_of_open_objects.emplace_back();
+    if (event == Json::parse_event_t::object_end && !keys_of_open_objects.empty()) keys_of_open_objects.pop_back();
+    if (event == Json::parse_event_t::key && !keys_of_open_objects.empty() && parsed.is_string() &&
+        !keys_of_open_objects.back().insert(parsed.get<std::string>()).second && repeated.empty()) {
+      repeated = parsed.get<std::string>();
+    }
+    return true;
+  };
   try {
-    j = Json::parse(json_text);
+    j = Json::parse(json_text, note_repeats);
   } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
-    result.problems.push_back({Severity::error, display_name, std::string("is not valid JSON: ") + e.what()});
+    const std::string what = e.what();
+    const auto tag_end = what.find("] ");
+    result.problems.push_back({Severity::error, display_name,
+                               "is not valid JSON: " + (tag_end == std::string::npos ? what : what.substr(tag_end + 2))});
+    return result;
+  }
+  if (!repeated.empty()) {
+    result.problems.push_back({Severity::error, display_name + " key '" + repeated + "'",
+                               "given twice in one object; keep one"});
     return result;
   }
   if (!j.is_object()) {
@@ -375,13 +436,14 @@ Loaded<HfModel> read_hf_config_text(const std::string& json_text, const std::str
   if (has_errors(result.problems)) return result;
   hf.model.name = model_name(j, display_name, *type);
   Loaded<ModelSpec> model = load_model_text(hf_model_yaml(hf), display_name);
-  result.problems.insert(result.problems.end(), model.problems.begin(), model.problems.end());
+  for (const Problem& p : model.problems) result.problems.push_back(in_config_terms(p, hf, json_text, display_name));
   hf.model = std::move(model.value);
   hf.model.source = "Hugging Face config.json " + display_name + " (model_type " + *type + ")";
   return result;
 }
 
 Loaded<HfModel> read_hf_config(const std::string& path) {
+  if (const auto why = why_unreadable(path)) return {{}, {{Severity::error, path, *why + " (a Hugging Face config.json was expected)"}}};
   std::ifstream in(path);
   if (!in) return {{}, {{Severity::error, path, "cannot be read (a Hugging Face config.json was expected)"}}};
   std::ostringstream text;

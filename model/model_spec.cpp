@@ -111,7 +111,11 @@ void read_transformer(YamlMap& root, TransformerDims& t) {
   t.rope_theta = root.number("rope_theta", Need::optional, 1.0, 1e12).value_or(10000.0);
   t.norm_eps = root.number("norm_eps", Need::optional, 1e-12, 1e-1).value_or(1e-5);
   t.experts = root.integer("experts", Need::optional, 0, 1 << 20).value_or(0);
-  t.top_k = root.integer("top_k", Need::optional, 1, 1 << 20).value_or(1);
+  const auto top_k = root.integer("top_k", Need::optional, 1, 1 << 20);
+  t.top_k = top_k.value_or(1);
+  if (top_k && *top_k > 1 && t.experts == 0) {  // top_k: 1 is what plan files write for a dense model
+    root.add_problem("top_k", "top_k " + std::to_string(*top_k) + " routes each token to experts; this model's MLP is dense (no experts)");
+  }
 
   read_latent_attention(root, t, head_dim.has_value());
   if (t.latent_attention()) {
@@ -123,6 +127,11 @@ void read_transformer(YamlMap& root, TransformerDims& t) {
                                   std::to_string(t.heads) + "); state head_dim explicitly");
   } else if (t.heads > 0) {
     t.head_dim = t.hidden / t.heads;
+  }
+  if (t.positions == Positions::rotary && !t.latent_attention() && t.head_size() % 2 != 0) {
+    root.add_problem(head_dim ? "head_dim" : "heads", "rotary positions rotate pairs of a head's " +
+                                                          std::to_string(t.head_size()) +
+                                                          " dimensions: the head size must be even (or positions: learned or none)");
   }
   if (t.kv_heads > 0 && t.heads % t.kv_heads != 0) {
     root.add_problem("kv_heads", "heads (" + std::to_string(t.heads) + ") must be a multiple of kv_heads (" +
@@ -183,8 +192,10 @@ void read_cnn(YamlMap& root, CnnDims& c) {
   c.image_size = root.integer("image_size", Need::required, 32, 1 << 16).value_or(224);
   c.channels = root.integer("channels", Need::required, 1, 1 << 16).value_or(3);
   c.stem_channels = root.integer("stem_channels", Need::required, 1, 1 << 20).value_or(64);
-  c.stage_blocks = root.integer_list("stage_blocks", Need::required, 1, 1 << 12).value_or(std::vector<std::int64_t>{});
-  c.stage_channels = root.integer_list("stage_channels", Need::required, 1, 1 << 20).value_or(std::vector<std::int64_t>{});
+  const auto stage_blocks = root.integer_list("stage_blocks", Need::required, 1, 1 << 12);
+  const auto stage_channels = root.integer_list("stage_channels", Need::required, 1, 1 << 20);
+  c.stage_blocks = stage_blocks.value_or(std::vector<std::int64_t>{});
+  c.stage_channels = stage_channels.value_or(std::vector<std::int64_t>{});
   c.expansion = root.integer("expansion", Need::required, 1, 64).value_or(4);
   c.classes = root.integer("classes", Need::required, 1, 1 << 24).value_or(1000);
   std::int64_t blocks = 0;
@@ -193,7 +204,7 @@ void read_cnn(YamlMap& root, CnnDims& c) {
     root.add_problem("stage_blocks", "has " + std::to_string(blocks) + " blocks in all; at most " +
                                          std::to_string(kMaxLayers) + " are allowed");
   }
-  if (c.stage_blocks.size() != c.stage_channels.size()) {
+  if (stage_blocks && stage_channels && c.stage_blocks.size() != c.stage_channels.size()) {  // both read: else said
     root.add_problem("stage_channels", "must have one entry per stage (stage_blocks has " +
                                            std::to_string(c.stage_blocks.size()) + ")");
   }

@@ -16,6 +16,7 @@
 #include "model/layer_graph.hpp"
 #include "model/overlap_switches.hpp"
 #include "model/suggest.hpp"
+#include "model/text.hpp"
 #include "model/plan_defaults.hpp"
 #include "model/report_json.hpp"
 #include "model/validate.hpp"
@@ -123,6 +124,10 @@ class JsonObject {
     if (!value) return std::nullopt;
     if (!value->is_string()) {
       add_problem(key, "expected a string, got " + type_name(*value));
+      return std::nullopt;
+    }
+    if (need == Need::required && trim(value->get<std::string>()).empty()) {
+      add_problem(key, "is empty");
       return std::nullopt;
     }
     return value->get<std::string>();
@@ -428,13 +433,13 @@ Mesh read_mesh(JsonObject& plan) {
   return mesh;
 }
 
-Plan read_plan_object(JsonObject& root) {
+Plan read_plan_object(JsonObject& root, std::optional<std::int64_t>& micro_batches) {
   Plan plan;
   auto p = root.object("plan", Need::required);
   if (!p) return plan;
   plan.mesh = read_mesh(*p);
   plan.micro_batch = p->integer("micro_batch", Need::required, 1, std::int64_t{1} << 40).value_or(1);
-  const auto micro_batches = p->integer("micro_batches", Need::required, 0, std::int64_t{1} << 40);
+  micro_batches = p->integer("micro_batches", Need::required, 0, std::int64_t{1} << 40);
   plan.global_batch = p->integer("global_batch", Need::required, 1, std::int64_t{1} << 40).value_or(1);
   plan.seq_len = p->integer("seq_len", Need::required, 0, kMaxSeqLen).value_or(0);
   plan.zero_stage = static_cast<int>(p->integer("zero", Need::required, 0, 3).value_or(0));
@@ -508,11 +513,6 @@ Plan read_plan_object(JsonObject& root) {
   // Optional: absent, the experts split over tp (what files written before the key meant).
   plan.expert_tensor_parallel = p->integer("expert_tensor_parallel", Need::optional, 0, kMaxMeshDevices).value_or(0);
   p->finish();
-  if (micro_batches && !has_errors(root.problems()) && *micro_batches != plan.micro_batches()) {
-    p->add_problem("micro_batches", std::to_string(*micro_batches) +
-                                        " does not match global_batch / (micro_batch x dp x fsdp x ep) = " +
-                                        std::to_string(plan.micro_batches()));
-  }
   return plan;
 }
 
@@ -768,14 +768,23 @@ Loaded<PlanFile> parse_plan_file(const std::string& json_text, const std::string
   file.model = read_model_object(root);
   file.cluster = read_cluster_object(root);
   file.world_size = root.integer("world_size", Need::required, 1, kMaxMeshDevices).value_or(0);
-  file.plan = read_plan_object(root);
+  std::optional<std::int64_t> micro_batches;
+  file.plan = read_plan_object(root, micro_batches);
   file.prediction = read_prediction(root);
   root.finish();
   if (!has_errors(result.problems)) validate_loaded(root, file);
+  // After validation, which says first when the batch does not split or the mesh is not world_size.
+  if (micro_batches && !has_errors(result.problems) && *micro_batches != file.plan.micro_batches()) {
+    result.problems.push_back({Severity::error, root.where("plan.micro_batches"),
+                               std::to_string(*micro_batches) +
+                                   " does not match global_batch / (micro_batch x dp x fsdp x ep) = " +
+                                   std::to_string(file.plan.micro_batches())});
+  }
   return result;
 }
 
 Loaded<PlanFile> read_plan_file(const std::string& path) {
+  if (const auto why = why_unreadable(path)) return {{}, {{Severity::error, path, *why}}};
   std::ifstream in(path, std::ios::binary);
   if (!in) return {{}, {{Severity::error, path, "cannot open file"}}};
   std::ostringstream text;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "model/atomic_file.hpp"
 #include "model/suggest.hpp"
 
 namespace meshplan {
@@ -73,7 +74,7 @@ Loaded<PresetFile> find_preset(PresetKind kind, const std::string& name_or_path)
   if (is_path) {
     std::error_code ec;
     if (!fs::is_regular_file(name_or_path, ec)) {
-      result.problems.push_back({Severity::error, name_or_path, "no such file"});
+      result.problems.push_back({Severity::error, name_or_path, why_unreadable(name_or_path).value_or("not a regular file")});
       return result;
     }
     result.value = {name_or_path, name_or_path, false};

@@ -2,7 +2,12 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <vector>
+
+#include "model/atomic_file.hpp"
+#include "model/text.hpp"
 
 namespace meshplan {
 namespace {
@@ -24,7 +29,14 @@ std::string join(const std::vector<std::string>& words) {
 Loaded<YAML::Node> parse(std::istream& in, const std::string& display_name) {
   Loaded<YAML::Node> result;
   try {
-    result.value = YAML::Load(in);
+    std::vector<YAML::Node> documents = YAML::LoadAll(in);
+    if (documents.size() > 1) {
+      const auto mark = documents[1].Mark();
+      result.problems.push_back({Severity::error, location(display_name, mark.is_null() ? 0 : mark.line + 1),
+                                 "a second YAML document ('---'): a preset file holds one"});
+      return result;
+    }
+    if (!documents.empty()) result.value = documents.front();
   } catch (const YAML::ParserException& e) {
     result.problems.push_back({Severity::error, location(display_name, e.mark.line + 1),
                                "malformed YAML: " + e.msg});
@@ -40,6 +52,7 @@ Loaded<YAML::Node> parse(std::istream& in, const std::string& display_name) {
 }  // namespace
 
 Loaded<YAML::Node> load_yaml_file(const std::string& path, const std::string& display_name) {
+  if (const auto why = why_unreadable(path)) return {{}, {{Severity::error, display_name, *why}}};
   std::ifstream in(path);
   if (!in) {
     return {{}, {{Severity::error, display_name, "cannot open file"}}};
@@ -148,6 +161,10 @@ std::optional<std::string> YamlMap::text(std::string_view key, Need need) {
     add_problem(key, "expected text, got " + scalar_text(*node));
     return std::nullopt;
   }
+  if (need == Need::required && trim(node->Scalar()).empty()) {
+    add_problem(key, "is empty");
+    return std::nullopt;
+  }
   return node->Scalar();
 }
 
@@ -223,8 +240,14 @@ std::optional<YamlMap> YamlMap::map(std::string_view key, Need need) {
 
 void YamlMap::finish() {
   if (!is_map_) return;
+  std::map<std::string, int, std::less<>> first_line;  // yaml-cpp keeps a repeated key; its reads see the first
   for (const auto& entry : node_) {
     const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : std::string("?");
+    if (const auto [it, added] = first_line.emplace(key, line_of(entry.first)); !added) {
+      problems_->push_back({Severity::error, location(file_, line_of(entry.first)) + " key '" + prefix_ + key + "'",
+                            "given twice (first on line " + std::to_string(it->second) + "); keep one"});
+      continue;
+    }
     if (!asked_.contains(key)) {
       std::string allowed;
       for (const auto& k : asked_) allowed += (allowed.empty() ? "" : ", ") + k;

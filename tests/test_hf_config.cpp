@@ -6,6 +6,7 @@
 // refused or named.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "model/hf_config.hpp"
@@ -238,6 +239,34 @@ TEST(HfConfig, WhatTheSchemaCannotStateIsNamed) {
   EXPECT_EQ(gemma.value.model.transformer.feed_forward, FeedForward::geglu);
 }
 
+// A rule the written preset breaks is said in the config's terms: its key and its line in the JSON,
+// not the generated preset's key and line (which the user never saw).
+TEST(HfConfig, PresetRulesNameTheConfigsKeyAndLine) {
+  const std::string json = "{\n  \"model_type\": \"llama\",\n  \"hidden_size\": 64,\n  \"num_attention_heads\": 4,\n"
+                           "  \"intermediate_size\": 128,\n  \"vocab_size\": 100,\n  \"max_position_embeddings\": 16,\n"
+                           "  \"num_hidden_layers\": 1000000000000\n}\n";
+  const Loaded<HfModel> hf = read_hf_config_text(json, "config.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_TRUE(mentions(hf.problems, Severity::error, "config.json:8 key 'num_hidden_layers': must be between 1 and"))
+      << messages(hf.problems);
+  EXPECT_TRUE(mentions(hf.problems, Severity::error, "(as the preset's 'layers')")) << messages(hf.problems);
+  // A negative probability was dropped silently (llama) or replaced by the default (gpt2).
+  std::string dropout = json;
+  dropout.replace(dropout.find("1000000000000"), 13, "2,\n  \"attention_dropout\": -0.5");
+  const Loaded<HfModel> negative = read_hf_config_text(dropout, "config.json");
+  EXPECT_FALSE(negative.ok());
+  EXPECT_TRUE(mentions(negative.problems, Severity::error, "config.json:9 key 'attention_dropout'")) << messages(negative.problems);
+  const Loaded<HfModel> gpt2 = read_hf_config_text(
+      R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 16,
+          "resid_pdrop": -1})", "config.json");
+  EXPECT_FALSE(gpt2.ok());
+  EXPECT_TRUE(mentions(gpt2.problems, Severity::error, "key 'resid_pdrop': must be a probability")) << messages(gpt2.problems);
+  // nlohmann keeps the last of a repeated key.
+  const Loaded<HfModel> twice = read_hf_config_text(R"({"model_type": "llama", "model_type": "gpt2"})", "config.json");
+  EXPECT_FALSE(twice.ok());
+  EXPECT_TRUE(mentions(twice.problems, Severity::error, "config.json key 'model_type': given twice")) << messages(twice.problems);
+}
+
 TEST(HfConfig, RefusesWhatItCannotModel) {
   struct Bad {
     const char* json;
@@ -281,7 +310,10 @@ TEST(HfConfig, RefusesWhatItCannotModel) {
   }
   const Loaded<ModelSpec> missing = load_model("hf:/no/such/config.json");
   EXPECT_FALSE(missing.ok());
-  EXPECT_TRUE(mentions(missing.problems, Severity::error, "cannot be read")) << messages(missing.problems);
+  EXPECT_TRUE(mentions(missing.problems, Severity::error, "no such file")) << messages(missing.problems);
+  // A folder where the file should be says so (it was "cannot be read").
+  const Loaded<ModelSpec> folder = load_model("hf:" + std::filesystem::temp_directory_path().string());
+  EXPECT_TRUE(mentions(folder.problems, Severity::error, "is a folder, not a file")) << messages(folder.problems);
 }
 
 }  // namespace

@@ -528,6 +528,10 @@ TEST(PlanFile, WriteThenReadFromDisk) {
   const Problems failed = write_plan_file(nowhere, made.file.model, made.file.cluster, 8, made.file.plan, made.explanation);
   ASSERT_TRUE(has_errors(failed));
   EXPECT_NE(failed.front().where.find(nowhere), std::string::npos);
+  // A folder given as the file: said so (it was "cannot rename 'DIR.tmp' into place").
+  const Problems into_folder = write_plan_file(dir.string(), made.file.model, made.file.cluster, 8, made.file.plan, made.explanation);
+  ASSERT_TRUE(has_errors(into_folder));
+  EXPECT_EQ(into_folder.front().message, "is a folder; give a file name in it");
 
   // An invalid plan is not written.
   Explanation invalid = made.explanation;
@@ -536,7 +540,10 @@ TEST(PlanFile, WriteThenReadFromDisk) {
 
   const auto missing = read_plan_file((dir / "nope.json").string());
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.problems.front().message.find("cannot open"), std::string::npos);
+  EXPECT_NE(missing.problems.front().message.find("no such file"), std::string::npos);
+  const auto folder = read_plan_file(dir.string());
+  ASSERT_FALSE(folder.ok());
+  EXPECT_EQ(folder.problems.front().message, "is a folder, not a file");
   std::filesystem::remove_all(dir);
 }
 
@@ -564,6 +571,9 @@ TEST_P(PlanFileBad, NamesTheFileAndKey) {
     found = found || all;
   }
   EXPECT_TRUE(found) << messages(loaded.problems);
+  if (std::string(GetParam().name) != "micro_batches") {
+    EXPECT_EQ(messages(loaded.problems).find("plan.micro_batches"), std::string::npos) << messages(loaded.problems);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -590,6 +600,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"loss", [](Json& j) { j["plan"]["loss"] = "liger"; }, {"key 'plan.loss'", "eager, fused"}},
         BadFile{"fp32_gradients_text", [](Json& j) { j["plan"]["fp32_gradients"] = "yes"; }, {"key 'plan.fp32_gradients'", "expected true or false"}},
         BadFile{"micro_batches", [](Json& j) { j["plan"]["micro_batches"] = 7; }, {"key 'plan.micro_batches'", "does not match"}},
+        // A batch that does not split, or a mesh that is not the world: said as such, not as "micro_batches ... = 0".
+        BadFile{"batch_not_split", [](Json& j) { j["plan"]["global_batch"] = 1535; },
+                {"key 'plan.global_batch'", "not a multiple"}},
+        BadFile{"mesh_not_world", [](Json& j) { j["plan"]["mesh"] = {{"dp", 4}, {"pp", 8}, {"tp", 8}}; },
+                {"key 'plan.mesh'", "world size (1024"}},
         BadFile{"headroom", [](Json& j) { j["plan"]["memory_headroom"] = 1.0; }, {"key 'plan.memory_headroom'", "[0, 1)"}},
         BadFile{"model_heads_text", [](Json& j) { j["model"]["heads"] = "many"; }, {"key 'model.heads'", "whole number"}},
         BadFile{"model_unknown_key", [](Json& j) { j["model"]["kv_haeds"] = 8; }, {"key 'model.kv_haeds'", "unknown key"}},

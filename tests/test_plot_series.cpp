@@ -240,7 +240,9 @@ TEST_F(PlotInputFiles, NothingToDrawOrNoFileIsAnError) {
   EXPECT_NE(text_of(empty.problems).find("nothing to plot"), std::string::npos);
   const auto absent = read_plot_input((folder / "absent.jsonl").string(), "");
   ASSERT_FALSE(absent.ok());
-  EXPECT_NE(text_of(absent.problems).find("absent.jsonl: cannot open"), std::string::npos);
+  EXPECT_NE(text_of(absent.problems).find("absent.jsonl: no such file"), std::string::npos);
+  const auto folder_given = read_plot_input(folder.string(), "");
+  EXPECT_NE(text_of(folder_given.problems).find("is a folder, not a file"), std::string::npos) << text_of(folder_given.problems);
   const auto bad_report = read_plot_input(write("ok.jsonl", kMetrics), write("ok.report.json", "{]"));
   ASSERT_FALSE(bad_report.ok());
   EXPECT_NE(text_of(bad_report.problems).find("ok.report.json: not JSON"), std::string::npos);

@@ -181,6 +181,61 @@ TEST(YamlReader, TopLevelMustBeAMap) {
   EXPECT_NE(all_messages(model.problems).find("list.yaml: expected a YAML map"), std::string::npos);
 }
 
+// yaml-cpp keeps a repeated key and reads the first, and loads only the first of several documents:
+// both silently dropped what the file said. A required name that is empty named nothing.
+TEST(YamlReader, RepeatedKeysSecondDocumentsAndEmptyNamesAreRefused) {
+  const auto repeated = load_model_text(std::string(kGood) + "layers: 8\n", "tiny.yaml");
+  ASSERT_FALSE(repeated.ok());
+  EXPECT_NE(all_messages(repeated.problems).find("tiny.yaml:12 key 'layers': given twice (first on line 4)"), std::string::npos)
+      << all_messages(repeated.problems);
+  const auto nested = load_yaml_text("outer:\n  a: 1\n  a: 2\n", "n.yaml");
+  ASSERT_TRUE(nested.ok());
+  Problems problems;
+  YamlMap root(nested.value, "n.yaml", "", problems);
+  auto outer = root.map("outer", Need::required);
+  ASSERT_TRUE(outer);
+  outer->integer("a", Need::required, 0, 9);
+  outer->finish();
+  root.finish();
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].where, "n.yaml:3 key 'outer.a'");
+  const auto two = load_model_text(std::string(kGood) + "---\n" + kGood, "two.yaml");
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(all_messages(two.problems).find("two.yaml:13: a second YAML document ('---'): a preset file holds one"),
+            std::string::npos)
+      << all_messages(two.problems);
+  std::string unnamed = kGood;
+  unnamed.replace(0, unnamed.find('\n'), "name: ''");
+  const auto empty = load_model_text(unnamed, "unnamed.yaml");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(all_messages(empty.problems).find("unnamed.yaml:1 key 'name': is empty"), std::string::npos)
+      << all_messages(empty.problems);
+}
+
+// Rotary positions rotate pairs of a head's dimensions; top_k routes to experts a dense model lacks;
+// a CNN stage list that is refused is not also called the wrong length.
+TEST(YamlReader, RotaryHeadsTopKAndStageListsAreCheckedOnce) {
+  const auto odd = load_model_text(std::string(kGood) + "head_dim: 7\n", "odd.yaml");
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(all_messages(odd.problems).find("odd.yaml:12 key 'head_dim': rotary positions rotate pairs of a head's 7"),
+            std::string::npos)
+      << all_messages(odd.problems);
+  EXPECT_TRUE(load_model_text(std::string(kGood) + "head_dim: 7\npositions: learned\n", "odd.yaml").ok());
+  const auto routed = load_model_text(std::string(kGood) + "top_k: 3\n", "dense.yaml");
+  ASSERT_FALSE(routed.ok());
+  EXPECT_NE(all_messages(routed.problems).find("key 'top_k': top_k 3 routes each token to experts; this model's MLP is dense"),
+            std::string::npos)
+      << all_messages(routed.problems);
+  EXPECT_TRUE(load_model_text(std::string(kGood) + "top_k: 1\n", "dense.yaml").ok());  // what plan files write
+  const std::string cnn = "name: c\nkind: cnn\nsource: t\narchitecture: resnet-bottleneck\nimage_size: 32\nchannels: 3\n"
+                          "stem_channels: 8\nstage_blocks: [0, 0]\nstage_channels: [8, 16]\nexpansion: 4\nclasses: 10\n";
+  const auto stages = load_model_text(cnn, "c.yaml");
+  ASSERT_FALSE(stages.ok());
+  const std::string text = all_messages(stages.problems);
+  EXPECT_NE(text.find("key 'stage_blocks'"), std::string::npos) << text;
+  EXPECT_EQ(text.find("must have one entry per stage"), std::string::npos) << text;
+}
+
 TEST(YamlReader, NestedKeysArePrefixed) {
   auto yaml = load_yaml_text("outer:\n  inner: x\n  typo: 1\n", "n.yaml");
   ASSERT_TRUE(yaml.ok());

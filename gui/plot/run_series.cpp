@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "model/atomic_file.hpp"
+
 namespace meshplan::plot {
 namespace {
 
@@ -196,6 +198,10 @@ Loaded<PlotInput> read_plot_input(const std::string& metrics_path, const std::st
   Loaded<PlotInput> result;
   PlotInput& input = result.value;
   input.metrics_name = std::filesystem::path(metrics_path).filename().string();
+  if (const auto why = why_unreadable(metrics_path)) {
+    result.problems.push_back({Severity::error, metrics_path, *why});
+    return result;
+  }
   std::ifstream metrics_file(metrics_path);
   if (!metrics_file) {
     result.problems.push_back({Severity::error, metrics_path, "cannot open the metrics file"});
@@ -215,6 +221,9 @@ Loaded<PlotInput> read_plot_input(const std::string& metrics_path, const std::st
   if (report_path.empty() || !std::filesystem::exists(report_path, error)) {
     input.notes.push_back("no run report" + (report_path.empty() ? std::string() : " at " + report_path) +
                           ": the predicted step time and memory are not drawn");
+  } else if (const auto why = why_unreadable(report_path)) {
+    result.problems.push_back({Severity::error, report_path, *why});
+    return result;
   } else {
     std::ifstream report_file(report_path);
     std::stringstream text;
