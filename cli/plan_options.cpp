@@ -382,7 +382,7 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
     if (f.sequence_parallel) {
       plan.sequence_parallel = true;
     } else if (!f.no_sequence_parallel) {
-      plan.sequence_parallel = model.ok() && default_sequence_parallel(in.model.kind, plan.mesh);
+      plan.sequence_parallel = model.ok() && default_sequence_parallel(in.model.kind, plan.mesh, plan_seq_len(in.model, plan));
     }
   }
   return result;

@@ -42,7 +42,7 @@ struct Asker {
   double memory_headroom;
 
   Plan plan(const Mesh& mesh, std::int64_t batch) const {
-    Plan p = default_plan(model.kind, mesh);
+    Plan p = default_plan(model.kind, mesh, seq_len_flag > 0 ? seq_len_flag : model.default_seq_len());
     p.global_batch = batch;
     p.seq_len = seq_len_flag;
     p.precision = precision;
@@ -135,7 +135,7 @@ DecisionGuide build_decision_guide(const ModelSpec& model, const ClusterSpec& cl
                                    double memory_headroom) {
   DecisionGuide guide;
   // The plans' default (plan_defaults.hpp) under fused attention, whose kernels keep no s x s tensors to drop.
-  const Plan defaults = default_plan(model.kind, mesh_of({{Axis::dp, 1}}));
+  const Plan defaults = default_plan(model.kind, mesh_of({{Axis::dp, 1}}), model.default_seq_len());
   guide.recompute = model.kind != ModelKind::transformer ? "no recompute"
                     : to_string(defaults.recompute) + " recompute" +
                           (recompute_repeats_nothing(defaults.recompute, defaults.attention)

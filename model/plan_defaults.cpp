@@ -9,17 +9,18 @@ Recompute default_recompute(ModelKind kind) {
   return kind == ModelKind::transformer ? Recompute::selective : Recompute::none;
 }
 
-bool default_sequence_parallel(ModelKind kind, const Mesh& mesh) {
-  return kind == ModelKind::transformer && mesh.size(Axis::tp) > 1;
+bool default_sequence_parallel(ModelKind kind, const Mesh& mesh, std::int64_t seq_len) {
+  const std::int64_t tp = mesh.size(Axis::tp);
+  return kind == ModelKind::transformer && tp > 1 && seq_len % (mesh.size(Axis::cp) * tp) == 0;
 }
 
-Plan default_plan(ModelKind kind, const Mesh& mesh) {
+Plan default_plan(ModelKind kind, const Mesh& mesh, std::int64_t seq_len) {
   Plan plan;
   plan.mesh = mesh;
   plan.micro_batch = 1;
   plan.zero_stage = default_zero_stage(mesh);
   plan.recompute = default_recompute(kind);
-  plan.sequence_parallel = default_sequence_parallel(kind, mesh);
+  plan.sequence_parallel = default_sequence_parallel(kind, mesh, seq_len);
   plan.schedule = {ScheduleKind::one_f_one_b, 1};
   return plan;
 }

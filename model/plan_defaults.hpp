@@ -35,12 +35,15 @@ int default_zero_stage(const Mesh& mesh);
 // selective for transformers, none for MLPs and CNNs.
 Recompute default_recompute(ModelKind kind);
 
-// On for a transformer with tp > 1.
-bool default_sequence_parallel(ModelKind kind, const Mesh& mesh);
+// On for a transformer with tp > 1 where tp divides each cp rank's share of
+// the `seq_len` tokens (sequence parallelism splits it; validate.cpp refuses
+// it otherwise).
+bool default_sequence_parallel(ModelKind kind, const Mesh& mesh, std::int64_t seq_len);
 
-// A plan on `mesh` with every default above, micro-batch 1 and 1F1B; the
-// batch, sequence, precision and headroom are the caller's to set.
-Plan default_plan(ModelKind kind, const Mesh& mesh);
+// A plan on `mesh` for sequences of `seq_len` tokens with every default
+// above, micro-batch 1 and 1F1B; the batch, the plan's seq_len field,
+// precision and headroom are the caller's to set.
+Plan default_plan(ModelKind kind, const Mesh& mesh, std::int64_t seq_len);
 
 // The sequence length a plan trains: plan.seq_len, or the model's own when
 // the plan leaves it 0.

@@ -145,7 +145,7 @@ std::string explain_rejection(Rejection rejection, const ModelSpec& model, doubl
     case Rejection::pp_layers: return "have more pipeline chunks (pp x v) than layers";
     case Rejection::interleave_micro_batches: return "interleave with micro-batches not divisible by pp";
     case Rejection::interleave_without_pipeline: return "interleave without pipeline stages";
-    case Rejection::cp_sequence: return "need cp dividing the sequence length";
+    case Rejection::cp_sequence: return "need cp (with sequence parallelism, cp x tp) dividing the sequence length";
     case Rejection::ep_experts: return "need ep dividing the experts (or a mixture-of-experts model)";
     case Rejection::cp_heads: return "need cp dividing the attention heads per tp rank (all-to-all context parallelism)";
     case Rejection::batch: return "cannot split the global batch into micro-batches x data-parallel ranks";
@@ -273,6 +273,7 @@ Rejection check_rules(const Evaluator& evaluator, const Plan& plan, bool split_c
     if (t.heads % tp != 0) return Rejection::tp_heads;  // key/value heads tp does not divide are replicated
     if (!mlp_width_faults(t, plan).empty()) return Rejection::tp_width;
     if (cp > 1 && seq % cp != 0) return Rejection::cp_sequence;
+    if (plan.sequence_parallel && tp > 1 && seq % (cp * tp) != 0) return Rejection::cp_sequence;  // validate.cpp
     const ExpertSplit experts = expert_split(plan);
     if (ep > 1 && t.experts == 0) return Rejection::ep_experts;
     if (experts.ep > 1 && t.experts % experts.ep != 0) return Rejection::ep_experts;

@@ -32,7 +32,7 @@ enum class Rejection : std::uint8_t {
   pp_layers,           // more pp x v chunks than layers (other counts get an uneven split)
   interleave_micro_batches,  // interleaving needs micro-batches divisible by pp
   interleave_without_pipeline,  // interleaving needs pp > 1
-  cp_sequence,         // cp does not divide the sequence
+  cp_sequence,         // cp (with sequence parallelism, cp x tp) does not divide the sequence
   ep_experts,          // ep does not divide the experts
   cp_heads,            // all-to-all context parallelism: cp does not divide the heads per tp rank
   batch,               // the global batch does not split into micro-batches

@@ -154,6 +154,12 @@ void check_transformer(Checker& check, const TransformerDims& t, const Plan& pla
   }
   if (cp > 1 && seq_len % cp != 0) {
     check.error("mesh.cp", "cp (" + str(cp) + ") must divide the sequence length (" + str(seq_len) + ")");
+  } else if (plan.sequence_parallel && tp > 1 && seq_len >= 1 && (seq_len / cp) % tp != 0) {
+    // Megatron-LM splits the sequence dimension over tp (and asserts it divides); so do the executor and the memory model.
+    check.error("sequence_parallel", "sequence parallelism splits each " + std::string(cp > 1 ? "cp rank's " : "") +
+                                         "sequence of " + str(seq_len / cp) + " tokens over tp (" + str(tp) +
+                                         "), which must divide it; use a sequence length that is a multiple of " +
+                                         str(cp * tp) + ", or turn sequence parallelism off");
   }
   if (cp > 1 && plan.cp_comm == CpComm::all_to_all && t.heads % tp == 0 && (t.heads / tp) % cp != 0) {
     check.error("cp_comm", "all-to-all context parallelism gives each cp rank a group of heads: cp (" + str(cp) +

@@ -45,13 +45,17 @@ TEST(PlanDefaults, AgreesWithWhatTheSearchCountsAsOneZeroPlan) {
 }
 
 TEST(PlanDefaults, DefaultPlanCarriesEveryRule) {
-  const Plan transformer = default_plan(ModelKind::transformer, mesh({{Axis::ep, 2}, {Axis::tp, 4}}));
+  const Plan transformer = default_plan(ModelKind::transformer, mesh({{Axis::ep, 2}, {Axis::tp, 4}}), 2048);
   EXPECT_EQ(transformer.micro_batch, 1);
   EXPECT_EQ(transformer.zero_stage, 1);
   EXPECT_EQ(transformer.recompute, Recompute::selective);
   EXPECT_TRUE(transformer.sequence_parallel);
   EXPECT_EQ(transformer.schedule.kind, ScheduleKind::one_f_one_b);
-  const Plan mlp = default_plan(ModelKind::mlp, mesh({{Axis::dp, 2}, {Axis::tp, 2}}));
+  // Sequence parallelism splits each cp rank's tokens over tp: off where tp does not divide them.
+  EXPECT_FALSE(default_plan(ModelKind::transformer, mesh({{Axis::tp, 4}}), 1022).sequence_parallel);
+  EXPECT_TRUE(default_plan(ModelKind::transformer, mesh({{Axis::cp, 2}, {Axis::tp, 4}}), 2048).sequence_parallel);
+  EXPECT_FALSE(default_plan(ModelKind::transformer, mesh({{Axis::cp, 2}, {Axis::tp, 4}}), 2052).sequence_parallel);
+  const Plan mlp = default_plan(ModelKind::mlp, mesh({{Axis::dp, 2}, {Axis::tp, 2}}), 1);
   EXPECT_EQ(mlp.recompute, Recompute::none);
   EXPECT_FALSE(mlp.sequence_parallel);
   EXPECT_EQ(mlp.zero_stage, 1);

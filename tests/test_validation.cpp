@@ -87,6 +87,19 @@ INSTANTIATE_TEST_SUITE_P(
                  [](Plan& p) { p.precision = Precision::fp8; }},
         RuleCase{"cp_seq", "llama2-7b", "dgx-a100", 3, "cp=3", 1, 1, "mesh.cp", "must divide the sequence length (4096)"},
         RuleCase{"ep_dense", "llama2-7b", "dgx-a100", 2, "ep=2", 1, 2, "mesh.ep", "mixture-of-experts"},
+        // Sequence parallelism splits the sequence over tp: Megatron-LM asserts tp divides it.
+        RuleCase{"sp_seq", "gpt2-124m", "dgx-a100", 4, "tp=4", 1, 1, "sequence_parallel",
+                 "splits each sequence of 1022 tokens over tp (4), which must divide it; use a sequence length that is a "
+                 "multiple of 4",
+                 [](Plan& p) {
+                   p.sequence_parallel = true;
+                   p.seq_len = 1022;
+                 }},
+        RuleCase{"sp_seq_cp", "llama2-7b", "dgx-a100", 8, "cp=2,tp=4", 1, 1, "sequence_parallel",
+                 "splits each cp rank's sequence of 1026 tokens over tp (4)", [](Plan& p) {
+                   p.sequence_parallel = true;
+                   p.seq_len = 2052;
+                 }},
         RuleCase{"expert_tp_dense", "llama2-7b", "dgx-a100", 2, "tp=2", 1, 1, "expert_tensor_parallel",
                  "needs a mixture-of-experts model", [](Plan& p) { p.expert_tensor_parallel = 1; }},
         RuleCase{"expert_tp_value", "mixtral-8x7b", "dgx-h100", 4, "tp=4", 1, 1, "expert_tensor_parallel",
