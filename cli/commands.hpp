@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 
 namespace meshplan::cli {
 
@@ -17,6 +18,19 @@ inline constexpr int exit_bad_input = 2;
 inline constexpr int exit_interrupted = 130;
 
 using Command = std::function<int()>;
+
+// A whole-number flag of at least `least`: "must be at least 1, got 0"
+// (CLI::PositiveNumber says "Value 0 not in range 0.000000 to 1.79e308").
+inline CLI::Validator at_least(long long least) {
+  return CLI::Validator(
+      [least](std::string& value) -> std::string {
+        long long n = 0;
+        if (!CLI::detail::lexical_cast(value, n)) return "'" + value + "' is not a whole number";
+        if (n < least) return "must be at least " + std::to_string(least) + ", got " + value;
+        return {};
+      },
+      ">=" + std::to_string(least));
+}
 
 Command add_calibrate_command(CLI::App& app);
 Command add_commbench_command(CLI::App& app);

@@ -402,16 +402,16 @@ Command add_launch_command(CLI::App& app) {
   command->add_flag("--wait", flags->wait, "With --submit: wait for the job to end and exit with its status");
   command->add_option("--script", flags->script, "With --slurm: where to write the script (default: <job name>.sbatch)");
   exec::SlurmOptions& o = flags->slurm_options;
-  command->add_option("--nodes", o.nodes, "With --slurm: nodes (default: ranks / tasks per node)")->check(CLI::PositiveNumber);
+  command->add_option("--nodes", o.nodes, "With --slurm: nodes (default: ranks / tasks per node)")->check(at_least(1));
   command->add_option("--tasks-per-node", o.tasks_per_node,
                       "With --slurm: ranks per node (default: the plan's cluster's devices per node)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   command->add_option("--gpus-per-node", o.gpus_per_node,
                       "With --slurm: GPUs per node (default: tasks per node on a GPU cluster, none on CPUs)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   command->add_option("--cpus-per-task", o.cpus_per_task,
                       "With --slurm: CPUs per rank, also each rank's OMP/OpenBLAS threads")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   command->add_option("--partition", o.partition, "With --slurm: the partition");
   command->add_option("--account", o.account, "With --slurm: the account to charge");
   command->add_option("--time", o.time, "With --slurm: the time limit (Slurm's format, e.g. 02:00:00)");

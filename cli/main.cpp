@@ -60,6 +60,19 @@ std::optional<std::string> integer_out_of_range(const CLI::App& command, int arg
   return std::nullopt;
 }
 
+// A value flag given an empty value (`--plan ""`, `--global-batch=`): CLI11
+// accepts it, and a command would read it as the flag not given and carry
+// on with its default. The first such flag of `command`, or nullopt.
+std::optional<std::string> empty_value(const CLI::App& command) {
+  for (const CLI::Option* option : command.get_options()) {
+    if (option->get_type_size() == 0) continue;  // a switch: no value
+    for (const std::string& value : option->results()) {
+      if (value.find_first_not_of(" \t\n") == std::string::npos) return option->get_name();
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -136,6 +149,12 @@ int main(int argc, char** argv) {
     return exit_bad_input;
   } catch (const CLI::ParseError& e) {
     std::cerr << chosen_name << ": " << e.what() << "; see " << chosen_name << " --help\n";
+    return exit_bad_input;
+  }
+
+  if (const auto flag = empty_value(*chosen)) {
+    std::cerr << chosen_name << ": " << *flag << ": empty value; give one, or leave the flag out for its default; see "
+              << chosen_name << " --help\n";
     return exit_bad_input;
   }
 

@@ -286,7 +286,14 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
 
   // Whether each job can be planned at all (job_problems, model/validate.hpp).
   std::set<std::string> seen;
+  const bool ep_asked = std::find(space.value.axes.begin(), space.value.axes.end(), Axis::ep) != space.value.axes.end();
   for (const ModelSpec& model : models) {
+    if (ep_asked && !(model.kind == ModelKind::transformer && model.transformer.experts > 0)) {
+      // One model: a search that cannot use the axis asked for is bad input; a sweep searches it for the others.
+      problems.push_back({lists ? Severity::warning : Severity::error, "--axes",
+                          "ep splits a mixture of experts' experts, and " + model.name +
+                              " has none: no plan with ep > 1 is valid for it"});
+    }
     const std::int64_t seq_len = f.seq > 0 ? f.seq : model.default_seq_len();
     const LayerGraph graph = build_layer_graph(model, seq_len);
     for (const ClusterSpec& cluster : clusters) {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <sstream>
 #include <cctype>
 
 namespace meshplan {
@@ -96,16 +97,28 @@ std::string Mesh::to_string() const {
 
 Loaded<Mesh> parse_mesh(std::string_view text, const std::string& flag) {
   Loaded<Mesh> result;
-  std::string normalized(text);
-  std::replace(normalized.begin(), normalized.end(), ' ', ',');
-  std::size_t start = 0;
-  bool any = false;
-  while (start <= normalized.size()) {
-    std::size_t end = normalized.find(',', start);
-    if (end == std::string::npos) end = normalized.size();
-    const std::string item = trim(std::string_view(normalized).substr(start, end - start));
+  // Items are separated by commas, or by spaces within a comma's piece ("dp=16, tp=8", "dp=16 tp=8");
+  // an empty piece ("dp=8,", ",,") is a typo, not nothing.
+  std::vector<std::string> items;
+  const std::string whole = trim(text);
+  for (std::size_t start = 0; !whole.empty() && start <= whole.size();) {
+    std::size_t end = whole.find(',', start);
+    if (end == std::string::npos) end = whole.size();
+    std::istringstream piece(std::string(whole.substr(start, end - start)));
     start = end + 1;
-    if (item.empty()) continue;
+    std::string item;
+    bool in_piece = false;
+    while (piece >> item) {
+      items.push_back(item);
+      in_piece = true;
+    }
+    if (!in_piece) {
+      result.problems.push_back({Severity::error, flag, "'" + whole + "' has an empty item (two commas, or one at an end)"});
+      return result;
+    }
+  }
+  bool any = false;
+  for (const std::string& item : items) {
     any = true;
     auto sep = item.find_first_of("=:");
     if (sep == std::string::npos) {
@@ -118,7 +131,13 @@ Loaded<Mesh> parse_mesh(std::string_view text, const std::string& flag) {
     const bool digits = !size_text.empty() && size_text.size() <= 9 &&
                         std::all_of(size_text.begin(), size_text.end(), [](unsigned char c) { return std::isdigit(c); });
     if (!digits) {
-      result.problems.push_back({Severity::error, flag, "size of axis '" + name + "' is '" + size_text + "', not a whole number"});
+      const bool all_digits = !size_text.empty() && std::all_of(size_text.begin() + (size_text[0] == '-' ? 1 : 0), size_text.end(),
+                                                                 [](unsigned char c) { return std::isdigit(c); });
+      const std::string why = !all_digits || size_text == "-" ? "not a whole number"
+                              : size_text[0] == '-'           ? "below 1"
+                                                              : "out of range (a mesh holds at most " +
+                                                                    std::to_string(kMaxMeshDevices) + " devices)";
+      result.problems.push_back({Severity::error, flag, "size of axis '" + name + "' is '" + size_text + "', " + why});
       continue;
     }
     size = std::stoll(size_text);

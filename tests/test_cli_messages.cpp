@@ -60,7 +60,21 @@ INSTANTIATE_TEST_SUITE_P(
         Mistyped{"sweep_precision", {"sweep", "--precision", "fp23"}, "(did you mean fp32?)"},
         Mistyped{"presets_kind", {"presets", "model"},
                  "meshplan presets: kind: 'model' is not one of: all, models, devices, clusters (did you mean models?); "
-                 "see meshplan presets --help\n"}),
+                 "see meshplan presets --help\n"},
+        // An empty value was read as the flag not given: `simulate --plan ""` simulated the default GPT-3 job.
+        Mistyped{"empty_plan", {"simulate", "--plan", ""},
+                 "meshplan simulate: --plan: empty value; give one, or leave the flag out for its default"},
+        Mistyped{"empty_batch", {"explain", "--global-batch", ""}, "meshplan explain: --global-batch: empty value"},
+        Mistyped{"blank_axes", {"plan", "--axes", " "}, "meshplan plan: --axes: empty value"},
+        // CLI::PositiveNumber said "Value 0 not in range 0.000000 to 1797...": a range that holds 0, in 300 digits.
+        Mistyped{"log_every_zero", {"train", "--plan", "x.json", "--log-every", "0"},
+                 "meshplan train: --log-every: must be at least 1, got 0"},
+        Mistyped{"slurm_nodes_zero", {"launch", "--plan", "x.json", "--slurm", "--nodes", "0"},
+                 "meshplan launch: --nodes: must be at least 1, got 0"},
+        // One model whose search cannot use the axis asked for: bad input, not "no plan fits".
+        Mistyped{"ep_dense", {"plan", "--model", "gpt2-124m", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "64",
+                              "--axes", "ep"},
+                 "--axes: ep splits a mixture of experts' experts, and gpt2-124m has none"}),
     [](const auto& test_info) { return std::string(test_info.param.name); });
 
 TEST(CliMessages, HelpShowsNoFlagDefaultsInBraces) {

@@ -508,7 +508,8 @@ TEST(CliLaunch, RefusesWhatTrainWouldRefuseWithoutStartingMpirun) {
   // every rank under mpirun.
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused_flags = {
       {{"--steps", "2", "--lrr", "0.1"}, "meshplan launch: train: unknown flag --lrr (did you mean --lr?)"},
-      {{"--steps", "abc"}, "meshplan launch: train: Could not convert: --steps = abc"},
+      {{"--steps", "abc"}, "meshplan launch: train: --steps: 'abc' is not a whole number"},
+      {{"--steps", "-1"}, "meshplan launch: train: --steps: must be at least 1, got -1"},
       {{"--steps", "2", "--lr", "nan"}, "meshplan launch: --lr: must be a positive number, got nan"},
   };
   for (const auto& [extra, message] : refused_flags) {

@@ -26,6 +26,9 @@ TEST(Mesh, SeedsMeshShapeSpelling) {
   const Mesh mesh = must(parse_mesh_shape(R"([[4, 2], ["fsdp", "tp"]])", "--mesh-shape"));
   EXPECT_EQ(mesh.to_string(), "fsdp=4,tp=2");
   EXPECT_EQ(must(parse_mesh_shape("[[4,1],['fsdp','tp']]", "--mesh-shape")).to_string(), "fsdp=4,tp=1");
+  // Spaces separate items too, beside or instead of commas.
+  EXPECT_EQ(must(parse_mesh(" dp=16, tp=8 ", "--mesh")).to_string(), "dp=16,tp=8");
+  EXPECT_EQ(must(parse_mesh("dp=16  tp=8", "--mesh")).to_string(), "dp=16,tp=8");
 }
 
 TEST(Mesh, RejectsBadInputWithTheFlagName) {
@@ -36,7 +39,9 @@ TEST(Mesh, RejectsBadInputWithTheFlagName) {
   for (const Case& c : {Case{"dp=0", "sizes must be between 1"}, Case{"dq=4", "unknown mesh axis 'dq'"},
                         Case{"dp=4,data=2", "axis dp is given twice"}, Case{"dp", "not of the form axis=size"},
                         Case{"dp=x", "not a whole number"}, Case{"", "empty mesh"},
-                        Case{"dp=99999999999", "not a whole number"}}) {
+                        Case{"dp=99999999999", "out of range (a mesh holds at most 1048576"},
+                        Case{"dp=-8", "'-8', below 1"}, Case{"dp=8,", "has an empty item"},
+                        Case{",dp=8", "has an empty item"}, Case{"dp=8,,tp=1", "has an empty item"}}) {
     auto mesh = parse_mesh(c.text, "--mesh");
     ASSERT_FALSE(mesh.ok()) << c.text;
     EXPECT_EQ(mesh.problems[0].where, "--mesh");
