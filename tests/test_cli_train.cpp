@@ -144,6 +144,8 @@ TEST(CliTrain, ReadmeResumeCommandRunsAndAFinishedRunSaysSo) {
                                          "--checkpoint-dir", dir.string(), "--checkpoint-every", "2", "--resume"};
   CliRun r = run(args);
   ASSERT_EQ(r.status, 0) << r.err;
+  // The empty folder: a fresh start, said (it was silent).
+  EXPECT_NE(r.out.find("--resume: no checkpoint in " + dir.string() + " yet; starting at step 0"), std::string::npos) << r.out;
   EXPECT_TRUE(std::filesystem::exists(dir / "step-000002" / "COMPLETE"));
   EXPECT_TRUE(std::filesystem::exists(dir / "step-000004" / "COMPLETE"));
   r = run(args);

@@ -253,7 +253,10 @@ Problems TrainingSession::State::resume(bool& finished) {
   auto resumed = load_latest_checkpoint(config.checkpoint_dir);
   if (!resumed.ok()) return resumed.problems;
   report(resumed.problems);
-  if (!resumed.value) return {};
+  if (!resumed.value) {  // a first run under --resume (a job script that always passes it) starts afresh, and says so
+    say("--resume: no checkpoint in " + config.checkpoint_dir + " yet; starting at step 0");
+    return {};
+  }
   const ResumePoint& point = *resumed.value;
   if (run_finished(control, point.contents.step)) {
     say("training already finished: " + point.path + " holds step " + std::to_string(point.contents.step) + " of " +
