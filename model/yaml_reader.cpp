@@ -1,5 +1,7 @@
 #include "model/yaml_reader.hpp"
 
+#include <yaml-cpp/eventhandler.h>
+
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -26,17 +28,29 @@ std::string join(const std::vector<std::string>& words) {
   return out;
 }
 
+// Counts the documents of a YAML text that yaml-cpp's parser hands over,
+// without building them. Only document starts matter.
+struct DocumentStarts : YAML::EventHandler {
+  std::vector<int> lines;  // 1-based line of each document's start
+  void OnDocumentStart(const YAML::Mark& mark) override { lines.push_back(mark.line + 1); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 Loaded<YAML::Node> parse(std::istream& in, const std::string& display_name) {
   Loaded<YAML::Node> result;
+  std::ostringstream whole;
+  whole << in.rdbuf();
+  const std::string text = whole.str();
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(in);
-    if (documents.size() > 1) {
-      const auto mark = documents[1].Mark();
-      result.problems.push_back({Severity::error, location(display_name, mark.is_null() ? 0 : mark.line + 1),
-                                 "a second YAML document ('---'): a preset file holds one"});
-      return result;
-    }
-    if (!documents.empty()) result.value = documents.front();
+    std::istringstream first(text);
+    result.value = YAML::Load(first);
   } catch (const YAML::ParserException& e) {
     result.problems.push_back({Severity::error, location(display_name, e.mark.line + 1),
                                "malformed YAML: " + e.msg});
@@ -45,6 +59,20 @@ Loaded<YAML::Node> parse(std::istream& in, const std::string& display_name) {
   if (!result.value.IsMap()) {
     result.problems.push_back({Severity::error, display_name,
                                "expected a YAML map of keys (one object per file)"});
+    return result;
+  }
+  // YAML::Load reads the first document and drops the rest. Two calls at most: yaml-cpp's LoadAll
+  // never returns on some malformed text (",": a null document again and again; fuzz_device_yaml).
+  try {
+    std::istringstream again(text);
+    YAML::Parser parser(again);
+    DocumentStarts starts;
+    if (parser.HandleNextDocument(starts) && parser.HandleNextDocument(starts) && starts.lines.size() > 1) {
+      result.problems.push_back({Severity::error, location(display_name, starts.lines[1]),
+                                 "a second YAML document ('---'): a preset file holds one"});
+    }
+  } catch (const YAML::ParserException& e) {  // malformed after the first document
+    result.problems.push_back({Severity::error, location(display_name, e.mark.line + 1), "malformed YAML: " + e.msg});
   }
   return result;
 }

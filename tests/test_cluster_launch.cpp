@@ -34,6 +34,11 @@ TEST(Hostfile, SlotsCommentsAndLineNumberedErrors) {
   }
   EXPECT_FALSE(parse_hostfile("# nothing\n", "hf").ok());
   EXPECT_FALSE(read_hostfile("/nonexistent/hostfile").ok());
+  // A binary file's escape sequences are quoted as \xNN, not sent to the terminal.
+  const auto binary = parse_hostfile("node01 \x1b[2J\x7f=1\n", "hf");
+  ASSERT_FALSE(binary.ok());
+  EXPECT_EQ(describe(binary.problems.front()),
+            "hf:1: '\\x1b[2J\\x7f=1': an Open MPI hostfile line is 'host [slots=N] [max_slots=N]'");
 }
 
 PlanFile plan_on(const std::string& cluster, const std::string& mesh) {

@@ -179,6 +179,10 @@ TEST(YamlReader, TopLevelMustBeAMap) {
   auto model = load_model_text("- 1\n- 2\n", "list.yaml");
   ASSERT_FALSE(model.ok());
   EXPECT_NE(all_messages(model.problems).find("list.yaml: expected a YAML map"), std::string::npos);
+  // yaml-cpp's LoadAll never returns on this (a null document, again and again): the loader must.
+  auto comma = load_model_text(",", "comma.yaml");
+  ASSERT_FALSE(comma.ok());
+  EXPECT_NE(all_messages(comma.problems).find("comma.yaml: expected a YAML map"), std::string::npos);
 }
 
 // yaml-cpp keeps a repeated key and reads the first, and loads only the first of several documents:
@@ -201,7 +205,7 @@ TEST(YamlReader, RepeatedKeysSecondDocumentsAndEmptyNamesAreRefused) {
   EXPECT_EQ(problems[0].where, "n.yaml:3 key 'outer.a'");
   const auto two = load_model_text(std::string(kGood) + "---\n" + kGood, "two.yaml");
   ASSERT_FALSE(two.ok());
-  EXPECT_NE(all_messages(two.problems).find("two.yaml:13: a second YAML document ('---'): a preset file holds one"),
+  EXPECT_NE(all_messages(two.problems).find("two.yaml:12: a second YAML document ('---'): a preset file holds one"),
             std::string::npos)
       << all_messages(two.problems);
   std::string unnamed = kGood;
