@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 
 #include <cstdio>
 
@@ -289,6 +290,29 @@ void resolve_choices(const PlanFlags& f, const ClusterSpec* cluster, PlanInputs&
   }
 }
 
+// A flag refused above stops explain and simulate before the plan is
+// validated, so `--headroom 2 --global-batch 0` named only the headroom. With
+// the model, cluster, mesh and sequence readable, the plan's own errors are
+// added too (a flag already named is not named twice): one run lists all.
+void add_plan_problems_beside_flag_problems(const PlanInputs& in, const PlanFlags& f, Problems& problems) {
+  if (!has_errors(problems) || f.seq < 0 || in.plan.mesh.axes.empty()) return;
+  std::set<std::string> named;
+  for (const Problem& p : problems) {
+    if (p.severity == Severity::error) named.insert(p.where);
+  }
+  for (const char* unreadable : {"--mesh", "--mesh-shape", "--seq"}) {
+    for (const std::string& where : named) {
+      if (where.starts_with(unreadable)) return;
+    }
+  }
+  const LayerGraph graph = build_layer_graph(in.model, plan_seq_len(in.model, in.plan));
+  for (Problem p : validate_plan(in.model, graph, in.cluster, in.deployment, in.plan)) {
+    if (p.severity != Severity::error) continue;
+    p.where = flag_for_field(p.where);
+    if (named.insert(p.where).second) problems.push_back(p);
+  }
+}
+
 }  // namespace
 
 Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
@@ -385,6 +409,7 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
       plan.sequence_parallel = model.ok() && default_sequence_parallel(in.model.kind, plan.mesh, plan_seq_len(in.model, plan));
     }
   }
+  if (!search_mesh && model.ok() && cluster.ok()) add_plan_problems_beside_flag_problems(in, f, problems);
   return result;
 }
 

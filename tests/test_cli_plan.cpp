@@ -1043,6 +1043,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"max_cp", {"plan", "--max-cp", "-1"}, {"--max-cp", "0 (no limit of its own) or more"}},
         BadInput{"max_ep", {"sweep", "--max-ep", "-4"}, {"--max-ep", "0 (no limit of its own) or more"}},
         BadInput{"headroom", {"plan", "--headroom", "1.5"}, {"--headroom", "[0, 1)"}},
+        // Every problem in one run: a refused flag no longer hides the plan's own errors.
+        BadInput{"every_problem", {"explain", "--mesh", "dp=8", "--gpus", "8", "--global-batch", "12", "--micro-batch", "0",
+                                   "--headroom", "2"},
+                 {"--headroom", "[0, 1)", "--micro-batch", "at least 1"}},
         BadInput{"threads", {"plan", "--threads", "-1"}, {"--threads"}},
         BadInput{"top", {"plan", "--top", "0"}, {"--top", "at least 1"}},
         BadInput{"pick", {"plan", "--pick", "0"}, {"--pick"}},
