@@ -161,7 +161,11 @@ Loaded<Mesh> parse_mesh_shape(std::string_view text, const std::string& flag) {
   }
   const auto& sizes = parsed[0];
   const auto& names = parsed[1];
-  if (sizes.size() != names.size() || sizes.empty()) {
+  if (sizes.empty() && names.empty()) {
+    result.problems.push_back({Severity::error, flag, "names no axes; " + std::string(form)});
+    return result;
+  }
+  if (sizes.size() != names.size()) {
     result.problems.push_back({Severity::error, flag,
                                "has " + std::to_string(sizes.size()) + " sizes but " +
                                    std::to_string(names.size()) + " axis names; " + form});
@@ -169,11 +173,13 @@ Loaded<Mesh> parse_mesh_shape(std::string_view text, const std::string& flag) {
   }
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     if (!names[i].is_string()) {
-      result.problems.push_back({Severity::error, flag, "axis name " + std::to_string(i + 1) + " is not a string"});
+      result.problems.push_back({Severity::error, flag, "axis name " + std::to_string(i + 1) + ", " + names[i].dump() +
+                                                            ", is not a string"});
       continue;
     }
     if (!sizes[i].is_number_integer()) {
-      result.problems.push_back({Severity::error, flag, "size " + std::to_string(i + 1) + " is not a whole number"});
+      result.problems.push_back({Severity::error, flag, "size " + std::to_string(i + 1) + " (of axis " + names[i].dump() +
+                                                            "), " + sizes[i].dump() + ", is not a whole number"});
       continue;
     }
     add_axis(result.value, names[i].get<std::string>(), sizes[i].get<std::int64_t>(), flag, result.problems);

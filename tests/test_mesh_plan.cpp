@@ -50,6 +50,13 @@ TEST(Mesh, RejectsBadInputWithTheFlagName) {
   for (const char* text : {"[[4,2],[\"fsdp\"]]", "{}", "[[4],[7]]", "[[\"4\"],[\"dp\"]]", "not json"}) {
     EXPECT_FALSE(parse_mesh_shape(text, "--mesh-shape").ok()) << text;
   }
+  // Which size, of which axis, with its value; and an empty shape said as such.
+  const auto fraction = parse_mesh_shape("[[4.5, 2], ['dp', 'tp']]", "--mesh-shape");
+  ASSERT_FALSE(fraction.ok());
+  EXPECT_EQ(fraction.problems[0].message, "size 1 (of axis \"dp\"), 4.5, is not a whole number");
+  const auto empty = parse_mesh_shape("[[], []]", "--mesh-shape");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.problems[0].message.rfind("names no axes; ", 0), 0u) << empty.problems[0].message;
 }
 
 // Found by reading fuzz/fuzz_mesh.cpp's invariant (the world size must be
