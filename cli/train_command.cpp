@@ -259,6 +259,8 @@ int run_train(const TrainFlags& flags) {
   }
   if (f.shrink && !shrink_for_this_machine(plan_file.value)) return exit_bad_input;
   const PlanFile& pf = plan_file.value;
+  // After resolve_backend: a GPU run execs meshplan-train-cuda with these arguments, which says it once.
+  if (const std::optional<int> status = resolve_backend(f, pf)) return *status;
   if (f.session.data.empty()) {
     f.session.data = exec::default_data_spec(pf.model);
     if (leader_by_environment()) {
@@ -267,7 +269,6 @@ int run_train(const TrainFlags& flags) {
                 << (reason.empty() ? "" : " (" + reason + ")") << "\n";
     }
   }
-  if (const std::optional<int> status = resolve_backend(f, pf)) return *status;
   // What would stop the run later, found before MPI starts: every rank
   // checks and exits 2, so mpirun ends the job cleanly; rank 0 says why.
   const std::int64_t seq_len = exec::training_seq_len(pf.model, pf.plan);
