@@ -23,7 +23,7 @@ Command add_export_command(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   command->add_option("--plan", f->plan, "The plan file (explain/plan --emit-plan)")->required();
   command->add_option("--to", f->to, std::string("The framework: ") + export_target_choices)->required();
-  command->add_option("-o,--out", f->out, "Write to this file instead of the standard output");
+  command->add_option("-o,--out", f->out, "Write to this file instead of the standard output (- : the standard output)");
   return [f]() {
     const auto target = parse_export_target(f->to);
     if (!target) {
@@ -40,7 +40,7 @@ Command add_export_command(CLI::App& app) {
                 << describe(p) << "\n";
     }
     if (!text.ok()) return exit_bad_input;
-    if (f->out.empty()) {
+    if (f->out.empty() || f->out == "-") {
       std::cout << text.value;
       return exit_ok;
     }

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <new>
 #include <optional>
@@ -60,6 +61,32 @@ std::optional<std::string> integer_out_of_range(const CLI::App& command, int arg
   return std::nullopt;
 }
 
+// CLI11 reads a number flag's value with base detection: `--global-batch 010`
+// was 8 (octal) on explain, while plan's comma lists read 10; `--gpus 0x8`
+// was 8. The first number-typed flag of `command` whose value is written with
+// a leading zero or a base prefix, as the message to print; nullopt when none.
+std::optional<std::string> number_not_in_decimal(const CLI::App& command, int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg[0] != '-' || arg[1] != '-') continue;
+    const std::size_t equals = arg.find('=');
+    const CLI::Option* option = command.get_option_no_throw(std::string(arg.substr(0, equals)));
+    if (option == nullptr) continue;
+    const std::string type = option->get_type_name();
+    if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0 && type.rfind("FLOAT", 0) != 0) continue;
+    const std::string_view value = equals != std::string_view::npos ? arg.substr(equals + 1)
+                                   : i + 1 < argc                   ? std::string_view(argv[i + 1])
+                                                                    : std::string_view();
+    const std::string_view digits = value.substr(!value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0);
+    if (digits.size() > 1 && digits[0] == '0' && std::string_view("0123456789xXbBoO").find(digits[1]) != std::string_view::npos) {
+      return std::string(arg.substr(0, equals)) + ": '" + std::string(value) +
+             "': write numbers in decimal, without leading zeros (a leading 0 would be read as octal, 0x as hexadecimal)";
+    }
+  }
+  return std::nullopt;
+}
+
 // A value flag given an empty value (`--plan ""`, `--global-batch=`): CLI11
 // accepts it, and a command would read it as the flag not given and carry
 // on with its default. The first such flag of `command`, or nullopt.
@@ -68,6 +95,36 @@ std::optional<std::string> empty_value(const CLI::App& command) {
     if (option->get_type_size() == 0) continue;  // a switch: no value
     for (const std::string& value : option->results()) {
       if (value.find_first_not_of(" \t\n") == std::string::npos) return option->get_name();
+    }
+  }
+  return std::nullopt;
+}
+
+// An output flag naming the same file as an input flag of `command`
+// (`export --plan p.json -o p.json`, `calibrate --from m.jsonl -o m.jsonl`):
+// the output would replace what it was made from. The message, or nullopt.
+std::optional<std::string> output_over_input(const CLI::App& command) {
+  const auto value_of = [&](const char* flag) -> std::string {
+    const CLI::Option* option = command.get_option_no_throw(flag);
+    if (option == nullptr || option->results().empty()) return {};
+    std::string value = option->results().front();
+    for (const char* scheme : {"hf:", "text:"}) {  // --model hf:PATH, --data text:PATH
+      if (value.rfind(scheme, 0) == 0) value = value.substr(std::string(scheme).size());
+    }
+    return value;
+  };
+  const bool plot = command.get_name() == "plot";  // its --report is an input
+  for (const char* output : {"--out", "--output", "--emit-plan", "--trace", "--report", "--script"}) {
+    if (plot && std::string_view(output) == "--report") continue;
+    const std::string out = value_of(output);
+    if (out.empty() || out == "-") continue;
+    for (const char* input : {"--plan", "--model", "--cluster", "--from", "--data", "--hostfile", "--report"}) {
+      if (!plot && std::string_view(input) == "--report") continue;
+      const std::string in = value_of(input);
+      std::error_code error;
+      if (!in.empty() && std::filesystem::equivalent(out, in, error)) {
+        return std::string(output) + " " + out + " is the file " + input + " reads; the output would replace it: write elsewhere";
+      }
     }
   }
   return std::nullopt;
@@ -125,6 +182,10 @@ int main(int argc, char** argv) {
     return exit_bad_input;
   }
 
+  if (const auto problem = number_not_in_decimal(*chosen, argc, argv, chosen == &app ? 1 : 2)) {
+    std::cerr << chosen_name << ": " << *problem << "; see " << chosen_name << " --help\n";
+    return exit_bad_input;
+  }
   if (const auto problem = integer_out_of_range(*chosen, argc, argv, chosen == &app ? 1 : 2)) {
     std::cerr << chosen_name << ": " << *problem << "; see " << chosen_name << " --help\n";
     return exit_bad_input;
@@ -152,6 +213,10 @@ int main(int argc, char** argv) {
     return exit_bad_input;
   }
 
+  if (const auto clash = output_over_input(*chosen)) {
+    std::cerr << chosen_name << ": " << *clash << "\n";
+    return exit_bad_input;
+  }
   if (const auto flag = empty_value(*chosen)) {
     std::cerr << chosen_name << ": " << *flag << ": empty value; give one, or leave the flag out for its default; see "
               << chosen_name << " --help\n";

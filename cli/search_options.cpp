@@ -176,6 +176,10 @@ Loaded<std::vector<std::int64_t>> parse_int_list(const std::string& text, const 
   result.problems = words.problems;
   for (const auto& word : words.value) {
     const bool digits = word.size() <= 15 && std::all_of(word.begin(), word.end(), [](unsigned char c) { return std::isdigit(c); });
+    if (digits && word.size() > 1 && word[0] == '0') {  // as main.cpp refuses for single-number flags
+      result.problems.push_back({Severity::error, flag, "'" + word + "': write numbers in decimal, without leading zeros"});
+      continue;
+    }
     const std::int64_t value = digits ? std::stoll(word) : -1;
     if (!digits || value < min_value || value > max_value) {
       result.problems.push_back({Severity::error, flag,

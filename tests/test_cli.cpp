@@ -606,6 +606,19 @@ TEST(Cli, ExportWritesAFrameworksConfig) {
   EXPECT_NE(r.out.find("--tensor-model-parallel-size 4 \\\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--num-query-groups 8"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("zero: Megatron-LM's distributed optimizer"), std::string::npos) << "the ZeRO-2 approximation: " << r.err;
+  // Megatron-LM's --rotary-base is type=int: written whole (it was 500000 here, 1e+06 for Mixtral).
+  EXPECT_NE(r.out.find("--rotary-base 500000 \\\n"), std::string::npos) << r.out;
+  const std::string mixtral = (dir / "mixtral.json").string();
+  ASSERT_EQ(run({"explain", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--mesh", "pp=2,dp=4,ep=8",
+                 "--global-batch", "64", "--recompute", "full", "--emit-plan", mixtral}).status, 0);
+  r = run({"export", "--plan", mixtral, "--to", "megatron", "-o", "-"});  // -: the standard output, not a file named -
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("--rotary-base 1000000 \\\n"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists("-"));
+  // An output naming the input it is made from would replace it.
+  r = run({"export", "--plan", plan, "--to", "megatron", "-o", plan});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("meshplan export: --out " + plan + " is the file --plan reads"), std::string::npos) << r.err;
 
   const std::string toml = (dir / "llama.toml").string();
   r = run({"export", "--plan", plan, "--to", "torchtitan", "-o", toml});

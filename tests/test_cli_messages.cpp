@@ -71,6 +71,11 @@ INSTANTIATE_TEST_SUITE_P(
                  "meshplan train: --log-every: must be at least 1, got 0"},
         Mistyped{"slurm_nodes_zero", {"launch", "--plan", "x.json", "--slurm", "--nodes", "0"},
                  "meshplan launch: --nodes: must be at least 1, got 0"},
+        // CLI11 detects the base: explain's --global-batch 010 was 8, plan's comma list read 10, --gpus 0x8 was 8.
+        Mistyped{"octal", {"explain", "--global-batch", "010"},
+                 "meshplan explain: --global-batch: '010': write numbers in decimal, without leading zeros"},
+        Mistyped{"hex", {"explain", "--gpus=0x8"}, "meshplan explain: --gpus: '0x8': write numbers in decimal"},
+        Mistyped{"octal_list", {"plan", "--gpus", "010"}, "--gpus: '010': write numbers in decimal, without leading zeros"},
         // One model whose search cannot use the axis asked for: bad input, not "no plan fits".
         Mistyped{"ep_dense", {"plan", "--model", "gpt2-124m", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "64",
                               "--axes", "ep"},
