@@ -36,7 +36,7 @@ struct SweepFlags {
   bool no_progress = false;  // --no-progress (a plain flag: CLI11's "!--no-progress" shows as --no-progress{false} in --help)
 };
 
-// Set by SIGINT; read by the search between meshes.
+// Set by SIGINT or SIGTERM (`timeout`, Slurm and systemd stop a job with it); read by the search between meshes.
 std::atomic<bool> interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "the SIGINT handler needs a lock-free flag");
 
@@ -51,13 +51,18 @@ class SigintGuard {
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESETHAND | SA_RESTART;
     sigaction(SIGINT, &action, &previous_);
+    sigaction(SIGTERM, &action, &previous_term_);
   }
-  ~SigintGuard() { sigaction(SIGINT, &previous_, nullptr); }
+  ~SigintGuard() {
+    sigaction(SIGINT, &previous_, nullptr);
+    sigaction(SIGTERM, &previous_term_, nullptr);
+  }
   SigintGuard(const SigintGuard&) = delete;
   SigintGuard& operator=(const SigintGuard&) = delete;
 
  private:
   struct sigaction previous_ {};
+  struct sigaction previous_term_ {};
 };
 
 // The overlap switches' columns (model/overlap_switches.hpp) stand after ep_dispatch, in the table's order.

@@ -5,6 +5,7 @@
 // step times, the H100 section.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "model/collectives.hpp"
 #include "model/overlap_switches.hpp"
 #include "model/pipeline_time.hpp"
+#include "model/presets.hpp"
 #include "model/published_cases.hpp"
 #include "model/stage_partition.hpp"
 
@@ -241,6 +243,14 @@ void write_validation_report(std::ostream& out) {
 Command add_validation_command(CLI::App& app) {
   app.add_subcommand("validation", "Print the cost model against published figures (Markdown; docs/validation.md)");
   return []() {
+    // The published rows describe the published hardware: a user preset of the same name
+    // (a calibrated a100-80g, or a broken one) must not replace it. Said when there is one.
+    const std::string user = user_presets_dir();
+    std::error_code error;
+    if (!user.empty() && std::filesystem::is_directory(user, error) && !std::filesystem::is_empty(user, error)) {
+      std::cerr << "meshplan validation: note: built-in presets only; the user presets in " << user << " are not used\n";
+    }
+    use_built_in_presets_only();
     write_validation_report(std::cout);
     return exit_ok;
   };

@@ -6,6 +6,9 @@
 
 #include <nlohmann/json.hpp>
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
 #include <sstream>
 
 #include "model/plan_defaults.hpp"
@@ -204,7 +207,12 @@ void megatron_model(Writer& w, MegatronArgs& arg) {
   arg("--position-embedding-type", t.positions == Positions::rotary    ? "rope"
                                    : t.positions == Positions::learned ? "learned_absolute"
                                                                        : "none");
-  if (t.positions == Positions::rotary) arg("--rotary-base", number_text(t.rope_theta));
+  // Megatron-LM's --rotary-base is type=int: int('1e+06') fails, so a whole base is written whole.
+  if (t.positions == Positions::rotary) {
+    arg("--rotary-base", t.rope_theta == std::floor(t.rope_theta) && t.rope_theta < 9e15
+                             ? std::to_string(static_cast<std::int64_t>(t.rope_theta))
+                             : number_text(t.rope_theta));
+  }
   if (t.norm == Norm::rmsnorm) arg("--normalization", "RMSNorm");
   arg("--norm-epsilon", number_text(t.norm_eps));
   if (!t.tied_embeddings) arg("--untie-embeddings-and-output-weights");

@@ -46,7 +46,14 @@ std::string presets_root() {
   return "";
 }
 
+namespace {
+bool built_in_only = false;  // set once, before any preset is read (validation)
+}  // namespace
+
+void use_built_in_presets_only() { built_in_only = true; }
+
 std::string user_presets_dir() {
+  if (built_in_only) return "";
   if (const std::string env = environment("MESHPLAN_USER_PRESETS"); !env.empty()) return env;
   if (const std::string xdg = environment("XDG_CONFIG_HOME"); !xdg.empty()) {
     return (fs::path(xdg) / "meshplan" / "presets").string();

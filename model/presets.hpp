@@ -39,4 +39,9 @@ std::string presets_root();
 // The folder need not exist.
 std::string user_presets_dir();
 
+// From now on this process reads built-in presets only (user_presets_dir()
+// is ""): `meshplan validation` compares published figures with the presets
+// that describe the published hardware, not a user's copy of the same name.
+void use_built_in_presets_only();
+
 }  // namespace meshplan
