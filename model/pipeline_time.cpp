@@ -21,7 +21,14 @@ PipelineTiming pipeline_timing(std::span<const double> stage_s, std::int64_t mic
   if (stage_s.size() > 1) {
     fill = (t_sum - t_max) / static_cast<double>(std::max<std::int64_t>(schedule.virtual_stages, 1));
     if (schedule.kind == ScheduleKind::zb_h1 && t_max > 0) {
-      fill *= std::max(0.0, t_max - 2 * slowest_weight_gradient_s) / t_max;
+      // Qi et al.'s (p - 1)(T_F + T_B - T_W) defers p - 1 W passes into the warm-up, which takes
+      // p micro-batches (their Sec. 3 assumes m >= p). With m < p there are m - 1 to defer: the
+      // bubble is (p - 1)(T_F + T_B) - (m - 1) T_W, the same schedule's (the simulator's, exactly,
+      // for uniform stages); at m = 1 the chain of F and B passes through every stage, the first
+      // stage's W after it (docs/cost-model.md, "Pipeline").
+      const double p = static_cast<double>(stage_s.size());
+      const double deferred = (std::min(m, p) - 1) / (p - 1);
+      fill *= std::max(0.0, t_max - slowest_weight_gradient_s * (1 + deferred)) / t_max;
     }
   }
   timing.step_s = m * t_max + fill;

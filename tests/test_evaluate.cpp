@@ -56,6 +56,12 @@ TEST(PipelineTime, InterleavingAndZeroBubble) {
   EXPECT_DOUBLE_EQ(pipeline_timing(uniform, 16, Schedule{ScheduleKind::interleaved, 3}).bubble_s, 7 * 3.0 / 3);
   // ZB-H1 with T_F = T_B = T_W = 1: bubble (p - 1)(T_F + T_B - T_W) = 7 (Qi et al. 2023).
   EXPECT_DOUBLE_EQ(pipeline_timing(uniform, 16, Schedule{ScheduleKind::zb_h1, 1}, 1.0).bubble_s, 7.0);
+  EXPECT_DOUBLE_EQ(pipeline_timing(uniform, 8, Schedule{ScheduleKind::zb_h1, 1}, 1.0).bubble_s, 7.0);  // m = p
+  // Fewer micro-batches than stages: m - 1 W passes to defer, (p - 1)(T_F + T_B) - (m - 1) T_W
+  // (it was priced 7 at m = 1, below the critical path there: 8 (T_F + T_B) + T_W).
+  EXPECT_DOUBLE_EQ(pipeline_timing(uniform, 1, Schedule{ScheduleKind::zb_h1, 1}, 1.0).bubble_s, 14.0);
+  EXPECT_DOUBLE_EQ(pipeline_timing(uniform, 1, Schedule{ScheduleKind::zb_h1, 1}, 1.0).step_s, 8 * 2.0 + 1.0);
+  EXPECT_DOUBLE_EQ(pipeline_timing(uniform, 4, Schedule{ScheduleKind::zb_h1, 1}, 1.0).bubble_s, 14.0 - 3.0);
   // Uneven stages: the slowest sets the pace.
   const std::vector<double> uneven = {1, 1, 2, 1};
   const auto timing = pipeline_timing(uneven, 10, Schedule{});

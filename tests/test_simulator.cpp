@@ -66,6 +66,22 @@ TEST(SimulatedBubble, ZeroBubbleH1MatchesQi) {
   }
 }
 
+// ZB-H1 with fewer micro-batches than stages: m - 1 W passes to defer into the warm-up, so the bubble
+// is (p - 1)(T_F + T_B) - (m - 1) T_W (what pipeline_timing prices). At m = 1 it is the critical
+// path itself: the F and B chains through every stage, the first stage's W last.
+TEST(SimulatedBubble, ZeroBubbleH1WithFewerMicroBatchesThanStages) {
+  for (auto [p, m] : {std::pair<std::int64_t, std::int64_t>{4, 1}, {8, 1}, {4, 2}, {8, 3}}) {
+    const double f = 1.0, b = 1.2, w = 0.8;
+    const double bubble = static_cast<double>(p - 1) * (f + b) - static_cast<double>(m - 1) * w;
+    const double closed_form = bubble / (static_cast<double>(m) * (f + b + w) + bubble);
+    expect_bubble(simulated_bubble({ScheduleKind::zb_h1, 1}, p, m, f, b + w, w), closed_form,
+                  "zb-h1 p=" + std::to_string(p) + " m=" + std::to_string(m));
+    // And the analytical pipeline prices the same.
+    const std::vector<double> stages(static_cast<std::size_t>(p), f + b + w);
+    EXPECT_NEAR(pipeline_timing(stages, m, {ScheduleKind::zb_h1, 1}, w).bubble_s, bubble, 1e-12);
+  }
+}
+
 // ---- real plans
 
 struct PlanCase {
