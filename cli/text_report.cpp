@@ -314,15 +314,16 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
     out << "\nverdict: INVALID plan: the layers cannot be laid out (see problems below)\n";
   }
 
-  bool header = false;
-  const bool any_error = has_errors(ex.problems);
-  for (const auto& p : ex.problems) {
-    if (!header) {
-      out << (any_error ? "\nproblems:\n" : "\nwarnings:\n");
+  // Errors, then warnings, each under its own heading (advice on speed is not a problem of a plan
+  // that does not fit). Through describe(), which quotes control bytes.
+  for (const Severity severity : {Severity::error, Severity::warning}) {
+    bool header = false;
+    for (const auto& p : ex.problems) {
+      if (p.severity != severity) continue;
+      if (!header) out << (severity == Severity::error ? "\nproblems:\n" : "\nwarnings:\n");
       header = true;
+      out << "  - " << describe({Severity::error, flag_for_field(p.where), p.message}) << "\n";
     }
-    out << "  - " << (p.severity == Severity::warning ? "warning: " : "") << flag_for_field(p.where) << ": "
-        << p.message << "\n";
   }
 }
 

@@ -643,6 +643,20 @@ TEST(Cli, ExportWritesAFrameworksConfig) {
   std::filesystem::remove_all(dir);
 }
 
+// A plan that does not fit: the memory error under "problems:", speed advice under "warnings:" (it was
+// listed among the problems).
+TEST(Cli, ExplainKeepsWarningsOutOfTheProblems) {
+  const CliRun r = run({"explain", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "8", "--mesh", "dp=8",
+                        "--global-batch", "8"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  const auto problems = r.out.find("\nproblems:\n  - memory: pipeline stage 0 needs");
+  const auto warnings = r.out.find("\nwarnings:\n  - --overlap-zero-gather:");
+  ASSERT_NE(problems, std::string::npos) << r.out;
+  ASSERT_NE(warnings, std::string::npos) << r.out;
+  EXPECT_LT(problems, warnings);
+  EXPECT_EQ(r.out.substr(problems, warnings - problems).find("overlap"), std::string::npos) << r.out;
+}
+
 // --attention is part of the plan: it reaches the JSON, changes activations
 // (no s x s scores when fused), and a bad word is bad input naming the flag.
 TEST(Cli, ExplainAttentionFlag) {

@@ -517,7 +517,9 @@ TEST(CliExplain, WarnsWhenTensorParallelismLeavesTheNode) {
       << text.out;
   ASSERT_TRUE(std::regex_search(text.out, row, std::regex("\n +dp +8 +1 +8 +1 +NVLink \\(inside a node\\)")))
       << text.out;
-  EXPECT_NE(text.out.find("warning: --mesh: tp=8 crosses nodes"), std::string::npos) << text.out;
+  // Under its own heading, after the problems (none here).
+  EXPECT_NE(text.out.find("\nwarnings:\n  - --mesh: tp=8 crosses nodes"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("\nproblems:\n"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("Use --mesh dp=8,tp=8 to keep it inside a node"), std::string::npos) << text.out;
 
   const CliRun crossing = with({"--mesh", "tp=8,dp=8", "--json"});
