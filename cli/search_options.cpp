@@ -313,7 +313,7 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
             const std::string flag = flag_for_field(p.where);
             plannable = false;
             std::string message = p.message;
-            if (flag == "--seq" && models.size() > 1) message += " (" + model.name + ")";
+            if (models.size() > 1) message += " (" + model.name + ")";  // which of the sweep's models
             if (seen.insert(flag + message).second) problems.push_back({Severity::error, flag, message});
           }
         }

@@ -126,6 +126,7 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
   Lines lines(text);
   std::string_view line;
   int rows = 0;
+  std::string device_line;  // the 'device' row's line number, once read
   while (lines.next(line)) {
     const std::string where = file + ":" + std::to_string(lines.number());
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
@@ -144,6 +145,14 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
     const Row row{json, where, problems};
     const std::size_t before = problems.size();
     if (section == "device") {
+      // One device per file: a second row (two files concatenated) would silently replace the first.
+      if (!device_line.empty()) {
+        problems.push_back({Severity::error, where + " key 'section'",
+                            "a second 'device' row (the first is on line " + device_line +
+                                "): one measured device per file"});
+        continue;
+      }
+      device_line = std::to_string(lines.number());
       m.device_name = row.text("name");
       if (const std::string torch = row.text("torch"); !torch.empty()) m.software = "PyTorch " + torch;
       if (const std::string stack = row.text("stack"); !stack.empty()) m.software = stack;  // calibrate --backend cuda

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "model/collectives.hpp"
@@ -66,11 +67,18 @@ Loaded<NcclTestsRun> parse_nccl_tests(std::string_view text, const std::string& 
   }
   Lines lines(text);
   std::string_view line;
+  std::set<std::string> ranks_seen;
   while (lines.next(line)) {
     const std::string where = file + ":" + std::to_string(lines.number());
-    if (collective_flag.empty() && !run.collective) {
+    if (collective_flag.empty()) {
       for (const auto& p : kPrograms) {
-        if (line.find(p.name) != std::string_view::npos) run.collective = p.collective;
+        if (line.find(p.name) == std::string_view::npos) continue;
+        if (run.collective && *run.collective != p.collective) {  // two runs pasted together: one link each
+          problems.push_back({Severity::error, where,
+                              std::string("names ") + p.name + " after " + to_string(*run.collective) +
+                                  "'s program: give one nccl-tests program's output per file"});
+        }
+        run.collective = p.collective;
       }
     }
     const std::vector<std::string> w = words(line);
@@ -79,6 +87,12 @@ Loaded<NcclTestsRun> parse_nccl_tests(std::string_view text, const std::string& 
       // "#  Rank  0 Group  0 Pid   6899 on HOST device  0 [0000:04:00] NVIDIA H100 80GB HBM3"
       const std::size_t first = w[0] == "#" ? 1 : 0;
       if (w.size() > first + 1 && (w[first] == "Rank" || w[first] == "#Rank")) {
+        // Each rank once: a file holding the same run twice lists its ranks twice.
+        if (!ranks_seen.insert(w[first + 1]).second) {
+          problems.push_back({Severity::error, where,
+                              "rank " + w[first + 1] + " is listed twice: give one nccl-tests run per file"});
+          continue;
+        }
         ++run.ranks;
         for (std::size_t i = first; i + 1 < w.size(); ++i) {
           if (w[i] == "on") {
@@ -114,6 +128,14 @@ Loaded<NcclTestsRun> parse_nccl_tests(std::string_view text, const std::string& 
                                                                        : nullptr;
     if (bad) {
       problems.push_back({Severity::error, where, std::string("column ") + bad + " is not a non-negative number"});
+      continue;
+    }
+    // #wrong: elements that came out wrong (N/A when nccl-tests ran without checking, -c 0).
+    const auto wrong_out = read_number(w[t + 3]), wrong_in = read_number(w[t + 7]);
+    if ((wrong_out && *wrong_out > 0) || (wrong_in && *wrong_in > 0)) {
+      problems.push_back({Severity::error, where,
+                          "#wrong is " + w[t + 3] + " out of place, " + w[t + 7] +
+                              " in place: the collective returned wrong results, so its times are not a working link's"});
       continue;
     }
     run.rows.push_back({*size, *out_time * 1e-6, *in_time * 1e-6, *algbw * 1e9, *busbw * 1e9});

@@ -1045,6 +1045,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"max_cp", {"plan", "--max-cp", "-1"}, {"--max-cp", "0 (no limit of its own) or more"}},
         BadInput{"max_ep", {"sweep", "--max-ep", "-4"}, {"--max-ep", "0 (no limit of its own) or more"}},
         BadInput{"headroom", {"plan", "--headroom", "1.5"}, {"--headroom", "[0, 1)"}},
+        // A sweep over several models names the one a flag does not fit.
+        BadInput{"sweep_names_the_model", {"sweep", "--model", "mixtral-8x7b,gpt2-124m", "--cluster", "dgx-h100", "--gpus",
+                                           "8", "--global-batch", "8", "--recompute-modules", "moe_act"},
+                 {"--recompute-modules", "has no experts (gpt2-124m)"}},
         // Every problem in one run: a refused flag no longer hides the plan's own errors.
         BadInput{"every_problem", {"explain", "--mesh", "dp=8", "--gpus", "8", "--global-batch", "12", "--micro-batch", "0",
                                    "--headroom", "2"},

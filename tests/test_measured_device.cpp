@@ -304,6 +304,11 @@ TEST(MeasuredDevice, RowsFasterThanThePeakOrInconsistentAreRefused) {
   EXPECT_NE(messages(derive_device_figures(attention.value, datasheet()).problems).find("ran its forward at 1100 TFLOP/s"),
             std::string::npos);
   EXPECT_TRUE(derive_device_figures(parsed("").value, datasheet()).ok());  // the measured rows themselves pass
+  // A second device row (two files concatenated) replaced the first's memory and SMs silently.
+  const auto two = parsed("{\"section\": \"device\", \"name\": \"X\", \"sms\": 7, \"mem_bytes\": 1000000000}\n");
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(messages(two.problems).find("a second 'device' row (the first is on line 1)"), std::string::npos)
+      << messages(two.problems);
 }
 
 TEST(MeasuredDevice, NeedsThePeakAndBandwidthItCannotMeasure) {

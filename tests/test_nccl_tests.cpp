@@ -80,6 +80,33 @@ TEST(NcclTests, RefusesOneMessageSize) {
       << link.problems.front().message;
 }
 
+// Two runs in one file (the same one twice: its ranks counted twice changed the bus bandwidth factor and
+// the fit, 383 GB/s instead of 357), two programs' outputs, or rows whose results were wrong: refused.
+TEST(NcclTests, RefusesTwoRunsInOneFileAndWrongResults) {
+  const std::string text = read_text(kSample);
+  const auto twice = parse_nccl_tests(text + text, "twice.txt");
+  EXPECT_FALSE(twice.ok());
+  EXPECT_NE(describe(twice.problems.front()).find("rank 0 is listed twice"), std::string::npos)
+      << describe(twice.problems.front());
+  const auto mixed = parse_nccl_tests(text + "# Collective test starting: all_gather_perf\n", "mixed.txt");
+  EXPECT_FALSE(mixed.ok());
+  bool named = false;
+  for (const auto& p : mixed.problems) named = named || p.message.find("names all_gather_perf after all_reduce") != std::string::npos;
+  EXPECT_TRUE(named);
+  std::string wrong = text;
+  const auto row = wrong.find("           8 ");
+  const auto end = wrong.find('\n', row);
+  std::string line = wrong.substr(row, end - row);
+  const auto last_zero = line.rfind('0');
+  line[last_zero] = '5';  // the in-place #wrong column
+  wrong.replace(row, end - row, line);
+  const auto bad = parse_nccl_tests(wrong, "wrong.txt");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(describe(bad.problems.front()).find("the collective returned wrong results"), std::string::npos)
+      << describe(bad.problems.front());
+  EXPECT_TRUE(parse_nccl_tests(text, "sample.txt").ok());
+}
+
 TEST(NcclTests, WritesTheIntraNodeLinkOfABaseCluster) {
   const auto run = parse_nccl_tests(read_text(kSample), "sample.txt");
   const auto link = fit_nccl_link(run.value);
