@@ -292,11 +292,21 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
   std::set<std::string> seen;
   const bool ep_asked = std::find(space.value.axes.begin(), space.value.axes.end(), Axis::ep) != space.value.axes.end();
   for (const ModelSpec& model : models) {
-    if (ep_asked && !(model.kind == ModelKind::transformer && model.transformer.experts > 0)) {
+    const bool dense = !(model.kind == ModelKind::transformer && model.transformer.experts > 0);
+    if (ep_asked && dense) {
       // One model: a search that cannot use the axis asked for is bad input; a sweep searches it for the others.
       problems.push_back({lists ? Severity::warning : Severity::error, "--axes",
                           "ep splits a mixture of experts' experts, and " + model.name +
                               " has none: no plan with ep > 1 is valid for it"});
+    }
+    // Expert settings a dense model's plans cannot use: said, as validation says it of one plan.
+    if (dense && trim(search.expert_tp) != "tp,1" && trim(search.expert_tp) != "tp") {
+      problems.push_back({Severity::warning, "--expert-tp", "sets the routed experts' tensor parallelism, and " + model.name +
+                                                                " has none: no effect on it"});
+    }
+    if (dense && space.value.ep_dispatch != EpDispatch::all_to_all) {
+      problems.push_back({Severity::warning, "--ep-dispatch", "moves routed tokens between expert-parallel ranks, and " +
+                                                                  model.name + " has no experts: no effect on it"});
     }
     const std::int64_t seq_len = f.seq > 0 ? f.seq : model.default_seq_len();
     const LayerGraph graph = build_layer_graph(model, seq_len);

@@ -1045,6 +1045,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"max_cp", {"plan", "--max-cp", "-1"}, {"--max-cp", "0 (no limit of its own) or more"}},
         BadInput{"max_ep", {"sweep", "--max-ep", "-4"}, {"--max-ep", "0 (no limit of its own) or more"}},
         BadInput{"headroom", {"plan", "--headroom", "1.5"}, {"--headroom", "[0, 1)"}},
+        // Expert settings on a dense model: warned (they had no effect, silently); the bad --axes makes it exit 2.
+        BadInput{"expert_flags_dense", {"plan", "--model", "gpt2-124m", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch",
+                                        "64", "--axes", "dp,ep", "--expert-tp", "1", "--ep-dispatch", "deduplicated"},
+                 {"warning: --expert-tp: sets the routed experts' tensor parallelism, and gpt2-124m has none",
+                  "warning: --ep-dispatch: moves routed tokens", "--axes: ep splits"}},
         // A sweep over several models names the one a flag does not fit.
         BadInput{"sweep_names_the_model", {"sweep", "--model", "mixtral-8x7b,gpt2-124m", "--cluster", "dgx-h100", "--gpus",
                                            "8", "--global-batch", "8", "--recompute-modules", "moe_act"},
