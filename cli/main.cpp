@@ -22,13 +22,15 @@
 
 namespace {
 
-// CLI11 2.1 reads an integer past the int64 range as the range's end
-// (`--steps 99999999999999999999` became 9223372036854775807, and the
-// command ran on a number nobody typed), and a negative one into an
-// unsigned flag modulo 2^64. The first integer-typed flag of `command`
-// whose value is such an integer, from argv[first] on, as the message to
-// print; nullopt when there is none.
-std::optional<std::string> integer_out_of_range(const CLI::App& command, int argc, char** argv, int first) {
+// How CLI11 2.1 reads number flags, checked before it does. It reads an
+// integer past the int64 range as the range's end (`--steps
+// 99999999999999999999` became 9223372036854775807, and the command ran on a
+// number nobody typed), and a negative one into an unsigned flag modulo 2^64.
+// It detects the base: `--global-batch 010` was 8 (octal) on explain, while
+// plan's comma lists read 10; `--gpus 0x8` was 8. The first number-typed flag
+// of `command`, from argv[first] on, whose value is one of these, as the
+// message to print; nullopt when there is none.
+std::optional<std::string> number_flag_problem(const CLI::App& command, int argc, char** argv, int first) {
   for (int i = first; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--") break;
@@ -38,17 +40,22 @@ std::optional<std::string> integer_out_of_range(const CLI::App& command, int arg
     if (option == nullptr) continue;
     const std::string type = option->get_type_name();
     const bool is_unsigned = type.rfind("UINT", 0) == 0;
-    if (!is_unsigned && type.rfind("INT", 0) != 0) continue;
+    const bool is_integer = is_unsigned || type.rfind("INT", 0) == 0;
+    if (!is_integer && type.rfind("FLOAT", 0) != 0) continue;
     std::string_view value;
     if (equals != std::string_view::npos) {
       value = arg.substr(equals + 1);
     } else if (i + 1 < argc) {
       value = argv[i + 1];
     }
-    std::string_view digits = value.substr(!value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0);
-    const bool integer = !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
-    if (!integer) continue;
     const std::string flag(arg.substr(0, equals));
+    std::string_view digits = value.substr(!value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0);
+    if (digits.size() > 1 && digits[0] == '0' && std::string_view("0123456789xXbBoO").find(digits[1]) != std::string_view::npos) {
+      return flag + ": '" + std::string(value) +
+             "': write numbers in decimal, without leading zeros (a leading 0 would be read as octal, 0x as hexadecimal)";
+    }
+    const bool integer = !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
+    if (!is_integer || !integer) continue;
     // CLI11 reads a negative number into an unsigned flag modulo 2^64 (--seed -1 was 18446744073709551615).
     if (is_unsigned && value[0] == '-') return flag + ": '" + std::string(value) + "' is below 0";
     const char* begin = value.data() + (value[0] == '+' ? 1 : 0);
@@ -57,32 +64,6 @@ std::optional<std::string> integer_out_of_range(const CLI::App& command, int arg
     const auto result = is_unsigned ? std::from_chars(begin, value.data() + value.size(), parsed_unsigned)
                                     : std::from_chars(begin, value.data() + value.size(), parsed);
     if (result.ec == std::errc::result_out_of_range) return flag + ": '" + std::string(value) + "' is out of range";
-  }
-  return std::nullopt;
-}
-
-// CLI11 reads a number flag's value with base detection: `--global-batch 010`
-// was 8 (octal) on explain, while plan's comma lists read 10; `--gpus 0x8`
-// was 8. The first number-typed flag of `command` whose value is written with
-// a leading zero or a base prefix, as the message to print; nullopt when none.
-std::optional<std::string> number_not_in_decimal(const CLI::App& command, int argc, char** argv, int first) {
-  for (int i = first; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg.size() < 3 || arg[0] != '-' || arg[1] != '-') continue;
-    const std::size_t equals = arg.find('=');
-    const CLI::Option* option = command.get_option_no_throw(std::string(arg.substr(0, equals)));
-    if (option == nullptr) continue;
-    const std::string type = option->get_type_name();
-    if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0 && type.rfind("FLOAT", 0) != 0) continue;
-    const std::string_view value = equals != std::string_view::npos ? arg.substr(equals + 1)
-                                   : i + 1 < argc                   ? std::string_view(argv[i + 1])
-                                                                    : std::string_view();
-    const std::string_view digits = value.substr(!value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0);
-    if (digits.size() > 1 && digits[0] == '0' && std::string_view("0123456789xXbBoO").find(digits[1]) != std::string_view::npos) {
-      return std::string(arg.substr(0, equals)) + ": '" + std::string(value) +
-             "': write numbers in decimal, without leading zeros (a leading 0 would be read as octal, 0x as hexadecimal)";
-    }
   }
   return std::nullopt;
 }
@@ -182,11 +163,7 @@ int main(int argc, char** argv) {
     return exit_bad_input;
   }
 
-  if (const auto problem = number_not_in_decimal(*chosen, argc, argv, chosen == &app ? 1 : 2)) {
-    std::cerr << chosen_name << ": " << *problem << "; see " << chosen_name << " --help\n";
-    return exit_bad_input;
-  }
-  if (const auto problem = integer_out_of_range(*chosen, argc, argv, chosen == &app ? 1 : 2)) {
+  if (const auto problem = number_flag_problem(*chosen, argc, argv, chosen == &app ? 1 : 2)) {
     std::cerr << chosen_name << ": " << *problem << "; see " << chosen_name << " --help\n";
     return exit_bad_input;
   }
