@@ -64,6 +64,10 @@ struct Mesh {
   // over: dp x ep (the experts' ranks hold the dense weights alike; fsdp
   // shards and reduces on its own).
   std::int64_t zero_group_size() const { return size(Axis::dp) * size(Axis::ep); }
+  // Whether sequence parallelism can split a sequence of `seq_len` tokens:
+  // each cp rank's share over tp, so cp x tp must divide it (Megatron-LM
+  // asserts it). Validation, the search and the default read it here.
+  bool sequence_parallel_divides(std::int64_t seq_len) const { return seq_len % (size(Axis::cp) * size(Axis::tp)) == 0; }
   // Coordinate of `rank` on each axis, in `axes` order (row-major, last fastest).
   std::vector<std::int64_t> coordinates(std::int64_t rank) const;
   std::int64_t coordinate(std::int64_t rank, Axis axis) const;  // 0 when absent

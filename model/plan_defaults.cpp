@@ -10,8 +10,7 @@ Recompute default_recompute(ModelKind kind) {
 }
 
 bool default_sequence_parallel(ModelKind kind, const Mesh& mesh, std::int64_t seq_len) {
-  const std::int64_t tp = mesh.size(Axis::tp);
-  return kind == ModelKind::transformer && tp > 1 && seq_len % (mesh.size(Axis::cp) * tp) == 0;
+  return kind == ModelKind::transformer && mesh.size(Axis::tp) > 1 && mesh.sequence_parallel_divides(seq_len);
 }
 
 Plan default_plan(ModelKind kind, const Mesh& mesh, std::int64_t seq_len) {
@@ -31,7 +30,7 @@ std::int64_t plan_seq_len(const ModelSpec& model, const Plan& plan) {
 
 std::vector<Axis> default_search_axes(const ModelSpec& model) {
   std::vector<Axis> axes{Axis::dp, Axis::fsdp, Axis::tp, Axis::pp};
-  if (model.kind == ModelKind::transformer && model.transformer.experts > 0) axes.push_back(Axis::ep);
+  if (model.has_experts()) axes.push_back(Axis::ep);
   return axes;
 }
 

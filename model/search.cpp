@@ -273,7 +273,7 @@ Rejection check_rules(const Evaluator& evaluator, const Plan& plan, bool split_c
     if (t.heads % tp != 0) return Rejection::tp_heads;  // key/value heads tp does not divide are replicated
     if (!mlp_width_faults(t, plan).empty()) return Rejection::tp_width;
     if (cp > 1 && seq % cp != 0) return Rejection::cp_sequence;
-    if (plan.sequence_parallel && tp > 1 && seq % (cp * tp) != 0) return Rejection::cp_sequence;  // validate.cpp
+    if (plan.sequence_parallel && tp > 1 && !mesh.sequence_parallel_divides(seq)) return Rejection::cp_sequence;
     const ExpertSplit experts = expert_split(plan);
     if (ep > 1 && t.experts == 0) return Rejection::ep_experts;
     if (experts.ep > 1 && t.experts % experts.ep != 0) return Rejection::ep_experts;

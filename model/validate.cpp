@@ -154,7 +154,7 @@ void check_transformer(Checker& check, const TransformerDims& t, const Plan& pla
   }
   if (cp > 1 && seq_len % cp != 0) {
     check.error("mesh.cp", "cp (" + str(cp) + ") must divide the sequence length (" + str(seq_len) + ")");
-  } else if (plan.sequence_parallel && tp > 1 && seq_len >= 1 && (seq_len / cp) % tp != 0) {
+  } else if (plan.sequence_parallel && tp > 1 && seq_len >= 1 && !plan.mesh.sequence_parallel_divides(seq_len)) {
     // Megatron-LM splits the sequence dimension over tp (and asserts it divides); so do the executor and the memory model.
     check.error("sequence_parallel", "sequence parallelism splits each " + std::string(cp > 1 ? "cp rank's " : "") +
                                          "sequence of " + str(seq_len / cp) + " tokens over tp (" + str(tp) +
@@ -232,7 +232,7 @@ void check_schedule(Checker& check, const Plan& plan) {
 
 void check_expert_overlap(Checker& check, const ModelSpec& model, const Plan& plan) {
   if (!plan.overlap_expert_parallel) return;
-  const bool experts = model.kind == ModelKind::transformer && model.transformer.experts > 0;
+  const bool experts = model.has_experts();
   if (!experts) {
     check.error("overlap_expert_parallel", "hides the experts' all-to-alls; this " + to_string(model.kind) +
                                                " model has no experts");
