@@ -292,7 +292,7 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
   std::set<std::string> seen;
   const bool ep_asked = std::find(space.value.axes.begin(), space.value.axes.end(), Axis::ep) != space.value.axes.end();
   for (const ModelSpec& model : models) {
-    const bool dense = !(model.kind == ModelKind::transformer && model.transformer.experts > 0);
+    const bool dense = !model.has_experts();
     if (ep_asked && dense) {
       // One model: a search that cannot use the axis asked for is bad input; a sweep searches it for the others.
       problems.push_back({lists ? Severity::warning : Severity::error, "--axes",
@@ -300,11 +300,11 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
                               " has none: no plan with ep > 1 is valid for it"});
     }
     // Expert settings a dense model's plans cannot use: said, as validation says it of one plan.
-    if (dense && trim(search.expert_tp) != "tp,1" && trim(search.expert_tp) != "tp") {
+    if (dense && trim(search.expert_tp) != SearchFlags{}.expert_tp) {
       problems.push_back({Severity::warning, "--expert-tp", "sets the routed experts' tensor parallelism, and " + model.name +
                                                                 " has none: no effect on it"});
     }
-    if (dense && space.value.ep_dispatch != EpDispatch::all_to_all) {
+    if (dense && space.value.ep_dispatch != SearchSpace{}.ep_dispatch) {
       problems.push_back({Severity::warning, "--ep-dispatch", "moves routed tokens between expert-parallel ranks, and " +
                                                                   model.name + " has no experts: no effect on it"});
     }

@@ -142,6 +142,8 @@ struct ModelSpec {
 
   // The natural sequence length (transformer) or 1 (one sample is one item).
   std::int64_t default_seq_len() const { return kind == ModelKind::transformer ? transformer.seq_len : 1; }
+  // A mixture of experts: a transformer with routed experts (what ep splits).
+  bool has_experts() const { return kind == ModelKind::transformer && transformer.experts > 0; }
 };
 
 std::string to_string(ModelKind kind);

@@ -46,7 +46,7 @@ std::vector<Figure> plan_figures(const ModelSpec& model, const Plan& plan, const
   out.push_back(number("ZeRO stage", "", plan.zero_stage, 0));
   out.push_back(word("recompute", to_string(plan.recompute)));
   out.push_back(word("sequence parallel", plan.sequence_parallel ? "on" : "off"));
-  if (model.kind == ModelKind::transformer && model.transformer.experts > 0) {
+  if (model.has_experts()) {
     // What splits each routed expert's width: tp, or 1 when the experts leave tp (Plan::expert_tensor_parallel).
     out.push_back(number("expert tensor parallel", "", static_cast<double>(expert_split(plan).tp), 0));
   }
