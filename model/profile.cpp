@@ -328,7 +328,7 @@ double recompute_flops_per_sample(const ModelProfile& profile, Recompute recompu
     if (recompute == Recompute::selective && !fused) flops += bp.core_attention_flops_per_sample;
     // A causal fused kernel runs half of the score matrix: its forward and backward (3x the forward's
     // core FLOPs, which model FLOPs count whole) do half, and the Q K^T its backward recomputes too.
-    const double causal_skip = fused ? bp.core_attention_flops_per_sample / 2 : 0;
+    const double causal_skip = fused ? bp.fused_attention_flops_per_sample : 0;  // the half the kernel runs
     if (fused) flops += bp.attention_scores_flops_per_sample / 2 - 3 * causal_skip;
     if (recompute == Recompute::full)
       flops += bp.matmul_forward_flops_per_sample + bp.padding_forward_flops_per_sample - causal_skip;
