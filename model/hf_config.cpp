@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "model/atomic_file.hpp"
+#include "model/text.hpp"
 
 namespace meshplan {
 namespace {
@@ -399,10 +400,7 @@ Loaded<HfModel> read_hf_config_text(const std::string& json_text, const std::str
   try {
     j = Json::parse(json_text, note_repeats);
   } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
-    const std::string what = e.what();
-    const auto tag_end = what.find("] ");
-    result.problems.push_back({Severity::error, display_name,
-                               "is not valid JSON: " + (tag_end == std::string::npos ? what : what.substr(tag_end + 2))});
+    result.problems.push_back({Severity::error, display_name, "is not valid JSON: " + json_error_text(e.what())});
     return result;
   }
   if (!repeated.empty()) {

@@ -1,6 +1,6 @@
 // Small text helpers shared by the parsers of flags, presets and /proc files.
 //
-// defines: trim, scale_decimal, format, human_count, Lines
+// defines: json_error_text, trim, scale_decimal, format, human_count, Lines
 #pragma once
 
 #include <cctype>
@@ -12,6 +12,14 @@
 #include <system_error>
 
 namespace meshplan {
+
+// nlohmann::json's exception message (`e.what()`) without its
+// "[json.exception.parse_error.101] " tag, for a person to read. Any of its
+// exceptions: a number past double's range ("1e400") is an out_of_range.
+inline std::string json_error_text(std::string_view what) {
+  const auto tag_end = what.find("] ");
+  return std::string(tag_end == std::string_view::npos ? what : what.substr(tag_end + 2));
+}
 
 // `text` without leading and trailing white space (spaces, tabs, newlines).
 inline std::string trim(std::string_view text) {

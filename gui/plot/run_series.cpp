@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "model/atomic_file.hpp"
+#include "model/text.hpp"
 
 namespace meshplan::plot {
 namespace {
@@ -57,15 +58,6 @@ std::optional<double> bounded(const json& object, const char* key, double lo, do
   return value;
 }
 
-// nlohmann's message without its "[json.exception.parse_error.101] " tag.
-// Any of its exceptions: a number past double's range ("1e400") is an
-// out_of_range, not a parse_error.
-std::string parse_error_text(const json::exception& e) {
-  const std::string what = e.what();
-  const auto tag_end = what.find("] ");
-  return tag_end == std::string::npos ? what : what.substr(tag_end + 2);
-}
-
 // A resumed run (`train --resume`) appends to its metrics file, so the steps
 // between the last checkpoint and the stop come twice: keep each step's last
 // record, in step order.
@@ -97,7 +89,7 @@ Loaded<MetricsSeries> parse_metrics(std::istream& in, const std::string& display
     try {
       record = json::parse(line);
     } catch (const json::exception& e) {
-      result.problems.push_back({Severity::error, where, "not a JSON object: " + parse_error_text(e)});
+      result.problems.push_back({Severity::error, where, "not a JSON object: " + json_error_text(e.what())});
       continue;
     }
     if (!record.is_object()) {
@@ -152,7 +144,7 @@ Loaded<ReportFigures> parse_run_report(const std::string& text, const std::strin
   try {
     report = json::parse(text);
   } catch (const json::exception& e) {
-    result.problems.push_back({Severity::error, display_name, "not JSON: " + parse_error_text(e)});
+    result.problems.push_back({Severity::error, display_name, "not JSON: " + json_error_text(e.what())});
     return result;
   }
   if (!report.is_object() || !report.contains("ranks") || !report["ranks"].is_array()) {
