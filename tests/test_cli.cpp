@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <string_view>
 
 namespace {
 
@@ -21,6 +22,14 @@ using namespace meshplan::testing_support;
 const std::string data = MESHPLAN_TEST_DATA;
 
 // scripts/quickstart.sh's flags: GPT-3 175B on 1024 A100s, dp=16,pp=8,tp=8.
+// Whether explain's JSON warns with a message starting with `start`.
+bool warns(const nlohmann::json& j, std::string_view start) {
+  for (const auto& w : j["warnings"]) {
+    if (w.get<std::string>().starts_with(start)) return true;
+  }
+  return false;
+}
+
 const std::vector<std::string> kQuickStart = {"explain", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "1024",
                                               "--mesh", "dp=16,pp=8,tp=8", "--global-batch", "1536"};
 
@@ -287,12 +296,7 @@ TEST(Cli, OverlapExpertParallelHidesThePairedAllToAlls) {
   EXPECT_NEAR(b["communication_s_by_axis"]["ep"]["exposed"].get<double>(), total / 4, 1e-12 * total);  // m = 4
   EXPECT_LT(b["time_s"]["step"].get<double>(), a["time_s"]["step"].get<double>() - total / 2);
   // explain says so where the plan could pair its passes and does not.
-  auto mentions_overlap = [](const nlohmann::json& j) {
-    for (const auto& w : j["warnings"]) {
-      if (w.get<std::string>().starts_with("overlap_expert_parallel: hiding the expert all-to-alls")) return true;
-    }
-    return false;
-  };
+  auto mentions_overlap = [](const nlohmann::json& j) { return warns(j, "overlap_expert_parallel: hiding the expert all-to-alls"); };
   EXPECT_TRUE(mentions_overlap(a)) << a["warnings"].dump();
   EXPECT_FALSE(mentions_overlap(b)) << b["warnings"].dump();
   // Refused where nothing pairs or nothing is routed.
@@ -357,12 +361,7 @@ TEST(Cli, TpCommOverlapHidesTensorParallelCollectivesBesideTheirGemms) {
   EXPECT_LT(exposed, total / 2);    // the MLP's do
   EXPECT_LT(b["time_s"]["step"].get<double>(), a["time_s"]["step"].get<double>());
   // explain says so where the plan could chunk its tp collectives and does not.
-  auto mentions_overlap = [](const nlohmann::json& j) {
-    for (const auto& w : j["warnings"]) {
-      if (w.get<std::string>().starts_with("tp_comm_overlap: running the tp collectives in chunks")) return true;
-    }
-    return false;
-  };
+  auto mentions_overlap = [](const nlohmann::json& j) { return warns(j, "tp_comm_overlap: running the tp collectives in chunks"); };
   EXPECT_TRUE(mentions_overlap(a)) << a["warnings"].dump();
   EXPECT_FALSE(mentions_overlap(b)) << b["warnings"].dump();
   std::vector<std::string> table = job;
@@ -469,12 +468,7 @@ TEST(Cli, OverlapZeroGatherHidesTheUpdatedWeightsGatherUnderTheForward) {
   EXPECT_GT(hidden, 0.001);
   EXPECT_NEAR(a["time_s"]["step"].get<double>() - b["time_s"]["step"].get<double>(), hidden, 1e-9);
   // explain says so where the plan could overlap the gather and does not (here 10% of the step).
-  auto mentions_overlap = [](const nlohmann::json& j) {
-    for (const auto& w : j["warnings"]) {
-      if (w.get<std::string>().starts_with("overlap_zero_gather: gathering ZeRO's updated weights")) return true;
-    }
-    return false;
-  };
+  auto mentions_overlap = [](const nlohmann::json& j) { return warns(j, "overlap_zero_gather: gathering ZeRO's updated weights"); };
   EXPECT_TRUE(mentions_overlap(a)) << a["warnings"].dump();
   EXPECT_FALSE(mentions_overlap(b)) << b["warnings"].dump();
   std::vector<std::string> zero0 = with;
