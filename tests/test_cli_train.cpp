@@ -469,6 +469,25 @@ TEST(CliTrain, RefusesSettingsNoRunCanUseBeforeTheFirstStep) {
   }
 }
 
+// A learning rate above 1 trains (it is a choice) but is warned about on the
+// first lines; when it then diverges, the stop message prints the rate in four
+// significant digits (std::to_string wrote 1e30 as thirty digits and 1e-30 as
+// 0.000000).
+TEST(CliTrain, WarnsOfALearningRateAboveOneAndPrintsItReadablyWhenTheLossDiverges) {
+  const std::string plan = emit_gpt_plan("lr-above-one.json", "dp=1", 1);
+  const CliRun r = run({"train", "--plan", plan, "--data", "text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp", "--steps",
+                        "3", "--lr", "1e30"});
+  EXPECT_NE(r.err.find("--lr: 1e+30 is above 1"), std::string::npos) << r.err;
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("is not finite (lr 5.5e+29)"), std::string::npos) << r.err;
+  expect_no_crash_text(r);
+
+  const CliRun usual = run({"train", "--plan", plan, "--data", "text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp",
+                            "--steps", "1", "--lr", "0.5"});
+  EXPECT_EQ(usual.status, 0) << usual.err;
+  EXPECT_EQ(usual.err.find("--lr:"), std::string::npos) << usual.err;
+}
+
 // launch asks what train would refuse before it starts mpirun: a plan with
 // context parallelism (which the executor does not run) and unreadable --data are refused (exit 2, one message, the field named)
 // and the launcher, a stand-in that leaves a mark, never runs; it does run

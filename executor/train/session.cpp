@@ -299,6 +299,12 @@ Problems session_config_problems(const SessionConfig& config) {
     problems.push_back({Severity::error, flag, text.str()});
   };
   if (config.lr && !(std::isfinite(*config.lr) && *config.lr > 0)) refuse("--lr", "must be a positive number", *config.lr);
+  if (config.lr && std::isfinite(*config.lr) && *config.lr > 1) {
+    std::ostringstream text;
+    text << *config.lr << " is above 1: AdamW moves each weight by about the learning rate per step, and published peak "
+            "rates are 6e-5 to 6e-4 (Brown et al. 2020, Table 2.1); expect the loss to diverge";
+    problems.push_back({Severity::warning, "--lr", text.str()});
+  }
   if (config.warmup < 0) refuse("--warmup", "must be 0 or more steps", static_cast<double>(config.warmup));
   if (!(std::isfinite(config.weight_decay) && config.weight_decay >= 0)) {
     refuse("--weight-decay", "must be 0 or a positive number", config.weight_decay);
@@ -315,9 +321,9 @@ Problems session_config_problems(const SessionConfig& config) {
 
 Loaded<std::unique_ptr<TrainingSession>> TrainingSession::open(const SessionConfig& config, const PlanFile& plan_file,
                                                                comm::Communicator& world, SessionHooks hooks) {
-  if (Problems refused = session_config_problems(config); has_errors(refused)) {
-    if (world.rank() == 0 && hooks.report) hooks.report(refused);
-    return {{}, std::move(refused)};
+  if (Problems checked = session_config_problems(config); !checked.empty()) {
+    if (world.rank() == 0 && hooks.report) hooks.report(checked);
+    if (has_errors(checked)) return {{}, std::move(checked)};
   }
   auto state = std::make_unique<State>();
   state->config = config;

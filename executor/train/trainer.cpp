@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 #include <span>
 #include <string>
 
@@ -18,10 +20,12 @@ Problem option_problem(const std::string& where, const std::string& message) {
   return {Severity::error, where, message};
 }
 
+// Four significant digits in whichever notation is shorter: a learning rate of 1e-30 or 1e30 reads as such
+// (std::to_string printed 0.000000 and thirty digits).
 std::string format_value(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  return std::to_string(value);
+  std::ostringstream text;
+  text << std::setprecision(4) << value;
+  return text.str();
 }
 
 }  // namespace
