@@ -111,6 +111,27 @@ TEST(SlurmJob, SbatchValuesAreOneWord) {
   EXPECT_NE(script.find("\ncd '/home/me/my runs'\n"), std::string::npos) << script;
 }
 
+// --time takes Slurm's forms only; anything else would be written into the
+// script and refused by sbatch at submission, after the fact.
+TEST(SlurmJob, TimeLimitInSlurmsForms) {
+  const PlanFile plan = plan_on("local-cpu", "dp=2");
+  for (const std::string good : {"30", "30:00", "02:00:00", "1-12", "1-12:30", "2-00:00:00", "UNLIMITED", "0"}) {
+    SlurmOptions o;
+    o.time = good;
+    const auto job = slurm_job(plan, "p.json", o, {"x"});
+    EXPECT_TRUE(job.ok()) << good << ": " << messages(job.problems);
+  }
+  for (const std::string bad : {"bogus", "2h", "1:2:3:4", "1-2-3", "-5", "5-", ":30", "30:", "1.5", "1-a:00", "1::2"}) {
+    SlurmOptions o;
+    o.time = bad;
+    const auto job = slurm_job(plan, "p.json", o, {"x"});
+    EXPECT_FALSE(job.ok()) << bad;
+    ASSERT_EQ(job.problems.size(), 1u) << bad << ": " << messages(job.problems);
+    EXPECT_EQ(job.problems.front().where, "--time");
+    EXPECT_NE(job.problems.front().message.find("is not a Slurm time limit"), std::string::npos);
+  }
+}
+
 TEST(SlurmJob, ShellQuotingKeepsArgumentsWhole) {
   EXPECT_EQ(shell_quoted("text:/data/corpus.txt"), "text:/data/corpus.txt");
   EXPECT_EQ(shell_quoted("a b"), "'a b'");

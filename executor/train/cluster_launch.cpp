@@ -38,6 +38,30 @@ bool gpu_cluster(const ClusterSpec& cluster) {
   return cluster.intra_node.kind == "nvlink" || cluster.intra_node.kind == "pcie";
 }
 
+// Slurm's time limit forms (sbatch(1), --time): "minutes", "minutes:seconds", "hours:minutes:seconds",
+// "days-hours", "days-hours:minutes", "days-hours:minutes:seconds", or UNLIMITED / INFINITE. sbatch
+// refuses anything else when the job is submitted, after the script was written.
+bool slurm_time_limit(const std::string& text) {
+  if (text == "UNLIMITED" || text == "INFINITE" || text == "unlimited" || text == "infinite") return true;
+  auto numbers = [](const std::string& part, std::size_t count) {
+    std::size_t fields = 0;
+    std::size_t start = 0;
+    while (start <= part.size()) {
+      const std::size_t end = std::min(part.find(':', start), part.size());
+      if (end == start || end - start > 9) return false;
+      for (std::size_t i = start; i < end; ++i) {
+        if (part[i] < '0' || part[i] > '9') return false;
+      }
+      ++fields;
+      start = end + 1;
+    }
+    return fields >= 1 && fields <= count;
+  };
+  const std::size_t dash = text.find('-');
+  if (dash == std::string::npos) return numbers(text, 3);
+  return numbers(text.substr(0, dash), 1) && numbers(text.substr(dash + 1), 3);
+}
+
 }  // namespace
 
 Loaded<std::vector<HostSlots>> parse_hostfile(const std::string& text, const std::string& display_name) {
@@ -136,6 +160,11 @@ Loaded<SlurmJob> slurm_job(const PlanFile& plan, const std::string& plan_path, S
     if (sbatch_word(*value) != *value) {
       result.problems.push_back(error(flag, "'" + *value + "': one word without spaces, quotes, '#' or control characters"));
     }
+  }
+  if (!o.time.empty() && sbatch_word(o.time) == o.time && !slurm_time_limit(o.time)) {
+    result.problems.push_back(error("--time", "'" + o.time +
+                                                  "' is not a Slurm time limit: minutes, minutes:seconds, hours:minutes:seconds, "
+                                                  "days-hours, days-hours:minutes, days-hours:minutes:seconds or UNLIMITED"));
   }
   if (o.srun_mpi.empty()) result.problems.push_back(error("--srun-mpi", "names srun's MPI plugin (pmix, pmi2, none)"));
   job.options = std::move(o);
