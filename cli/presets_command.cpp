@@ -57,7 +57,7 @@ Command add_presets_command(CLI::App& app) {
     int status = exit_ok;
     auto report = [&](const Problems& problems) {
       for (const auto& p : problems) std::cerr << "meshplan presets: " << describe(p) << "\n";
-      status = exit_bad_input;
+      if (has_errors(problems)) status = exit_bad_input;
     };
     if (!from_hf->empty()) {
       const Loaded<HfModel> hf = read_hf_config(*from_hf);
@@ -74,10 +74,8 @@ Command add_presets_command(CLI::App& app) {
       std::cout << "\nmodels\n";
       for (const auto& name : list_presets(PresetKind::model)) {
         auto model = load_model(name);
-        if (!model.ok()) {
-          report(model.problems);
-          continue;
-        }
+        report(model.problems);  // a preset's warnings too (e.g. a name that is not its file's)
+        if (!model.ok()) continue;
         const auto graph = build_layer_graph(model.value, model.value.default_seq_len());
         std::cout << "  " << name << std::string(name.size() < 14 ? 14 - name.size() : 1, ' ')
                   << to_string(model.value.kind) << std::string(13 - to_string(model.value.kind).size(), ' ')
@@ -88,10 +86,8 @@ Command add_presets_command(CLI::App& app) {
       std::cout << "\ndevices\n";
       for (const auto& name : list_presets(PresetKind::device)) {
         auto device = load_device(name);
-        if (!device.ok()) {
-          report(device.problems);
-          continue;
-        }
+        report(device.problems);  // a preset's warnings too (e.g. a name that is not its file's)
+        if (!device.ok()) continue;
         std::string peaks;
         for (const auto& [dtype, flops] : device.value.peak_flops_per_s) {
           peaks += " " + to_string(dtype) + " " + tflops(flops);
@@ -107,10 +103,8 @@ Command add_presets_command(CLI::App& app) {
       std::cout << "\nclusters\n";
       for (const auto& name : list_presets(PresetKind::cluster)) {
         auto cluster = load_cluster(name);
-        if (!cluster.ok()) {
-          report(cluster.problems);
-          continue;
-        }
+        report(cluster.problems);  // a preset's warnings too (e.g. a name that is not its file's)
+        if (!cluster.ok()) continue;
         const auto& c = cluster.value;
         std::cout << "  " << name << std::string(name.size() < 14 ? 14 - name.size() : 1, ' ') << c.devices_per_node
                   << " x " << c.device.name << " per node, " << c.intra_node.kind << " "

@@ -95,7 +95,9 @@ Loaded<ClusterSpec> load_cluster(const std::string& name_or_path) {
   }
   auto yaml = load_yaml_file(file.value.path, file.value.display_name);
   if (!yaml.ok()) return {{}, yaml.problems};
-  return read_cluster(yaml.value, file.value.display_name);
+  auto loaded = read_cluster(yaml.value, file.value.display_name);
+  if (loaded.ok()) add_name_mismatch(file.value, yaml.value, loaded.value.name, loaded.problems);
+  return loaded;
 }
 
 Loaded<ClusterSpec> load_cluster_text(const std::string& yaml_text, const std::string& display_name) {

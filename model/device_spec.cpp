@@ -220,7 +220,9 @@ Loaded<DeviceSpec> load_device(const std::string& name_or_path) {
   if (!file.ok()) return {{}, file.problems};
   auto yaml = load_yaml_file(file.value.path, file.value.display_name);
   if (!yaml.ok()) return {{}, yaml.problems};
-  return read_device(yaml.value, file.value.display_name);
+  auto loaded = read_device(yaml.value, file.value.display_name);
+  if (loaded.ok()) add_name_mismatch(file.value, yaml.value, loaded.value.name, loaded.problems);
+  return loaded;
 }
 
 Loaded<DeviceSpec> load_device_text(const std::string& yaml_text, const std::string& display_name) {

@@ -272,7 +272,9 @@ Loaded<ModelSpec> load_model(const std::string& name_or_path) {
   if (!file.ok()) return {{}, file.problems};
   auto yaml = load_yaml_file(file.value.path, file.value.display_name);
   if (!yaml.ok()) return {{}, yaml.problems};
-  return read_model(yaml.value, file.value.display_name);
+  auto loaded = read_model(yaml.value, file.value.display_name);
+  if (loaded.ok()) add_name_mismatch(file.value, yaml.value, loaded.value.name, loaded.problems);
+  return loaded;
 }
 
 Loaded<ModelSpec> load_model_text(const std::string& yaml_text, const std::string& display_name) {

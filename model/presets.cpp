@@ -6,6 +6,7 @@
 
 #include "model/atomic_file.hpp"
 #include "model/suggest.hpp"
+#include "model/yaml_reader.hpp"
 
 namespace meshplan {
 namespace fs = std::filesystem;
@@ -19,7 +20,8 @@ std::string environment(const char* name) {
 void add_names(const fs::path& folder, std::vector<std::string>& names) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(folder, ec)) {
-    if (entry.path().extension() == ".yaml") names.push_back(entry.path().stem().string());
+    std::error_code kind_ec;
+    if (entry.path().extension() == ".yaml" && entry.is_regular_file(kind_ec)) names.push_back(entry.path().stem().string());
   }
 }
 
@@ -84,7 +86,7 @@ Loaded<PresetFile> find_preset(PresetKind kind, const std::string& name_or_path)
       result.problems.push_back({Severity::error, name_or_path, why_unreadable(name_or_path).value_or("not a regular file")});
       return result;
     }
-    result.value = {name_or_path, name_or_path, false};
+    result.value = {name_or_path, name_or_path, false, ""};
     return result;
   }
   const std::string kind_folder = folder_name(kind);
@@ -94,7 +96,11 @@ Loaded<PresetFile> find_preset(PresetKind kind, const std::string& name_or_path)
     const fs::path path = fs::path(user) / kind_folder / file_name;
     std::error_code ec;
     if (fs::is_regular_file(path, ec)) {
-      result.value = {path.string(), path.string(), true};
+      result.value = {path.string(), path.string(), true, name_or_path};
+      return result;
+    }
+    if (fs::exists(path, ec)) {  // a folder or a device named like a preset: say so, not "unknown"
+      result.problems.push_back({Severity::error, path.string(), why_unreadable(path.string()).value_or("not a regular file")});
       return result;
     }
   }
@@ -102,7 +108,7 @@ Loaded<PresetFile> find_preset(PresetKind kind, const std::string& name_or_path)
     const fs::path path = fs::path(root) / kind_folder / file_name;
     std::error_code ec;
     if (fs::is_regular_file(path, ec)) {
-      result.value = {path.string(), "presets/" + kind_folder + "/" + file_name, false};
+      result.value = {path.string(), "presets/" + kind_folder + "/" + file_name, false, name_or_path};
       return result;
     }
   }
@@ -117,6 +123,15 @@ Loaded<PresetFile> find_preset(PresetKind kind, const std::string& name_or_path)
            (known.empty() ? std::string(" (no presets folder found; set MESHPLAN_PRESETS)")
                           : " (known: " + known + "; or give a path to a .yaml file)")});
   return result;
+}
+
+void add_name_mismatch(const PresetFile& file, const YAML::Node& document, const std::string& name_in_file,
+                       Problems& problems) {
+  if (file.requested_name.empty() || name_in_file.empty() || name_in_file == file.requested_name) return;
+  Problems unused;
+  problems.push_back({Severity::warning, YamlMap(document, file.display_name, "", unused).where("name"),
+                      "'" + name_in_file + "' is not the file's name: the preset is chosen as '" + file.requested_name +
+                          "', and reports and plan files will call it '" + name_in_file + "'; rename the file or the name"});
 }
 
 }  // namespace meshplan

@@ -12,6 +12,10 @@
 
 #include "model/problem.hpp"
 
+namespace YAML {
+class Node;
+}
+
 namespace meshplan {
 
 enum class PresetKind { model, device, cluster };
@@ -22,7 +26,14 @@ struct PresetFile {
   std::string path;          // to open
   std::string display_name;  // for messages: "presets/models/gpt3-175b.yaml", a user preset's full path, or the user's path
   bool from_user_folder = false;  // found in user_presets_dir()
+  std::string requested_name;     // the name it was found by (its file's stem); empty when given as a path
 };
+
+// A preset found by name whose 'name:' is another: it is chosen by its file's
+// name but reports say the other, which no --model/--device/--cluster finds.
+// A warning at the file's 'name' key; nothing for a preset given as a path.
+void add_name_mismatch(const PresetFile& file, const YAML::Node& document, const std::string& name_in_file,
+                       Problems& problems);
 
 // The file for a name or path; a problem listing the known names otherwise.
 Loaded<PresetFile> find_preset(PresetKind kind, const std::string& name_or_path);

@@ -485,6 +485,45 @@ TEST(UserPresets, OverrideBuiltInPresetsAndAreListedWithTheirFile) {
   EXPECT_EQ(page.out, expected);
 }
 
+// A user preset whose 'name:' is not its file's name is chosen by the file's
+// name but reported under the other, which nothing finds: warned at the key,
+// with its line, wherever it is loaded (rc 0). A folder named like a preset
+// is said to be a folder, and not listed as a known preset (it was listed, and
+// then called unknown).
+TEST(UserPresets, ANameThatIsNotTheFilesIsWarnedAndAFolderIsNotAPreset) {
+  const fs::path folder = temp_path("user-misnamed");
+  fs::remove_all(folder);
+  fs::create_directories(folder / "devices" / "a-folder.yaml");
+  std::ofstream(folder / "devices" / "mine.yaml") << "# my card\nname: theirs\nsource: x\npeak_tflops:\n  bf16: 3\n"
+                                                      "memory_gib: 8\nmemory_bandwidth_gb_per_s: 100\n";
+  const UserPresets user(folder);
+  const auto device = meshplan::load_device("mine");
+  ASSERT_TRUE(device.ok()) << meshplan::describe(device.problems.front());
+  ASSERT_EQ(device.problems.size(), 1u);
+  EXPECT_EQ(device.problems.front().severity, meshplan::Severity::warning);
+  EXPECT_EQ(device.problems.front().where, (folder / "devices" / "mine.yaml").string() + ":2 key 'name'");
+  EXPECT_NE(device.problems.front().message.find("'theirs' is not the file's name: the preset is chosen as 'mine'"),
+            std::string::npos)
+      << device.problems.front().message;
+  const auto by_path = meshplan::load_device((folder / "devices" / "mine.yaml").string());
+  ASSERT_TRUE(by_path.ok());
+  EXPECT_TRUE(by_path.problems.empty()) << "a path names no preset: " << meshplan::describe(by_path.problems.front());
+  const auto built_in = meshplan::load_device("h100-sxm");
+  ASSERT_TRUE(built_in.ok());
+  EXPECT_TRUE(built_in.problems.empty());
+
+  const CliRun r = run({"presets", "devices"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("mine.yaml:2 key 'name': 'theirs' is not the file's name"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("a-folder"), std::string::npos) << r.out;
+  const auto names = meshplan::list_presets(meshplan::PresetKind::device);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "a-folder"), 0);
+  const auto as_folder = meshplan::find_preset(meshplan::PresetKind::device, "a-folder");
+  ASSERT_FALSE(as_folder.ok());
+  EXPECT_EQ(as_folder.problems.front().where, (folder / "devices" / "a-folder.yaml").string());
+  EXPECT_NE(as_folder.problems.front().message.find("is a folder"), std::string::npos) << as_folder.problems.front().message;
+}
+
 TEST(UserPresets, FolderFromTheEnvironment) {
   const UserPresets user(temp_path("x"));  // restores the variable afterwards
   ::setenv("MESHPLAN_USER_PRESETS", "", 1);
