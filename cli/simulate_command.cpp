@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -138,7 +139,20 @@ void print_summary(std::ostream& out, const Job& job, const sim::Simulation& sim
       << (sim.options.zero_communication ? "communication free"
                                          : sim.options.contention ? "links shared" : "links not shared")
       << "\n";
-  if (!trace.empty()) out << "trace           " << trace << " (open in ui.perfetto.dev or chrome://tracing)\n";
+  if (!trace.empty()) {
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(trace, ec);
+    out << "trace           " << trace << " (" << (ec ? std::string("size unknown") : human_bytes(static_cast<double>(bytes)));
+    // chrome://tracing loads at most 256 MB (google/trace-viewer#627); the Perfetto UI is held to the
+    // browser's memory, typically 2 GB at 2-4x the file (perfetto.dev, "Visualising large traces").
+    if (!ec && bytes > (256ull << 20)) {
+      out << "; too large for chrome://tracing: open it in ui.perfetto.dev, or past about 500 MB run "
+             "`trace_processor --httpd "
+          << trace << "` and then open ui.perfetto.dev)\n";
+    } else {
+      out << "; open in ui.perfetto.dev or chrome://tracing)\n";
+    }
+  }
 }
 
 // With --plan the file carries model, cluster and plan: other plan flags would be ignored, so they are refused.

@@ -1244,3 +1244,26 @@ TEST(Progress, RedrawsAtMostTenTimesASecond) {
 }
 
 }  // namespace
+
+// simulate --trace says how large the file it wrote is (a step of many
+// micro-batches writes hundreds of MB, past what chrome://tracing loads).
+TEST(CliSimulate, TraceLineGivesTheFilesSize) {
+  const auto trace = temp_path("size-check-trace.json");
+  std::filesystem::remove(trace);
+  const CliRun r = run({"simulate", "--model", "gpt2-124m", "--cluster", "dgx-a100", "--gpus", "8", "--mesh", "pp=2,dp=4",
+                        "--global-batch", "32", "--trace", trace.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto bytes = std::filesystem::file_size(trace);
+  EXPECT_GT(bytes, 1000u);
+  const std::string lead = "trace           " + trace.string() + " (";
+  const auto at = r.out.find(lead);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  std::istringstream shown(r.out.substr(at + lead.size()));
+  double size = 0;
+  std::string unit;
+  shown >> size >> unit;
+  ASSERT_TRUE(unit == "KiB;" || unit == "MiB;") << r.out;
+  const double shown_bytes = size * (unit == "KiB;" ? 1024.0 : 1024.0 * 1024.0);
+  EXPECT_NEAR(shown_bytes, static_cast<double>(bytes), 0.01 * static_cast<double>(bytes)) << r.out;
+  EXPECT_NE(r.out.find("; open in ui.perfetto.dev or chrome://tracing)\n", at), std::string::npos) << r.out;
+}
