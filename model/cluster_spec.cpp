@@ -9,14 +9,10 @@
 namespace meshplan {
 namespace {
 
-// Optional `achievable_fraction`, in (0, 1]; 1.0 (the line rate) when absent.
+// Optional `achievable_fraction` (nccl-tests busbw / line rate), in [kLinkFractionMin, 1]; 1.0 (the
+// line rate) when absent.
 double read_achievable_fraction(YamlMap& link) {
-  const auto fraction = link.number("achievable_fraction", Need::optional, 0, 1);
-  if (fraction && *fraction <= 0) {
-    link.add_problem("achievable_fraction", "must be greater than 0 and at most 1 (nccl-tests busbw / line rate)");
-    return 1.0;
-  }
-  return fraction.value_or(1.0);
+  return link.number("achievable_fraction", Need::optional, kLinkFractionMin, 1).value_or(1.0);
 }
 
 Loaded<ClusterSpec> read_cluster(const YAML::Node& node, const std::string& display_name) {

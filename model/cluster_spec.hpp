@@ -18,6 +18,9 @@ namespace meshplan {
 // (GB/s) and inter_node.per_nic_gbit_per_s (Gbit/s) within [min, max], latency_us
 // within [0, max], nics_per_node within [1, max].
 inline constexpr double kLinkRateMin = 1e-6;
+// achievable_fraction (nccl-tests busbw / line rate) from this up to 1: a link that carries less than
+// 0.1% of its line rate is not one a plan can be priced on (below it step times ran to inf).
+inline constexpr double kLinkFractionMin = 1e-3;
 inline constexpr double kLinkRateMax = 1e6;
 inline constexpr double kLinkLatencyMaxUs = 1e6;
 inline constexpr std::int64_t kMaxNicsPerNode = 1024;

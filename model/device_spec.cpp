@@ -31,12 +31,12 @@ void read_measured_rates(YamlMap& map, std::vector<GemmCurvePoint>& curve, std::
 }
 
 // `attention_forward_curve` / `attention_backward_curve`: [[GFLOP per call, TFLOP/s], ...].
-void read_attention_curve(YamlMap& map, const char* key, std::vector<AttentionRatePoint>& curve) {
+void read_attention_curve(YamlMap& map, const char* key, double peak_flops_per_s, std::vector<AttentionRatePoint>& curve) {
   auto pairs = map.number_pairs(key, Need::optional);
   if (!pairs) return;
   std::vector<AttentionRatePoint> read;
   for (const auto& [gflop, tflops] : *pairs) read.push_back({gflop * 1e9, tflops * 1e12});
-  if (const std::string problem = attention_curve_problem(read); !problem.empty()) {
+  if (const std::string problem = attention_curve_problem(read, peak_flops_per_s); !problem.empty()) {
     map.add_problem(key, problem);
   } else {
     curve = std::move(read);
@@ -45,14 +45,27 @@ void read_attention_curve(YamlMap& map, const char* key, std::vector<AttentionRa
 
 }  // namespace
 
-std::string attention_curve_problem(const std::vector<AttentionRatePoint>& curve) {
+double attention_peak_flops_per_s(const DeviceSpec& device) {
+  for (Dtype dtype : {Dtype::bf16, Dtype::fp16}) {
+    if (const auto it = device.peak_flops_per_s.find(dtype); it != device.peak_flops_per_s.end()) return it->second;
+  }
+  return 0;
+}
+
+std::string attention_curve_problem(const std::vector<AttentionRatePoint>& curve, double peak_flops_per_s) {
   if (curve.size() > kMaxGemmCurvePoints) {
     return "has " + std::to_string(curve.size()) + " points; at most " + std::to_string(kMaxGemmCurvePoints) + " are allowed";
   }
   for (std::size_t i = 0; i < curve.size(); ++i) {
     const std::string item = "item " + std::to_string(i + 1) + ": ";
     if (!(curve[i].forward_flops > 0)) return item + "GFLOP per call must be positive";
-    if (!(curve[i].flops_per_s > 0)) return item + "TFLOP/s must be positive";
+    if (!(curve[i].flops_per_s >= kPeakTflopsMin * 1e12)) {
+      return item + "TFLOP/s must be at least " + format("%g", kPeakTflopsMin);
+    }
+    if (peak_flops_per_s > 0 && curve[i].flops_per_s > peak_flops_per_s) {
+      return item + format("%g", curve[i].flops_per_s / 1e12) + " TFLOP/s is above the device's dense 16-bit peak, " +
+             format("%g", peak_flops_per_s / 1e12) + " TFLOP/s";
+    }
     if (i > 0 && curve[i].forward_flops <= curve[i - 1].forward_flops) return item + "GFLOP per call must increase strictly";
   }
   return "";
@@ -65,7 +78,10 @@ std::string gemm_curve_problem(const std::vector<GemmCurvePoint>& curve) {
   for (std::size_t i = 0; i < curve.size(); ++i) {
     const std::string item = "item " + std::to_string(i + 1) + ": ";
     if (!(curve[i].intensity > 0)) return item + "arithmetic intensity must be positive";
-    if (!(curve[i].fraction > 0 && curve[i].fraction <= 1.5)) return item + "fraction must be in (0, 1.5]";
+    if (!(curve[i].fraction >= kGemmCurveFractionMin && curve[i].fraction <= kGemmCurveFractionMax)) {
+      return item + "fraction must be in [" + format("%g", kGemmCurveFractionMin) + ", " +
+             format("%g", kGemmCurveFractionMax) + "], got " + format("%g", curve[i].fraction);
+    }
     if (i > 0 && curve[i].intensity <= curve[i - 1].intensity) return item + "arithmetic intensities must increase strictly";
   }
   return "";
@@ -181,8 +197,9 @@ Loaded<DeviceSpec> read_device(const YAML::Node& node, const std::string& displa
     device.memory_efficiency =
         achievable->number("memory_bandwidth_fraction", Need::optional, kAchievableFractionMin, 1.0).value_or(device.memory_efficiency);
     read_measured_rates(*achievable, device.gemm_curve, device.op_bandwidth_bytes_per_s);
-    read_attention_curve(*achievable, "attention_forward_curve", device.attention_forward_curve);
-    read_attention_curve(*achievable, "attention_backward_curve", device.attention_backward_curve);
+    const double attention_peak = attention_peak_flops_per_s(device);
+    read_attention_curve(*achievable, "attention_forward_curve", attention_peak, device.attention_forward_curve);
+    read_attention_curve(*achievable, "attention_backward_curve", attention_peak, device.attention_backward_curve);
     if (auto slowdown = achievable->map("attention_dropout_slowdown", Need::optional)) {
       device.attention_dropout_slowdown[0] =
           slowdown->number("forward", Need::required, kDropoutSlowdownMin, kDropoutSlowdownMax).value_or(1);

@@ -118,10 +118,15 @@ struct DeviceSpec {
 
 // What is wrong with a GEMM curve as the schema allows it (at most 16
 // points, intensities positive and strictly increasing, fractions in
-// (0, 1.5]): "item 3: ..." for the first bad point, "" when it is good.
+// [kGemmCurveFractionMin, kGemmCurveFractionMax]): "item 3: ..." for the
+// first bad point, "" when it is good.
 std::string gemm_curve_problem(const std::vector<GemmCurvePoint>& curve);
-// The same for an attention curve (FLOPs positive and strictly increasing, rates positive).
-std::string attention_curve_problem(const std::vector<AttentionRatePoint>& curve);
+// The same for an attention curve (FLOPs positive and strictly increasing,
+// rates from kPeakTflopsMin up to `peak_flops_per_s`, the device's dense
+// 16-bit peak, when it is given (> 0)).
+std::string attention_curve_problem(const std::vector<AttentionRatePoint>& curve, double peak_flops_per_s = 0);
+// The dense 16-bit peak a fused attention kernel runs under: bf16's, else fp16's, else 0.
+double attention_peak_flops_per_s(const DeviceSpec& device);
 
 // The device a process running `threads` threads on as many cores is, for a
 // one-core device (local-cpu): peaks, memory bandwidth and op-class rates x
@@ -149,6 +154,9 @@ inline constexpr double kMemoryBandwidthGbPerSMin = 1e-3, kMemoryBandwidthGbPerS
 inline constexpr double kDropoutSlowdownMin = 1.0, kDropoutSlowdownMax = 10.0;
 // achievable.gemm_fraction and memory_bandwidth_fraction, in [min, 1].
 inline constexpr double kAchievableFractionMin = 0.01;
+// A GEMM curve's points (residual multipliers on peak x gemm_fraction x tiles) lie in
+// [kGemmCurveFractionMin, kGemmCurveFractionMax]: above 1 where a measured shape beats the tile model.
+inline constexpr double kGemmCurveFractionMin = 1e-4, kGemmCurveFractionMax = 1.5;
 // achievable.op_bandwidth_gb_per_s entries (GB/s) and runtime.launch_overhead_us.
 inline constexpr double kOpBandwidthGbPerSMin = 1e-6, kOpBandwidthGbPerSMax = 1e6;
 inline constexpr double kLaunchOverheadUsMax = 1e6;

@@ -1,5 +1,6 @@
 #include "model/explain.hpp"
 
+#include <cmath>
 #include <cstdio>
 
 #include "model/layer_graph.hpp"
@@ -61,9 +62,15 @@ std::optional<Problem> fp8_note(const Evaluator& evaluator, const Plan& plan, co
 // MFU above 100%: model FLOPs count attention's whole s x s, the causal
 // fused kernel runs half (docs/cost-model.md, "Compute", its end).
 std::optional<Problem> mfu_note(const TimeEstimate& time) {
-  if (!(time.mfu > 1)) return std::nullopt;
+  if (!(time.mfu > 1) && !(time.hfu > 1)) return std::nullopt;
   char text[200];
   std::snprintf(text, sizeof text, "MFU is %.1f%% (HFU %.1f%%): ", 100 * time.mfu, 100 * time.hfu);
+  if (time.hfu > 1.001) {  // what runs, above the peak: the device preset's rates are, not the FLOP convention
+    return Problem{Severity::warning, "mfu",
+                   std::string(text) +
+                       "the hardware FLOPs run faster than the device's dense peak, so the device preset's rates "
+                       "(gemm_fraction x gemm_curve, attention curves) are above its peak_tflops; check the preset"};
+  }
   return Problem{Severity::warning, "mfu",
                  std::string(text) +
                      "model FLOPs count attention's whole s x s score matrix, as published MFU figures do, while the "
@@ -109,6 +116,12 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
       const auto placements = place_axes(evaluator.topology(), plan.mesh);
       const std::vector<BlockCost> costs = evaluator.block_costs(plan, placements);
       ex.time = evaluator.evaluate(plan, placements, costs).time;
+      if (!std::isfinite(ex.time->step_s)) {  // the presets' bounds keep rates positive; this is the last guard
+        ex.problems.push_back({Severity::error, "time",
+                               "the step time is not a finite number: a rate in the device or cluster preset is 0 "
+                               "or too small to divide by"});
+        ex.valid = false;
+      }
       ex.compute_parts_s = evaluator.compute_parts(plan, costs, ex.time->slowest_stage);
       ex.scaling = scaling_diagnostics(model, cluster, plan, ex.seq_len, placements);
       ex.axis_links = axis_links(cluster, placements);

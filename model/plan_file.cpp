@@ -278,7 +278,7 @@ void read_link(JsonObject& link, LinkSpec& out, bool inter_node) {
   if (inter_node) out.nics_per_node = link.integer("nics_per_node", Need::required, 1, 1024).value_or(1);
   out.bandwidth_bytes_per_s = link.number("bandwidth_bytes_per_s", Need::required, 1e-3, 1e18).value_or(0);
   out.latency_s = link.number("latency_s", Need::required, 0, 1).value_or(0);
-  out.achievable_fraction = link.number("achievable_fraction", Need::required, 1e-9, 1).value_or(1);
+  out.achievable_fraction = link.number("achievable_fraction", Need::required, kLinkFractionMin, 1).value_or(1);
   out.overlaps_compute = link.boolean("overlaps_compute", Need::optional).value_or(true);  // absent before 2026-11-22
   link.finish();
 }
@@ -317,13 +317,14 @@ void read_measured_rates(JsonObject& object, std::vector<GemmCurvePoint>& curve,
 }
 
 // `attention_forward_curve` / `attention_backward_curve`: [[forward FLOPs, FLOP/s], ...], optional.
-void read_attention_curve(JsonObject& object, const char* key, std::vector<AttentionRatePoint>& curve) {
+void read_attention_curve(JsonObject& object, const char* key, double peak_flops_per_s,
+                          std::vector<AttentionRatePoint>& curve) {
   const Json* node = object.find(key, Need::optional);
   if (!node) return;
   std::vector<AttentionRatePoint> read;
   if (!read_number_pairs(*node, read)) {
     object.add_problem(key, "expected an array of [forward FLOPs, FLOP/s] pairs");
-  } else if (const std::string problem = attention_curve_problem(read); !problem.empty()) {
+  } else if (const std::string problem = attention_curve_problem(read, peak_flops_per_s); !problem.empty()) {
     object.add_problem(key, problem);
   } else {
     curve = std::move(read);
@@ -356,8 +357,8 @@ void read_device(JsonObject& device, DeviceSpec& out) {
   // Optional: files written before the measured refinements existed have none.
   read_measured_rates(device, out.gemm_curve, out.op_bandwidth_bytes_per_s);
   // Optional: files written before fused attention and the stack's figures were modelled have none.
-  read_attention_curve(device, "attention_forward_curve", out.attention_forward_curve);
-  read_attention_curve(device, "attention_backward_curve", out.attention_backward_curve);
+  read_attention_curve(device, "attention_forward_curve", attention_peak_flops_per_s(out), out.attention_forward_curve);
+  read_attention_curve(device, "attention_backward_curve", attention_peak_flops_per_s(out), out.attention_backward_curve);
   // Optional: files written before 2026-11-26 have none (read as not modelled).
   if (auto slowdown = device.object("attention_dropout_slowdown", Need::optional)) {
     out.attention_dropout_slowdown[0] = slowdown->number("forward", Need::required, 1, 10).value_or(1);

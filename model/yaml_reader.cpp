@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/eventhandler.h>
 
+#include <charconv>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -20,6 +22,28 @@ std::string location(const std::string& file, int line) {
 
 std::string scalar_text(const YAML::Node& node) {
   return node.IsScalar() ? "'" + node.Scalar() + "'" : std::string(node.IsSequence() ? "a list" : "a map");
+}
+
+// YAML 1.1 reads `010` as octal 8 and `0x10` as 16 (yaml-cpp does), while `0200.0` and the same digits
+// in a number are decimal: a whole number is written in decimal digits, with no leading zero, and a
+// number does not start with a zero followed by a digit. The message says why; empty when fine.
+std::string non_decimal_problem(const std::string& text, bool whole) {
+  std::size_t i = (!text.empty() && (text[0] == '+' || text[0] == '-')) ? 1 : 0;
+  const bool leading_zero = text.size() > i + 1 && text[i] == '0' && std::isdigit(static_cast<unsigned char>(text[i + 1]));
+  bool digits_only = text.size() > i;
+  for (std::size_t j = i; j < text.size(); ++j) digits_only = digits_only && std::isdigit(static_cast<unsigned char>(text[j]));
+  if (leading_zero || (whole && !digits_only)) {
+    return "'" + text + "': write " + (whole ? "whole numbers" : "numbers") +
+           " in decimal digits without a leading zero (YAML reads 010 as octal 8 and 0x10 as 16)";
+  }
+  return "";
+}
+
+// The shortest text that reads back as `value` (1000000.5, not the 1e+06 of six digits).
+std::string exact_text(double value) {
+  char buffer[64];
+  const auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return ec == std::errc() ? std::string(buffer, end) : std::to_string(value);
 }
 
 std::string join(const std::vector<std::string>& words) {
@@ -125,7 +149,11 @@ std::optional<YAML::Node> YamlMap::find(std::string_view key, Need need) {
   if (is_map_) {
     for (const auto& entry : node_) {
       if (entry.first.IsScalar() && entry.first.Scalar() == key) {
-        if (entry.second.IsNull()) break;
+        if (entry.second.IsNull()) {  // `key:`, `key: ~`, `key: null`: not the same as leaving it out
+          problems_->push_back({Severity::error, location(file_, line_of(entry.first)) + " key '" + prefix_ + std::string(key) + "'",
+                                "has no value (empty, ~ or null); give one, or leave the key out"});
+          return std::nullopt;
+        }
         return entry.second;
       }
     }
@@ -146,6 +174,10 @@ std::optional<std::int64_t> YamlMap::integer(std::string_view key, Need need, st
     add_problem(key, "expected a whole number, got " + scalar_text(*node));
     return std::nullopt;
   }
+  if (const std::string problem = non_decimal_problem(node->Scalar(), true); !problem.empty()) {
+    add_problem(key, problem);
+    return std::nullopt;
+  }
   if (value < min_value || value > max_value) {
     add_problem(key, "must be between " + std::to_string(min_value) + " and " +
                          std::to_string(max_value) + ", got " + std::to_string(value));
@@ -162,9 +194,13 @@ std::optional<double> YamlMap::number(std::string_view key, Need need, double mi
     add_problem(key, "expected a number, got " + scalar_text(*node));
     return std::nullopt;
   }
+  if (const std::string problem = non_decimal_problem(node->Scalar(), false); !problem.empty()) {
+    add_problem(key, problem);
+    return std::nullopt;
+  }
   if (value < min_value || value > max_value) {
     std::ostringstream msg;
-    msg << "must be between " << min_value << " and " << max_value << ", got " << value;
+    msg << "must be between " << min_value << " and " << max_value << ", got " << exact_text(value);
     add_problem(key, msg.str());
     return std::nullopt;
   }
@@ -224,6 +260,10 @@ std::optional<std::vector<std::int64_t>> YamlMap::integer_list(std::string_view 
       add_problem(key, "item " + std::to_string(i + 1) + ": expected a whole number, got " + scalar_text(item));
       return std::nullopt;
     }
+    if (const std::string problem = non_decimal_problem(item.Scalar(), true); !problem.empty()) {
+      add_problem(key, "item " + std::to_string(i + 1) + ": " + problem);
+      return std::nullopt;
+    }
     if (value < min_value || value > max_value) {
       add_problem(key, "item " + std::to_string(i + 1) + " must be between " + std::to_string(min_value) +
                            " and " + std::to_string(max_value) + ", got " + std::to_string(value));
@@ -246,10 +286,22 @@ std::optional<std::vector<std::pair<double, double>>> YamlMap::number_pairs(std:
     const YAML::Node item = (*node)[i];
     double a = 0, b = 0;
     if (!item.IsSequence() || item.size() != 2 || !item[0].IsScalar() || !item[1].IsScalar() ||
-        !YAML::convert<double>::decode(item[0], a) || !YAML::convert<double>::decode(item[1], b) || !std::isfinite(a) ||
-        !std::isfinite(b)) {
-      add_problem(key, "item " + std::to_string(i + 1) + ": expected a pair of numbers [a, b], got " + scalar_text(item));
+        !YAML::convert<double>::decode(item[0], a) || !YAML::convert<double>::decode(item[1], b)) {
+      add_problem(key, "item " + std::to_string(i + 1) + ": expected a pair of numbers [a, b], got " +
+                           (item.IsSequence() && item.size() != 2 ? "a list of " + std::to_string(item.size())
+                                                                  : scalar_text(item)));
       return std::nullopt;
+    }
+    if (!std::isfinite(a) || !std::isfinite(b)) {
+      add_problem(key, "item " + std::to_string(i + 1) + ": [" + item[0].Scalar() + ", " + item[1].Scalar() +
+                           "]: both numbers must be finite (not .nan or .inf)");
+      return std::nullopt;
+    }
+    for (const YAML::Node& number : {item[0], item[1]}) {
+      if (const std::string problem = non_decimal_problem(number.Scalar(), false); !problem.empty()) {
+        add_problem(key, "item " + std::to_string(i + 1) + ": " + problem);
+        return std::nullopt;
+      }
     }
     values.emplace_back(a, b);
   }

@@ -215,6 +215,34 @@ TEST(FusedAttention, MfuAboveOneAtLongSequencesIsExplainedAndHfuStaysBelow) {
                            [](const Problem& p) { return p.where == "mfu"; }));
 }
 
+// Rates above the peak (the schema lets a GEMM curve reach 1.5 x gemm_fraction, for shapes that beat
+// the tile model) put HFU above 100%: the note blames the device preset, not the FLOP convention,
+// which was false at 4096 tokens. A rate that makes the step infinite is an error, not "fits".
+TEST(FusedAttention, HfuAboveOneBlamesThePresetAndAnInfiniteStepIsAnError) {
+  const auto model = must(load_model("llama2-7b"));
+  auto cluster = must(load_cluster("dgx-a100"));
+  cluster.device.gemm_efficiency = 1.0;
+  cluster.device.gemm_curve = {{1, 1.5}, {100000, 1.5}};
+  const Plan plan = plan_with("dp=8", 1, 64);
+  const auto fast = explain_plan(model, cluster, {8, 0}, plan);
+  ASSERT_TRUE(fast.time.has_value());
+  EXPECT_GT(fast.time->hfu, 1.0);
+  const auto note = std::find_if(fast.problems.begin(), fast.problems.end(), [](const Problem& p) { return p.where == "mfu"; });
+  ASSERT_NE(note, fast.problems.end());
+  EXPECT_NE(note->message.find("the device preset's rates"), std::string::npos) << note->message;
+  EXPECT_EQ(note->message.find("causal"), std::string::npos) << note->message;
+
+  auto broken = must(load_cluster("dgx-a100"));
+  for (auto& point : broken.device.attention_forward_curve) point.flops_per_s = 1e-320;
+  const auto ex = explain_plan(model, broken, {8, 0}, plan);
+  EXPECT_FALSE(ex.valid);
+  EXPECT_FALSE(ex.feasible());
+  const auto error = std::find_if(ex.problems.begin(), ex.problems.end(), [](const Problem& p) { return p.where == "time"; });
+  ASSERT_NE(error, ex.problems.end());
+  EXPECT_EQ(error->severity, Severity::error);
+  EXPECT_NE(error->message.find("not a finite number"), std::string::npos) << error->message;
+}
+
 // Peak rows on one H100 for GPT-2 124M, 8 x 1024 tokens (dropout, tied vocab 50257).
 TEST(PeakMemory, LossLayerGradientAndRuntimeRows) {
   const auto model = must(load_model("gpt2-124m"));
@@ -354,8 +382,14 @@ TEST(MeasuredPresets, BadRuntimeAndAttentionCurvesAreNamedErrors) {
     const char* expect;
   };
   const Case cases[] = {
-      {"achievable:\n  attention_forward_curve: [[10, 100], [5, 200]]\n", "GFLOP per call must increase strictly"},
-      {"achievable:\n  attention_backward_curve: [[10, 0]]\n", "TFLOP/s must be positive"},
+      {"achievable:\n  attention_forward_curve: [[10, 50], [5, 60]]\n", "GFLOP per call must increase strictly"},
+      {"achievable:\n  attention_backward_curve: [[10, 0]]\n", "item 1: TFLOP/s must be at least 1e-06"},
+      // A rate a kernel cannot reach (1e-320 gave an infinite step that was called "fits")...
+      {"achievable:\n  attention_forward_curve: [[1, 1e-320], [2, 1e-320]]\n", "item 1: TFLOP/s must be at least 1e-06"},
+      // ...or one above the peak (MFU 184% was printed as the FLOP convention's doing).
+      {"achievable:\n  attention_forward_curve: [[34.4, 50], [1099.5, 150]]\n",
+       "item 2: 150 TFLOP/s is above the device's dense 16-bit peak, 100 TFLOP/s"},
+      {"achievable:\n  attention_forward_curve: [[.nan, 50]]\n", "item 1: [.nan, 50]: both numbers must be finite"},
       {"runtime:\n  context_mib: -1\n", "key 'runtime.context_mib'"},
       {"runtime:\n  allocator_reserve_fraction: 2\n", "key 'runtime.allocator_reserve_fraction'"},
       {"runtime:\n  launch_us: 5\n", "unknown key"},

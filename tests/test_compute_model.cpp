@@ -204,7 +204,9 @@ TEST(DeviceYaml, BadCurvesAndClassesAreNamedErrors) {
   const Case cases[] = {
       {"  gemm_curve:\n    - [64, 0.7]\n    - [16, 0.3]\n", "arithmetic intensities must increase strictly"},
       {"  gemm_curve:\n    - [16, 0.3]\n    - [16, 0.4]\n", "arithmetic intensities must increase strictly"},
-      {"  gemm_curve:\n    - [16, 0]\n", "fraction must be in (0, 1.5]"},
+      {"  gemm_curve:\n    - [16, 0]\n", "item 1: fraction must be in [0.0001, 1.5], got 0"},
+      {"  gemm_curve:\n    - [1, 1e-320]\n    - [2, 1e-320]\n", "item 1: fraction must be in [0.0001, 1.5], got 9.99989e-321"},
+      {"  gemm_curve:\n    - [16, 1.6]\n", "item 1: fraction must be in [0.0001, 1.5], got 1.6"},
       {"  gemm_curve:\n    - [-1, 0.5]\n", "arithmetic intensity must be positive"},
       {"  gemm_curve:\n    - [16, 0.3, 4]\n", "expected a pair of numbers"},
       {"  gemm_curve: 0.8\n", "expected a non-empty list of [number, number] pairs"},

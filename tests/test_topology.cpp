@@ -284,8 +284,9 @@ TEST(ClusterSpecFraction, DefaultsToLineRateAndIsRangeChecked) {
   const ClusterSpec half = must(load_with_fraction("achievable_fraction: 0.5"));
   EXPECT_DOUBLE_EQ(half.intra_node.achievable_fraction, 0.5);
   EXPECT_DOUBLE_EQ(half.inter_node.achievable_fraction, 0.5);
+  // 1e-300 of the line rate priced a step at 1.6e297 s and "fits"; 1e-320, at inf.
   for (const char* bad : {"achievable_fraction: 0", "achievable_fraction: 1.5", "achievable_fraction: -0.2",
-                          "achievable_fraction: most"}) {
+                          "achievable_fraction: most", "achievable_fraction: 1e-300", "achievable_fraction: 0.0009"}) {
     const auto loaded = load_with_fraction(bad);
     ASSERT_FALSE(loaded.ok()) << bad;
     const std::string text = messages(loaded.problems);

@@ -216,6 +216,40 @@ TEST(YamlReader, RepeatedKeysSecondDocumentsAndEmptyNamesAreRefused) {
       << all_messages(empty.problems);
 }
 
+// YAML 1.1 reads 010 as octal 8 and 0x10 as 16 (layers: 010 gave 8 layers,
+// silently); a number is read as written in decimal or refused. A key given
+// with no value is refused at its line, not taken as absent (bf16: null
+// dropped the run to fp32) nor called missing at the map's line. A value out
+// of range is quoted as written (1000000.5 printed as 1e+06, inside the range
+// the message gave).
+TEST(YamlReader, NonDecimalNumbersNullsAndOutOfRangeValuesAreNamedAsWritten) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"layers: 010\n", "tiny.yaml:11 key 'layers': '010': write whole numbers in decimal digits without a leading zero"},
+      {"layers: 0x10\n", "tiny.yaml:11 key 'layers': '0x10': write whole numbers in decimal digits"},
+      {"layers: 0o10\n", "tiny.yaml:11 key 'layers'"},
+      {"dropout: 00.1\n", "tiny.yaml:12 key 'dropout': '00.1': write numbers in decimal digits without a leading zero"},
+      {"layers: ~\n", "tiny.yaml:11 key 'layers': has no value (empty, ~ or null)"},
+      {"dropout:\n", "tiny.yaml:12 key 'dropout': has no value (empty, ~ or null)"},
+      {"dropout: 1.0000001\n", "tiny.yaml:12 key 'dropout': must be between 0 and 0.999, got 1.0000001"},
+  };
+  // kGood with `line` in place of its own line of the same key (at the end).
+  const auto with = [](const std::string& line) {
+    std::string text = kGood;
+    const std::string key = line.substr(0, line.find(':') + 1);
+    if (const auto at = text.find("\n" + key); at != std::string::npos) text.erase(at + 1, text.find('\n', at + 1) - at);
+    return text + line;
+  };
+  for (const auto& [line, expected] : cases) {
+    const auto model = load_model_text(with(line), "tiny.yaml");
+    EXPECT_FALSE(model.ok()) << line;
+    EXPECT_NE(all_messages(model.problems).find(expected), std::string::npos) << line << all_messages(model.problems);
+  }
+  for (const char* fine : {"layers: 10\n", "layers: +10\n", "dropout: 0.1\n", "dropout: 0\n", "dropout: .1\n", "dropout: 1e-1\n"}) {
+    const auto model = load_model_text(with(fine), "tiny.yaml");
+    EXPECT_TRUE(model.ok()) << fine << all_messages(model.problems);
+  }
+}
+
 // Rotary positions rotate pairs of a head's dimensions; top_k routes to experts a dense model lacks;
 // a CNN stage list that is refused is not also called the wrong length.
 TEST(YamlReader, RotaryHeadsTopKAndStageListsAreCheckedOnce) {
