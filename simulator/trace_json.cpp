@@ -8,9 +8,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/report_json.hpp"
@@ -18,13 +20,32 @@
 namespace meshplan::sim {
 namespace {
 
-std::int64_t nanoseconds(double seconds) { return std::llround(seconds * 1e9); }
+// Times as whole nanoseconds while they fit an int64 with room (under about 106 days), so that an
+// event's ts + dur is exactly the next one's ts; past that (a step of 1e10 s overflowed into text
+// that was not JSON) as microseconds in 17 significant digits.
+constexpr double kWholeNanosecondsUpTo = 9.2e9;  // seconds; 2^63 ns is 9.22e9 s
 
-// Microseconds with three decimals, exactly the whole nanoseconds.
-std::string microseconds(std::int64_t ns) {
+std::string microseconds_of_ns(std::int64_t ns) {
   char text[48];
-  std::snprintf(text, sizeof text, "%lld.%03lld", static_cast<long long>(ns / 1000), static_cast<long long>(ns % 1000));
+  std::snprintf(text, sizeof text, "%s%lld.%03lld", ns < 0 ? "-" : "", static_cast<long long>(std::llabs(ns) / 1000),
+                static_cast<long long>(std::llabs(ns) % 1000));
   return text;
+}
+
+std::string microseconds(double seconds) {
+  if (std::abs(seconds) < kWholeNanosecondsUpTo) return microseconds_of_ns(std::llround(seconds * 1e9));
+  char text[48];
+  std::snprintf(text, sizeof text, "%.17g", seconds * 1e6);
+  return text;
+}
+
+// "ts" and "dur" of an event from start to end.
+std::pair<std::string, std::string> ts_and_duration(double start_s, double end_s) {
+  if (std::abs(start_s) < kWholeNanosecondsUpTo && std::abs(end_s) < kWholeNanosecondsUpTo) {
+    const std::int64_t start = std::llround(start_s * 1e9), end = std::llround(end_s * 1e9);
+    return {microseconds_of_ns(start), microseconds_of_ns(end - start)};
+  }
+  return {microseconds(start_s), microseconds(end_s - start_s)};
 }
 
 std::string event_name(const SimEvent& e, bool interleaved) {
@@ -93,10 +114,10 @@ void write_trace_json(std::ostream& out, const Simulation& sim) {
   char numbers[64];
   for (std::size_t i = 0; i < timeline.events.size(); ++i) {
     const SimEvent& e = timeline.events[i];
-    const std::int64_t start = nanoseconds(e.start_s), end = nanoseconds(e.end_s);
+    const auto [ts, duration] = ts_and_duration(e.start_s, e.end_s);
     std::string item = "{\"ph\": \"X\", \"pid\": " + std::to_string(e.stage) +
-                       ", \"tid\": " + std::to_string(static_cast<int>(e.track)) + ", \"ts\": " + microseconds(start) +
-                       ", \"dur\": " + microseconds(end - start) + ", \"name\": \"" + event_name(e, interleaved) +
+                       ", \"tid\": " + std::to_string(static_cast<int>(e.track)) + ", \"ts\": " + ts +
+                       ", \"dur\": " + duration + ", \"name\": \"" + event_name(e, interleaved) +
                        "\", \"cat\": \"" + (is_compute(e.kind) ? "compute" : "communication") + "\", \"args\": {";
     std::string args;
     if (e.micro_batch >= 0) args += "\"micro_batch\": " + std::to_string(e.micro_batch);
@@ -112,7 +133,7 @@ void write_trace_json(std::ostream& out, const Simulation& sim) {
   auto counter = [&](std::int32_t stage, double time_s, double activation_bytes) {
     std::snprintf(numbers, sizeof numbers, "%.10g", activation_bytes);
     std::string item = "{\"ph\": \"C\", \"pid\": " + std::to_string(stage) + ", \"ts\": " +
-                       microseconds(nanoseconds(time_s)) + ", \"name\": \"memory (bytes)\", \"args\": {\"activations\": " +
+                       microseconds(time_s) + ", \"name\": \"memory (bytes)\", \"args\": {\"activations\": " +
                        numbers;
     std::snprintf(numbers, sizeof numbers, "%.10g", work.stage_work[static_cast<std::size_t>(stage)].model_state_bytes);
     writer.item(item + ", \"model states and buffers\": " + numbers + "}}");
@@ -123,6 +144,12 @@ void write_trace_json(std::ostream& out, const Simulation& sim) {
 }
 
 Problems write_trace_file(const std::string& path, const Simulation& simulation) {
+  for (const SimEvent& e : simulation.timeline.events) {
+    if (!std::isfinite(e.start_s) || !std::isfinite(e.end_s)) {
+      return {{Severity::error, path, "the timeline holds a time that is not a finite number (a rate of the device or "
+                                      "cluster preset is 0 or too small); no trace written"}};
+    }
+  }
   return write_file_atomically(path, [&](std::ostream& out) { write_trace_json(out, simulation); });
 }
 

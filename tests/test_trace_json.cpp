@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -119,6 +121,37 @@ TEST(TraceJson, FileIsWrittenWhole) {
   const Problems unwritable = write_trace_file("/nonexistent-directory/trace.json", sim);
   ASSERT_TRUE(has_errors(unwritable));
   EXPECT_EQ(unwritable.front().where, "/nonexistent-directory/trace.json");
+}
+
+// Times past 2^63 ns (a step of 2e10 s: Llama 2 7B at 2^31 tokens) overflowed
+// into "-9223372036854775.-808", which is not JSON; they are written in 17
+// significant digits of microseconds, and a non-finite time writes no file.
+TEST(TraceJson, HugeTimesStayJsonAndNonFiniteOnesAreRefused) {
+  Simulation sim = simulated("dp=4,pp=4,tp=2", "1f1b", true);
+  for (SimEvent& e : sim.timeline.events) {
+    e.start_s *= 1e12;
+    e.end_s *= 1e12;
+  }
+  const nlohmann::json trace = parsed(sim);
+  double last_end_us = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    EXPECT_GE(e["ts"].get<double>(), 0.0);
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    last_end_us = std::max(last_end_us, e["ts"].get<double>() + e["dur"].get<double>());
+  }
+  double step_s = 0;
+  for (const SimEvent& e : sim.timeline.events) step_s = std::max(step_s, e.end_s);
+  EXPECT_GT(step_s, 1e10);
+  EXPECT_NEAR(last_end_us, step_s * 1e6, 1e-12 * step_s * 1e6);
+
+  sim.timeline.events.front().end_s = std::numeric_limits<double>::infinity();
+  const auto path = std::filesystem::temp_directory_path() / "meshplan-trace-inf.json";
+  std::filesystem::remove(path);
+  const Problems refused = write_trace_file(path.string(), sim);
+  ASSERT_TRUE(has_errors(refused));
+  EXPECT_NE(refused.front().message.find("not a finite number"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 }  // namespace
