@@ -259,7 +259,7 @@ Loaded<std::vector<Job>> resolve_jobs(const JobFlags& f, const SearchFlags& sear
   auto gpus = parse_int_list(f.gpus, "--gpus", 1, kMaxMeshDevices);
   // No --global-batch: each job gets the rule's batch (model/default_batch.hpp), said in its note.
   auto batches = f.global_batches.empty() ? Loaded<std::vector<std::int64_t>>{}
-                                          : parse_int_list(f.global_batches, "--global-batch", 1, std::int64_t{1} << 40);
+                                          : parse_int_list(f.global_batches, "--global-batch", 1, kMaxGlobalBatch);
   for (const Problems* p : {&model_names.problems, &cluster_names.problems, &gpus.problems, &batches.problems}) {
     problems.insert(problems.end(), p->begin(), p->end());
   }

@@ -147,6 +147,8 @@ std::optional<Loss> parse_loss(std::string_view text);
 std::optional<Schedule> parse_schedule(std::string_view text);
 // The longest training sequence a plan may state (plan files, --seq).
 inline constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 40;
+// The largest global batch (sequences per step) and micro-batch a plan may state (plan files, flags).
+inline constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 40;
 
 inline constexpr std::string_view recompute_choices = "none, selective, full, selective-op";
 inline constexpr std::string_view attention_choices = "fused, unfused";

@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -439,9 +439,9 @@ Plan read_plan_object(JsonObject& root, std::optional<std::int64_t>& micro_batch
   auto p = root.object("plan", Need::required);
   if (!p) return plan;
   plan.mesh = read_mesh(*p);
-  plan.micro_batch = p->integer("micro_batch", Need::required, 1, std::int64_t{1} << 40).value_or(1);
+  plan.micro_batch = p->integer("micro_batch", Need::required, 1, kMaxGlobalBatch).value_or(1);
   micro_batches = p->integer("micro_batches", Need::required, 0, std::int64_t{1} << 40);
-  plan.global_batch = p->integer("global_batch", Need::required, 1, std::int64_t{1} << 40).value_or(1);
+  plan.global_batch = p->integer("global_batch", Need::required, 1, kMaxGlobalBatch).value_or(1);
   plan.seq_len = p->integer("seq_len", Need::required, 0, kMaxSeqLen).value_or(0);
   plan.zero_stage = static_cast<int>(p->integer("zero", Need::required, 0, 3).value_or(0));
   if (auto r = p->choice("recompute", Need::required, choice_words(recompute_choices))) plan.recompute = *parse_recompute(*r);
@@ -542,7 +542,7 @@ PlanPrediction read_prediction(JsonObject& root) {
   PlanPrediction out;
   auto p = root.object("prediction", Need::required);
   if (!p) return out;
-  constexpr double big = 1e30;
+  constexpr double big = std::numeric_limits<double>::max();  // any finite figure the writer computed
   out.fits_memory = p->boolean("fits_memory", Need::required).value_or(false);
   out.parameters = p->number("parameters", Need::required, 0, big).value_or(0);
   out.worst_stage = p->integer("worst_stage", Need::required, 0, 1 << 20).value_or(0);

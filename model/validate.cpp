@@ -56,7 +56,16 @@ void check_world(Checker& check, const ClusterSpec& cluster, const Deployment& d
 void check_batch(Checker& check, const Plan& plan) {
   if (plan.micro_batch < 1) check.error("micro_batch", "must be at least 1, got " + str(plan.micro_batch));
   if (plan.global_batch < 1) check.error("global_batch", "must be at least 1, got " + str(plan.global_batch));
-  if (plan.micro_batch < 1 || plan.global_batch < 1) return;
+  if (plan.global_batch > kMaxGlobalBatch) {
+    check.error("global_batch", "must be at most 2^40 = " + str(kMaxGlobalBatch) + " sequences, got " + str(plan.global_batch));
+  }
+  if (plan.micro_batch > kMaxGlobalBatch) {
+    check.error("micro_batch", "must be at most 2^40 = " + str(kMaxGlobalBatch) + " sequences, got " + str(plan.micro_batch));
+  }
+  if (plan.micro_batch < 1 || plan.global_batch < 1 || plan.global_batch > kMaxGlobalBatch ||
+      plan.micro_batch > kMaxGlobalBatch) {
+    return;
+  }
   const Mesh& mesh = plan.mesh;
   std::int64_t per_step = 0;
   if (__builtin_mul_overflow(plan.micro_batch, mesh.data_parallel_size(), &per_step)) {

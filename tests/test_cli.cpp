@@ -189,6 +189,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"gpus_billion", {"simulate", "--gpus", "1000000000"}, {"--gpus", "between 1 and 1048576"}},
         BadInput{"simulate_micro_batches", {"simulate", "--gpus", "768", "--mesh", "pp=96,tp=8", "--global-batch", "10000000"},
                  {"--global-batch", "10000000 micro-batches on 96 pipeline stages", "at most 2097152"}},
+        // explain took 2^62 ("fits", 5.8e17 micro-batches) and wrote a plan file its own reader refused.
+        BadInput{"global_batch_2_62", {"explain", "--mesh", "dp=1024", "--global-batch", "4611686018427387904"},
+                 {"--global-batch", "must be at most 2^40 = 1099511627776 sequences"}},
+        BadInput{"simulate_global_batch_2_62",
+                 {"simulate", "--gpus", "8", "--mesh", "pp=8", "--schedule", "interleaved:4", "--global-batch", "4611686018427387904"},
+                 {"--global-batch", "must be at most 2^40"}},
         BadInput{"unknown_flag", {"explain", "--meshh", "dp=2"}, {"--meshh"}},
         BadInput{"mesh_shape", {"explain", "--mesh-shape", "[[4],[\"dp\",\"tp\"]]"}, {"--mesh-shape", "1 sizes but 2 axis names"}},
         BadInput{"rank", {"explain", "--rank", "5000"}, {"--rank", "must be in [0, world size 1024)"}},
