@@ -94,17 +94,48 @@ std::optional<std::string> output_over_input(const CLI::App& command) {
     }
     return value;
   };
+  // One file, whether both exist (equivalent: links too) or not yet (the same absolute path).
+  const auto same_file = [](const std::string& a, const std::string& b) {
+    std::error_code error;
+    if (std::filesystem::equivalent(a, b, error)) return true;
+    const auto a_path = std::filesystem::weakly_canonical(a, error);
+    if (error) return false;
+    const auto b_path = std::filesystem::weakly_canonical(b, error);
+    return !error && a_path == b_path;
+  };
+  const auto is_device = [](const std::string& path) {  // /dev/null may take every output
+    std::error_code error;
+    const auto status = std::filesystem::status(path, error);
+    return std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
+  };
   const bool plot = command.get_name() == "plot";  // its --report is an input
-  for (const char* output : {"--out", "--output", "--emit-plan", "--trace", "--report", "--script"}) {
+  static constexpr const char* kOutputs[] = {"--out", "--output", "--emit-plan", "--trace", "--report", "--script", "--metrics"};
+  for (const char* output : kOutputs) {
     if (plot && std::string_view(output) == "--report") continue;
     const std::string out = value_of(output);
-    if (out.empty() || out == "-") continue;
+    if (out.empty() || out == "-" || is_device(out)) continue;
     for (const char* input : {"--plan", "--model", "--cluster", "--from", "--data", "--hostfile", "--report"}) {
       if (!plot && std::string_view(input) == "--report") continue;
       const std::string in = value_of(input);
-      std::error_code error;
-      if (!in.empty() && std::filesystem::equivalent(out, in, error)) {
+      if (!in.empty() && same_file(out, in)) {
         return std::string(output) + " " + out + " is the file " + input + " reads; the output would replace it: write elsewhere";
+      }
+    }
+    for (const char* other : kOutputs) {  // train --metrics m.jsonl --report m.jsonl: one replaced the other
+      if (std::string_view(other) <= std::string_view(output) || (plot && std::string_view(other) == "--report")) continue;
+      const std::string second = value_of(other);
+      if (!second.empty() && second != "-" && same_file(out, second)) {
+        return std::string(output) + " and " + other + " name one file, " + out + ": give each its own";
+      }
+    }
+    const std::string checkpoints = value_of("--checkpoint-dir");  // a checkpoint's own files are not outputs
+    if (!checkpoints.empty()) {
+      std::error_code error;
+      const auto folder = std::filesystem::weakly_canonical(checkpoints, error);
+      const auto file = std::filesystem::weakly_canonical(out, error);
+      if (!error && std::mismatch(folder.begin(), folder.end(), file.begin(), file.end()).first == folder.end()) {
+        return std::string(output) + " " + out + " is inside --checkpoint-dir " + checkpoints +
+               ", which holds the checkpoints only: write elsewhere";
       }
     }
   }

@@ -11,7 +11,23 @@ namespace meshplan {
 Problems write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
   std::error_code ec;
   if (path.empty()) return {{Severity::error, "(empty path)", "give a file name to write"}};
-  if (std::filesystem::is_directory(path, ec)) return {{Severity::error, path, "is a folder; give a file name in it"}};
+  const auto status = std::filesystem::status(path, ec);  // follows a symbolic link
+  if (std::filesystem::is_directory(status)) return {{Severity::error, path, "is a folder; give a file name in it"}};
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    // A device (/dev/null, /dev/stdout) or a pipe: written in place. Renaming a temporary over it
+    // replaced /dev/null itself with a regular file, as root.
+    std::ofstream out(path, std::ios::binary);
+    if (!out) return {{Severity::error, path, "cannot open it for writing"}};
+    write(out);
+    out.flush();
+    if (!out) return {{Severity::error, path, "write failed (disk full?)"}};
+    return {};
+  }
+  if (std::filesystem::is_symlink(std::filesystem::symlink_status(path, ec))) {
+    // The link's target is replaced, not the link (a rename over the link made it a plain file).
+    const auto target = std::filesystem::canonical(path, ec);
+    if (!ec) return write_file_atomically(target.string(), write);
+  }
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
@@ -40,6 +56,10 @@ std::optional<std::string> why_unreadable(const std::string& path) {
   const auto status = std::filesystem::status(path, ec);
   if (!std::filesystem::exists(status)) return "no such file";
   if (std::filesystem::is_directory(status)) return "is a folder, not a file";
+  if (std::filesystem::is_character_file(status) || std::filesystem::is_block_file(status) ||
+      std::filesystem::is_socket(status)) {
+    return "is a device or a socket, not a file";  // /dev/zero was read until memory ran out
+  }
   if (::access(path.c_str(), R_OK) != 0) return "cannot be read (permissions?)";
   return std::nullopt;
 }

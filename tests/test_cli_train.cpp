@@ -469,6 +469,39 @@ TEST(CliTrain, RefusesSettingsNoRunCanUseBeforeTheFirstStep) {
   }
 }
 
+// --metrics is an output like --report: it may not replace the plan or the
+// corpus it trains on, share a file with --report, or land inside the
+// checkpoint folder (a manifest was overwritten); /dev/null takes it and gets
+// no report beside it (/dev/null.report.json was created).
+TEST(CliTrain, MetricsMayNotReplaceAnInputOrAnotherOutput) {
+  const std::string plan = emit_gpt_plan("metrics-clash.json", "dp=1", 1);
+  const auto corpus = temp_path("metrics-clash-corpus.txt");
+  std::ofstream(corpus) << std::string(4096, 'a');
+  const auto ck = temp_path("metrics-clash-ck");
+  const auto same = temp_path("metrics-clash-same.jsonl");
+  std::filesystem::remove(same);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--metrics", plan}, "--metrics " + plan + " is the file --plan reads"},
+      {{"--data", "text:" + corpus.string(), "--metrics", corpus.string()}, "--metrics " + corpus.string() + " is the file --data reads"},
+      {{"--metrics", same.string(), "--report", same.string()}, "--metrics and --report name one file"},
+      {{"--checkpoint-dir", ck.string(), "--metrics", (ck / "m.jsonl").string()}, "is inside --checkpoint-dir"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = {"train", "--plan", plan, "--steps", "1"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const CliRun r = run(args);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(std::string(4096, 'a').size(), std::filesystem::file_size(corpus)) << "the corpus was written over";
+  EXPECT_FALSE(std::filesystem::exists(same));
+
+  const CliRun discarded = run({"train", "--plan", plan, "--data", "text:" + corpus.string(), "--steps", "1", "--metrics", "/dev/null"});
+  EXPECT_EQ(discarded.status, 0) << discarded.err;
+  EXPECT_FALSE(std::filesystem::exists("/dev/null.report.json"));
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+}
+
 // A learning rate above 1 trains (it is a choice) but is warned about on the
 // first lines; when it then diverges, the stop message prints the rate in four
 // significant digits (std::to_string wrote 1e30 as thirty digits and 1e-30 as
