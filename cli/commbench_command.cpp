@@ -124,7 +124,9 @@ Loaded<Validated> validate(const CommbenchFlags& f) {
   if (f.step_factor < 2) problems.push_back({Severity::error, "--step-factor", "must be 2 or more"});
   if (f.iters < 1) problems.push_back({Severity::error, "--iters", "must be 1 or more"});
   if (f.warmup < 0) problems.push_back({Severity::error, "--warmup", "must be 0 or more"});
-  if (!(f.comm_timeout_s > 0)) problems.push_back({Severity::error, "--comm-timeout", "must be positive (seconds)"});
+  if (const std::string why = exec::comm::timeout_problem(f.comm_timeout_s); !why.empty()) {
+    problems.push_back({Severity::error, "--comm-timeout", why});
+  }
   for (const auto& name : f.collectives) {
     if (const auto c = parse_collective(name)) {
       out.value.collectives.push_back(*c);

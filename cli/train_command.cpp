@@ -299,8 +299,8 @@ int run_train(const TrainFlags& flags) {
   const bool leader = comm.rank() == 0;
   // Take SIGTERM back from the communicator's note (a stop request here).
   install_interrupt_handlers(interrupt_notice(leader));
-  if (!(f.comm_timeout_s > 0)) {
-    if (leader) report({{Severity::error, "--comm-timeout", "must be positive (seconds)"}});
+  if (const std::string why = exec::comm::timeout_problem(f.comm_timeout_s); !why.empty()) {
+    if (leader) report({{Severity::error, "--comm-timeout", why}});
     return exit_bad_input;
   }
   comm.set_timeout(std::chrono::duration<double>(f.comm_timeout_s));

@@ -447,6 +447,9 @@ TEST(CliTrain, RefusesSettingsNoRunCanUseBeforeTheFirstStep) {
       {{"--lr", "nan"}, "--lr: must be a positive number, got nan"},
       {{"--lr", "inf"}, "--lr: must be a positive number, got inf"},
       {{"--lr", "-0.001"}, "--lr: must be a positive number, got -0.001"},
+      // Waits past 9.2e9 s overflowed int64 nanoseconds: every collective "timed out" at once.
+      {{"--comm-timeout", "inf"}, "--comm-timeout: must be at most 1e7 s"},
+      {{"--comm-timeout", "1e10"}, "--comm-timeout: must be at most 1e7 s"},
       {{"--warmup", "-1"}, "--warmup: must be 0 or more steps"},
       {{"--weight-decay", "-0.1"}, "--weight-decay: must be 0 or a positive number"},
       {{"--clip", "nan"}, "--clip: must be a number"},

@@ -39,6 +39,15 @@ std::string to_string(ReduceOp op);    // "sum", "max"
 
 // The watchdog's default wait before a stuck operation ends the job (--comm-timeout).
 inline constexpr std::chrono::duration<double> default_timeout{300.0};
+// The longest wait a user may set (--comm-timeout): 1e7 s, 116 days. Waits are kept as int64
+// nanoseconds, which 9.2e9 s (and inf) overflowed into an immediate timeout.
+inline constexpr double kMaxTimeoutSeconds = 1e7;
+// "" when `seconds` is a usable timeout, else why not.
+inline std::string timeout_problem(double seconds) {
+  if (!(seconds > 0)) return "must be positive (seconds)";
+  if (seconds > kMaxTimeoutSeconds) return "must be at most 1e7 s (116 days); a collective that waits longer has hung";
+  return "";
+}
 
 template <typename T>
 constexpr DataType data_type_of() {
