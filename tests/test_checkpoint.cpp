@@ -218,12 +218,29 @@ TEST_F(CheckpointTest, RefusesMalformedManifests) {
   EXPECT_TRUE(load_checkpoint(checkpoint_path(14).string() + "-nope").problems.size() == 1);
   // Valid JSON with one changed value: only the seal in COMPLETE can tell.
   changed = good;
-  changed["step"] = 15;
+  changed["data_state"]["position"] = good["data_state"]["position"].get<std::int64_t>() + 1;
   messages = refusal(changed.dump(2) + "\n");
   EXPECT_NE(messages.find("damaged"), std::string::npos) << messages;
   EXPECT_NE(messages.find("recorded in COMPLETE"), std::string::npos) << messages;
+  // A step that is not the folder's (a renamed folder was resumed as the newest) or is negative.
+  changed = good;
+  changed["step"] = 15;
+  messages = refusal(changed.dump(2) + "\n");
+  EXPECT_NE(messages.find("key 'step': malformed manifest: is 15, but the folder is named for step 14"), std::string::npos)
+      << messages;
+  changed["step"] = -5;
+  messages = refusal(changed.dump(2) + "\n");
+  EXPECT_NE(messages.find("key 'step': malformed manifest: must be 0 or more, got -5"), std::string::npos) << messages;
   messages = refusal(original.str());
   EXPECT_EQ(messages, "");
+  // A COMPLETE marker that records no checksum (empty after a crash, or garbled) seals nothing.
+  const fs::path marker = checkpoint_path(14) / "COMPLETE";
+  for (const std::string text : {"", "garbage\n", "step 14\n"}) {
+    std::ofstream(marker, std::ios::trunc) << text;
+    messages = refusal(original.str());
+    EXPECT_NE(messages.find("damaged: the COMPLETE marker does not record the manifest's checksum"), std::string::npos)
+        << "'" << text << "': " << messages;
+  }
 }
 
 TEST_F(CheckpointTest, LatestSkipsIncompleteNewerOnes) {

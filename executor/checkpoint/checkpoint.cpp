@@ -403,15 +403,26 @@ Loaded<CheckpointContents> load_checkpoint(const std::string& path) {
   text << in.rdbuf();
   // Checked last, so that a malformed manifest is reported as such first.
   std::optional<Problem> seal_problem;
+  std::optional<std::int64_t> sealed_step;
   {
     std::ifstream marker(directory / complete_file_name);
     std::string line, sealed;
     while (std::getline(marker, line)) {
       if (line.rfind("manifest ", 0) == 0) sealed = line.substr(9);
+      if (line.rfind("step ", 0) == 0) {
+        std::int64_t value = 0;
+        const auto [end, ec] = std::from_chars(line.data() + 5, line.data() + line.size(), value);
+        if (ec == std::errc() && end == line.data() + line.size()) sealed_step = value;
+      }
     }
     const std::string manifest_text = text.str();
     const std::string actual = checksum_text(std::as_bytes(std::span(manifest_text.data(), manifest_text.size())));
-    if (!sealed.empty() && sealed != actual) {
+    if (sealed.empty()) {
+      // Every save writes the checksum; an empty or garbled marker (a crash before it reached the
+      // disk, or an edit) does not vouch for the manifest, and was taken as a seal.
+      seal_problem = Problem{Severity::error, (directory / complete_file_name).string(),
+                             "damaged: the COMPLETE marker does not record the manifest's checksum"};
+    } else if (sealed != actual) {
       seal_problem = Problem{Severity::error, manifest_path,
                              "damaged: checksum " + actual + " does not match " + sealed + " recorded in COMPLETE"};
     }
@@ -437,7 +448,18 @@ Loaded<CheckpointContents> load_checkpoint(const std::string& path) {
   }
 
   CheckpointContents& contents = result.value;
-  if (const auto step = reader.integer(manifest, "step", "step")) contents.step = *step;
+  if (const auto step = reader.integer(manifest, "step", "step")) {
+    contents.step = *step;
+    bool temporary = false;
+    const std::optional<std::int64_t> named = parse_directory_name(directory.filename().string(), temporary);
+    if (*step < 0) {
+      reader.fail("step", "must be 0 or more, got " + std::to_string(*step));
+    } else if (named && *named != *step) {  // the name orders checkpoints: a renamed one was resumed as the newest
+      reader.fail("step", "is " + std::to_string(*step) + ", but the folder is named for step " + std::to_string(*named));
+    } else if (sealed_step && *sealed_step != *step) {
+      reader.fail("step", "is " + std::to_string(*step) + ", but COMPLETE records step " + std::to_string(*sealed_step));
+    }
+  }
   if (const auto seed = reader.unsigned_integer(manifest, "seed", "seed")) contents.seed = *seed;
   if (const json* plan = reader.field(manifest, "plan", "plan")) contents.plan = *plan;
   if (const json* extra = reader.field(manifest, "extra", "extra")) contents.extra = *extra;
