@@ -411,6 +411,35 @@ TEST(Metrics, FileWriterFlushesEachLine) {
   EXPECT_FALSE(MetricsWriter::open("/nonexistent-dir/metrics.jsonl", false).ok());
 }
 
+// A resumed run appends; a last line cut short by the run before (killed,
+// disk full) is dropped first, with a warning, so every line stays JSON (it
+// was glued to the next one, and plot refused the file). A whole file is
+// appended to as it is.
+TEST(Metrics, AppendingDropsALastLineCutShort) {
+  const fs::path path = fs::temp_directory_path() / ("meshplan_metrics_cut_" + std::to_string(::getpid()) + ".jsonl");
+  std::ofstream(path, std::ios::trunc) << "{\"kind\": \"train\", \"step\": 0}\n{\"kind\": \"tra";
+  {
+    Loaded<std::unique_ptr<MetricsWriter>> writer = MetricsWriter::open(path.string(), true);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_EQ(writer.problems.size(), 1u);
+    EXPECT_EQ(writer.problems.front().severity, Severity::warning);
+    EXPECT_NE(writer.problems.front().message.find("cut short (13 bytes after the last whole line)"), std::string::npos)
+        << writer.problems.front().message;
+    ASSERT_TRUE(writer.value->write(sample_step()).empty());
+  }
+  {
+    std::ifstream in(path);
+    std::vector<nlohmann::json> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_EQ(lines[0]["step"], 0);
+    EXPECT_EQ(lines[1]["step"], 120);
+  }
+  Loaded<std::unique_ptr<MetricsWriter>> again = MetricsWriter::open(path.string(), true);
+  EXPECT_TRUE(again.problems.empty());
+  fs::remove(path);
+}
+
 TEST(Metrics, HumanReadableLines) {
   EXPECT_EQ(format_line(sample_step()),
             "step 120 | loss 2.3457 | lr 3.00e-04 | grad 1.234 | 0.412 s | 12.3k tokens/s | mfu 41.2% | mem 1.50 GiB");

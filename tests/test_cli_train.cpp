@@ -505,6 +505,22 @@ TEST(CliTrain, MetricsMayNotReplaceAnInputOrAnotherOutput) {
   EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
 }
 
+// A metrics file that cannot take a line (a full disk: /dev/full) is said at
+// the first failed line, once, and the run goes on (every line was lost
+// without a word, exit 0).
+TEST(CliTrain, AFailedMetricsWriteIsSaidOnce) {
+  if (!std::filesystem::is_character_file("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  const std::string plan = emit_gpt_plan("metrics-full.json", "dp=1", 1);
+  const CliRun r = run({"train", "--plan", plan, "--data", "text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp", "--steps",
+                        "3", "--metrics", "/dev/full"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  const std::string said = "warning: /dev/full: write failed (disk full?); training goes on, without metrics from here";
+  const auto at = r.err.find(said);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(said, at + 1), std::string::npos) << "said more than once: " << r.err;
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/full"));
+}
+
 // A learning rate above 1 trains (it is a choice) but is warned about on the
 // first lines; when it then diverges, the stop message prints the rate in four
 // significant digits (std::to_string wrote 1e30 as thirty digits and 1e-30 as

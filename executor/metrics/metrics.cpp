@@ -3,6 +3,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -124,6 +127,21 @@ MetricsWriter::MetricsWriter(std::unique_ptr<std::ofstream> file, std::string di
 
 Loaded<std::unique_ptr<MetricsWriter>> MetricsWriter::open(const std::string& path, bool append) {
   Loaded<std::unique_ptr<MetricsWriter>> result;
+  std::error_code error;
+  if (append && std::filesystem::is_regular_file(path, error)) {
+    // A run stopped mid-line (killed, disk full) leaves a partial last line; appending after it made
+    // one line of two, and plot refused the whole file. It is cut back to the last whole line.
+    const auto size = std::filesystem::file_size(path, error);
+    std::ifstream in(path, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!error && !text.empty() && text.back() != '\n') {
+      const std::size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+      std::filesystem::resize_file(path, keep, error);
+      result.problems.push_back({Severity::warning, path,
+                                 "its last line was cut short (" + std::to_string(size - keep) +
+                                     " bytes after the last whole line); dropped before appending"});
+    }
+  }
   auto file = std::make_unique<std::ofstream>(path, append ? std::ios::app : std::ios::trunc);
   if (!*file) {
     result.problems.push_back({Severity::error, path, "cannot open the metrics file for writing"});

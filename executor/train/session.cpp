@@ -120,6 +120,7 @@ struct TrainingSession::State {
   RunControl control;
   nlohmann::json plan_json;
   std::unique_ptr<MetricsWriter> metrics;
+  bool metrics_failed = false;  // said once; the lines after a failed write are lost too
   std::int64_t updates = 0;
   std::int64_t last_epoch = 0;  // classifiers: evaluated when the training loader's epoch changes
   bool language_model = false, classifier = false;
@@ -127,6 +128,20 @@ struct TrainingSession::State {
 
   void report(const Problems& problems) const {
     if (leader && hooks.report && !problems.empty()) hooks.report(problems);
+  }
+  // One line to the metrics file; the first failure is said as it happens (a full disk lost every
+  // line without a word, exit 0).
+  template <class Line>
+  void write_metrics(const Line& line) {
+    if (!metrics || metrics_failed) return;
+    Problems failed = metrics->write(line);
+    if (failed.empty()) return;
+    metrics_failed = true;
+    for (Problem& p : failed) {
+      p.severity = Severity::warning;
+      p.message += "; training goes on, without metrics from here";
+    }
+    report(failed);
   }
   void say(const std::string& line) const {
     if (leader && hooks.say) hooks.say(line);
@@ -373,7 +388,7 @@ void TrainingSession::State::evaluate(std::int64_t step) {
   EvalMetrics e{step, loader->epoch(), result.loss, std::nullopt, result.samples};
   if (std::isfinite(result.accuracy)) e.eval_accuracy = result.accuracy;
   say(format_line(e));
-  if (metrics) metrics->write(e);
+  write_metrics(e);
 }
 
 void TrainingSession::State::after_step(const StepReport& s, SessionEnd& end, bool& stopping) {
@@ -392,7 +407,7 @@ void TrainingSession::State::after_step(const StepReport& s, SessionEnd& end, bo
     if (peak_flops > 0 && s.step_s > 0) line.mfu = flops_per_step / s.step_s / peak_flops;
     set_memory(line, engine->backend().ledger().snapshot());
     if (hooks.step) hooks.step(s, format_line(line));
-    if (metrics) metrics->write(line);
+    write_metrics(line);
   }
   if (classifier && loader->epoch() != last_epoch) {
     last_epoch = loader->epoch();
@@ -406,6 +421,15 @@ void TrainingSession::State::after_step(const StepReport& s, SessionEnd& end, bo
   if (after.save) {
     const Problems p = save(end.steps_done);
     end.save_problems.insert(end.save_problems.end(), p.begin(), p.end());
+    if (has_errors(p) && !after.stop) {  // said now: a run could train for hours with no usable checkpoint
+      Problems now = p;
+      for (Problem& problem : now) {
+        problem.severity = Severity::warning;
+        problem.message = "checkpoint of step " + std::to_string(end.steps_done) + " not saved: " + problem.message +
+                          "; training goes on";
+      }
+      report(now);
+    }
   }
   stopping = after.stop;
 }
