@@ -422,6 +422,29 @@ TEST(ExecutorTrainer, NonFiniteLossStopsNamingTheStepOrSkipsIt) {
   for (const float v : skipping->parameters().values) ASSERT_TRUE(std::isfinite(v));
 }
 
+// --skip-non-finite skips the odd step; kMaxSkippedInARow in a row stop the
+// run (an lr of 1e30 skipped every step to the end, exit 0). A finite step
+// resets the count.
+TEST(ExecutorModels, SkippingStopsAfterTooManyNonFiniteStepsInARow) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  TrainResult result;
+  std::int64_t step = 0;
+  for (; step + 1 < kMaxSkippedInARow; ++step) {
+    ASSERT_EQ(judge_step(step, nan, 1.0, 1e-3, NonFiniteAction::skip, result), StepVerdict::skip) << step;
+  }
+  EXPECT_EQ(judge_step(step, 2.0, 1.0, 1e-3, NonFiniteAction::skip, result), StepVerdict::update);
+  EXPECT_EQ(result.skipped_in_a_row, 0);
+  for (std::int64_t i = 0; i + 1 < kMaxSkippedInARow; ++i) {
+    ASSERT_EQ(judge_step(++step, nan, nan, 1e-3, NonFiniteAction::skip, result), StepVerdict::skip) << step;
+  }
+  EXPECT_TRUE(result.ok());
+  EXPECT_EQ(judge_step(++step, nan, nan, 1e-3, NonFiniteAction::skip, result), StepVerdict::stop);
+  EXPECT_FALSE(result.ok());
+  EXPECT_NE(result.problems.back().message.find("for the 20th step in a row"), std::string::npos)
+      << result.problems.back().message;
+  EXPECT_EQ(result.skipped_steps, 2 * (kMaxSkippedInARow - 1));
+}
+
 TEST(ExecutorModels, UnsupportedFeaturesAreProblems) {
   ModelSpec llama = gpt_spec(32000, 64, 64, 2, 4);
   llama.transformer.feed_forward = FeedForward::swiglu;

@@ -32,7 +32,10 @@ std::string format_value(double value) {
 
 StepVerdict judge_step(std::int64_t step, double loss, double grad_norm, double lr, NonFiniteAction action,
                        TrainResult& result) {
-  if (std::isfinite(loss) && std::isfinite(grad_norm)) return StepVerdict::update;
+  if (std::isfinite(loss) && std::isfinite(grad_norm)) {
+    result.skipped_in_a_row = 0;
+    return StepVerdict::update;
+  }
   const std::string where = "step " + std::to_string(step);
   const std::string what = "loss " + format_value(loss) + ", gradient norm " + format_value(grad_norm);
   if (action == NonFiniteAction::stop) {
@@ -40,6 +43,14 @@ StepVerdict judge_step(std::int64_t step, double loss, double grad_norm, double 
         option_problem(where, "training stopped: " + what + " is not finite (lr " + format_value(lr) + ")"));
     return StepVerdict::stop;
   }
+  if (result.skipped_in_a_row + 1 >= kMaxSkippedInARow) {
+    result.problems.push_back(option_problem(
+        where, "training stopped: " + what + " is not finite for the " + std::to_string(kMaxSkippedInARow) +
+                   "th step in a row (--skip-non-finite skips the odd step; the weights or lr " + format_value(lr) +
+                   " do not recover)"));
+    return StepVerdict::stop;
+  }
+  ++result.skipped_in_a_row;
   ++result.skipped_steps;
   result.problems.push_back({Severity::warning, where, "update skipped: " + what});
   return StepVerdict::skip;

@@ -70,6 +70,7 @@ struct TrainOptions {
 struct TrainResult {
   std::int64_t steps = 0;          // steps run (including skipped ones)
   std::int64_t skipped_steps = 0;
+  std::int64_t skipped_in_a_row = 0;  // since the last step that updated
   bool stopped_early = false;      // stop_requested said so before the last step
   double last_loss = std::numeric_limits<double>::quiet_NaN();
   Problems problems;               // bad options/data, or the step whose loss or norm was not finite
@@ -79,9 +80,14 @@ struct TrainResult {
 // Whether a step whose loss and gradient norm are known may update: `update`
 // when both are finite; otherwise, by `action`, `stop` (an error naming the
 // step, the values and the learning rate, added to `result.problems`) or
-// `skip` (a warning; result.skipped_steps counted). Both trainers call it, so
-// one rank and many stop or skip alike.
+// `skip` (a warning; result.skipped_steps counted), until kMaxSkippedInARow
+// steps in a row were skipped: then `stop`. Both trainers call it, so one rank
+// and many stop or skip alike.
 enum class StepVerdict { update, skip, stop };
+// Skipped steps leave the weights as they were, so a run of them means the weights (or the
+// learning rate) cannot give a finite step again: --skip-non-finite ran --lr 1e30 to the end,
+// exit 0, and saved the broken weights. Loss scalers skip the odd step, not this many in a row.
+inline constexpr std::int64_t kMaxSkippedInARow = 20;
 StepVerdict judge_step(std::int64_t step, double loss, double grad_norm, double lr, NonFiniteAction action,
                        TrainResult& result);
 
