@@ -280,7 +280,11 @@ int run_train(const TrainFlags& flags) {
   const Problems settings = train_settings_problems(f);
   refused.insert(refused.end(), settings.begin(), settings.end());
   if (f.backend == "cpu") {
-    const Problems memory = exec::host_memory_problems(pf.prediction.memory.allocated_peak_bytes(),
+    // From the model and plan, not the file's prediction block, which is informative and may be
+    // stale or edited (a lowered figure let a 26 GiB plan fill this machine's memory).
+    const PlanPrediction predicted =
+        prediction_from(explain_plan(pf.model, pf.cluster, Deployment{pf.plan.mesh.world_size(), 0}, pf.plan));
+    const Problems memory = exec::host_memory_problems(predicted.memory.allocated_peak_bytes(),
                                                        local_ranks_from_environment(1), exec::host_memory_bytes());
     refused.insert(refused.end(), memory.begin(), memory.end());
   }

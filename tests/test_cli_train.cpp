@@ -262,6 +262,19 @@ TEST(CliTrain, RefusesAPlanPredictedLargerThanThisMachine) {
   EXPECT_NE(r.err.find("memory: the plan predicts"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--shrink"), std::string::npos) << r.err;
   expect_no_crash_text(r);
+
+  // The check prices the plan itself: a prediction block edited (or left stale) to a small figure
+  // does not let the plan through (it filled this machine's memory).
+  std::ifstream in(path);
+  nlohmann::json edited = nlohmann::json::parse(in);
+  for (auto& [key, value] : edited["prediction"]["memory_bytes"].items()) {
+    if (value.is_number()) value = 1000;
+  }
+  const auto edited_path = temp_path("huge-batch-edited.json").string();
+  std::ofstream(edited_path) << edited.dump(2);
+  const CliRun again = run({"train", "--plan", edited_path, "--data", "synthetic", "--steps", "1"});
+  EXPECT_EQ(again.status, 2) << again.out << again.err;
+  EXPECT_NE(again.err.find("memory: the plan predicts"), std::string::npos) << again.err;
 }
 
 // --backend cuda trains a GPT on a GPU through meshplan-train-cuda, which
