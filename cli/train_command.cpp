@@ -275,6 +275,16 @@ int run_train(const TrainFlags& flags) {
   Problems refused = exec::trainable(pf.model, pf.plan, seq_len);
   const Problems inputs = exec::run_input_problems(f.session.data, seq_len, f.checkpoint_dir);
   refused.insert(refused.end(), inputs.begin(), inputs.end());
+  if (!f.session.resume && !f.checkpoint_dir.empty()) {
+    // A fresh run beside another run's checkpoints: its saves collided with theirs after the training
+    // ("already exists"), and a later --resume picked whichever step was newest.
+    const auto earlier = exec::latest_checkpoint(f.checkpoint_dir);
+    if (earlier.value) {
+      refused.push_back({Severity::error, "--checkpoint-dir " + f.checkpoint_dir,
+                         "holds checkpoints of an earlier run (the newest " + *earlier.value +
+                             "): add --resume to continue it, or give an empty folder for a new run"});
+    }
+  }
   const Problems data_fit = exec::data_model_problems(f.session.data, pf.model);
   refused.insert(refused.end(), data_fit.begin(), data_fit.end());
   const Problems settings = train_settings_problems(f);

@@ -534,6 +534,45 @@ TEST(CliTrain, AFailedMetricsWriteIsSaidOnce) {
   EXPECT_TRUE(std::filesystem::is_character_file("/dev/full"));
 }
 
+// A checkpoint folder belongs to one run of one model: a fresh run into a
+// folder with another run's checkpoints is refused before it trains (its
+// saves collided after the training, and --resume then took the newest of
+// either); --resume under another model is refused naming the keys (a
+// checkpoint whose tensors were a superset loaded silently); --resume on other
+// data trains, with a warning.
+TEST(CliTrain, ACheckpointFolderIsOneRunOfOneModel) {
+  const std::string plan = emit_gpt_plan("one-run.json", "dp=1", 1);
+  const std::string text = "text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp";
+  const auto ck = temp_path("one-run-ck");
+  std::filesystem::remove_all(ck);
+  CliRun r = run({"train", "--plan", plan, "--data", text, "--steps", "2", "--checkpoint-dir", ck.string(),
+                  "--checkpoint-every", "2"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run({"train", "--plan", plan, "--data", text, "--steps", "4", "--checkpoint-dir", ck.string()});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("holds checkpoints of an earlier run (the newest " + (ck / "step-000002").string() +
+                       "): add --resume to continue it"),
+            std::string::npos)
+      << r.err;
+
+  std::ifstream in(plan);
+  nlohmann::json other = nlohmann::json::parse(in);
+  other["model"]["layers"] = other["model"]["layers"].get<int>() + 2;
+  const auto other_plan = temp_path("one-run-deeper.json");
+  std::ofstream(other_plan) << other.dump(2);
+  r = run({"train", "--plan", other_plan.string(), "--data", text, "--steps", "4", "--checkpoint-dir", ck.string(), "--resume"});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("holds another model"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("layers 4 there, 6 here"), std::string::npos) << r.err;
+
+  r = run({"train", "--plan", plan, "--data", "text:" MESHPLAN_TEST_SOURCE "/test_checkpoint.cpp", "--steps", "3",
+           "--checkpoint-dir", ck.string(), "--resume"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: --data: the checkpoint " + (ck / "step-000002").string() + " was trained on " + text),
+            std::string::npos)
+      << r.err;
+}
+
 // A learning rate above 1 trains (it is a choice) but is warned about on the
 // first lines; when it then diverges, the stop message prints the rate in four
 // significant digits (std::to_string wrote 1e30 as thirty digits and 1e-30 as

@@ -100,6 +100,29 @@ class DataParallelEngine final : public Engine {
   DataParallelTrainer trainer_;
 };
 
+// A checkpoint of another model (its plan file's "model" block) is refused by name: one whose
+// tensors were a superset of this plan's (6 layers for 4, 2 heads for 6) loaded silently. The name,
+// the source and dropout (a training choice) may differ; every other key is the architecture.
+Problems model_differences(const ResumePoint& point, const nlohmann::json& plan_json) {
+  const auto saved_plan = point.contents.plan.find("model");
+  if (saved_plan == point.contents.plan.end() || !saved_plan->is_object() || !plan_json.contains("model")) return {};
+  const nlohmann::json& saved = *saved_plan;
+  const nlohmann::json& current = plan_json["model"];
+  std::string differences;
+  int shown = 0;
+  for (const auto& [key, value] : current.items()) {
+    if (key == "name" || key == "source" || key == "dropout") continue;
+    const auto other = saved.find(key);
+    const std::string was = other == saved.end() ? "absent" : other->dump();
+    if (other != saved.end() && *other == value) continue;
+    if (shown++ < 4) differences += (differences.empty() ? "" : ", ") + key + " " + was + " there, " + value.dump() + " here";
+  }
+  if (differences.empty()) return {};
+  if (shown > 4) differences += " and " + std::to_string(shown - 4) + " more";
+  return {error("--resume", point.path + " holds another model (" + saved.value("name", std::string("?")) + ": " +
+                                differences + "); resume it with its own plan, or give another --checkpoint-dir")};
+}
+
 std::int32_t agree_max(comm::Communicator& world, bool mine) {
   std::int32_t value = mine ? 1 : 0;
   world.all_reduce(&value, 1, comm::DataType::i32, comm::ReduceOp::max);
@@ -279,6 +302,13 @@ Problems TrainingSession::State::resume(bool& finished) {
     finished = true;
     return {};
   }
+  if (Problems other = model_differences(point, plan_json); !other.empty()) return other;
+  if (const auto saved = point.contents.extra.find("data");
+      saved != point.contents.extra.end() && saved->is_string() && saved->get<std::string>() != config.data) {
+    report({{Severity::warning, "--data",
+             "the checkpoint " + point.path + " was trained on " + saved->get<std::string>() + "; this run reads " +
+                 config.data + " (a change of data, not a resume of the same run)"}});
+  }
   // The damaged checkpoints newer than this one, moved aside so that their steps can be saved again (by rank 0).
   if (leader)
     for (const std::string& path : point.damaged) report(set_checkpoint_aside(path));
@@ -372,7 +402,7 @@ Problems TrainingSession::State::save(std::int64_t steps_done) {
   contents.seed = config.seed;
   contents.data_state = loader->state();
   contents.tensors = engine->checkpoint_tensors();
-  contents.extra = {{"updates", updates}, {"total_steps", options.steps}};
+  contents.extra = {{"updates", updates}, {"total_steps", options.steps}, {"data", config.data}};
   Problems problems;
   if (leader) problems = save_checkpoint(config.checkpoint_dir, contents);
   if (agree_max(*world, has_errors(problems)) != 0 && !leader)
