@@ -207,6 +207,9 @@ Command add_simulate_command(CLI::App& app) {
       "Exit status: 0 simulated, 2 bad input or invalid plan.");
   auto flags = std::make_shared<SimulateFlags>();
   add_plan_flags(*command, flags->plan);
+  // Every pipeline stage is replayed and reported: --rank (explain's device of one rank) had no
+  // effect here and took any value, so simulate does not offer it.
+  command->remove_option(command->get_option("--rank"));
   command->add_option("--plan", flags->plan_file, "Plan file (JSON, from `explain --emit-plan` or `plan --emit-plan`)");
   command->add_option("--trace", flags->trace, "Write the timeline as Trace Event JSON (Perfetto, chrome://tracing)");
   command->add_flag("--json", flags->json, "Print the summary as one JSON object");

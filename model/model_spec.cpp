@@ -27,6 +27,7 @@ void read_expert_groups(YamlMap& root, TransformerDims& t) {
   const auto groups = root.integer("expert_groups", Need::optional, 1, 1 << 20);
   const auto chosen = root.integer("group_top_k", Need::optional, 1, 1 << 20);
   if (!groups && !chosen) return;
+  if (root.refused("expert_groups") || root.refused("group_top_k")) return;  // said at its key
   if (!groups || !chosen) {
     root.add_problem(groups ? "group_top_k" : "expert_groups", "group-limited routing needs both expert_groups and group_top_k");
     return;
@@ -53,6 +54,7 @@ void read_latent_attention(YamlMap& root, TransformerDims& t, bool head_dim_give
   const auto rope = root.integer("qk_rope_head_dim", Need::optional, 2, kMaxDim);
   const auto v = root.integer("v_head_dim", Need::optional, 1, kMaxDim);
   if (!kv_rank) {
+    if (root.refused("kv_lora_rank")) return;  // given and refused: said once, at its key
     const std::pair<const char*, bool> stated[] = {
         {"q_lora_rank", q_rank.has_value()}, {"qk_nope_head_dim", nope.has_value()},
         {"qk_rope_head_dim", rope.has_value()}, {"v_head_dim", v.has_value()}};
@@ -113,7 +115,7 @@ void read_transformer(YamlMap& root, TransformerDims& t) {
   t.experts = root.integer("experts", Need::optional, 0, 1 << 20).value_or(0);
   const auto top_k = root.integer("top_k", Need::optional, 1, 1 << 20);
   t.top_k = top_k.value_or(1);
-  if (top_k && *top_k > 1 && t.experts == 0) {  // top_k: 1 is what plan files write for a dense model
+  if (top_k && *top_k > 1 && t.experts == 0 && !root.refused("experts")) {  // top_k: 1 is what plan files write for a dense model
     root.add_problem("top_k", "top_k " + std::to_string(*top_k) + " routes each token to experts; this model's MLP is dense (no experts)");
   }
 
@@ -155,13 +157,13 @@ void read_transformer(YamlMap& root, TransformerDims& t) {
   read_expert_groups(root, t);
   if (const auto shared = root.integer("shared_expert_ffn", Need::optional, 1, kMaxDim)) {
     t.shared_expert_ffn = *shared;
-    if (t.experts == 0) root.add_problem("shared_expert_ffn", "shared experts need routed experts (this model's MLP is dense)");
+    if (t.experts == 0 && !root.refused("experts")) root.add_problem("shared_expert_ffn", "shared experts need routed experts (this model's MLP is dense)");
   }
   if (const auto dense = root.integer_list("dense_layers", Need::optional, 0, kMaxDim)) {
     t.dense_layers = *dense;
     std::sort(t.dense_layers.begin(), t.dense_layers.end());
     if (t.experts == 0) {
-      root.add_problem("dense_layers", "names dense layers among experts' ones, but this model has no experts");
+      if (!root.refused("experts")) root.add_problem("dense_layers", "names dense layers among experts' ones, but this model has no experts");
     } else if (std::adjacent_find(t.dense_layers.begin(), t.dense_layers.end()) != t.dense_layers.end()) {
       root.add_problem("dense_layers", "names a layer twice");
     } else if (!t.dense_layers.empty() && t.layers > 0 && t.dense_layers.back() >= t.layers) {
@@ -173,7 +175,7 @@ void read_transformer(YamlMap& root, TransformerDims& t) {
   }
   if (const auto dense_ffn = root.integer("dense_ffn", Need::optional, 1, kMaxDim)) {
     t.dense_ffn = *dense_ffn;
-    if (t.dense_layers.empty()) root.add_problem("dense_ffn", "is the width of dense_layers' MLP, and no dense_layers are named");
+    if (t.dense_layers.empty() && !root.refused("dense_layers")) root.add_problem("dense_ffn", "is the width of dense_layers' MLP, and no dense_layers are named");
   }
 }
 
@@ -181,6 +183,10 @@ void read_mlp(YamlMap& root, MlpDims& m) {
   if (auto sizes = root.integer_list("layer_sizes", Need::required, 1, kMaxDim)) {
     if (sizes->size() < 2) {
       root.add_problem("layer_sizes", "needs at least an input and an output size");
+    } else if (static_cast<std::int64_t>(sizes->size()) > kMaxLayers + 1) {  // the search grew quadratically past it
+      root.add_problem("layer_sizes", "has " + std::to_string(sizes->size()) + " sizes, " +
+                                          std::to_string(sizes->size() - 1) + " layers; at most " +
+                                          std::to_string(kMaxLayers) + " layers are allowed");
     }
     m.layer_sizes = *sizes;
   }

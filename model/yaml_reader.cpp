@@ -141,6 +141,7 @@ std::string YamlMap::where(std::string_view key) const {
 }
 
 void YamlMap::add_problem(std::string_view key, std::string message) {
+  refused_.emplace(key);
   problems_->push_back({Severity::error, where(key), std::move(message)});
 }
 
@@ -150,6 +151,7 @@ std::optional<YAML::Node> YamlMap::find(std::string_view key, Need need) {
     for (const auto& entry : node_) {
       if (entry.first.IsScalar() && entry.first.Scalar() == key) {
         if (entry.second.IsNull()) {  // `key:`, `key: ~`, `key: null`: not the same as leaving it out
+          refused_.emplace(key);
           problems_->push_back({Severity::error, location(file_, line_of(entry.first)) + " key '" + prefix_ + std::string(key) + "'",
                                 "has no value (empty, ~ or null); give one, or leave the key out"});
           return std::nullopt;

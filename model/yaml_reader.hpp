@@ -52,6 +52,9 @@ class YamlMap {
   // "file:line key 'name'" for messages about a key's value.
   std::string where(std::string_view key) const;
   void add_problem(std::string_view key, std::string message);
+  // Whether `key` was given and refused (out of range, malformed, no value): a check that depends on
+  // it skips, rather than read the refused key as absent ("experts: 1048577" was then "dense").
+  bool refused(std::string_view key) const { return refused_.contains(key); }
 
  private:
   std::optional<YAML::Node> find(std::string_view key, Need need);
@@ -63,6 +66,7 @@ class YamlMap {
   Problems* problems_;
   bool is_map_ = false;
   std::set<std::string, std::less<>> asked_;
+  std::set<std::string, std::less<>> refused_;
 };
 
 }  // namespace meshplan

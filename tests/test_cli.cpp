@@ -195,6 +195,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"simulate_global_batch_2_62",
                  {"simulate", "--gpus", "8", "--mesh", "pp=8", "--schedule", "interleaved:4", "--global-batch", "4611686018427387904"},
                  {"--global-batch", "must be at most 2^40"}},
+        // --gpus 08 was refused and --mesh dp=08 read as 8.
+        BadInput{"mesh_leading_zero", {"explain", "--mesh", "dp=08"}, {"--mesh", "'08': write sizes in decimal digits"}},
+        // simulate replays every stage; its --rank took any value and changed nothing.
+        BadInput{"simulate_rank", {"simulate", "--gpus", "8", "--mesh", "dp=8", "--rank", "-5"}, {"--rank"}},
         BadInput{"unknown_flag", {"explain", "--meshh", "dp=2"}, {"--meshh"}},
         BadInput{"mesh_shape", {"explain", "--mesh-shape", "[[4],[\"dp\",\"tp\"]]"}, {"--mesh-shape", "1 sizes but 2 axis names"}},
         BadInput{"rank", {"explain", "--rank", "5000"}, {"--rank", "must be in [0, world size 1024)"}},

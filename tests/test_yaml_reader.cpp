@@ -250,6 +250,33 @@ TEST(YamlReader, NonDecimalNumbersNullsAndOutOfRangeValuesAreNamedAsWritten) {
   }
 }
 
+// A key that is refused is said once, at its key: the checks that depend on
+// it do not read it as absent ("experts: 1048577" was followed by "this
+// model's MLP is dense"; "kv_lora_rank: 0" by "does not state kv_lora_rank").
+// A multi-layer perceptron has at most as many layers as a transformer (a
+// 200,000-size list made plan search run for minutes).
+TEST(YamlReader, ARefusedKeyIsNotAlsoReadAsAbsent) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"experts: 1048577\ntop_k: 2\n", "key 'experts'"},
+      {"experts: -1\nshared_expert_ffn: 64\ndense_layers: [0]\n", "key 'experts'"},
+      {"kv_lora_rank: 0\nq_lora_rank: 8\nqk_nope_head_dim: 8\nqk_rope_head_dim: 8\nv_head_dim: 8\n", "key 'kv_lora_rank'"},
+      {"experts: 4\ndense_layers: [-1]\ndense_ffn: 64\n", "key 'dense_layers'"},
+  };
+  for (const auto& [lines, key] : cases) {
+    const auto model = load_model_text(std::string(kGood) + lines, "refused.yaml");
+    ASSERT_FALSE(model.ok()) << lines;
+    ASSERT_EQ(model.problems.size(), 1u) << lines << all_messages(model.problems);
+    EXPECT_NE(model.problems.front().where.find(key), std::string::npos) << all_messages(model.problems);
+  }
+  std::string mlp = "name: deep\nkind: mlp\nsource: test\nlayer_sizes: [8";
+  for (int i = 0; i < 4097; ++i) mlp += ", 8";
+  const auto deep = load_model_text(mlp + "]\n", "deep.yaml");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(all_messages(deep.problems).find("key 'layer_sizes': has 4098 sizes, 4097 layers; at most 4096 layers are allowed"),
+            std::string::npos)
+      << all_messages(deep.problems);
+}
+
 // Rotary positions rotate pairs of a head's dimensions; top_k routes to experts a dense model lacks;
 // a CNN stage list that is refused is not also called the wrong length.
 TEST(YamlReader, RotaryHeadsTopKAndStageListsAreCheckedOnce) {
