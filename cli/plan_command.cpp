@@ -19,6 +19,7 @@
 #include "cli/commands.hpp"
 #include "cli/decision_guide.hpp"
 #include "cli/emit_plan.hpp"
+#include "cli/progress.hpp"
 #include "cli/search_options.hpp"
 #include "cli/text_report.hpp"
 #include "model/explain.hpp"
@@ -266,7 +267,14 @@ int run_plan(const PlanCommandFlags& f) {
   const Evaluator evaluator(job.model, job.cluster, job.world_size, job.seq_len);
   SearchOptions options;
   options.threads = static_cast<int>(f.search.threads);
+  // A search of a million devices over every axis runs for minutes: the progress line of sweep,
+  // drawn after 0.1 s on a terminal and every 2 s in a log, so a quick search prints nothing.
+  Progress progress(std::cerr, stderr_is_terminal());
+  options.on_progress = [&](std::int64_t plans, std::int64_t meshes_done, std::int64_t meshes) {
+    progress.update(meshes > 0 ? static_cast<double>(meshes_done) / static_cast<double>(meshes) : 1.0, plans);
+  };
   const SearchResult result = search(evaluator, job.global_batch, job.space, options);
+  progress.finish();
   const int threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const auto top = static_cast<std::size_t>(f.top);
   const auto pick = static_cast<std::size_t>(f.pick);
