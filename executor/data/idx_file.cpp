@@ -81,13 +81,24 @@ Loaded<IdxArray> read_idx_file(const std::string& path, int expected_dimensions)
     payload_bytes *= size;
   }
 
-  result.value.values.resize(static_cast<std::size_t>(payload_bytes));
-  const std::int64_t got = read_fully(file.get(), result.value.values.data(), payload_bytes);
-  if (got < 0) {
-    int zlib_error = Z_OK;
-    const char* message = gzerror(file.get(), &zlib_error);
-    return fail(std::string("cannot decompress IDX file: ") + (message ? message : "zlib error"));
+  // Grown as the data arrives, not sized from the header: a 133-byte file whose header claimed 10 GB
+  // allocated 10 GB before it was found short.
+  constexpr std::int64_t chunk_bytes = std::int64_t{1} << 24;
+  std::vector<std::uint8_t>& values = result.value.values;
+  std::int64_t got = 0;
+  while (got < payload_bytes) {
+    const std::int64_t want = std::min(chunk_bytes, payload_bytes - got);
+    values.resize(static_cast<std::size_t>(got + want));
+    const std::int64_t read = read_fully(file.get(), values.data() + got, want);
+    if (read < 0) {
+      int zlib_error = Z_OK;
+      const char* message = gzerror(file.get(), &zlib_error);
+      return fail(std::string("cannot decompress IDX file: ") + (message ? message : "zlib error"));
+    }
+    got += read;
+    if (read < want) break;
   }
+  values.resize(static_cast<std::size_t>(got));
   if (got != payload_bytes) {
     return fail("IDX data truncated: header promises " + std::to_string(payload_bytes) + " bytes, file holds " +
                 std::to_string(got));
