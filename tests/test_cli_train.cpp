@@ -534,6 +534,25 @@ TEST(CliTrain, AFailedMetricsWriteIsSaidOnce) {
   EXPECT_TRUE(std::filesystem::is_character_file("/dev/full"));
 }
 
+// Settings that train but do not do what they seem to are warned about
+// (--warmup past the run, --checkpoint-every with no folder to save into);
+// --epochs past int64 steps names --epochs (it blamed --steps).
+TEST(CliTrain, SettingsThatDoNothingAreSaid) {
+  const std::string plan = emit_gpt_plan("settings-said.json", "dp=1", 1);
+  const std::string text = "text:" MESHPLAN_TEST_SOURCE "/test_cli_train.cpp";
+  CliRun r = run({"train", "--plan", plan, "--data", text, "--steps", "2", "--warmup", "5", "--checkpoint-every", "1"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: --warmup: 5 steps cover all 2: the learning rate never reaches its peak"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("warning: --checkpoint-every: without --checkpoint-dir nothing is saved on a schedule"),
+            std::string::npos)
+      << r.err;
+  r = run({"train", "--plan", plan, "--data", text, "--epochs", "1e30"});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--epochs: 1e+30 epochs of"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("at most 1e15 steps"), std::string::npos) << r.err;
+}
+
 // A checkpoint folder belongs to one run of one model: a fresh run into a
 // folder with another run's checkpoints is refused before it trains (its
 // saves collided after the training, and --resume then took the newest of

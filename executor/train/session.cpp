@@ -254,9 +254,18 @@ Problems TrainingSession::State::build_options() {
                                            " is not a positive multiple of micro_batch x dp x fsdp (" +
                                            std::to_string(plan.micro_batch * plan.mesh.data_parallel_size()) + ")")};
   o.steps = config.steps;
-  if (o.steps <= 0 && config.epochs > 0)
-    o.steps = static_cast<std::int64_t>(std::ceil(config.epochs * static_cast<double>(loader->samples_per_epoch()) /
-                                                  static_cast<double>(plan.global_batch)));
+  if (o.steps <= 0 && config.epochs > 0) {
+    const double steps = std::ceil(config.epochs * static_cast<double>(loader->samples_per_epoch()) /
+                                   static_cast<double>(plan.global_batch));
+    constexpr double kMostSteps = 1e15;  // past int64 the cast wrapped, and --steps was blamed
+    if (!(steps <= kMostSteps)) {
+      std::ostringstream text;
+      text << config.epochs << " epochs of " << loader->samples_per_epoch() << " samples are " << steps
+           << " steps of " << plan.global_batch << "; at most 1e15 steps";
+      return {error("--epochs", text.str())};
+    }
+    o.steps = static_cast<std::int64_t>(steps);
+  }
   if (o.steps <= 0) return {error("--steps", "--steps or --epochs: give a positive number of steps or epochs")};
   o.adamw.weight_decay = config.weight_decay;
   o.warmup_steps = config.warmup;
@@ -351,6 +360,16 @@ Problems session_config_problems(const SessionConfig& config) {
     problems.push_back({Severity::warning, "--lr", text.str()});
   }
   if (config.warmup < 0) refuse("--warmup", "must be 0 or more steps", static_cast<double>(config.warmup));
+  if (config.steps > 0 && config.warmup >= config.steps) {
+    problems.push_back({Severity::warning, "--warmup",
+                        std::to_string(config.warmup) + " steps cover all " + std::to_string(config.steps) +
+                            ": the learning rate never reaches its peak"});
+  }
+  if (config.checkpoint_every > 0 && !config.checkpoints_on) {
+    problems.push_back({Severity::warning, "--checkpoint-every",
+                        "without --checkpoint-dir nothing is saved on a schedule (a stop still saves, into " +
+                            config.checkpoint_dir + ")"});
+  }
   if (!(std::isfinite(config.weight_decay) && config.weight_decay >= 0)) {
     refuse("--weight-decay", "must be 0 or a positive number", config.weight_decay);
   }
