@@ -119,7 +119,10 @@ Loaded<Validated> validate(const CommbenchFlags& f) {
     problems.push_back({Severity::error, "--max-bytes", "'" + f.max_bytes + "' is not a size from 1 to 2G"});
   }
   if (min_bytes && max_bytes && *min_bytes > *max_bytes) {
-    problems.push_back({Severity::error, "--min-bytes", f.min_bytes + " is larger than --max-bytes " + f.max_bytes});
+    // Named together: either may be the one given (--max-bytes 7 blamed the default --min-bytes 8).
+    problems.push_back({Severity::error, "--min-bytes and --max-bytes",
+                        f.min_bytes + " to " + f.max_bytes + " is no range: --min-bytes (default 8) must be at most "
+                                                             "--max-bytes (default 16M)"});
   }
   if (f.step_factor < 2) problems.push_back({Severity::error, "--step-factor", "must be 2 or more"});
   if (f.iters < 1) problems.push_back({Severity::error, "--iters", "must be 1 or more"});

@@ -378,7 +378,12 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& train_a
   }
   command.front() = mpirun;
   ::setenv("MESHPLAN_LAUNCHED", "1", 1);  // local ranks inherit mpirun's environment
-  return run_child(command, true);
+  const int status = run_child(command, true);
+  // The ranks say why they stopped; a launcher that failed by itself may say nothing (--mpirun /bin/false).
+  if (status != exit_ok && status != exit_interrupted) {
+    std::cerr << "meshplan launch: " << mpirun << " exited with status " << status << "\n";
+  }
+  return status;
 }
 
 }  // namespace

@@ -93,6 +93,10 @@ TEST(CliCommbench, BadFlagsNameTheFlag) {
   r = run({"commbench", "--max-bytes", "17179869185G"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--max-bytes: '17179869185G' is not a size from 1 to 2G"), std::string::npos) << r.err;
+  // A --max-bytes below the default --min-bytes names both (it blamed --min-bytes, which was not given).
+  r = run({"commbench", "--max-bytes", "7"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--min-bytes and --max-bytes: 8 to 7 is no range"), std::string::npos) << r.err;
   r = run({"commbench", "--collectives", "all_reduce,allgather"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("'allgather' is not one of"), std::string::npos) << r.err;
@@ -203,6 +207,10 @@ TEST(CliLaunch, RefusesAMissingLauncherOrPlan) {
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("'/nonexistent/mpirun' was not found"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("mpirun -np 2 meshplan train --plan"), std::string::npos) << r.err;
+  // A launcher that fails by itself, silently, is named with its status (exit 1 said nothing).
+  r = run({"launch", "--plan", two, "--mpirun", "/bin/false", "--data", kText});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("meshplan launch: /bin/false exited with status 1"), std::string::npos) << r.err;
   r = run({"launch", "--plan", temp_path("no-such-plan.json").string()});
   EXPECT_EQ(r.status, 2);
   expect_no_crash_text(r);
