@@ -268,6 +268,17 @@ TEST_F(CheckpointTest, LatestSkipsIncompleteNewerOnes) {
 // --resume: a damaged newest checkpoint (a flipped byte; a manifest that no
 // longer matches its seal) is skipped, with a warning naming it and why, for
 // the newest one that loads.
+// Many incomplete checkpoints are named three at a time, the rest counted.
+TEST_F(CheckpointTest, ManyIncompleteOnesAreCounted) {
+  ASSERT_TRUE(save_checkpoint(root(), sample_contents(1)).empty());
+  for (int step = 2; step < 12; ++step) fs::create_directories(checkpoint_path(step));
+  const auto latest = latest_checkpoint(root());
+  ASSERT_TRUE(latest.value.has_value());
+  EXPECT_EQ(*latest.value, checkpoint_path(1).string());
+  ASSERT_EQ(latest.problems.size(), 4u) << all_messages(latest.problems);
+  EXPECT_EQ(latest.problems.back().message, "7 more incomplete checkpoints, ignored");
+}
+
 TEST_F(CheckpointTest, ResumeFallsBackOverDamagedNewerOnes) {
   EXPECT_FALSE(load_latest_checkpoint(root() + "/nothing-here").value.has_value());
   for (const std::int64_t step : {10, 20, 30, 40}) ASSERT_TRUE(save_checkpoint(root(), sample_contents(step)).empty());

@@ -525,21 +525,30 @@ Loaded<std::vector<fs::path>> complete_checkpoints(const std::string& dir) {
   }
   std::sort(directories.begin(), directories.end());
   std::vector<std::pair<std::int64_t, fs::path>> complete;
+  // The first few incomplete ones are named; the rest are counted (3,000 empty step folders gave
+  // 3,000 warning lines).
+  constexpr std::size_t kNamed = 3;
+  std::size_t incomplete = 0;
+  const auto ignore = [&](const fs::path& directory, const char* why) {
+    if (++incomplete <= kNamed) result.problems.push_back({Severity::warning, directory.string(), why});
+  };
   for (const fs::path& directory : directories) {
     bool temporary = false;
     const std::optional<std::int64_t> step = parse_directory_name(directory.filename().string(), temporary);
     if (!step) continue;
     if (temporary) {
-      result.problems.push_back({Severity::warning, directory.string(),
-                                 "incomplete checkpoint (the save stopped before its rename), ignored"});
+      ignore(directory, "incomplete checkpoint (the save stopped before its rename), ignored");
       continue;
     }
     if (!fs::exists(directory / complete_file_name, error)) {
-      result.problems.push_back(
-          {Severity::warning, directory.string(), "incomplete checkpoint: no COMPLETE marker, ignored"});
+      ignore(directory, "incomplete checkpoint: no COMPLETE marker, ignored");
       continue;
     }
     complete.emplace_back(*step, directory);
+  }
+  if (incomplete > kNamed) {
+    result.problems.push_back({Severity::warning, dir,
+                               std::to_string(incomplete - kNamed) + " more incomplete checkpoints, ignored"});
   }
   std::stable_sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (auto& [step, directory] : complete) result.value.push_back(std::move(directory));
