@@ -47,6 +47,11 @@ class ConfigReader {
     if (v.is_number()) {
       const double d = v.get<double>();
       if (d >= 1 && d < 9e15 && d == std::floor(d)) return static_cast<std::int64_t>(d);
+      // A whole number out of reach is said to be so (1e18 was "not a positive whole number").
+      if (d >= 9e15 && std::isfinite(d) && d == std::floor(d)) {
+        error(key, "is " + v.dump() + ", past any model meshplan plans (below 9e15)");
+        return std::nullopt;
+      }
     }
     error(key, "must be a positive whole number, got " + v.dump());
     return std::nullopt;

@@ -285,6 +285,10 @@ TEST(HfConfig, RefusesWhatItCannotModel) {
       {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": "64", "num_attention_heads": 4,
            "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16})",
        "key 'hidden_size': must be a positive whole number, got \"64\""},
+      // A whole number out of reach is said to be one (it was "not a positive whole number").
+      {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 1e18, "max_position_embeddings": 16})",
+       "key 'vocab_size': is 1e+18, past any model meshplan plans (below 9e15)"},
       {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
            "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16, "hidden_act": "relu"})",
        "'relu' is neither SiLU nor a GELU"},
