@@ -46,7 +46,12 @@ struct Job {
 };
 
 
-std::string seconds(double s) { return s >= 1 ? format("%.3f s", s) : format("%.2f ms", s * 1e3); }
+// A tiny model's step is microseconds (it printed "0.00 ms"); 0 stays "0.00 ms".
+std::string seconds(double s) {
+  if (s >= 1) return format("%.3f s", s);
+  if (s >= 1e-3 || s <= 0) return format("%.2f ms", s * 1e3);
+  return format("%.2f us", s * 1e6);
+}
 
 std::string percent(double fraction) { return format("%.1f%%", 100 * fraction); }
 
