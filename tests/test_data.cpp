@@ -155,6 +155,23 @@ TEST_F(DataFiles, IdxHeaderClaimingGigabytesAllocatesWhatArrives) {
   EXPECT_LT(grown_bytes, 1e9) << "the header's claim was allocated";
 }
 
+// The byte-level loader holds its corpus in memory on every rank: a corpus
+// past 4 GiB is refused by its size, before a byte is read (a sparse 5 GiB
+// file costs no disk).
+TEST_F(DataFiles, TextCorpusPastFourGibIsRefusedBeforeReading) {
+  {
+    std::ofstream(path("huge.txt")) << "x";
+  }
+  std::error_code error;
+  fs::resize_file(path("huge.txt"), std::uintmax_t{5} << 30, error);
+  if (error) GTEST_SKIP() << "cannot make a sparse file here: " << error.message();
+  const auto corpus = read_text_corpus(path("huge.txt"));
+  EXPECT_TRUE(mentions(corpus.problems, path("huge.txt"), "holds 5.0 GiB"));
+  EXPECT_TRUE(mentions(corpus.problems, path("huge.txt"), "at most 4 GiB"));
+  EXPECT_TRUE(corpus.value.empty());
+  fs::remove(path("huge.txt"));
+}
+
 TEST_F(DataFiles, IdxRejectsACutGzipStream) {
   write_gz(path("whole.gz"), idx_bytes(0x801, {4000}, Bytes(4000, 3)));
   std::ifstream in(path("whole.gz"), std::ios::binary);

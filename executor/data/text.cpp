@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <utility>
 
 #include "executor/data/random.hpp"
@@ -14,12 +16,33 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Appends the bytes of `path` to `out`; false if it cannot be read.
+// Appends the bytes of `path` to `out`, reserved to its size first (growing by doubling held 2.4x
+// the corpus); false if it cannot be read.
 bool append_file(const fs::path& path, std::vector<std::uint8_t>& out) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
-  out.insert(out.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::error_code error;
+  const auto size = fs::file_size(path, error);
+  if (!error) out.reserve(out.size() + size);
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+    out.insert(out.end(), reinterpret_cast<const std::uint8_t*>(buffer),
+               reinterpret_cast<const std::uint8_t*>(buffer) + in.gcount());
+    if (!in) break;
+  }
   return !in.bad();
+}
+
+// The byte-level loader keeps its corpus in memory, on every rank: at most this much.
+constexpr std::uintmax_t kMaxCorpusBytes = std::uintmax_t{4} << 30;
+
+std::optional<Problem> too_large(const std::string& path, std::uintmax_t bytes) {
+  if (bytes <= kMaxCorpusBytes) return std::nullopt;
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "holds %.1f GiB; the byte-level text loader keeps the corpus in memory on every rank: at most 4 GiB",
+                static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+  return Problem{Severity::error, path, text};
 }
 
 }  // namespace
@@ -33,6 +56,10 @@ Loaded<std::vector<std::uint8_t>> read_text_corpus(const std::string& path) {
     return result;
   }
   if (fs::is_regular_file(status)) {
+    if (const auto large = too_large(path, fs::file_size(path, error))) {
+      result.problems.push_back(*large);
+      return result;
+    }
     if (!append_file(path, result.value)) result.problems.push_back({Severity::error, path, "cannot read file"});
     return result;
   }
@@ -56,6 +83,16 @@ Loaded<std::vector<std::uint8_t>> read_text_corpus(const std::string& path) {
   }
   std::sort(files.begin(), files.end(),
             [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
+  std::uintmax_t total = 0;
+  for (const fs::path& file : files) {
+    std::error_code size_error;
+    const auto size = fs::file_size(file, size_error);
+    if (!size_error) total += size;
+  }
+  if (const auto large = too_large(path, total)) {
+    result.problems.push_back(*large);
+    return result;
+  }
   for (const fs::path& file : files) {
     if (!append_file(file, result.value)) {
       result.problems.push_back({Severity::error, file.string(), "cannot read file"});
