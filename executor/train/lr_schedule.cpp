@@ -48,6 +48,12 @@ DefaultLearningRate default_learning_rate(double parameters, bool transformer) {
 
 Problems learning_rate_warnings(double parameters, bool transformer, double lr, std::int64_t warmup_steps) {
   const Gpt3Size* row = transformer ? published_row(parameters) : nullptr;
+  if (row == nullptr && lr > 1) {  // no published row to compare with (below 125M, or an MLP)
+    std::ostringstream text;
+    text << lr << " is above 1: AdamW moves each weight by about the learning rate per step, and published peak "
+                  "rates are 6e-5 to 6e-4 (Brown et al. 2020, Table 2.1); expect the loss to diverge";
+    return {{Severity::warning, "--lr", text.str()}};
+  }
   if (row == nullptr || !(lr > 2 * row->learning_rate)) return {};
   std::ostringstream text;
   text << lr << " is ";

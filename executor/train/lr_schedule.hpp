@@ -49,7 +49,8 @@ struct DefaultLearningRate {
 DefaultLearningRate default_learning_rate(double parameters, bool transformer);
 
 // A warning (flag --lr) when a transformer's `lr` is more than twice the peak rate of its size in GPT-3's
-// table (above); none below the table's smallest size, nor for other models. Larger models want smaller rates, and a run at several
+// table (above); below the table's smallest size, and for other models, when `lr` is above 1 (AdamW
+// moves a weight by about the rate per step). Larger models want smaller rates, and a run at several
 // times the published one, above all without warm-up, can diverge. Empty otherwise. Training goes on
 // either way.
 Problems learning_rate_warnings(double parameters, bool transformer, double lr, std::int64_t warmup_steps);

@@ -353,12 +353,6 @@ Problems session_config_problems(const SessionConfig& config) {
     problems.push_back({Severity::error, flag, text.str()});
   };
   if (config.lr && !(std::isfinite(*config.lr) && *config.lr > 0)) refuse("--lr", "must be a positive number", *config.lr);
-  if (config.lr && std::isfinite(*config.lr) && *config.lr > 1) {
-    std::ostringstream text;
-    text << *config.lr << " is above 1: AdamW moves each weight by about the learning rate per step, and published peak "
-            "rates are 6e-5 to 6e-4 (Brown et al. 2020, Table 2.1); expect the loss to diverge";
-    problems.push_back({Severity::warning, "--lr", text.str()});
-  }
   if (config.warmup < 0) refuse("--warmup", "must be 0 or more steps", static_cast<double>(config.warmup));
   if (config.steps > 0 && config.warmup >= config.steps) {
     problems.push_back({Severity::warning, "--warmup",
