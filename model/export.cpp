@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <sstream>
 
+#include "model/explain.hpp"
 #include "model/plan_defaults.hpp"
 #include "model/stage_partition.hpp"
 
@@ -364,6 +366,20 @@ std::string torchtitan(Writer& w) {
                            "tensors to drop, so 'selective' is written as mode \"none\", what the plan was priced as; "
                            "--recompute selective-op is torchtitan's selective_ac_option = \"op\"");
   }
+  const bool replicated_dp = dp > 1 && plan.zero_stage < 2 && fsdp == 1;
+  if (replicated_dp && (w.size(Axis::tp) > 1 || pp > 1 || w.size(Axis::cp) > 1)) {
+    // pytorch/torchtitan parallelize_llama.py, apply_ddp's guard (world_mesh.ndim > 1 in releases that apply
+    // DDP to the whole mesh; newer ones apply it to the dp_replicate mesh alone).
+    w.warning("mesh.dp", "DDP (data_parallel_replicate_degree " + std::to_string(dp) +
+                             ") beside tp, pp or cp: torchtitan releases that apply DDP to the whole device mesh stop "
+                             "with \"DDP has not supported > 1D parallelism\"; if yours does, plan with --zero 3 "
+                             "(FSDP2) or give the data-parallel ranks to fsdp");
+  }
+  if (w.size(Axis::cp) > 1 && plan.zero_stage < 3 && fsdp == 1) {
+    w.warning("mesh.cp", "torchtitan shards the weights with FSDP2 over the data-parallel and cp ranks together "
+                         "(dp_shard_cp) whenever cp > 1, where the plan keeps them whole on each cp rank: less "
+                         "memory than priced, and FSDP's gathers and reduce-scatters in the step");
+  }
   if (has_errors(w.problems)) return "";
 
   const bool shard_dp = plan.zero_stage >= 2;
@@ -472,11 +488,49 @@ std::optional<ExportTarget> parse_export_target(const std::string& name) {
   return std::nullopt;
 }
 
+namespace {
+
+// What every target shares: a plan predicted not to fit is written with a warning (a config that runs
+// out of memory was written with nothing said); causal context parallelism in Megatron-Core and
+// torchtitan cuts each sequence into 2 x cp chunks (two per rank, for load balance), so cp needs
+// seq % (2 cp) == 0 there.
+Problems common_export_problems(const PlanFile& file, ExportTarget target) {
+  Problems problems;
+  const std::int64_t cp = file.plan.mesh.size(Axis::cp);
+  const std::int64_t seq = plan_seq_len(file.model, file.plan);
+  if (cp > 1 && (target == ExportTarget::megatron || target == ExportTarget::torchtitan) && seq % (2 * cp) != 0) {
+    problems.push_back({Severity::error, "mesh.cp",
+                        "sequence " + std::to_string(seq) + " does not split into 2 x cp = " + std::to_string(2 * cp) +
+                            " chunks: Megatron-Core and torchtitan give each cp rank two chunks of every sequence "
+                            "(causal load balance); plan a sequence length divisible by " + std::to_string(2 * cp)});
+  }
+  const Explanation ex = explain_plan(file.model, file.cluster, Deployment{file.plan.mesh.world_size(), 0}, file.plan);
+  if (ex.memory && !ex.memory->fits()) {
+    const StageMemory& worst = ex.memory->worst();
+    char text[200];
+    std::snprintf(text, sizeof text, "the plan is predicted not to fit: pipeline stage %lld needs %.2f GiB per device, "
+                                     "%.2f GiB usable (meshplan explain --plan)",
+                  static_cast<long long>(worst.stage), worst.memory.total_bytes() / (1024.0 * 1024 * 1024),
+                  ex.memory->usable_bytes / (1024.0 * 1024 * 1024));
+    problems.push_back({Severity::warning, "memory", text});
+  }
+  return problems;
+}
+
+}  // namespace
+
 Loaded<std::string> export_plan(const PlanFile& file, ExportTarget target) {
+  Problems common = common_export_problems(file, target);
+  if (has_errors(common)) return {{}, std::move(common)};
   Writer w{file, {}, {}};
+  for (const Problem& p : common) w.warning(p.where, p.message);
   std::string text;
   switch (target) {
-    case ExportTarget::jax: return export_jax(file);
+    case ExportTarget::jax: {
+      Loaded<std::string> jax = export_jax(file);
+      jax.problems.insert(jax.problems.begin(), common.begin(), common.end());
+      return jax;
+    }
     case ExportTarget::megatron: text = megatron(w); break;
     case ExportTarget::torchtitan: text = torchtitan(w); break;
     case ExportTarget::deepspeed: text = deepspeed(w); break;

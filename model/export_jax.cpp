@@ -190,6 +190,11 @@ void add_jax_warnings(const Plan& plan, Problems& problems) {
                         "chunking the tp collectives beside their matmuls is XLA's choice (its collective-matmul "
                         "decomposition), not the module's: the plan prices them mostly hidden"});
   }
+  if (plan.precision == Precision::fp8) {
+    problems.push_back({Severity::warning, "precision",
+                        "fp8: the module computes in bfloat16 (COMPUTE_DTYPE); fp8 matmuls are the model code's "
+                        "(e.g. Transformer Engine's or AQT's dot_general): the plan prices them at the fp8 rate"});
+  }
   if (plan.recompute == Recompute::selective && plan.recompute_modules != kDefaultRecomputeModules) {
     problems.push_back({Severity::warning, "recompute_modules",
                         "JAX has no policy by Megatron-Core's modules (" + recompute_modules_text(plan.recompute_modules) +
@@ -220,11 +225,21 @@ Loaded<std::string> export_jax(const PlanFile& file) {
                                                  exported_weights(file, TensorRole::gradients),
                                                  exported_weights(file, TensorRole::optimizer_moment)};
   Loaded<std::vector<ExportedArray>> activations = exported_activations(file);
+  // Each once (the roles share their dimensions), and the first few of one field: one cause can
+  // refuse every tensor (1,137 lines for a hidden size over 131,072 devices).
+  constexpr std::size_t kShownPerField = 4;
+  std::map<std::string, std::size_t> per_field;
   for (const auto* part : {&roles[0], &roles[1], &roles[2], &activations}) {
-    for (const Problem& p : part->problems) {  // each once: the roles share their dimensions
+    for (const Problem& p : part->problems) {
       bool said = false;
       for (const Problem& q : result.problems) said = said || q.message == p.message;
-      if (!said) result.problems.push_back(p);
+      if (said) continue;
+      if (++per_field[p.where] <= kShownPerField) result.problems.push_back(p);
+    }
+  }
+  for (const auto& [field, count] : per_field) {
+    if (count > kShownPerField) {
+      result.problems.push_back({Severity::error, field, std::to_string(count - kShownPerField) + " more the same way"});
     }
   }
   add_jax_warnings(plan, result.problems);

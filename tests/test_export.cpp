@@ -19,6 +19,7 @@ using namespace testing_support;
 PlanFile plan_file(const std::string& model, const std::string& mesh, std::int64_t micro_batch, std::int64_t global_batch) {
   PlanFile file;
   file.model = must(load_model(model));
+  file.cluster = must(load_cluster("dgx-h100"));  // export warns of a plan that does not fit its devices
   file.plan = plan_with(mesh, micro_batch, global_batch);
   file.world_size = file.plan.mesh.world_size();
   return file;
@@ -573,6 +574,71 @@ TEST(Export, JaxPadsTheVocabularyAndRefusesOtherUnevenSplitsAndPipelines) {
 
   EXPECT_NE(error_on(export_plan(plan_file("gpt2-124m", "pp=2", 1, 8), ExportTarget::jax).problems, "mesh.pp"), nullptr);
   EXPECT_NE(error_on(export_plan(plan_file("resnet50", "dp=2", 1, 8), ExportTarget::jax).problems, "model.kind"), nullptr);
+}
+
+
+const Problem* warning_on(const Problems& problems, const std::string& field) {
+  for (const Problem& p : problems)
+    if (p.severity == Severity::warning && p.where == field) return &p;
+  return nullptr;
+}
+
+// What every target shares: a plan predicted not to fit is written with a
+// warning (it was written with nothing said); context parallelism in
+// Megatron-Core and torchtitan needs the sequence in 2 x cp chunks (seq 4098
+// at cp 2 was exported, and their load-balanced split cannot cut it).
+TEST(Export, EveryTargetWarnsOfAPlanThatDoesNotFitAndCpNeedsTwoChunksPerRank) {
+  PlanFile big = plan_file("llama3-70b", "dp=8", 1, 8);
+  for (ExportTarget target : {ExportTarget::megatron, ExportTarget::torchtitan, ExportTarget::deepspeed, ExportTarget::jax}) {
+    const auto out = export_plan(big, target);
+    const Problem* memory = warning_on(out.problems, "memory");
+    ASSERT_NE(memory, nullptr) << messages(out.problems);
+    EXPECT_NE(memory->message.find("the plan is predicted not to fit: pipeline stage 0 needs"), std::string::npos);
+  }
+  PlanFile small = plan_file("llama3.2-1b", "dp=8", 1, 8);
+  EXPECT_EQ(warning_on(export_plan(small, ExportTarget::megatron).problems, "memory"), nullptr);
+
+  PlanFile cp = plan_file("llama3.2-1b", "dp=2,cp=2", 1, 2);
+  cp.plan.zero_stage = 1;
+  cp.plan.seq_len = 4098;
+  for (ExportTarget target : {ExportTarget::megatron, ExportTarget::torchtitan}) {
+    const auto out = export_plan(cp, target);
+    const Problem* split = error_on(out.problems, "mesh.cp");
+    ASSERT_NE(split, nullptr);
+    EXPECT_NE(split->message.find("sequence 4098 does not split into 2 x cp = 4 chunks"), std::string::npos) << split->message;
+  }
+  cp.plan.seq_len = 4096;
+  EXPECT_EQ(error_on(export_plan(cp, ExportTarget::megatron).problems, "mesh.cp"), nullptr);
+}
+
+// torchtitan: DDP beside tp, pp or cp stops some releases; cp shards the
+// weights over the cp ranks with FSDP2 whatever the plan says. JAX: fp8 is the
+// model code's, and the module says so. One cause refusing every tensor is
+// said a few times and counted (1,137 lines).
+TEST(Export, TorchtitanDdpBesideOtherAxesJaxFp8AndOneCauseCounted) {
+  PlanFile ddp = plan_file("llama3.2-1b", "dp=4,tp=2", 1, 8);
+  const auto titan = export_plan(ddp, ExportTarget::torchtitan);
+  ASSERT_TRUE(titan.ok()) << messages(titan.problems);
+  const Problem* guard = warning_on(titan.problems, "mesh.dp");
+  ASSERT_NE(guard, nullptr) << messages(titan.problems);
+  EXPECT_NE(guard->message.find("DDP has not supported > 1D parallelism"), std::string::npos);
+  PlanFile cp = plan_file("llama3.2-1b", "dp=2,cp=2", 1, 2);
+  EXPECT_NE(warning_on(export_plan(cp, ExportTarget::torchtitan).problems, "mesh.cp"), nullptr);
+  PlanFile sharded = plan_file("llama3.2-1b", "fsdp=4,tp=2", 1, 8);
+  sharded.plan.zero_stage = 3;
+  EXPECT_EQ(warning_on(export_plan(sharded, ExportTarget::torchtitan).problems, "mesh.dp"), nullptr);
+
+  PlanFile fp8 = plan_file("llama3-8b", "fsdp=8", 1, 8);
+  fp8.plan.precision = Precision::fp8;
+  const auto jax = export_plan(fp8, ExportTarget::jax);
+  ASSERT_TRUE(jax.ok()) << messages(jax.problems);
+  EXPECT_NE(warning_on(jax.problems, "precision"), nullptr) << messages(jax.problems);
+
+  PlanFile wide = plan_file("llama3-405b", "fsdp=131072,tp=8", 1, 131072);
+  const auto refused = export_plan(wide, ExportTarget::jax);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_LT(refused.problems.size(), 30u) << messages(refused.problems);
+  EXPECT_NE(messages(refused.problems).find("more the same way"), std::string::npos) << messages(refused.problems);
 }
 
 }  // namespace
