@@ -473,6 +473,10 @@ std::string deepspeed(Writer& w) {
   if (gradients_in_fp32(plan) && plan.precision != Precision::fp32) {
     j["data_types"] = {{"grad_accum_dtype", "fp32"}};
     j["communication_data_type"] = "fp32";
+  } else if (plan.precision == Precision::bf16 && stage == 0) {
+    // Without ZeRO, bf16 runs DeepSpeed's BF16_Optimizer, which accumulates gradients in fp32 unless told
+    // (microsoft/DeepSpeed PR 4713): 4 bytes per parameter where the plan prices its 16-bit gradients' 2.
+    j["data_types"] = {{"grad_accum_dtype", "bf16"}};
   }
   j["gradient_clipping"] = 1.0;
   return j.dump(2) + "\n";

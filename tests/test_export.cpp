@@ -268,6 +268,13 @@ TEST(Export, GradientPrecisionIsTheFrameworksOwnSwitch) {
     if (fp32) {
       EXPECT_EQ(j["data_types"]["grad_accum_dtype"], "fp32") << deepspeed.value;
     }
+    // Without ZeRO, DeepSpeed's BF16_Optimizer accumulates in fp32 unless told: a 16-bit plan says bf16.
+    PlanFile replicated = plan_file("llama3.2-1b", "dp=8", 1, 8);
+    replicated.plan.precision = Precision::bf16;
+    replicated.plan.zero_stage = 0;
+    replicated.plan.fp32_gradients = fp32;
+    const auto ddp = nlohmann::json::parse(export_plan(replicated, ExportTarget::deepspeed).value);
+    EXPECT_EQ(ddp["data_types"]["grad_accum_dtype"], fp32 ? "fp32" : "bf16") << ddp.dump();
     const Loaded<std::string> jax = export_plan(sharded, ExportTarget::jax);
     ASSERT_TRUE(jax.ok()) << messages(jax.problems);
     EXPECT_NE(jax.value.find(fp32 ? "GRAD_DTYPE = 'float32'" : "GRAD_DTYPE = 'bfloat16'"), std::string::npos) << jax.value;
