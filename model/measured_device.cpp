@@ -127,6 +127,8 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
   std::string_view line;
   int rows = 0;
   std::string device_line;  // the 'device' row's line number, once read
+  // A ceiling or a GEMM shape measured twice: the second silently replaced the first, or was counted twice.
+  std::map<std::string, std::size_t> first_line;
   while (lines.next(line)) {
     const std::string where = file + ":" + std::to_string(lines.number());
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
@@ -164,6 +166,12 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
       if (json.contains("l2_bytes")) m.l2_bytes = row.positive("l2_bytes").value_or(0);
     } else if (section == "ceiling") {
       const std::string what = row.text("what");
+      if (const auto [it, added] = first_line.emplace("ceiling " + what, lines.number()); !added) {
+        problems.push_back({Severity::error, where + " key 'what'",
+                            "ceiling '" + what + "' is measured twice (first on line " + std::to_string(it->second) +
+                                "): keep one"});
+        continue;
+      }
       if (what == "bf16_gemm_8192") {
         m.gemm_ceiling_flops_per_s = row.positive("tflops_med").value_or(0) * 1e12;
       } else if (what == "fp8_gemm_8192") {
@@ -177,6 +185,13 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
     } else if (section == "gemm") {
       DeviceMeasurements::Gemm g{row.count("m"), row.count("n"), row.count("k"), row.positive("s_med").value_or(0),
                                  row.positive("tflops_med").value_or(0) * 1e12};
+      const std::string shape = "gemm " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
+      if (const auto [it, added] = first_line.emplace(shape, lines.number()); !added && problems.size() == before) {
+        problems.push_back({Severity::error, where, "GEMM m " + std::to_string(g.m) + ", n " + std::to_string(g.n) +
+                                                        ", k " + std::to_string(g.k) + " is measured twice (first on line " +
+                                                        std::to_string(it->second) + "): keep one"});
+        continue;
+      }
       // The rate is the shape's FLOPs over the median time (measure_device.py); a row whose two
       // disagree has one of them wrong, and the curve would be built from either.
       const double implied = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) / g.time_s;
@@ -214,6 +229,22 @@ Loaded<DeviceMeasurements> parse_device_measurements(std::string_view text, cons
         op.width = row.count("d");
         op.forward_s = row.positive("fwd_s").value_or(0);
         op.forward_backward_s = row.positive("fwd_bwd_s").value_or(0);
+        // measure_device.py's rates: 2 x and 5 x the [tokens, d] tensor's bytes over the forward and the
+        // forward + backward. A row whose rate and time disagree has one of them in other units.
+        const double element = json.value("dtype", std::string("bf16")) == "fp32" ? 4.0 : 2.0;
+        const double tensor_bytes = static_cast<double>(op.tokens) * static_cast<double>(op.width) * element;
+        const std::pair<const char*, std::pair<double, double>> rates[] = {
+            {"fwd_gb_per_s", {2 * tensor_bytes, op.forward_s}}, {"fwd_bwd_gb_per_s", {5 * tensor_bytes, op.forward_backward_s}}};
+        for (const auto& [key, counted] : rates) {
+          if (!json.contains(key) || problems.size() != before || !(counted.second > 0)) continue;
+          const auto given = row.positive(key);
+          const double implied = counted.first / counted.second / 1e9;
+          if (given && !(std::abs(implied / *given - 1) <= 0.1)) {
+            problems.push_back({Severity::error, where + " key '" + key + "'",
+                                format("%.4g", *given) + " GB/s is not the counted bytes over the time, " +
+                                    format("%.4g", implied) + " GB/s: one of the two is wrong (a time in ms?)"});
+          }
+        }
       } else if (op.op == kCrossEntropyOp || op.op == kEagerCrossEntropyOp) {
         op.tokens = row.count("tokens");
         op.vocab = row.count("vocab");
@@ -392,6 +423,17 @@ void check_figures(const MeasuredDeviceFigures& f, const DeviceMeasurements& m, 
                               " x (forward) and " + format("%.3g", backward) + " x (backward) slower with dropout than "
                               "without; a device preset accepts up to " + format("%.3g", kDropoutSlowdownMax) +
                               " x: are fwd_s and dropout_fwd_s (fwd_bwd_s and dropout_fwd_bwd_s) of the same call?"});
+    }
+  }
+  // A memory-bound class streams [tokens, d] through HBM, or at best through L2 (H100: about 1.7x HBM);
+  // past 4x the memory bandwidth a row's time is in other units (ms for s), not a faster kernel.
+  for (const auto& c : f.op_classes) {
+    if (f.memory_bandwidth_bytes_per_s > 0 && c.bytes_per_s > 4 * f.memory_bandwidth_bytes_per_s) {
+      problems.push_back({Severity::error, m.file,
+                          "the " + to_string(c.op_class) + " rows give " + format("%.0f", c.bytes_per_s / 1e9) +
+                              " GB/s, over 4 x the memory bandwidth (" +
+                              format("%.0f", f.memory_bandwidth_bytes_per_s / 1e9) +
+                              " GB/s): are fwd_s and fwd_bwd_s in seconds?"});
     }
   }
   if (f.memory_bandwidth_fraction && !(*f.memory_bandwidth_fraction >= kAchievableFractionMin && *f.memory_bandwidth_fraction <= 1)) {

@@ -311,6 +311,63 @@ TEST(MeasuredDevice, RowsFasterThanThePeakOrInconsistentAreRefused) {
       << messages(two.problems);
 }
 
+// An op row whose rate and time disagree (times written in ms: the norm class
+// came out at 1 GB/s), a class faster than 4x the memory bandwidth (one row
+// 50x too fast gave 30505 GB/s), a ceiling measured twice (the second replaced
+// the first) and a GEMM shape measured twice (counted twice) are refused.
+TEST(MeasuredDevice, OpRowsInOtherUnitsAndRowsMeasuredTwiceAreRefused) {
+  const std::string rows = read_text(kFile);
+  const auto lines = std::count(rows.begin(), rows.end(), '\n');
+  const auto parsed = [&](const std::string& extra) { return parse_device_measurements(rows + extra, "m.jsonl"); };
+  // 8192 x 768 bf16 is 12.58 MB: 2 x that in 44 us is 572 GB/s; the same rate with the time in ms is not.
+  const auto in_ms = parsed("{\"section\": \"op\", \"op\": \"layernorm\", \"tokens\": 8192, \"d\": 768, "
+                            "\"fwd_s\": 0.044, \"fwd_bwd_s\": 0.194, \"fwd_gb_per_s\": 572, \"fwd_bwd_gb_per_s\": 324}\n");
+  ASSERT_FALSE(in_ms.ok());
+  EXPECT_NE(messages(in_ms.problems).find("m.jsonl:" + std::to_string(lines + 1) +
+                                          " key 'fwd_gb_per_s': 572 GB/s is not the counted bytes over the time"),
+            std::string::npos)
+      << messages(in_ms.problems);
+  EXPECT_TRUE(parsed("{\"section\": \"op\", \"op\": \"layernorm\", \"tokens\": 8192, \"d\": 768, \"fwd_s\": 4.4e-05, "
+                     "\"fwd_bwd_s\": 0.000194, \"fwd_gb_per_s\": 572, \"fwd_bwd_gb_per_s\": 324}\n")
+                  .ok());
+
+  std::string fast_norms;
+  for (const char* op : {"layernorm", "rmsnorm"}) {
+    for (int d : {768, 1024, 2048, 4096, 8192}) {
+      fast_norms += std::string("{\"section\": \"op\", \"op\": \"") + op + "\", \"tokens\": 8192, \"d\": " +
+                    std::to_string(d) + ", \"fwd_s\": 1e-07, \"fwd_bwd_s\": 3e-07}\n";
+    }
+  }
+  std::string without_norms;
+  std::istringstream in(rows);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"layernorm\"") == std::string::npos && line.find("\"rmsnorm\"") == std::string::npos) without_norms += line + "\n";
+  }
+  const auto fast = parse_device_measurements(without_norms + fast_norms, "m.jsonl");
+  ASSERT_TRUE(fast.ok()) << messages(fast.problems);
+  const auto figures = derive_device_figures(fast.value, datasheet());
+  EXPECT_NE(messages(figures.problems).find("the norm rows give"), std::string::npos) << messages(figures.problems);
+  EXPECT_NE(messages(figures.problems).find("over 4 x the memory bandwidth (3350 GB/s)"), std::string::npos)
+      << messages(figures.problems);
+
+  const auto ceiling = parsed("{\"section\": \"ceiling\", \"what\": \"bf16_gemm_8192\", \"tflops_med\": 100}\n");
+  ASSERT_FALSE(ceiling.ok());
+  EXPECT_NE(messages(ceiling.problems).find("ceiling 'bf16_gemm_8192' is measured twice (first on line"), std::string::npos)
+      << messages(ceiling.problems);
+  std::string gemm_line;
+  std::istringstream again(rows);
+  for (std::string line; std::getline(again, line);) {
+    if (line.find("\"section\": \"gemm\"") != std::string::npos) {
+      gemm_line = line;
+      break;
+    }
+  }
+  ASSERT_FALSE(gemm_line.empty());
+  const auto twice = parsed(gemm_line + "\n");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(messages(twice.problems).find("is measured twice (first on line"), std::string::npos) << messages(twice.problems);
+}
+
 TEST(MeasuredDevice, NeedsThePeakAndBandwidthItCannotMeasure) {
   const auto measured = parse_device_measurements(read_text(kFile), "h100-measured.jsonl");
   DeviceSpec bare;
