@@ -39,6 +39,12 @@ TEST(Hostfile, SlotsCommentsAndLineNumberedErrors) {
   ASSERT_FALSE(binary.ok());
   EXPECT_EQ(describe(binary.problems.front()),
             "hf:1: '\\x1b[2J\\x7f=1': an Open MPI hostfile line is 'host [slots=N] [max_slots=N]'");
+  // Bytes that are not UTF-8 are escaped too; UTF-8 (a name in another script) is kept.
+  const auto latin1 = parse_hostfile("node01 caf\xe9=1 \xc3\xa9t\xc3\xa9\n", "hf");
+  ASSERT_FALSE(latin1.ok());
+  EXPECT_NE(describe(latin1.problems.front()).find("caf\\xe9=1"), std::string::npos) << describe(latin1.problems.front());
+  EXPECT_EQ(describe({Severity::error, "x", "\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xe2\x82"}),
+            "x: \xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \\xe2\\x82");
 }
 
 PlanFile plan_on(const std::string& cluster, const std::string& mesh) {
