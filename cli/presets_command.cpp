@@ -72,6 +72,7 @@ Command add_presets_command(CLI::App& app) {
     std::cout << "user presets folder (searched first): " << (user.empty() ? std::string("none (no HOME)") : user) << "\n";
     if (*kind == "all" || *kind == "models") {
       std::cout << "\nmodels\n";
+      report(user_preset_folder_problems(PresetKind::model));
       for (const auto& name : list_presets(PresetKind::model)) {
         auto model = load_model(name);
         report(model.problems);  // a preset's warnings too (e.g. a name that is not its file's)
@@ -84,6 +85,7 @@ Command add_presets_command(CLI::App& app) {
     }
     if (*kind == "all" || *kind == "devices") {
       std::cout << "\ndevices\n";
+      report(user_preset_folder_problems(PresetKind::device));
       for (const auto& name : list_presets(PresetKind::device)) {
         auto device = load_device(name);
         report(device.problems);  // a preset's warnings too (e.g. a name that is not its file's)
@@ -101,6 +103,7 @@ Command add_presets_command(CLI::App& app) {
     }
     if (*kind == "all" || *kind == "clusters") {
       std::cout << "\nclusters\n";
+      report(user_preset_folder_problems(PresetKind::cluster));
       for (const auto& name : list_presets(PresetKind::cluster)) {
         auto cluster = load_cluster(name);
         report(cluster.problems);  // a preset's warnings too (e.g. a name that is not its file's)

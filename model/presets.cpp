@@ -66,6 +66,29 @@ std::string user_presets_dir() {
   return "";
 }
 
+Problems user_preset_folder_problems(PresetKind kind) {
+  Problems problems;
+  const std::string user = user_presets_dir();
+  if (user.empty()) return problems;
+  std::error_code ec;
+  const fs::path folder = fs::path(user) / folder_name(kind);
+  std::vector<fs::path> odd;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    std::error_code kind_ec;
+    if (entry.path().extension() == ".yaml" && !entry.is_regular_file(kind_ec)) odd.push_back(entry.path());
+  }
+  std::sort(odd.begin(), odd.end());
+  for (const fs::path& path : odd) {
+    const bool broken_link = fs::is_symlink(fs::symlink_status(path, ec)) && !fs::exists(path, ec);
+    const auto why = why_unreadable(path.string());
+    problems.push_back({Severity::warning, path.string(),
+                        (broken_link ? std::string("is a symbolic link to nothing (a missing file, or a loop)")
+                                     : why.value_or("is not a regular file")) +
+                            "; not a preset"});
+  }
+  return problems;
+}
+
 std::vector<std::string> list_presets(PresetKind kind) {
   std::vector<std::string> names;
   if (const std::string user = user_presets_dir(); !user.empty()) add_names(fs::path(user) / folder_name(kind), names);
@@ -101,6 +124,10 @@ Loaded<PresetFile> find_preset(PresetKind kind, const std::string& name_or_path)
     }
     if (fs::exists(path, ec)) {  // a folder or a device named like a preset: say so, not "unknown"
       result.problems.push_back({Severity::error, path.string(), why_unreadable(path.string()).value_or("not a regular file")});
+      return result;
+    }
+    if (fs::is_symlink(fs::symlink_status(path, ec))) {  // its target is missing, or links back to itself
+      result.problems.push_back({Severity::error, path.string(), "is a symbolic link to nothing (a missing file, or a loop)"});
       return result;
     }
   }

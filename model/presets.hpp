@@ -35,6 +35,10 @@ struct PresetFile {
 void add_name_mismatch(const PresetFile& file, const YAML::Node& document, const std::string& name_in_file,
                        Problems& problems);
 
+// Warnings for the user folder's entries of `kind` that end in .yaml but are
+// no file to read (a folder, a broken or looping link): listings skip them.
+Problems user_preset_folder_problems(PresetKind kind);
+
 // The file for a name or path; a problem listing the known names otherwise.
 Loaded<PresetFile> find_preset(PresetKind kind, const std::string& name_or_path);
 

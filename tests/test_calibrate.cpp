@@ -522,6 +522,22 @@ TEST(UserPresets, ANameThatIsNotTheFilesIsWarnedAndAFolderIsNotAPreset) {
   ASSERT_FALSE(as_folder.ok());
   EXPECT_EQ(as_folder.problems.front().where, (folder / "devices" / "a-folder.yaml").string());
   EXPECT_NE(as_folder.problems.front().message.find("is a folder"), std::string::npos) << as_folder.problems.front().message;
+  // Links to nothing (a missing file, a loop) are said to be so, when named and when listed.
+  fs::create_symlink("missing.yaml", folder / "devices" / "gone.yaml");
+  fs::create_symlink("loop-b.yaml", folder / "devices" / "loop-a.yaml");
+  fs::create_symlink("loop-a.yaml", folder / "devices" / "loop-b.yaml");
+  for (const char* name : {"gone", "loop-a"}) {
+    const auto linked = meshplan::find_preset(meshplan::PresetKind::device, name);
+    ASSERT_FALSE(linked.ok()) << name;
+    EXPECT_NE(linked.problems.front().message.find("is a symbolic link to nothing"), std::string::npos)
+        << linked.problems.front().message;
+  }
+  const CliRun listed = run({"presets", "devices"});
+  EXPECT_EQ(listed.status, 0) << listed.err;
+  for (const char* entry : {"a-folder.yaml: is a folder, not a file; not a preset",
+                            "gone.yaml: is a symbolic link to nothing", "loop-b.yaml: is a symbolic link to nothing"}) {
+    EXPECT_NE(listed.err.find(entry), std::string::npos) << entry << "\n" << listed.err;
+  }
 }
 
 TEST(UserPresets, FolderFromTheEnvironment) {
