@@ -65,7 +65,7 @@ void megatron_checks(Writer& w) {
   const Plan& plan = w.plan();
   const TransformerDims& t = w.file.model.transformer;
   if (w.size(Axis::fsdp) > 1 || plan.zero_stage == 3) {
-    w.error("mesh.fsdp", "Megatron-LM's distributed optimizer shards optimizer state and reduce-scatters gradients "
+    w.error(w.size(Axis::fsdp) > 1 ? "mesh.fsdp" : "zero", "Megatron-LM's distributed optimizer shards optimizer state and reduce-scatters gradients "
                          "(ZeRO-1/2); sharded parameters (fsdp, ZeRO-3) are not exported to it: use --to torchtitan");
   }
   if (plan.schedule.kind == ScheduleKind::gpipe || plan.schedule.kind == ScheduleKind::zb_h1) {

@@ -38,6 +38,7 @@ class ConfigReader {
   ConfigReader(const Json& j, std::string where, Problems& problems) : j_(j), where_(std::move(where)), problems_(problems) {}
 
   bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  bool object_at(const std::string& key) const { return has(key) && j_.at(key).is_object(); }
   void error(const std::string& key, const std::string& message) { add(Severity::error, key, message); }
   void warning(const std::string& key, const std::string& message) { add(Severity::warning, key, message); }
 
@@ -57,7 +58,15 @@ class ConfigReader {
     return std::nullopt;
   }
   std::optional<std::int64_t> required_count(const std::string& key) {
-    if (!has(key)) error(key, "is missing (the model_type's configs have it)");
+    if (!has(key)) {
+      // A multimodal config nests its language model (Llama 4, Gemma 3, Mistral 3): say where the sizes are.
+      const bool nested = j_.contains("text_config") && j_.at("text_config").is_object() && !said_nested_;
+      said_nested_ = said_nested_ || nested;
+      error(key, nested
+                     ? "is missing here, and this config nests its language model under 'text_config': give that "
+                       "object, with its model_type, as the config"
+                     : "is missing (the model_type's configs have it)");
+    }
     return count(key);
   }
   std::optional<double> number(const std::string& key) {
@@ -88,6 +97,7 @@ class ConfigReader {
     problems_.push_back({severity, where_ + " key '" + key + "'", message});
   }
   const Json& j_;
+  bool said_nested_ = false;  // the text_config hint, once
   std::string where_;
   Problems& problems_;
 };
@@ -323,7 +333,9 @@ class Mapper {
         }
       }
     }
-    if (r_.has("rope_scaling")) {
+    if (r_.has("rope_scaling") && !r_.object_at("rope_scaling")) {
+      r_.error("rope_scaling", "must be an object such as {\"rope_type\": \"llama3\", \"factor\": 8.0} or null");
+    } else if (r_.has("rope_scaling")) {
       r_.warning("rope_scaling", "is not modelled (it rescales the rotary frequencies): costs do not change, and the "
                                  "executor trains with the unscaled frequencies");
     }

@@ -125,6 +125,9 @@ TEST(Export, MegatronRefusesWhatItCannotRun) {
   EXPECT_NE(error_on(export_plan(gpipe, ExportTarget::megatron).problems, "schedule"), nullptr);
   PlanFile fsdp = plan_file("llama3-8b", "fsdp=8", 1, 16);
   EXPECT_NE(error_on(export_plan(fsdp, ExportTarget::megatron).problems, "mesh.fsdp"), nullptr);
+  PlanFile zero3 = plan_file("llama3-8b", "dp=8", 1, 16);  // ZeRO-3 on dp: the field at fault is zero
+  zero3.plan.zero_stage = 3;
+  EXPECT_NE(error_on(export_plan(zero3, ExportTarget::megatron).problems, "zero"), nullptr);
   const PlanFile gemma = plan_file("gemma3-1b", "tp=2", 1, 16);  // GeGLU
   EXPECT_NE(error_on(export_plan(gemma, ExportTarget::megatron).problems, "model.mlp"), nullptr);
   PlanFile uneven = plan_file("llama3-8b", "pp=3", 1, 12);  // 32 layers over 3 stages

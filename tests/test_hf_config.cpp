@@ -285,6 +285,13 @@ TEST(HfConfig, RefusesWhatItCannotModel) {
       {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": "64", "num_attention_heads": 4,
            "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16})",
        "key 'hidden_size': must be a positive whole number, got \"64\""},
+      // rope_scaling of the wrong type was accepted with the "not modelled" warning.
+      {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16, "rope_scaling": "linear"})",
+       "key 'rope_scaling': must be an object"},
+      // A multimodal config's sizes are under text_config: said once, where they are.
+      {R"({"model_type": "llama", "text_config": {"model_type": "llama", "num_hidden_layers": 2}})",
+       "this config nests its language model under 'text_config'"},
       // A whole number out of reach is said to be one (it was "not a positive whole number").
       {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
            "intermediate_size": 128, "vocab_size": 1e18, "max_position_embeddings": 16})",
