@@ -7,6 +7,7 @@
 // with JAX itself. docs/export.md, "JAX", says what maps to what.
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "model/export.hpp"
 
@@ -46,6 +47,9 @@ Parts exported_parts(const ModelSpec& model, const std::string& name, const Shar
 // are never looked up); any other dimension that does not divide is an error.
 void push_array(Loaded<std::vector<ExportedArray>>& out, std::string name, ShardingSpec spec, const Mesh& mesh) {
   ExportedArray a{std::move(name), {}, {}};
+  // The untied output layer is [vocab, hidden] in the spec (rows of the vocabulary, as the embedding);
+  // as a Flax Dense kernel it is [in, out]: [hidden, vocab] (the module listed it [vocab, hidden]).
+  if (a.name == "head.output" && spec.dims.size() == 2) std::swap(spec.dims[0], spec.dims[1]);
   for (std::size_t d = 0; d < spec.dims.size(); ++d) {
     ShardedDim& dim = spec.dims[d];
     const std::int64_t parts = spec.splits(mesh, d);

@@ -474,7 +474,7 @@ TEST(Export, JaxModuleHasEveryWeightWithItsShardingSpec) {
                            "    'layer31.attn.k': ((4096, 1024), P('fsdp', 'tp')),",
                            "    'layer0.mlp.w_gate': ((4096, 14336), P('fsdp', 'tp')),",
                            "    'layer0.mlp.w_out': ((14336, 4096), P('tp', 'fsdp')),",
-                           "    'head.output': ((128256, 4096), P('tp', 'fsdp')),",
+                           "    'head.output': ((4096, 128256), P('fsdp', 'tp')),",  // [in, out], a Dense kernel
                            "    'batch': ((4, 8192), P('fsdp', None)),", "    ('ffn', 'tp'),"}) {
     EXPECT_TRUE(has_line(out.value, line)) << line << "\n" << out.value.substr(0, 3000);
   }
