@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -733,7 +735,97 @@ Problems write_plan_file(const std::string& path, const ModelSpec& model, const 
   return write_file_atomically(path, [&](std::ostream& out) { out << text; });
 }
 
+namespace {
+
+Loaded<PlanFile> parse_plan_text(const std::string& json_text, const std::string& display_name);
+
+// The line of every object key of a JSON text, by its dotted path ("plan.micro_batch"; array items as
+// "[i]"), the first occurrence of each: nlohmann keeps no positions, and a plan file is long (its model,
+// cluster and device are in it), so a problem names the line as a preset's does. The text has parsed.
+std::map<std::string, int> json_key_lines(const std::string& text) {
+  struct Frame {
+    bool object = false;
+    std::string key;        // the current key (objects)
+    std::int64_t index = 0; // the current item (arrays)
+    bool expect_key = true;
+  };
+  std::map<std::string, int> lines;
+  std::vector<Frame> stack;
+  const auto prefix = [&]() {
+    std::string path;
+    for (const Frame& f : stack) {
+      if (&f == &stack.back()) break;
+      if (f.object) {
+        path += (path.empty() ? "" : ".") + f.key;
+      } else {
+        path += "[" + std::to_string(f.index) + "]";
+      }
+    }
+    return path;
+  };
+  int line = 1;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+    } else if (c == '{' || c == '[') {
+      stack.push_back({c == '{', "", 0, true});
+    } else if ((c == '}' || c == ']') && !stack.empty()) {
+      stack.pop_back();
+    } else if (c == ',' && !stack.empty()) {
+      if (stack.back().object) {
+        stack.back().expect_key = true;
+      } else {
+        ++stack.back().index;
+      }
+    } else if (c == '"') {
+      std::string token;
+      for (++i; i < text.size() && text[i] != '"'; ++i) {
+        if (text[i] == '\\' && i + 1 < text.size()) ++i;  // escapes keep their byte; keys are plain words
+        token += text[i];
+      }
+      if (!stack.empty() && stack.back().object && stack.back().expect_key) {
+        stack.back().key = token;
+        stack.back().expect_key = false;
+        const std::string before = prefix();
+        lines.emplace(before.empty() ? token : before + "." + token, line);
+      }
+    }
+  }
+  return lines;
+}
+
+// "<file> key 'plan.micro_batch'" -> "<file>:57 key 'plan.micro_batch'", where the key's line is known.
+void add_key_lines(const std::string& json_text, const std::string& display_name, Problems& problems) {
+  const std::string lead = display_name + " key '";
+  std::optional<std::map<std::string, int>> lines;
+  for (Problem& p : problems) {
+    if (!p.where.starts_with(lead) || !p.where.ends_with('\'')) continue;
+    if (!lines) lines = json_key_lines(json_text);
+    std::string path = p.where.substr(lead.size(), p.where.size() - lead.size() - 1);
+    // A key under an unknown or malformed one: the nearest enclosing key that is in the text.
+    for (auto it = lines->find(path); !path.empty(); it = lines->find(path)) {
+      if (it != lines->end()) {
+        p.where = display_name + ":" + std::to_string(it->second) + p.where.substr(display_name.size());
+        break;
+      }
+      const auto dot = path.find_last_of(".[");
+      path = dot == std::string::npos ? "" : path.substr(0, dot);
+    }
+  }
+}
+
+}  // namespace
+
 Loaded<PlanFile> parse_plan_file(const std::string& json_text, const std::string& display_name) {
+  Loaded<PlanFile> result = parse_plan_text(json_text, display_name);
+  add_key_lines(json_text, display_name, result.problems);
+  return result;
+}
+
+namespace {
+
+Loaded<PlanFile> parse_plan_text(const std::string& json_text, const std::string& display_name) {
   Loaded<PlanFile> result;
   Json j;
   try {
@@ -783,6 +875,8 @@ Loaded<PlanFile> parse_plan_file(const std::string& json_text, const std::string
   }
   return result;
 }
+
+}  // namespace
 
 Loaded<PlanFile> read_plan_file(const std::string& path) {
   if (const auto why = why_unreadable(path)) return {{}, {{Severity::error, path, *why}}};

@@ -662,14 +662,47 @@ TEST(PlanFile, DamagedTextNeverThrows) {
 // accepted, and their product overflowed int64 in micro_batches() and the
 // plan's validation. Regression input:
 // fuzz/corpus/fuzz_plan_file/regression-mesh-product-overflow.json.
+// The 1-based line of the first line of `text` holding `fragment`.
+int line_of(const std::string& text, const std::string& fragment) {
+  const auto at = text.find(fragment);
+  return at == std::string::npos ? 0 : 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+}
+
+// A plan file is long (its model, cluster and device are in it): a problem
+// names the key's line, as a preset's does, including keys of the model (read
+// through the preset loader), of the device, unknown keys, and a key under an
+// unknown one (the nearest key in the text).
+TEST(PlanFile, ProblemsNameTheKeysLine) {
+  const Made made = make({"gpt2-124m", "dgx-a100", "dp=2,tp=4", 8, 1, 8});
+  Json j = plan_file_to_json(made.file);
+  j["plan"]["micro_batch"] = -3;
+  j["model"]["layers"] = 0;
+  j["cluster"]["device"]["memory_bandwidth_bytes_per_s"] = "fast";
+  j["plan"]["speling"] = 1;
+  const std::string text = j.dump(2);
+  const auto loaded = parse_plan_file(text, "p.json");
+  ASSERT_FALSE(loaded.ok());
+  const std::string all = messages(loaded.problems);
+  for (const auto& [fragment, key] : std::vector<std::pair<std::string, std::string>>{
+           {"\"micro_batch\": -3", "plan.micro_batch"},
+           {"\"layers\": 0", "model.layers"},
+           {"\"memory_bandwidth_bytes_per_s\": \"fast\"", "cluster.device.memory_bandwidth_bytes_per_s"},
+           {"\"speling\": 1", "plan.speling"}}) {
+    EXPECT_NE(all.find("p.json:" + std::to_string(line_of(text, fragment)) + " key '" + key + "'"), std::string::npos)
+        << key << "\n" << all;
+  }
+}
+
 TEST(PlanFile, MeshWhoseProductIsTooLarge) {
   const Made made = make({"gpt2-124m", "dgx-a100", "dp=2,tp=4", 8, 1, 8});
   Json j = plan_file_to_json(made.file);
   j["plan"]["mesh"] = {{"dp", 1 << 20}, {"fsdp", 1 << 20}, {"ep", 1 << 20}};
-  const auto loaded = parse_plan_file(j.dump(2), "runs/plan.json");
+  const std::string text = j.dump(2);
+  const auto loaded = parse_plan_file(text, "runs/plan.json");
   ASSERT_FALSE(loaded.ok());
   ASSERT_FALSE(loaded.problems.empty());
-  EXPECT_EQ(loaded.problems.front().where, "runs/plan.json key 'plan.mesh.fsdp'");
+  EXPECT_EQ(loaded.problems.front().where, "runs/plan.json:" + std::to_string(line_of(text, "\"fsdp\": 1048576")) +
+                                               " key 'plan.mesh.fsdp'");
   EXPECT_NE(loaded.problems.front().message.find("a mesh has at most 1048576"), std::string::npos)
       << messages(loaded.problems);
 }
