@@ -131,7 +131,7 @@ void print_header(std::ostream& out, const Job& job) {
       << job.cluster.name << ": " << nodes << (nodes == 1 ? " node" : " nodes") << " of " << per_node
       << "); global batch " << job.global_batch;
   if (job.model.kind == ModelKind::transformer) out << " x " << job.seq_len << " tokens";
-  out << "\nsearch: " << describe_space(job.space) << "; headroom " << format("%.0f", 100 * job.space.memory_headroom)
+  out << "\nsearch: " << describe_space(job.space) << "; headroom " << format("%g", 100 * job.space.memory_headroom)
       << "%\n";
 }
 

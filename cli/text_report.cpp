@@ -291,7 +291,7 @@ void print_explanation(std::ostream& out, const ModelSpec& model, const ClusterS
     if (m.allocator_reserve_bytes > 0) row("allocator reserve", m.allocator_reserve_bytes);
     out << "  " << pad("total", 24) << lpad(in_unit(total), 10) << "\n";
     out << "  " << pad("usable", 24) << lpad(in_unit(mem.usable_bytes), 10) << "   (" << gib(mem.capacity_bytes)
-        << " GiB " << cluster.device.name << " less " << format("%.0f", plan.memory_headroom * 100)
+        << " GiB " << cluster.device.name << " less " << format("%g", plan.memory_headroom * 100)
         << "% headroom)\n";
 
     if (mem.stages.size() > 1) print_stage_table(out, mem);

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "model/layer_graph.hpp"
+#include "model/text.hpp"
 #include "model/overlap_switches.hpp"
 #include "model/plan_defaults.hpp"
 #include "model/stage_partition.hpp"
@@ -143,7 +144,7 @@ Explanation explain_plan(const ModelSpec& model, const ClusterSpec& cluster, con
                              "pipeline stage " + std::to_string(worst.stage) + " needs " +
                                  gib(worst.memory.total_bytes()) + " per device; " + cluster.device.name + " has " +
                                  gib(ex.memory->usable_bytes) + " usable (" + gib(ex.memory->capacity_bytes) +
-                                 " less " + std::to_string(static_cast<int>(plan.memory_headroom * 100 + 0.5)) +
+                                 " less " + format("%g", plan.memory_headroom * 100) +
                                  "% headroom)"});
     }
   }
