@@ -380,8 +380,10 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& train_a
   ::setenv("MESHPLAN_LAUNCHED", "1", 1);  // local ranks inherit mpirun's environment
   const int status = run_child(command, true);
   // The ranks say why they stopped; a launcher that failed by itself may say nothing (--mpirun /bin/false).
-  if (status != exit_ok && status != exit_interrupted) {
-    std::cerr << "meshplan launch: " << mpirun << " exited with status " << status << "\n";
+  if (status != exit_ok && status != exit_interrupted) {  // run_child gives 128 + N for a death by signal N
+    std::cerr << "meshplan launch: " << mpirun
+              << (status > 128 ? " was killed by signal " + std::to_string(status - 128) : " exited with status " + std::to_string(status))
+              << "\n";
   }
   return status;
 }

@@ -98,9 +98,10 @@ std::optional<std::string> output_over_input(const CLI::App& command) {
   const auto same_file = [](const std::string& a, const std::string& b) {
     std::error_code error;
     if (std::filesystem::equivalent(a, b, error)) return true;
-    const auto a_path = std::filesystem::weakly_canonical(a, error);
+    // Absolute first: weakly_canonical leaves a relative path whose first part does not exist relative.
+    const auto a_path = std::filesystem::weakly_canonical(std::filesystem::absolute(a, error), error);
     if (error) return false;
-    const auto b_path = std::filesystem::weakly_canonical(b, error);
+    const auto b_path = std::filesystem::weakly_canonical(std::filesystem::absolute(b, error), error);
     return !error && a_path == b_path;
   };
   const auto is_device = [](const std::string& path) {  // /dev/null may take every output
@@ -131,8 +132,8 @@ std::optional<std::string> output_over_input(const CLI::App& command) {
     const std::string checkpoints = value_of("--checkpoint-dir");  // a checkpoint's own files are not outputs
     if (!checkpoints.empty()) {
       std::error_code error;
-      const auto folder = std::filesystem::weakly_canonical(checkpoints, error);
-      const auto file = std::filesystem::weakly_canonical(out, error);
+      const auto folder = std::filesystem::weakly_canonical(std::filesystem::absolute(checkpoints, error), error);
+      const auto file = std::filesystem::weakly_canonical(std::filesystem::absolute(out, error), error);
       if (!error && std::mismatch(folder.begin(), folder.end(), file.begin(), file.end()).first == folder.end()) {
         return std::string(output) + " " + out + " is inside --checkpoint-dir " + checkpoints +
                ", which holds the checkpoints only: write elsewhere";

@@ -395,6 +395,9 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
     if (!has_errors(problems)) {
       if (plan.global_batch < 1) {
         problems.push_back({Severity::error, "--global-batch", "must be at least 1, got " + std::to_string(plan.global_batch)});
+      } else if (plan.global_batch > kMaxGlobalBatch) {  // before the search, which ran on it and printed its pick
+        problems.push_back({Severity::error, "--global-batch", "must be at most 2^40 = " + std::to_string(kMaxGlobalBatch) +
+                                                                   " sequences, got " + std::to_string(plan.global_batch)});
       } else {
         search_default_plan(in, problems, f);
       }

@@ -24,9 +24,16 @@ Problems write_file_atomically(const std::string& path, const std::function<void
     return {};
   }
   if (std::filesystem::is_symlink(std::filesystem::symlink_status(path, ec))) {
-    // The link's target is replaced, not the link (a rename over the link made it a plain file).
-    const auto target = std::filesystem::canonical(path, ec);
-    if (!ec) return write_file_atomically(target.string(), write);
+    // The link's target is written, not the link (a rename over the link made it a plain file), also
+    // when the target does not exist yet; a chain of links is followed, a loop refused.
+    std::filesystem::path target = path;
+    for (int hops = 0; std::filesystem::is_symlink(std::filesystem::symlink_status(target, ec)); ++hops) {
+      if (hops == 40) return {{Severity::error, path, "is a loop of symbolic links; give a file name"}};
+      const std::filesystem::path next = std::filesystem::read_symlink(target, ec);
+      if (ec) return {{Severity::error, path, "cannot read the symbolic link: " + ec.message()}};
+      target = next.is_absolute() ? next : target.parent_path() / next;
+    }
+    return write_file_atomically(target.string(), write);
   }
   const std::string temporary = path + ".tmp";
   {

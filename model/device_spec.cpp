@@ -60,7 +60,8 @@ std::string attention_curve_problem(const std::vector<AttentionRatePoint>& curve
     const std::string item = "item " + std::to_string(i + 1) + ": ";
     if (!(curve[i].forward_flops > 0)) return item + "GFLOP per call must be positive";
     if (!(curve[i].flops_per_s >= kPeakTflopsMin * 1e12)) {
-      return item + "TFLOP/s must be at least " + format("%g", kPeakTflopsMin);
+      return item + "TFLOP/s must be at least " + format("%g", kPeakTflopsMin) + ", got " +
+             format("%g", curve[i].flops_per_s / 1e12);
     }
     if (peak_flops_per_s > 0 && curve[i].flops_per_s > peak_flops_per_s) {
       return item + format("%g", curve[i].flops_per_s / 1e12) + " TFLOP/s is above the device's dense 16-bit peak, " +

@@ -513,7 +513,7 @@ Problems common_export_problems(const PlanFile& file, ExportTarget target) {
     const StageMemory& worst = ex.memory->worst();
     char text[200];
     std::snprintf(text, sizeof text, "the plan is predicted not to fit: pipeline stage %lld needs %.2f GiB per device, "
-                                     "%.2f GiB usable (meshplan explain --plan)",
+                                     "%.2f GiB usable (the plan file's prediction says the same)",
                   static_cast<long long>(worst.stage), worst.memory.total_bytes() / (1024.0 * 1024 * 1024),
                   ex.memory->usable_bytes / (1024.0 * 1024 * 1024));
     problems.push_back({Severity::warning, "memory", text});

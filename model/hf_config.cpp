@@ -444,8 +444,17 @@ Loaded<HfModel> read_hf_config_text(const std::string& json_text, const std::str
              *type == "deepseek_v2" || *type == "deepseek_v3") {
     mapper.llama_like(*type);
   } else {
+    // A multimodal config (llava, mistral3, gemma3) keeps its language model under text_config.
+    std::string nested;
+    if (const auto text = j.find("text_config"); text != j.end() && text->is_object()) {
+      const auto inner = text->find("model_type");
+      nested = "; its language model is under 'text_config'" +
+               (inner != text->end() && inner->is_string() ? " (model_type '" + inner->get<std::string>() + "')" : std::string()) +
+               ": give that object as the config";
+    }
     reader.error("model_type", "'" + *type + "' is not an architecture meshplan maps (gpt2, llama, mistral, mixtral, qwen2, "
-                               "qwen2_moe, qwen3, qwen3_moe, olmoe, gemma, deepseek_v2, deepseek_v3); write a preset file instead (docs/presets.md)");
+                               "qwen2_moe, qwen3, qwen3_moe, olmoe, gemma, deepseek_v2, deepseek_v3)" +
+                               (nested.empty() ? "; write a preset file instead (docs/presets.md)" : nested));
     return result;
   }
   if (has_errors(result.problems)) return result;

@@ -2,7 +2,6 @@
 
 #include <yaml-cpp/eventhandler.h>
 
-#include <charconv>
 #include <cctype>
 #include <cmath>
 #include <fstream>
@@ -37,13 +36,6 @@ std::string non_decimal_problem(const std::string& text, bool whole) {
            " in decimal digits without a leading zero (YAML reads 010 as octal 8 and 0x10 as 16)";
   }
   return "";
-}
-
-// The shortest text that reads back as `value` (1000000.5, not the 1e+06 of six digits).
-std::string exact_text(double value) {
-  char buffer[64];
-  const auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
-  return ec == std::errc() ? std::string(buffer, end) : std::to_string(value);
 }
 
 std::string join(const std::vector<std::string>& words) {
@@ -173,7 +165,11 @@ std::optional<std::int64_t> YamlMap::integer(std::string_view key, Need need, st
   if (!node) return std::nullopt;
   std::int64_t value = 0;
   if (!node->IsScalar() || !YAML::convert<std::int64_t>::decode(*node, value)) {
-    add_problem(key, "expected a whole number, got " + scalar_text(*node));
+    // All digits, past int64: out of range, not "not a whole number".
+    const bool digits = node->IsScalar() && non_decimal_problem(node->Scalar(), true).empty();
+    add_problem(key, digits ? "must be between " + std::to_string(min_value) + " and " + std::to_string(max_value) +
+                                  ", got " + node->Scalar()
+                            : "expected a whole number, got " + scalar_text(*node));
     return std::nullopt;
   }
   if (const std::string problem = non_decimal_problem(node->Scalar(), true); !problem.empty()) {
@@ -182,7 +178,7 @@ std::optional<std::int64_t> YamlMap::integer(std::string_view key, Need need, st
   }
   if (value < min_value || value > max_value) {
     add_problem(key, "must be between " + std::to_string(min_value) + " and " +
-                         std::to_string(max_value) + ", got " + std::to_string(value));
+                         std::to_string(max_value) + ", got " + node->Scalar());
     return std::nullopt;
   }
   return value;
@@ -202,7 +198,7 @@ std::optional<double> YamlMap::number(std::string_view key, Need need, double mi
   }
   if (value < min_value || value > max_value) {
     std::ostringstream msg;
-    msg << "must be between " << min_value << " and " << max_value << ", got " << exact_text(value);
+    msg << "must be between " << min_value << " and " << max_value << ", got " << node->Scalar();  // as written
     add_problem(key, msg.str());
     return std::nullopt;
   }

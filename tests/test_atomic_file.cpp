@@ -64,6 +64,23 @@ TEST(AtomicFile, ALinksTargetIsReplacedNotTheLink) {
   fs::remove_all(folder);
 }
 
+// A link to a file that does not exist yet: the target is written (the link
+// was replaced by a plain file, the target never made); a loop is refused.
+TEST(AtomicFile, ADanglingLinksTargetIsWrittenAndALoopRefused) {
+  const fs::path folder = fresh_folder("dangling");
+  fs::create_directories(folder / "sub");
+  fs::create_symlink("sub/later.json", folder / "link.json");
+  EXPECT_TRUE(write_file_atomically((folder / "link.json").string(), [](std::ostream& out) { out << "made\n"; }).empty());
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(folder / "link.json")));
+  EXPECT_EQ(read_all(folder / "sub" / "later.json"), "made\n");
+  fs::create_symlink("b.json", folder / "a.json");
+  fs::create_symlink("a.json", folder / "b.json");
+  const Problems loop = write_file_atomically((folder / "a.json").string(), [](std::ostream& out) { out << "x"; });
+  ASSERT_FALSE(loop.empty());
+  EXPECT_NE(loop.front().message.find("is a loop of symbolic links"), std::string::npos) << loop.front().message;
+  fs::remove_all(folder);
+}
+
 // /dev/zero as an input was read until memory ran out (exit 71).
 TEST(AtomicFile, ADeviceIsNotAnInput) {
   ASSERT_TRUE(fs::is_character_file("/dev/zero"));

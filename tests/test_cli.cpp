@@ -192,6 +192,9 @@ INSTANTIATE_TEST_SUITE_P(
         // explain took 2^62 ("fits", 5.8e17 micro-batches) and wrote a plan file its own reader refused.
         BadInput{"global_batch_2_62", {"explain", "--mesh", "dp=1024", "--global-batch", "4611686018427387904"},
                  {"--global-batch", "must be at most 2^40 = 1099511627776 sequences"}},
+        // Without --mesh the search ran first, on that batch, and printed its pick.
+        BadInput{"simulate_searched_global_batch_past_2_40", {"simulate", "--gpus", "8", "--global-batch", "1099511627777"},
+                 {"--global-batch", "must be at most 2^40"}},
         BadInput{"simulate_global_batch_2_62",
                  {"simulate", "--gpus", "8", "--mesh", "pp=8", "--schedule", "interleaved:4", "--global-batch", "4611686018427387904"},
                  {"--global-batch", "must be at most 2^40"}},

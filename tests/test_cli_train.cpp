@@ -501,6 +501,8 @@ TEST(CliTrain, MetricsMayNotReplaceAnInputOrAnotherOutput) {
       {{"--data", "text:" + corpus.string(), "--metrics", corpus.string()}, "--metrics " + corpus.string() + " is the file --data reads"},
       {{"--metrics", same.string(), "--report", same.string()}, "--metrics and --report name one file"},
       {{"--checkpoint-dir", ck.string(), "--metrics", (ck / "m.jsonl").string()}, "is inside --checkpoint-dir"},
+      // Relative, and the folder not made yet (weakly_canonical left such a path relative).
+      {{"--checkpoint-dir", "metrics-clash-rel-ck", "--metrics", "metrics-clash-rel-ck/m.jsonl"}, "is inside --checkpoint-dir"},
   };
   for (const auto& [flags, message] : cases) {
     std::vector<std::string> args = {"train", "--plan", plan, "--steps", "1"};
@@ -551,6 +553,9 @@ TEST(CliTrain, SettingsThatDoNothingAreSaid) {
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_NE(r.err.find("--epochs: 1e+30 epochs of"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("at most 1e15 steps"), std::string::npos) << r.err;
+  r = run({"train", "--plan", plan, "--data", text, "--epochs", "nan"});  // it blamed --steps
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--epochs: must be 0 (off) or a positive number, got nan"), std::string::npos) << r.err;
 }
 
 // A checkpoint folder belongs to one run of one model: a fresh run into a

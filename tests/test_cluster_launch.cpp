@@ -39,6 +39,10 @@ TEST(Hostfile, SlotsCommentsAndLineNumberedErrors) {
   ASSERT_FALSE(binary.ok());
   EXPECT_EQ(describe(binary.problems.front()),
             "hf:1: '\\x1b[2J\\x7f=1': an Open MPI hostfile line is 'host [slots=N] [max_slots=N]'");
+  // A device is no hostfile (/dev/zero was read until memory ran out).
+  const auto device = read_hostfile("/dev/zero");
+  ASSERT_FALSE(device.ok());
+  EXPECT_EQ(device.problems.front().message, "is a device or a socket, not a file");
   // Bytes that are not UTF-8 are escaped too; UTF-8 (a name in another script) is kept.
   const auto latin1 = parse_hostfile("node01 caf\xe9=1 \xc3\xa9t\xc3\xa9\n", "hf");
   ASSERT_FALSE(latin1.ok());

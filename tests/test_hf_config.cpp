@@ -292,6 +292,8 @@ TEST(HfConfig, RefusesWhatItCannotModel) {
       // A multimodal config's sizes are under text_config: said once, where they are.
       {R"({"model_type": "llama", "text_config": {"model_type": "llama", "num_hidden_layers": 2}})",
        "this config nests its language model under 'text_config'"},
+      {R"({"model_type": "llava", "text_config": {"model_type": "llama", "num_hidden_layers": 2}})",
+       "its language model is under 'text_config' (model_type 'llama'): give that object as the config"},
       // A whole number out of reach is said to be one (it was "not a positive whole number").
       {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
            "intermediate_size": 128, "vocab_size": 1e18, "max_position_embeddings": 16})",

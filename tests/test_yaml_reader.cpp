@@ -231,6 +231,8 @@ TEST(YamlReader, NonDecimalNumbersNullsAndOutOfRangeValuesAreNamedAsWritten) {
       {"layers: ~\n", "tiny.yaml:11 key 'layers': has no value (empty, ~ or null)"},
       {"dropout:\n", "tiny.yaml:12 key 'dropout': has no value (empty, ~ or null)"},
       {"dropout: 1.0000001\n", "tiny.yaml:12 key 'dropout': must be between 0 and 0.999, got 1.0000001"},
+      {"dropout: 1.50\n", "tiny.yaml:12 key 'dropout': must be between 0 and 0.999, got 1.50"},
+      {"layers: 99999999999999999999\n", "tiny.yaml:11 key 'layers': must be between 1 and 4096, got 99999999999999999999"},
   };
   // kGood with `line` in place of its own line of the same key (at the end).
   const auto with = [](const std::string& line) {

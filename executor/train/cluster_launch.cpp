@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/atomic_file.hpp"
+
 namespace meshplan::exec {
 namespace {
 
@@ -102,6 +104,11 @@ Loaded<std::vector<HostSlots>> parse_hostfile(const std::string& text, const std
 }
 
 Loaded<std::vector<HostSlots>> read_hostfile(const std::string& path) {
+  if (const auto why = why_unreadable(path)) {  // /dev/zero was read until memory ran out
+    Loaded<std::vector<HostSlots>> failed;
+    failed.problems.push_back(error(path, *why));
+    return failed;
+  }
   std::ifstream in(path);
   if (!in) {
     Loaded<std::vector<HostSlots>> failed;

@@ -354,6 +354,7 @@ Problems session_config_problems(const SessionConfig& config) {
   };
   if (config.lr && !(std::isfinite(*config.lr) && *config.lr > 0)) refuse("--lr", "must be a positive number", *config.lr);
   if (config.warmup < 0) refuse("--warmup", "must be 0 or more steps", static_cast<double>(config.warmup));
+  if (std::isnan(config.epochs) || config.epochs < 0) refuse("--epochs", "must be 0 (off) or a positive number", config.epochs);
   if (config.steps > 0 && config.warmup >= config.steps) {
     problems.push_back({Severity::warning, "--warmup",
                         std::to_string(config.warmup) + " steps cover all " + std::to_string(config.steps) +
