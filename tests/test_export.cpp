@@ -29,10 +29,16 @@ bool has_line(const std::string& text, const std::string& line) {
   return ("\n" + text).find("\n" + line + "\n") != std::string::npos || ("\n" + text).find("\n" + line + " \\\n") != std::string::npos;
 }
 
-const Problem* error_on(const Problems& problems, const std::string& field) {
+const Problem* problem_on(const Problems& problems, const std::string& field, Severity severity) {
   for (const Problem& p : problems)
-    if (p.severity == Severity::error && p.where == field) return &p;
+    if (p.severity == severity && p.where == field) return &p;
   return nullptr;
+}
+const Problem* error_on(const Problems& problems, const std::string& field) {
+  return problem_on(problems, field, Severity::error);
+}
+const Problem* warning_on(const Problems& problems, const std::string& field) {
+  return problem_on(problems, field, Severity::warning);
 }
 
 TEST(Export, MegatronArgumentsForALlamaPlan) {
@@ -586,12 +592,6 @@ TEST(Export, JaxPadsTheVocabularyAndRefusesOtherUnevenSplitsAndPipelines) {
   EXPECT_NE(error_on(export_plan(plan_file("resnet50", "dp=2", 1, 8), ExportTarget::jax).problems, "model.kind"), nullptr);
 }
 
-
-const Problem* warning_on(const Problems& problems, const std::string& field) {
-  for (const Problem& p : problems)
-    if (p.severity == Severity::warning && p.where == field) return &p;
-  return nullptr;
-}
 
 // What every target shares: a plan predicted not to fit is written with a
 // warning (it was written with nothing said); context parallelism in
