@@ -162,10 +162,11 @@ Problems check_data_spec(const std::string& spec, std::int64_t sequence_length) 
       }
     }
   } else if (s.kind == "text") {
-    const Loaded<std::vector<std::uint8_t>> corpus = read_text_for_windows(s.argument, sequence_length);
+    // By the files' sizes: reading the corpus here doubled a large one's cost before the run read it.
+    if (Problems short_windows = window_length_problems(sequence_length); !short_windows.empty()) return short_windows;
+    const Loaded<TextCorpusFiles> corpus = text_corpus_files(s.argument);
     if (!corpus.ok()) return corpus.problems;
-    problems = text_corpus_problems(s.argument, std::ssize(corpus.value), {Split::train, Split::validation},
-                                    sequence_length);
+    problems = text_corpus_problems(s.argument, corpus.value.bytes, {Split::train, Split::validation}, sequence_length);
   } else if (s.kind == synthetic_text_spec) {
     if (Problems short_windows = window_length_problems(sequence_length); !short_windows.empty()) return short_windows;
     problems = text_corpus_problems(synthetic_text_spec, SyntheticTextConfig{}.bytes,

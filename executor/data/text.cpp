@@ -1,5 +1,7 @@
 #include "executor/data/text.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cassert>
 #include <cstdio>
@@ -47,55 +49,61 @@ std::optional<Problem> too_large(const std::string& path, std::uintmax_t bytes) 
 
 }  // namespace
 
-Loaded<std::vector<std::uint8_t>> read_text_corpus(const std::string& path) {
-  Loaded<std::vector<std::uint8_t>> result;
+Loaded<TextCorpusFiles> text_corpus_files(const std::string& path) {
+  Loaded<TextCorpusFiles> result;
   std::error_code error;
   const fs::file_status status = fs::status(path, error);
   if (error || !fs::exists(status)) {
     result.problems.push_back({Severity::error, path, "no such file or folder"});
     return result;
   }
+  std::vector<fs::path> files;
   if (fs::is_regular_file(status)) {
-    if (const auto large = too_large(path, fs::file_size(path, error))) {
-      result.problems.push_back(*large);
-      return result;
-    }
-    if (!append_file(path, result.value)) result.problems.push_back({Severity::error, path, "cannot read file"});
-    return result;
-  }
-  if (!fs::is_directory(status)) {
+    files.push_back(path);
+  } else if (!fs::is_directory(status)) {
     result.problems.push_back({Severity::error, path, "neither a regular file nor a folder"});
     return result;
+  } else {
+    for (fs::directory_iterator it(path, error), end; !error && it != end; it.increment(error)) {
+      std::error_code kind_error;
+      if (it->is_regular_file(kind_error)) files.push_back(it->path());
+    }
+    if (error) {
+      result.problems.push_back({Severity::error, path, "cannot list folder: " + error.message()});
+      return result;
+    }
+    if (files.empty()) {
+      result.problems.push_back({Severity::error, path, "folder holds no regular files"});
+      return result;
+    }
+    std::sort(files.begin(), files.end(),
+              [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
   }
-
-  std::vector<fs::path> files;
-  for (fs::directory_iterator it(path, error), end; !error && it != end; it.increment(error)) {
-    std::error_code kind_error;
-    if (it->is_regular_file(kind_error)) files.push_back(it->path());
-  }
-  if (error) {
-    result.problems.push_back({Severity::error, path, "cannot list folder: " + error.message()});
-    return result;
-  }
-  if (files.empty()) {
-    result.problems.push_back({Severity::error, path, "folder holds no regular files"});
-    return result;
-  }
-  std::sort(files.begin(), files.end(),
-            [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
   std::uintmax_t total = 0;
   for (const fs::path& file : files) {
     std::error_code size_error;
     const auto size = fs::file_size(file, size_error);
     if (!size_error) total += size;
+    if (::access(file.c_str(), R_OK) != 0) result.problems.push_back({Severity::error, file.string(), "cannot read file"});
+    result.value.files.push_back(file.string());
   }
-  if (const auto large = too_large(path, total)) {
-    result.problems.push_back(*large);
+  if (const auto large = too_large(path, total)) result.problems.push_back(*large);
+  if (!result.problems.empty()) return result;
+  result.value.bytes = static_cast<std::int64_t>(total);
+  return result;
+}
+
+Loaded<std::vector<std::uint8_t>> read_text_corpus(const std::string& path) {
+  Loaded<std::vector<std::uint8_t>> result;
+  const Loaded<TextCorpusFiles> files = text_corpus_files(path);
+  if (!files.ok()) {
+    result.problems = files.problems;
     return result;
   }
-  for (const fs::path& file : files) {
+  result.value.reserve(static_cast<std::size_t>(files.value.bytes));
+  for (const std::string& file : files.value.files) {
     if (!append_file(file, result.value)) {
-      result.problems.push_back({Severity::error, file.string(), "cannot read file"});
+      result.problems.push_back({Severity::error, file, "cannot read file"});
     }
   }
   return result;

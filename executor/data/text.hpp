@@ -34,6 +34,15 @@ inline constexpr std::int64_t text_vocab = 256;
 // An empty result is not a problem here; make_loader reports it.
 Loaded<std::vector<std::uint8_t>> read_text_corpus(const std::string& path);
 
+// The files read_text_corpus reads, in its order, and their bytes, with the
+// same problems (and a corpus past 4 GiB, refused before reading): what the
+// checks before a run need, without reading the corpus.
+struct TextCorpusFiles {
+  std::vector<std::string> files;
+  std::int64_t bytes = 0;
+};
+Loaded<TextCorpusFiles> text_corpus_files(const std::string& path);
+
 // Byte range [begin, end) of `split` in a corpus of `total_bytes`.
 struct TextSplitRange {
   std::int64_t begin = 0;
