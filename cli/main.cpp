@@ -18,6 +18,7 @@
 #include "cli/commands.hpp"
 #include "cli/openmp_env.hpp"
 #include "cli/unknown_flag.hpp"
+#include "model/atomic_file.hpp"
 #include "model/suggest.hpp"
 
 namespace {
@@ -104,17 +105,12 @@ std::optional<std::string> output_over_input(const CLI::App& command) {
     const auto b_path = std::filesystem::weakly_canonical(std::filesystem::absolute(b, error), error);
     return !error && a_path == b_path;
   };
-  const auto is_device = [](const std::string& path) {  // /dev/null may take every output
-    std::error_code error;
-    const auto status = std::filesystem::status(path, error);
-    return std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
-  };
   const bool plot = command.get_name() == "plot";  // its --report is an input
   static constexpr const char* kOutputs[] = {"--out", "--output", "--emit-plan", "--trace", "--report", "--script", "--metrics"};
   for (const char* output : kOutputs) {
     if (plot && std::string_view(output) == "--report") continue;
     const std::string out = value_of(output);
-    if (out.empty() || out == "-" || is_device(out)) continue;
+    if (out.empty() || out == "-" || meshplan::special_file(out)) continue;  // /dev/null may take every output
     for (const char* input : {"--plan", "--model", "--cluster", "--from", "--data", "--hostfile", "--report"}) {
       if (!plot && std::string_view(input) == "--report") continue;
       const std::string in = value_of(input);

@@ -15,6 +15,7 @@
 #include "model/mesh.hpp"
 #include "model/plan_defaults.hpp"
 #include "model/suggest.hpp"
+#include "model/validate.hpp"
 
 namespace meshplan::cli {
 
@@ -395,9 +396,8 @@ Loaded<PlanInputs> resolve_plan_flags(const PlanFlags& f) {
     if (!has_errors(problems)) {
       if (plan.global_batch < 1) {
         problems.push_back({Severity::error, "--global-batch", "must be at least 1, got " + std::to_string(plan.global_batch)});
-      } else if (plan.global_batch > kMaxGlobalBatch) {  // before the search, which ran on it and printed its pick
-        problems.push_back({Severity::error, "--global-batch", "must be at most 2^40 = " + std::to_string(kMaxGlobalBatch) +
-                                                                   " sequences, got " + std::to_string(plan.global_batch)});
+      } else if (const std::string large = batch_size_problem(plan.global_batch); !large.empty()) {
+        problems.push_back({Severity::error, "--global-batch", large});  // before the search, which ran on it
       } else {
         search_default_plan(in, problems, f);
       }

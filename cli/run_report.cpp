@@ -192,11 +192,9 @@ Loaded<RunPrediction> predict_on_this_machine(const PlanFile& plan_file, int thr
 
 std::string default_report_path(const std::string& metrics_path) {
   if (metrics_path.empty()) return {};
-  std::error_code ec;
-  const auto status = std::filesystem::status(metrics_path, ec);
   // Metrics sent to a device or a pipe (/dev/null, /dev/stdout) have no folder to keep a report
   // beside them: none is written (it was /dev/null.report.json).
-  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) return {};
+  if (special_file(metrics_path)) return {};
   std::filesystem::path path(metrics_path);
   return (path.parent_path() / (path.stem().string() + ".report.json")).string();
 }

@@ -11,9 +11,8 @@ namespace meshplan {
 Problems write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
   std::error_code ec;
   if (path.empty()) return {{Severity::error, "(empty path)", "give a file name to write"}};
-  const auto status = std::filesystem::status(path, ec);  // follows a symbolic link
-  if (std::filesystem::is_directory(status)) return {{Severity::error, path, "is a folder; give a file name in it"}};
-  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+  if (std::filesystem::is_directory(path, ec)) return {{Severity::error, path, "is a folder; give a file name in it"}};
+  if (special_file(path)) {
     // A device (/dev/null, /dev/stdout) or a pipe: written in place. Renaming a temporary over it
     // replaced /dev/null itself with a regular file, as root.
     std::ofstream out(path, std::ios::binary);
@@ -55,6 +54,13 @@ Problems write_file_atomically(const std::string& path, const std::function<void
     return {{Severity::error, path, "cannot rename '" + temporary + "' into place"}};
   }
   return {};
+}
+
+bool special_file(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);  // follows a symbolic link
+  return std::filesystem::exists(status) && !std::filesystem::is_regular_file(status) &&
+         !std::filesystem::is_directory(status);
 }
 
 std::optional<std::string> why_unreadable(const std::string& path) {

@@ -53,15 +53,20 @@ void check_world(Checker& check, const ClusterSpec& cluster, const Deployment& d
   }
 }
 
+}  // namespace
+
+std::string batch_size_problem(std::int64_t sequences) {
+  if (sequences <= kMaxGlobalBatch) return "";
+  return "must be at most 2^40 = " + std::to_string(kMaxGlobalBatch) + " sequences, got " + std::to_string(sequences);
+}
+
+namespace {
+
 void check_batch(Checker& check, const Plan& plan) {
   if (plan.micro_batch < 1) check.error("micro_batch", "must be at least 1, got " + str(plan.micro_batch));
   if (plan.global_batch < 1) check.error("global_batch", "must be at least 1, got " + str(plan.global_batch));
-  if (plan.global_batch > kMaxGlobalBatch) {
-    check.error("global_batch", "must be at most 2^40 = " + str(kMaxGlobalBatch) + " sequences, got " + str(plan.global_batch));
-  }
-  if (plan.micro_batch > kMaxGlobalBatch) {
-    check.error("micro_batch", "must be at most 2^40 = " + str(kMaxGlobalBatch) + " sequences, got " + str(plan.micro_batch));
-  }
+  if (const std::string problem = batch_size_problem(plan.global_batch); !problem.empty()) check.error("global_batch", problem);
+  if (const std::string problem = batch_size_problem(plan.micro_batch); !problem.empty()) check.error("micro_batch", problem);
   if (plan.micro_batch < 1 || plan.global_batch < 1 || plan.global_batch > kMaxGlobalBatch ||
       plan.micro_batch > kMaxGlobalBatch) {
     return;

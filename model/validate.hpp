@@ -23,6 +23,10 @@ struct Deployment {
 
 // Structural rules (divisibility, world size, support); the memory check is
 // the memory model's. Pipeline partition problems are included.
+// "must be at most 2^40 = ... sequences, got N" for a global batch or micro-batch past kMaxGlobalBatch;
+// "" otherwise. Validation says it at the field, the CLI at its flag before it searches on the batch.
+std::string batch_size_problem(std::int64_t sequences);
+
 Problems validate_plan(const ModelSpec& model, const LayerGraph& graph, const ClusterSpec& cluster,
                        const Deployment& deployment, const Plan& plan);
 
