@@ -130,7 +130,7 @@ Loaded<Mesh> parse_mesh(std::string_view text, const std::string& flag) {
     std::int64_t size = 0;
     const bool digits = !size_text.empty() && size_text.size() <= 9 &&
                         std::all_of(size_text.begin(), size_text.end(), [](unsigned char c) { return std::isdigit(c); });
-    if (digits && size_text.size() > 1 && size_text[0] == '0') {  // as --gpus 08 is refused: octal to some readers
+    if (digits && !plain_decimal(size_text, true)) {  // as --gpus 08 is refused: octal to some readers
       result.problems.push_back({Severity::error, flag, "size of axis '" + name + "' is '" + size_text +
                                                             "': write sizes in decimal digits without a leading zero"});
       continue;

@@ -22,6 +22,21 @@ inline std::string json_error_text(std::string_view what) {
 }
 
 // `text` without leading and trailing white space (spaces, tabs, newlines).
+// Whether `text` is written in decimal as meshplan reads numbers: no leading zero before a digit
+// (octal to YAML 1.1 and to some readers: 010 is 8), and, for a whole number, only digits after an
+// optional sign (no 0x, no exponent). A number may have a point and an exponent.
+inline bool plain_decimal(std::string_view text, bool whole) {
+  const std::size_t i = (!text.empty() && (text[0] == '+' || text[0] == '-')) ? 1 : 0;
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (text.size() > i + 1 && text[i] == '0' && digit(text[i + 1])) return false;
+  if (!whole) return true;
+  if (text.size() <= i) return false;
+  for (std::size_t j = i; j < text.size(); ++j) {
+    if (!digit(text[j])) return false;
+  }
+  return true;
+}
+
 inline std::string trim(std::string_view text) {
   std::size_t begin = 0, end = text.size();
   while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;

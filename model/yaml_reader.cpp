@@ -2,7 +2,6 @@
 
 #include <yaml-cpp/eventhandler.h>
 
-#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -27,11 +26,7 @@ std::string scalar_text(const YAML::Node& node) {
 // in a number are decimal: a whole number is written in decimal digits, with no leading zero, and a
 // number does not start with a zero followed by a digit. The message says why; empty when fine.
 std::string non_decimal_problem(const std::string& text, bool whole) {
-  std::size_t i = (!text.empty() && (text[0] == '+' || text[0] == '-')) ? 1 : 0;
-  const bool leading_zero = text.size() > i + 1 && text[i] == '0' && std::isdigit(static_cast<unsigned char>(text[i + 1]));
-  bool digits_only = text.size() > i;
-  for (std::size_t j = i; j < text.size(); ++j) digits_only = digits_only && std::isdigit(static_cast<unsigned char>(text[j]));
-  if (leading_zero || (whole && !digits_only)) {
+  if (!plain_decimal(text, whole)) {
     return "'" + text + "': write " + (whole ? "whole numbers" : "numbers") +
            " in decimal digits without a leading zero (YAML reads 010 as octal 8 and 0x10 as 16)";
   }
