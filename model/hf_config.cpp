@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "model/atomic_file.hpp"
+#include "model/json_lines.hpp"
 #include "model/text.hpp"
 
 namespace meshplan {
@@ -369,7 +370,7 @@ std::string model_name(const Json& j, const std::string& display_name, const std
 // A problem of the preset written from the config, in the config's terms:
 // "config.json:17 key 'num_hidden_layers'" instead of the generated preset's
 // "config.json:4 key 'layers'", with the preset field named after the message.
-// The line is that of the key's first mention in the JSON text; a field the
+// The line is that of the config's top-level key (json_lines.hpp); a field the
 // config does not state (a default, the architecture) keeps no line.
 Problem in_config_terms(Problem problem, const HfModel& hf, const std::string& json_text, const std::string& display_name) {
   const auto at = problem.where.find(" key '");
@@ -382,13 +383,13 @@ Problem in_config_terms(Problem problem, const HfModel& hf, const std::string& j
     std::size_t n = 0;  // the config key: the first word of `keys` ("rope_theta (default 10000)")
     while (n < f.keys.size() && (std::isalnum(static_cast<unsigned char>(f.keys[n])) || f.keys[n] == '_')) ++n;
     const std::string key = f.keys.substr(0, n);
-    const auto mention = key.empty() ? std::string::npos : json_text.find("\"" + key + "\"");
-    if (mention == std::string::npos) {
+    const std::map<std::string, int> lines = json_key_lines(json_text);
+    const auto mention = key.empty() ? lines.end() : lines.find(key);
+    if (mention == lines.end()) {
       problem.where = display_name;
       problem.message = "the preset's '" + field + "' (from " + f.keys + ", " + f.value + "): " + problem.message;
     } else {
-      const auto line = 1 + std::count(json_text.begin(), json_text.begin() + static_cast<std::ptrdiff_t>(mention), '\n');
-      problem.where = display_name + ":" + std::to_string(line) + " key '" + key + "'";
+      problem.where = display_name + ":" + std::to_string(mention->second) + " key '" + key + "'";
       problem.message += " (as the preset's '" + field + "')";
     }
     return problem;

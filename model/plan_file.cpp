@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "model/json_lines.hpp"
 #include "model/layer_graph.hpp"
 #include "model/overlap_switches.hpp"
 #include "model/suggest.hpp"
@@ -738,62 +739,6 @@ Problems write_plan_file(const std::string& path, const ModelSpec& model, const 
 namespace {
 
 Loaded<PlanFile> parse_plan_text(const std::string& json_text, const std::string& display_name);
-
-// The line of every object key of a JSON text, by its dotted path ("plan.micro_batch"; array items as
-// "[i]"), the first occurrence of each: nlohmann keeps no positions, and a plan file is long (its model,
-// cluster and device are in it), so a problem names the line as a preset's does. The text has parsed.
-std::map<std::string, int> json_key_lines(const std::string& text) {
-  struct Frame {
-    bool object = false;
-    std::string key;        // the current key (objects)
-    std::int64_t index = 0; // the current item (arrays)
-    bool expect_key = true;
-  };
-  std::map<std::string, int> lines;
-  std::vector<Frame> stack;
-  const auto prefix = [&]() {
-    std::string path;
-    for (const Frame& f : stack) {
-      if (&f == &stack.back()) break;
-      if (f.object) {
-        path += (path.empty() ? "" : ".") + f.key;
-      } else {
-        path += "[" + std::to_string(f.index) + "]";
-      }
-    }
-    return path;
-  };
-  int line = 1;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '\n') {
-      ++line;
-    } else if (c == '{' || c == '[') {
-      stack.push_back({c == '{', "", 0, true});
-    } else if ((c == '}' || c == ']') && !stack.empty()) {
-      stack.pop_back();
-    } else if (c == ',' && !stack.empty()) {
-      if (stack.back().object) {
-        stack.back().expect_key = true;
-      } else {
-        ++stack.back().index;
-      }
-    } else if (c == '"') {
-      std::string token;
-      for (++i; i < text.size() && text[i] != '"'; ++i) {
-        if (text[i] == '\\' && i + 1 < text.size()) ++i;  // escapes keep their byte; keys are plain words
-        token += text[i];
-      }
-      if (!stack.empty() && stack.back().object && stack.back().expect_key) {
-        stack.back().key = token;
-        stack.back().expect_key = false;
-        const std::string before = prefix();
-        lines.emplace(before.empty() ? token : before + "." + token, line);
-      }
-    }
-  }
-  return lines;
-}
 
 // "<file> key 'plan.micro_batch'" -> "<file>:57 key 'plan.micro_batch'", where the key's line is known.
 void add_key_lines(const std::string& json_text, const std::string& display_name, Problems& problems) {
